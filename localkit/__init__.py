@@ -1,0 +1,57 @@
+"""localkit: the localization method as software.
+
+Localization kernels and local means, local models and the localization trick, from which
+kernel regression, kNN, LOESS, mean shift, relaxation labeling, Hopfield networks, locally
+linear embedding, TSK fuzzy inference, denoisers, non-local means and attention follow.
+
+Public names are imported lazily, so that ``import localkit`` stays fast and never imports
+torch (``localkit.nn`` does, on demand).
+"""
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    # kernels and engine
+    "Kernel": "localkit.kernels",
+    "local_mean": "localkit.engine",
+    "local_sums": "localkit.engine",
+    "kernel_density": "localkit.models.density",
+    # local means
+    "LocalMeanRegressor": "localkit.models.regression",
+    "LocalMeanClassifier": "localkit.models.classification",
+    # the localization trick
+    "LocalPolynomialRegressor": "localkit.models.polynomial",
+    "Localized": "localkit.models.localized",
+    "MetricLearningKernelRegressor": "localkit.models.metric_learning",
+    # fixed points
+    "MeanShift": "localkit.models.cluster",
+    "RelaxationLabeling": "localkit.models.semi_supervised",
+    "HopfieldNetwork": "localkit.models.memory",
+    # geometry, rules, denoising
+    "LocallyLinearEmbedding": "localkit.models.manifold",
+    "LocalPCA": "localkit.models.manifold",
+    "TSKFuzzyRegressor": "localkit.models.fuzzy",
+    "TSKFuzzyClassifier": "localkit.models.fuzzy",
+    "LocalMeanDenoiser": "localkit.models.denoise",
+    "LazyAutoencoder": "localkit.models.denoise",
+    "denoise_nl_means": "localkit.models.nl_means",
+    "NonLocalMeans": "localkit.models.nl_means",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name == "nn":
+        return import_module("localkit.nn")
+    raise AttributeError(f"module 'localkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

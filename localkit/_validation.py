@@ -1,0 +1,85 @@
+"""Input checks shared by every public entry point.
+
+Each check raises a ``ValueError`` (or ``TypeError``) that names the parameter and says what is
+allowed, so that bad input never turns into a silently wrong answer.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float64, np.float32)
+
+
+def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=True):
+    """Return ``x`` as a float array (float32 kept, anything else float64), checked.
+
+    ``ndim`` lists the accepted numbers of dimensions. ``dtype`` forces a float type.
+    """
+    if x is None:
+        raise ValueError(f"{name} must be an array, got None")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name} must be real, got a complex array")
+    if dtype is None:
+        dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
+    arr = np.asarray(arr, dtype=dtype)
+    if arr.ndim not in ndim:
+        allowed = " or ".join(f"{d}-D" for d in ndim)
+        raise ValueError(f"{name} must be {allowed}, got an array of shape {arr.shape}")
+    if not allow_empty and arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); at least one value is needed")
+    if finite and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinity; all values must be finite")
+    return arr
+
+
+def check_points(x, name, *, n_features=None, dtype=None):
+    """A 2-D ``(n, d)`` float array of points; 1-D input is read as ``n`` points in 1-D."""
+    arr = check_array(x, name, ndim=(1, 2), dtype=dtype)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has no features (shape {arr.shape})")
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {arr.shape[1]} features, but {n_features} were expected"
+        )
+    return arr
+
+
+def check_positive(value, name, *, allow_zero=False, integer=False):
+    """A finite positive number (or integer)."""
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        what = "an integer" if integer else "a number"
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
+    return value
+
+
+def check_n_neighbors(n_neighbors, n_samples, name="n_neighbors"):
+    """``None`` or an integer in ``[1, n_samples]``."""
+    if n_neighbors is None:
+        return None
+    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, numbers.Integral):
+        raise TypeError(f"{name} must be an integer or None, got {n_neighbors!r}")
+    if n_neighbors < 1 or n_neighbors > n_samples:
+        raise ValueError(
+            f"{name} must be between 1 and n_samples={n_samples}, got {n_neighbors}"
+        )
+    return int(n_neighbors)
+
+
+def check_choice(value, name, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
+    return value

@@ -1,0 +1,96 @@
+"""Command line: ``localkit tour`` and ``localkit bench`` (also ``python -m localkit``).
+
+Other sub-commands register themselves in :data:`COMMANDS` from their own modules (e.g.
+``localkit train-lm`` from :mod:`localkit.nn.train_lm`), imported only when called.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+#: sub-command -> (module, help). The module defines ``add_arguments(parser)`` and ``main(args)``.
+COMMANDS = {
+    "train-lm": ("localkit.nn.train_lm", "train a character-level language model (needs torch)"),
+}
+
+
+def _tour(args):
+    from .tour import run_tour
+
+    _, failures = run_tour(args.out, only=args.only or None)
+    if failures:
+        print(f"\n{len(failures)} tour item(s) failed: {', '.join(n for n, _ in failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def bench_files(directory, only=None):
+    files = sorted(Path(directory).glob("bench_*.py"))
+    return [f for f in files if not only or f.stem[len("bench_"):] in only]
+
+
+def write_section(results, name, markdown, command):
+    """Replace (or append) the section ``name`` of ``RESULTS.md``, keeping the others."""
+    results = Path(results)
+    text = results.read_text() if results.exists() else "# Benchmark results\n\nEach section is rewritten by the command shown in it.\n"
+    stamp = datetime.date.today().isoformat()
+    block = (f"<!-- begin {name} -->\n{markdown.strip()}\n\n"
+             f"_Measured {stamp} with `{command}`._\n<!-- end {name} -->")
+    pattern = re.compile(rf"<!-- begin {re.escape(name)} -->.*?<!-- end {re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    results.write_text(text)
+
+
+def _bench(args):
+    files = bench_files(args.dir, args.only)
+    if not files:
+        print(f"no benchmarks bench_*.py found in {args.dir}", file=sys.stderr)
+        return 1
+    for f in files:
+        name = f.stem[len("bench_"):]
+        spec = importlib.util.spec_from_file_location(f"localkit_bench_{name}", f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        print(f"== {name}: {getattr(mod, 'TITLE', '')}", flush=True)
+        markdown = mod.run(quick=args.quick)
+        print(markdown, flush=True)
+        if not args.quick:
+            write_section(Path(args.dir) / "RESULTS.md", name, markdown, f"localkit bench --only {name}")
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="localkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("tour", help="reproduce every method of the map against its reference")
+    p.add_argument("--out", default="tour_output", help="directory for the figures (default: tour_output)")
+    p.add_argument("--only", nargs="*", help="section names to run (default: all)")
+    p.set_defaults(func=_tour)
+    p = sub.add_parser("bench", help="run benchmarks side by side with their peers")
+    p.add_argument("--dir", default="benchmarks", help="directory holding bench_*.py and RESULTS.md")
+    p.add_argument("--only", nargs="*", help="benchmark names (bench_<name>.py) to run")
+    p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
+    p.set_defaults(func=_bench)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_)
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            p.set_defaults(func=lambda args, exc=exc: sys.exit(f"localkit {args.command}: {exc}"))
+            continue
+        mod.add_arguments(p)
+        p.set_defaults(func=mod.main)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return args.func(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Block sizes from a memory budget, and the thread pool that walks query blocks.
+
+The engine never holds more than ``block_q x block_s`` log-weights per worker, so memory is set
+by the budget, not by ``n_queries x n_samples``.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+#: Bytes of kernel block that all workers together may hold (log-weights and one temporary).
+DEFAULT_MEMORY_BUDGET = 128 * 2**20
+
+
+def resolve_n_jobs(n_jobs):
+    """``None`` means all cores; a negative number counts back from them, as in joblib."""
+    cores = os.cpu_count() or 1
+    if n_jobs is None:
+        return cores
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be None or a non-zero integer, got {n_jobs!r}")
+    return max(1, cores + 1 + n_jobs) if n_jobs < 0 else int(n_jobs)
+
+
+def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budget=None, n_workers=1,
+                row_bytes=0):
+    """``(block_q, block_s)``: sample blocks as long as the budget allows, then query blocks.
+
+    ``block_size`` (an int or a pair) overrides the budget; ``row_bytes`` is extra memory per
+    query row and sample column (e.g. gathered values).
+    """
+    if block_size is not None:
+        bq, bs = (block_size, block_size) if np.isscalar(block_size) else block_size
+        for name, b in (("block_size", bq), ("block_size", bs)):
+            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+                raise ValueError(f"{name} must be a positive integer or a pair of them, got {block_size!r}")
+        return int(min(bq, n_queries)), int(min(bs, n_samples))
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if not np.isfinite(budget) or budget <= 0:
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    per_worker = budget / max(n_workers, 1)
+    cell = 2 * itemsize + row_bytes  # the block and one temporary of the same size
+    bs = int(min(n_samples, max(256, per_worker // (cell * 64))))
+    bq = int(min(n_queries, max(16, per_worker // (cell * bs))))
+    return bq, bs
+
+
+def map_blocks(func, n, block, n_jobs):
+    """Call ``func(slice)`` on consecutive blocks of ``range(n)``, on ``n_jobs`` threads.
+
+    numpy and BLAS release the GIL, so threads over query blocks keep both cores busy; BLAS is
+    held to one thread meanwhile, so that the two kinds of parallelism do not fight.
+    """
+    slices = [slice(i, min(i + block, n)) for i in range(0, n, block)]
+    workers = min(resolve_n_jobs(n_jobs), len(slices))
+    if workers <= 1:
+        for s in slices:
+            func(s)
+        return
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(func, slices):
+            pass

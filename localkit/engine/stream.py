@@ -1,0 +1,54 @@
+"""Streaming weighted sums with an online log-sum-exp, as flash attention does.
+
+For each query row we keep the running maximum ``m`` of the log-weights seen so far and the
+sums ``S = sum_j exp(L_j - m) [v_j, 1]``. A new block with maximum ``m'`` rescales the old sums
+by ``exp(m - max(m, m'))``. The last column of ``S`` is the weight sum, so the local mean is
+``S[:, :-1] / S[:, -1]`` and ``log sum_j K = m + log S[:, -1]``. A tiny bandwidth therefore gives
+the nearest sample's value instead of ``0 / 0``, and memory is one block, whatever ``n``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def augment(values):
+    """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum."""
+    return np.concatenate([values, np.ones((len(values), 1), dtype=values.dtype)], axis=1)
+
+
+class OnlineLogSumExp:
+    """Running ``max`` and rescaled weighted sums for ``n_rows`` rows of width ``width + 1``."""
+
+    def __init__(self, n_rows, width, dtype=np.float64):
+        self.m = np.full(n_rows, -np.inf, dtype=dtype)
+        self.S = np.zeros((n_rows, width + 1), dtype=dtype)
+
+    def _shift(self, block_max):
+        new = np.maximum(self.m, block_max)
+        shift = np.where(np.isfinite(new), new, 0.0).astype(self.m.dtype, copy=False)
+        with np.errstate(invalid="ignore"):
+            alpha = np.exp(self.m - shift)  # m = -inf gives 0: nothing was accumulated
+        self.S *= alpha[:, None]
+        self.m = new
+        return shift
+
+    def update(self, L, V_aug):
+        """Add a block: ``L`` (rows, b) log-weights (overwritten), ``V_aug`` (b, width + 1)."""
+        shift = self._shift(L.max(axis=1))
+        L -= shift[:, None]
+        np.exp(L, out=L)
+        self.S += L @ V_aug
+
+    def update_pointwise(self, L, V_aug):
+        """Add one weight per row: ``L`` (rows,) log-weights, ``V_aug`` (rows, width + 1)."""
+        shift = self._shift(L)
+        self.S += np.exp(L - shift)[:, None] * V_aug
+
+    def result(self):
+        """``(mean, log_weight_sum)``; rows without weight get NaN means and ``-inf`` sums."""
+        w = self.S[:, -1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = self.S[:, :-1] / w[:, None]
+            log_sum = self.m + np.log(w)
+        log_sum[~np.isfinite(self.m)] = -np.inf
+        return mean, log_sum

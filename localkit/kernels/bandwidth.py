@@ -1,0 +1,76 @@
+"""Bandwidth rules: fixed, per-feature, Scott and Silverman.
+
+The rules give a per-feature bandwidth ``h_k = factor * sigma_k`` from the sample standard
+deviations ``sigma_k`` (ddof=1), with the factors of ``scipy.stats.gaussian_kde``:
+
+* Scott:      ``factor = n ** (-1 / (d + 4))``
+* Silverman:  ``factor = (n * (d + 2) / 4) ** (-1 / (d + 4))``
+
+(scikit-learn's ``KernelDensity(bandwidth="scott")`` uses the factor alone, without ``sigma``;
+ours is the scale-aware rule of scipy and statsmodels.)
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+RULES = ("scott", "silverman")
+
+
+def rule_factor(rule, n, d):
+    if rule == "scott":
+        return n ** (-1.0 / (d + 4))
+    if rule == "silverman":
+        return (n * (d + 2) / 4.0) ** (-1.0 / (d + 4))
+    raise ValueError(f"bandwidth rule must be one of {RULES}, got {rule!r}")
+
+
+def resolve_bandwidth(bandwidth, samples, name="bandwidth"):
+    """Return a positive float or a float array of shape ``(d,)``.
+
+    ``bandwidth`` is a positive number, a per-feature array (a diagonal metric
+    ``u^2 = sum_k (dx_k / h_k)^2``) or a rule name ("scott", "silverman").
+    """
+    n, d = samples.shape
+    if isinstance(bandwidth, str):
+        if bandwidth == "cv":
+            raise ValueError(
+                f"{name}='cv' is chosen by an estimator's fit (leave-one-out); "
+                "a bare kernel needs a number, a per-feature array or one of "
+                f"{RULES}"
+            )
+        if bandwidth not in RULES:
+            raise ValueError(
+                f"{name} must be a positive number, a per-feature array or one of {RULES}, "
+                f"got {bandwidth!r}"
+            )
+        if n < 2:
+            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
+        sigma = samples.std(axis=0, ddof=1)
+        if np.any(sigma <= 0):
+            raise ValueError(
+                f"{name}={bandwidth!r}: feature(s) {np.flatnonzero(sigma <= 0).tolist()} have zero "
+                "spread, so the rule gives a zero bandwidth; give the bandwidth explicitly"
+            )
+        h = rule_factor(bandwidth, n, d) * sigma
+        return float(h[0]) if d == 1 else h
+    if isinstance(bandwidth, bool):
+        raise TypeError(f"{name} must be a number, an array or a rule name, got {bandwidth!r}")
+    if isinstance(bandwidth, numbers.Real):
+        if not np.isfinite(bandwidth) or bandwidth <= 0:
+            raise ValueError(f"{name} must be finite and > 0, got {bandwidth!r}")
+        return float(bandwidth)
+    try:
+        h = np.asarray(bandwidth, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{name} must be a positive number, a per-feature array or one of {RULES}, got {bandwidth!r}"
+        ) from exc
+    if h.ndim == 0:
+        return resolve_bandwidth(float(h), samples, name)
+    if h.shape != (d,):
+        raise ValueError(f"{name} as an array must have shape (n_features,) = ({d},), got {h.shape}")
+    if not np.all(np.isfinite(h)) or np.any(h <= 0):
+        raise ValueError(f"{name} must be finite and > 0 in every feature, got {h.tolist()}")
+    return h

@@ -1,0 +1,179 @@
+"""The localization kernel: a profile of a scaled distance, or the softmax similarity kernel.
+
+``K(x*, x) = k(u)`` with ``u = d(x*, x) / h`` for a profile ``k`` (see
+:mod:`localkit.kernels.profiles`), or ``K(x*, x) = exp(<x*, x> / h)`` for ``name="softmax"``
+(the kernel of attention and of modern Hopfield networks, ``h`` the temperature).
+
+A kernel produces *log-weights* for a block of queries against a block of samples; the engine
+streams those blocks. ``Kernel(...)(X, Y)`` gives the dense matrix for small inputs and plots.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+from .._validation import check_points
+from .bandwidth import resolve_bandwidth
+from .profiles import get_profile
+
+METRICS = ("euclidean", "manhattan", "chebyshev")
+
+
+class Kernel:
+    """A localization kernel ``K(x*, x) = k(d(x*, x) / h)``.
+
+    Parameters
+    ----------
+    name : str, default="gaussian"
+        A profile of :mod:`localkit.kernels.profiles` (gaussian, epanechnikov, tricube,
+        biweight, triweight, triangular, uniform, cosine, laplacian, cauchy) or ``"softmax"``
+        for ``exp(<x*, x> / h)``.
+    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+        ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
+        is resolved on the samples (see :mod:`localkit.kernels.bandwidth`). For the Gaussian
+        profile ``h`` is the standard deviation. Ignored when ``n_neighbors`` is set.
+    n_neighbors : int or None, default=None
+        Adaptive (balloon) bandwidth: ``h(x*)`` is the distance from ``x*`` to its k-th
+        nearest sample. With the uniform profile this is exactly k-nearest-neighbours.
+    metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import Kernel
+    >>> K = Kernel("epanechnikov", bandwidth=2.0)
+    >>> K(np.zeros((1, 1)), np.array([[0.0], [1.0], [3.0]])).round(3)
+    array([[1.  , 0.75, 0.  ]])
+    """
+
+    def __init__(self, name="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean"):
+        self.name = name
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self._validate()
+
+    # -- description ---------------------------------------------------------------------
+    def _validate(self):
+        self.is_softmax = self.name == "softmax"
+        self.profile = None if self.is_softmax else get_profile(self.name)
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)}, got {self.metric!r}")
+        if self.n_neighbors is not None:
+            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
+                raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
+            if self.n_neighbors < 1:
+                raise ValueError(f"n_neighbors must be >= 1, got {self.n_neighbors}")
+            if self.is_softmax:
+                raise ValueError("n_neighbors is a distance-based bandwidth; the softmax kernel has none")
+        if self.is_softmax:
+            if self.metric != "euclidean":
+                raise ValueError("the softmax kernel uses the inner product; metric must stay 'euclidean'")
+            if not isinstance(self.bandwidth, numbers.Real) or isinstance(self.bandwidth, bool):
+                raise ValueError(
+                    f"bandwidth of the softmax kernel is a positive temperature, got {self.bandwidth!r}"
+                )
+        if isinstance(self.bandwidth, numbers.Real) and not isinstance(self.bandwidth, bool):
+            if not np.isfinite(self.bandwidth) or self.bandwidth <= 0:
+                raise ValueError(f"bandwidth must be finite and > 0, got {self.bandwidth!r}")
+
+    @property
+    def compact(self):
+        """True when the profile vanishes outside ``u <= 1``."""
+        return self.profile is not None and self.profile.compact
+
+    @property
+    def name_(self):
+        return self.name if self.is_softmax else self.profile.name
+
+    def __repr__(self):
+        args = [repr(self.name_), f"bandwidth={self.bandwidth!r}"]
+        if self.n_neighbors is not None:
+            args.append(f"n_neighbors={self.n_neighbors}")
+        if self.metric != "euclidean":
+            args.append(f"metric={self.metric!r}")
+        return f"Kernel({', '.join(args)})"
+
+    # -- binding to samples ------------------------------------------------------------
+    def resolve_bandwidth(self, samples):
+        """The bandwidth as a float or per-feature array, rules resolved on ``samples``."""
+        return resolve_bandwidth(self.bandwidth, samples)
+
+    def scale(self, points, h):
+        """Points in the kernel's coordinates: divided by ``h`` (distance kernels)."""
+        if self.is_softmax:
+            return points
+        return points / np.asarray(h, dtype=points.dtype)
+
+    def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0):
+        """Log-weights of a block, ``L`` and a per-query offset ``c`` with ``log K = L + c``.
+
+        ``Q`` (b_q, d) and ``X`` (b_s, d) are in scaled coordinates (see :meth:`scale`);
+        ``q_sq`` and ``x_sq`` their squared norms (computed if not given). ``q_scale`` (b_q,)
+        and ``s_scale`` (b_s,) are extra per-query / per-sample bandwidth factors
+        (``u = d / (h q_scale_i s_scale_j)``). The offset ``c`` collects terms that are
+        constant along a row, so that the engine's normalisation never computes them: for
+        the Gaussian, ``-|q|^2 / 2`` cancels from ``exp(q.x - |x|^2 / 2)`` after
+        normalisation, which turns the whole block into one matrix product.
+        """
+        if self.is_softmax:
+            L = Q @ X.T
+            L /= Q.dtype.type(temperature)
+            return L, np.zeros(len(Q), dtype=Q.dtype)
+        if self.metric != "euclidean":
+            D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
+            u2 = (D * D).astype(Q.dtype, copy=False)
+            self._rescale(u2, q_scale, s_scale)
+            return self.profile.log_k(u2), np.zeros(len(Q), dtype=Q.dtype)
+        if q_sq is None:
+            q_sq = np.einsum("ij,ij->i", Q, Q)
+        if x_sq is None:
+            x_sq = np.einsum("ij,ij->i", X, X)
+        if self.profile.name == "gaussian" and s_scale is None:
+            L = Q @ X.T
+            L -= 0.5 * x_sq
+            offset = -0.5 * q_sq
+            if q_scale is not None:
+                inv = (1.0 / (q_scale * q_scale)).astype(Q.dtype, copy=False)
+                L *= inv[:, None]
+                offset = offset * inv
+            return L, offset
+        u2 = Q @ X.T
+        u2 *= -2.0
+        u2 += q_sq[:, None]
+        u2 += x_sq
+        np.maximum(u2, 0.0, out=u2)
+        self._rescale(u2, q_scale, s_scale)
+        return self.profile.log_k(u2), np.zeros(len(Q), dtype=Q.dtype)
+
+    @staticmethod
+    def _rescale(u2, q_scale, s_scale):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if q_scale is not None:
+                u2 /= (q_scale * q_scale)[:, None]
+            if s_scale is not None:
+                u2 /= s_scale * s_scale
+        # a zero per-point bandwidth (duplicates): distance 0 counts fully, others not at all
+        np.nan_to_num(u2, copy=False, nan=0.0, posinf=np.inf)
+
+    # -- dense evaluation --------------------------------------------------------------
+    def __call__(self, X, Y=None):
+        """The dense kernel matrix ``K[i, j] = K(X_i, Y_j)`` (``Y`` defaults to ``X``).
+
+        Rules and kNN bandwidths are resolved on ``Y``, the samples. Meant for small inputs
+        and plots; the engine never forms this matrix for large ones.
+        """
+        X = check_points(X, "X")
+        Y = X if Y is None else check_points(Y, "Y", n_features=X.shape[1])
+        h = 1.0 if self.n_neighbors is not None else self.resolve_bandwidth(Y)
+        q_scale = None
+        if self.n_neighbors is not None:
+            if self.n_neighbors > len(Y):
+                raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
+            D = cdist(X, Y, metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
+            q_scale = np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1]
+        Qs, Xs = self.scale(X, h), self.scale(Y, h)
+        L, offset = self.log_weights(Qs, Xs, q_scale=q_scale, temperature=h)
+        return np.exp(L + offset[:, None])

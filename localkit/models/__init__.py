@@ -1,0 +1,1 @@
+"""scikit-learn estimators built on the engine, grouped by task."""

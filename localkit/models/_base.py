@@ -1,0 +1,55 @@
+"""What every local estimator shares: the kernel parameters, their validation, and the engine
+options (empty-neighbourhood policy, algorithm, threads)."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_choice
+from ..engine import local_sums
+from ..engine.local_mean import ALGORITHMS, EMPTY_POLICIES
+from ..kernels import Kernel
+from ..kernels.bandwidth import resolve_bandwidth
+
+FLOATS = [np.float64, np.float32]
+
+
+class LocalKernelMixin:
+    """Kernel parameters ``kernel``, ``bandwidth``, ``n_neighbors``, ``metric`` and the engine
+    options ``empty``, ``algorithm`` and ``n_jobs``; fitted: ``bandwidth_``, ``kernel_``.
+
+    Subclasses call :meth:`_fit_kernel` in ``fit`` and :meth:`_local_sums` to evaluate.
+    """
+
+    def _fit_kernel(self, X, y=None):
+        """Validate the kernel parameters on the training data and store ``kernel_``."""
+        if self.n_neighbors is not None:
+            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
+                raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
+            if not 1 <= self.n_neighbors <= len(X):
+                raise ValueError(f"n_neighbors must be between 1 and n_samples={len(X)}, got {self.n_neighbors}")
+        check_choice(self.empty, "empty", EMPTY_POLICIES)
+        check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        self.bandwidth_ = self._choose_bandwidth(X, y)
+        self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
+                              metric=self.metric)
+        return self.kernel_
+
+    def _choose_bandwidth(self, X, y):
+        """The bandwidth for ``kernel_``: a number, a per-feature array, or a rule resolved on X."""
+        if self.kernel == "softmax":
+            Kernel("softmax", bandwidth=self.bandwidth)  # validates the temperature
+            return float(self.bandwidth)
+        return resolve_bandwidth(self.bandwidth, X)
+
+    def _local_sums(self, X, values, *, exclude_self=False, queries_are_samples=False):
+        """One engine pass at the queries ``X`` over the training samples ``X_fit_``."""
+        return local_sums(None if queries_are_samples else X, self.X_fit_, values, self.kernel_,
+                          exclude_self=exclude_self, empty=self.empty, algorithm=self.algorithm,
+                          n_jobs=self.n_jobs)
+
+    def _validate_queries(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=FLOATS)

@@ -1,0 +1,69 @@
+"""Kernel classification: class probabilities are the local mean of one-hot labels."""
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import validate_data
+
+from ._base import FLOATS, LocalKernelMixin
+
+
+class LocalMeanClassifier(LocalKernelMixin, ClassifierMixin, BaseEstimator):
+    """Kernel (Nadaraya–Watson) classification: the local mean of one-hot labels.
+
+    .. math::
+
+        \\hat p(c \\mid x^*) = \\frac{\\sum_i K(x^*, x_i)\\, [y_i = c]}{\\sum_j K(x^*, x_j)},
+        \\qquad \\hat y(x^*) = \\arg\\max_c \\hat p(c \\mid x^*)
+
+    With ``kernel="uniform", n_neighbors=k`` it is scikit-learn's ``KNeighborsClassifier(k)``
+    (ties between classes go to the first class in ``classes_``).
+
+    Parameters are those of :class:`localkit.LocalMeanRegressor`; ``empty="nearest"`` gives
+    a query outside every compact support the label of its nearest training sample.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    bandwidth_, kernel_, X_fit_ : as in :class:`localkit.LocalMeanRegressor`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from localkit import LocalMeanClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = LocalMeanClassifier(kernel="uniform", n_neighbors=5).fit(X, y)
+    >>> clf.predict(X[:3])
+    array([0, 0, 0])
+    """
+
+    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean",
+                 empty="nearest", algorithm="auto", n_jobs=None):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.empty = empty
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs
+
+    def fit(self, X, y):
+        """Store the training data and the one-hot labels. Returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=FLOATS)
+        check_classification_targets(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        self._fit_kernel(X, y)
+        self.X_fit_ = X
+        self.onehot_ = np.eye(len(self.classes_), dtype=X.dtype)[codes]
+        return self
+
+    def predict_proba(self, X):
+        """Class probabilities: the local mean of the one-hot training labels."""
+        X = self._validate_queries(X)
+        return self._local_sums(X, self.onehot_).mean
+
+    def predict(self, X):
+        """The most probable class at each row of ``X``."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
