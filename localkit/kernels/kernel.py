@@ -140,11 +140,14 @@ class Kernel:
                 L *= inv[:, None]
                 offset = offset * inv
             return L, offset
-        u2 = Q @ X.T
-        u2 *= -2.0
-        u2 += q_sq[:, None]
-        u2 += x_sq
-        np.maximum(u2, 0.0, out=u2)
+        if self.profile.exact_distance:
+            u2 = cdist(Q, X, metric="sqeuclidean").astype(Q.dtype, copy=False)
+        else:
+            u2 = Q @ X.T
+            u2 *= -2.0
+            u2 += q_sq[:, None]
+            u2 += x_sq
+            np.maximum(u2, 0.0, out=u2)
         self._rescale(u2, q_scale, s_scale)
         return self.profile.log_k(u2), np.zeros(len(Q), dtype=Q.dtype)
 
@@ -167,13 +170,14 @@ class Kernel:
         """
         X = check_points(X, "X")
         Y = X if Y is None else check_points(Y, "Y", n_features=X.shape[1])
-        h = 1.0 if self.n_neighbors is not None else self.resolve_bandwidth(Y)
-        q_scale = None
+        h = self.resolve_bandwidth(Y)
+        if self.is_softmax:
+            return np.exp(X @ Y.T / h)
+        # exact distances (small inputs): the k-th neighbour then sits exactly at u = 1
+        D = cdist(self.scale(X, h), self.scale(Y, h), metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
+        u2 = D * D
         if self.n_neighbors is not None:
             if self.n_neighbors > len(Y):
                 raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
-            D = cdist(X, Y, metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
-            q_scale = np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1]
-        Qs, Xs = self.scale(X, h), self.scale(Y, h)
-        L, offset = self.log_weights(Qs, Xs, q_scale=q_scale, temperature=h)
-        return np.exp(L + offset[:, None])
+            self._rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1], None)
+        return np.exp(self.profile.log_k(u2))
