@@ -1,0 +1,119 @@
+"""Nadaraya–Watson regression and kernel classification against statsmodels and scikit-learn."""
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
+from sklearn.model_selection import train_test_split
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
+from statsmodels.nonparametric.kernel_regression import KernelReg
+
+from localkit import LocalMeanClassifier, LocalMeanRegressor
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return train_test_split(X, y, test_size=0.25, random_state=0)
+
+
+@pytest.mark.parametrize("bw", [[0.03], [0.02, 0.05, 0.04]])
+def test_nadaraya_watson_equals_statsmodels_kernelreg(diabetes, bw):
+    Xtr, Xte, ytr, _ = diabetes
+    d = len(bw)
+    Xtr, Xte = Xtr[:, [2, 3, 8][:d]], Xte[:, [2, 3, 8][:d]]
+    ref = KernelReg(ytr, Xtr, var_type="c" * d, reg_type="lc", bw=bw).fit(Xte)[0]
+    ours = LocalMeanRegressor(bandwidth=bw[0] if d == 1 else np.array(bw)).fit(Xtr, ytr).predict(Xte)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_knn_regression_equals_sklearn(diabetes, k):
+    Xtr, Xte, ytr, _ = diabetes
+    ref = KNeighborsRegressor(k).fit(Xtr, ytr).predict(Xte)
+    ours = LocalMeanRegressor(kernel="uniform", n_neighbors=k).fit(Xtr, ytr).predict(Xte)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("loader,k", [(load_breast_cancer, 7), (load_wine, 4), (load_wine, 6)])
+def test_knn_classification_equals_sklearn(loader, k):
+    X, y = loader(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    Xtr, Xte, ytr, _ = train_test_split(X, y, test_size=0.3, random_state=1)
+    ref = KNeighborsClassifier(k).fit(Xtr, ytr)
+    ours = LocalMeanClassifier(kernel="uniform", n_neighbors=k).fit(Xtr, ytr)
+    np.testing.assert_allclose(ours.predict_proba(Xte), ref.predict_proba(Xte), rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(ours.predict(Xte), ref.predict(Xte))
+
+
+def test_classifier_string_labels_and_gaussian_probabilities():
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    names = np.array(["barolo", "grignolino", "barbera"])[y]
+    clf = LocalMeanClassifier(bandwidth=1.5).fit(X, names)
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / (2 * 1.5**2))
+    onehot = (names[:, None] == clf.classes_[None]).astype(float)
+    np.testing.assert_allclose(P, K @ onehot / K.sum(1)[:, None], rtol=1e-12)
+    assert (clf.predict(X) == names).mean() > 0.9
+
+
+def test_multi_output_regression(diabetes):
+    Xtr, Xte, ytr, _ = diabetes
+    Y = np.c_[ytr, 2 * ytr]
+    pred = LocalMeanRegressor(bandwidth=0.05).fit(Xtr, Y).predict(Xte)
+    assert pred.shape == (len(Xte), 2)
+    np.testing.assert_allclose(pred[:, 1], 2 * pred[:, 0])
+
+
+def test_loo_predict_is_leave_one_out(diabetes):
+    Xtr, _, ytr, _ = diabetes
+    reg = LocalMeanRegressor(bandwidth=0.05).fit(Xtr[:50], ytr[:50])
+    expected = [LocalMeanRegressor(bandwidth=0.05).fit(np.delete(Xtr[:50], i, 0), np.delete(ytr[:50], i))
+                .predict(Xtr[[i]])[0] for i in range(50)]
+    np.testing.assert_allclose(reg.loo_predict(), expected, rtol=1e-12)
+
+
+def test_rule_bandwidth_is_resolved(diabetes):
+    Xtr, _, ytr, _ = diabetes
+    reg = LocalMeanRegressor(bandwidth="silverman").fit(Xtr, ytr)
+    assert reg.bandwidth_.shape == (Xtr.shape[1],) and np.all(reg.bandwidth_ > 0)
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_check_estimator(Est):
+    check_estimator(Est())
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+@pytest.mark.parametrize("params,X,match", [
+    (dict(bandwidth=0.0), None, "bandwidth must be finite and > 0"),
+    (dict(bandwidth=-2.0), None, "bandwidth"),
+    (dict(bandwidth="wide"), None, "bandwidth must be"),
+    (dict(kernel="box"), None, "kernel must be one of"),
+    (dict(n_neighbors=0), None, "n_neighbors must be between 1"),
+    (dict(n_neighbors=100), None, "n_neighbors must be between 1"),
+    (dict(empty="zero"), None, "empty must be one of"),
+    (dict(algorithm="kd"), None, "algorithm must be one of"),
+    (dict(), [[np.nan, 1.0]] * 10, "NaN"),
+    (dict(), [[np.inf, 1.0]] * 10, "infinity"),
+])
+def test_bad_parameters_and_data(Est, params, X, match):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(10, 2)) if X is None else np.array(X)
+    y = np.arange(10) % 2
+    with pytest.raises(ValueError, match=match):
+        Est(**params).fit(X, y)
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_bad_queries(Est):
+    rng = np.random.default_rng(0)
+    est = Est().fit(rng.normal(size=(10, 2)), np.arange(10) % 2)
+    with pytest.raises(ValueError, match="features"):
+        est.predict(rng.normal(size=(3, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        est.predict([[np.nan, 0.0]])
+    with pytest.raises(ValueError, match="0 sample"):
+        est.predict(np.zeros((0, 2)))
