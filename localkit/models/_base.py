@@ -38,10 +38,15 @@ class LocalKernelMixin:
         return self.kernel_
 
     def _choose_bandwidth(self, X, y):
-        """The bandwidth for ``kernel_``: a number, a per-feature array, or a rule resolved on X."""
+        """The bandwidth for ``kernel_``: a number, a per-feature array, a rule resolved on X, or
+        ``"cv"``: chosen by leave-one-out (:mod:`localkit.models.selection`)."""
         if self.kernel == "softmax":
             Kernel("softmax", bandwidth=self.bandwidth)  # validates the temperature
             return float(self.bandwidth)
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            from .selection import select_bandwidth  # exact leave-one-out; sets cv_results_
+
+            return select_bandwidth(self, X, y)
         return resolve_bandwidth(self.bandwidth, X)
 
     def _local_sums(self, X, values, *, exclude_self=False, queries_are_samples=False):

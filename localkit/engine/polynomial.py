@@ -1,0 +1,223 @@
+"""Local polynomial least squares, batched over queries.
+
+At a query ``x*`` the local polynomial of degree ``p`` solves
+
+    beta(x*) = argmin_beta  sum_i K(x*, x_i) r_i (y_i - beta . psi(z_i))^2  +  ridge |beta_1:|^2
+
+with ``psi`` the monomials of total degree <= p (the constant first) of the *query-centred*
+coordinates ``z_i = (x_i - x*) / s``, and predicts ``f(x*) = beta_0`` (every other monomial
+vanishes at ``z = 0``). ``r_i`` are optional sample weights (LOESS robustness weights). The
+normal equations are ``(G + ridge D) beta = b`` with the normalised Gram ``G = sum_i w_i psi psi^T``
+and ``b = sum_i w_i psi y_i`` (``w_i = K r_i / sum_j K r_j``, ``D = diag(0, 1, ..., 1)``).
+
+Two paths, both through the engine:
+
+* **gathered** (compact profile with a kNN span, i.e. LOESS): the ``k`` nearest samples of each
+  query are gathered (a sorted window in 1-D, a tree otherwise), and the centred design is built
+  directly with ``s`` the query's own radius (the distance to its k-th neighbour), so that ``G``
+  is well conditioned whatever the position of ``x*``.
+* **moments** (every other kernel): one pass of :func:`localkit.engine.local_moments` gives the
+  uncentred moments of the monomials of ``(x - c) / s`` (``c`` the sample mean, ``s`` the
+  bandwidth); they are moved to the query exactly by the binomial map ``T(z*)``
+  (``phi(z) = T(z*) psi(z - z*)``). Its conditioning degrades like ``(spread / h)^(2p)``, so very
+  small bandwidths with degree >= 2 are better served by the gathered path.
+
+A query whose local design is (near) singular, ``lambda_min(G) <= rcond lambda_max(G)`` (too few
+neighbours, collinear points), falls back to the local weighted mean (the degree-0 fit) and is
+flagged in ``singular``; a query without any weight gets the target of its nearest sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+from scipy.special import comb
+
+from .._validation import check_array, check_points
+from . import neighbors as nb
+from .blocks import map_blocks, resolve_n_jobs
+from .local_mean import make_kernel
+from .moments import local_moments
+
+
+@dataclass
+class LocalPolynomialFit:
+    """values (n_queries, t): the fits at the queries; singular (n_queries,) bool: queries that
+    fell back to the local mean; empty (n_queries,) bool: queries without weight (nearest target)."""
+
+    values: np.ndarray
+    singular: np.ndarray
+    empty: np.ndarray
+
+
+def monomial_exponents(n_features, degree):
+    """Exponents ``(P, d)`` of the monomials of total degree <= ``degree``, graded (constant first)."""
+    rows = [e for e in product(range(degree + 1), repeat=n_features) if sum(e) <= degree]
+    rows.sort(key=lambda e: (sum(e), [-v for v in e]))
+    return np.array(rows, dtype=np.intp).reshape(len(rows), n_features)
+
+
+def design(Z, exponents):
+    """Monomials ``psi(Z)`` of shape ``Z.shape[:-1] + (P,)``."""
+    out = np.ones(Z.shape[:-1] + (len(exponents),), dtype=Z.dtype)
+    for k in range(Z.shape[-1]):
+        powers = Z[..., k, None] ** np.arange(exponents[:, k].max() + 1, dtype=Z.dtype)
+        out *= powers[..., exponents[:, k]]
+    return out
+
+
+def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
+                     n_neighbors=None, *, sample_weight=None, exclude_self=False, ridge=0.0,
+                     rcond=1e-10, algorithm="auto", block_size=None, n_jobs=None):
+    """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples).
+
+    ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
+    options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
+    multiplies the kernel weights. Returns :class:`LocalPolynomialFit`.
+    """
+    samples = check_points(samples, "samples")
+    queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
+                                                           dtype=samples.dtype)
+    Y = check_array(targets, "targets", ndim=(1, 2)).reshape(len(samples), -1)
+    sw = None if sample_weight is None else check_array(sample_weight, "sample_weight", ndim=(1,))
+    if sw is not None and (len(sw) != len(samples) or np.any(sw < 0)):
+        raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
+    kern = make_kernel(kernel, bandwidth, n_neighbors)
+    E = monomial_exponents(samples.shape[1], degree)
+    if kern.n_neighbors is not None and kern.compact and algorithm != "dense":
+        G, b, empty, nearest = _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs)
+    else:
+        G, b, empty, nearest = _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm,
+                                        block_size, n_jobs)
+    values, singular = _solve(G, b, ridge, rcond)
+    if nearest is not None and empty.any():
+        values[empty] = nearest[empty]
+    singular &= ~empty
+    return LocalPolynomialFit(values.astype(Y.dtype, copy=False), singular, empty)
+
+
+def _solve(G, b, ridge, rcond):
+    """``beta_0`` of ``(G + ridge D) beta = b`` per query; the local mean where G is singular."""
+    P = G.shape[1]
+    if ridge and P > 1:
+        G = G.copy()
+        idx = np.arange(1, P)
+        G[:, idx, idx] += ridge
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lam = np.linalg.eigvalsh(G) if P > 1 else G[:, :, 0]
+        ok = np.isfinite(lam).all(axis=1) & (lam[:, 0] > rcond * lam[:, -1]) & (lam[:, -1] > 0)
+        values = b[:, 0, :] / G[:, 0, :1]  # the local weighted mean: psi_0 = 1
+    if ok.any():
+        values[ok] = np.linalg.solve(G[ok], b[ok])[:, 0, :]
+    return values, ~ok
+
+
+def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs):
+    """Normalised Gram and moments from the k nearest samples, design centred at each query."""
+    k = kern.n_neighbors
+    if k + int(exclude_self) > len(samples):
+        raise ValueError(f"n_neighbors must be <= n_samples{' - 1' if exclude_self else ''}"
+                         f"={len(samples) - int(exclude_self)}, got {k}")
+    h = kern.resolve_bandwidth(samples)
+    Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
+    one_d = Xs.shape[1] == 1 and kern.metric == "euclidean"
+    if one_d:
+        order = np.argsort(Xs[:, 0], kind="stable")
+        x_sorted = Xs[order, 0]
+    else:
+        index = nb.make_index(Xs, kern.metric)
+    n_q, P, t = len(Qs), E.shape[0], Y.shape[1]
+    G = np.empty((n_q, P, P), dtype=Xs.dtype)
+    b = np.empty((n_q, P, t), dtype=Xs.dtype)
+    empty = np.zeros(n_q, dtype=bool)
+    nearest = np.empty((n_q, t), dtype=Y.dtype)
+    bq = int(block_size or max(16, 2**21 // (k * (P + t + 4))))
+
+    def run(rows):
+        if one_d:
+            dist, idx = _window_neighbors(x_sorted, order, Qs[rows, 0], k, exclude_self, rows.start)
+        else:
+            dist, idx = nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+        radius = dist.max(axis=1)
+        w = np.exp(kern.profile.log_k(nb.scaled_sq_distances(dist, radius)))
+        if sw is not None:
+            w *= sw[idx]
+        total = w.sum(axis=1)
+        empty[rows] = ~(total > 0)
+        nearest[rows] = Y[idx[np.arange(len(idx)), dist.argmin(axis=1)]]
+        w /= np.where(total > 0, total, 1.0)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            Z = (Xs[idx] - Qs[rows, None, :]) / radius[:, None, None]
+        Psi = design(np.nan_to_num(Z, nan=0.0, posinf=0.0, neginf=0.0), E)
+        WPsi = w[:, :, None] * Psi
+        G[rows] = np.matmul(WPsi.transpose(0, 2, 1), Psi)
+        b[rows] = np.matmul(WPsi.transpose(0, 2, 1), Y[idx])
+
+    map_blocks(run, n_q, bq, resolve_n_jobs(n_jobs))
+    return G, b, empty, nearest
+
+
+def _window_neighbors(x_sorted, order, q, k, exclude_self, row_offset):
+    """The k nearest samples of 1-D queries: a window of the sorted samples, found by bisection.
+
+    The window start ``l`` moves right while ``x[l + k]`` is closer than ``x[l]`` (as in
+    Cleveland's lowess). With ``exclude_self`` the window holds ``k + 1`` samples and the query's
+    own sample is dropped.
+    """
+    n = len(x_sorted)
+    width = k + int(exclude_self)
+    lo = np.zeros(len(q), dtype=np.intp)
+    hi = np.full(len(q), n - width, dtype=np.intp)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        right = q - x_sorted[mid] > x_sorted[np.minimum(mid + width, n - 1)] - q
+        right &= mid + width < n
+        lo = np.where(right & (lo < hi), mid + 1, lo)
+        hi = np.where(~right & (lo < hi), mid, hi)
+    pos = lo[:, None] + np.arange(width)
+    idx = order[pos]
+    dist = np.abs(x_sorted[pos] - q[:, None])
+    if exclude_self:
+        rows = np.arange(len(q)) + row_offset
+        is_self = idx == rows[:, None]
+        is_self[~is_self.any(axis=1), -1] = True  # a duplicate displaced it: drop the farthest
+        keep = ~is_self
+        idx, dist = idx[keep].reshape(len(q), k), dist[keep].reshape(len(q), k)
+    return dist, idx
+
+
+def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs):
+    """Uncentred moments from one engine pass, moved to each query by the binomial map."""
+    centre = samples.mean(axis=0)
+    if kern.n_neighbors is None and not kern.is_softmax:
+        scale = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=samples.dtype),
+                                (samples.shape[1],))
+    else:
+        scale = samples.std(axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+    Zs, Zq = (samples - centre) / scale, (queries - centre) / scale
+    F = design(Zs, E)
+    root = None if sw is None else np.sqrt(sw)[:, None]
+    mom = local_moments(queries, samples, F if root is None else F * root, Y if root is None else Y * root,
+                        kern, exclude_self=exclude_self, algorithm=algorithm if algorithm != "neighbors" or
+                        kern.compact else "auto", block_size=block_size, n_jobs=n_jobs)
+    T = _binomial_map(Zq, E)
+    Gc = np.linalg.solve(T, mom.M2)
+    Gc = np.linalg.solve(T, Gc.transpose(0, 2, 1))
+    bc = np.linalg.solve(T, mom.MY)
+    # normalise by the (robustness-weighted) weight sum, as on the gathered path; an empty
+    # neighbourhood got the nearest sample's moments from the engine, hence its target
+    total = np.where(Gc[:, 0, 0] > 0, Gc[:, 0, 0], 1.0)[:, None, None]
+    return Gc / total, bc / total, mom.empty, None
+
+
+def _binomial_map(Zq, E):
+    """``T[q, a, b] = prod_k C(a_k, b_k) z*_qk^(a_k - b_k)`` for ``b <= a``, else 0."""
+    diff = E[:, None, :] - E[None, :, :]  # (P, P, d)
+    below = np.all(diff >= 0, axis=2)
+    coef = np.prod(comb(E[:, None, :], E[None, :, :]), axis=2) * below
+    powers = np.ones((len(Zq),) + diff.shape[:2], dtype=Zq.dtype)
+    for k in range(E.shape[1]):
+        powers *= Zq[:, k, None, None] ** np.maximum(diff[:, :, k], 0)
+    return coef * powers
