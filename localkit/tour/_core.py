@@ -10,6 +10,7 @@ import importlib
 import pkgutil
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,12 +60,17 @@ class TourContext:
         return path
 
 
-def sections():
-    """The tour's section modules, in ``ORDER``."""
+def section_names():
+    """The names of the tour's section modules (files in this package without a leading _)."""
     import localkit.tour as pkg
 
-    mods = [importlib.import_module(f"localkit.tour.{m.name}")
-            for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def sections(only=None):
+    """The tour's section modules (those named in ``only``, or all), in ``ORDER``."""
+    mods = [importlib.import_module(f"localkit.tour.{name}") for name in section_names()
+            if not only or name in only]
     return sorted(mods, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
@@ -90,13 +96,16 @@ def run_tour(out_dir="tour_output", only=None, echo=print):
     matplotlib.use("Agg")
     ctx = TourContext(out_dir)
     rows, failures = [], []
-    for mod in sections():
+    unknown = set(only or ()) - set(section_names())
+    if unknown:
+        raise ValueError(f"unknown tour section(s) {sorted(unknown)}; known: {section_names()}")
+    for mod in sections(only):
         name = mod.__name__.rsplit(".", 1)[1]
-        if only and name not in only:
-            continue
         echo(f"-- {getattr(mod, 'TITLE', name)}")
         try:
-            new = mod.run(ctx)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # the references' own deprecations
+                new = mod.run(ctx)
         except Exception:  # a broken section is reported, and the tour fails at the end
             failures.append((name, traceback.format_exc()))
             echo(traceback.format_exc())
