@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import validate_data
 
-from .._validation import check_choice
+from .._validation import check_choice, check_n_neighbors
 from ..engine.local_mean import ALGORITHMS
 from ..engine.polynomial import local_polynomial
 from ..kernels import Kernel
@@ -113,7 +113,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             return max(2, int(2.0 / 3.0 * n + 1e-10))
         if self.frac is not None:
             return max(2, int(self.frac * n + 1e-10))  # statsmodels' lowess span
-        return None
+        return check_n_neighbors(self.n_neighbors, n)
 
     def fit(self, X, y):
         """Resolve the kernel (and the bandwidth), run the robustness iterations. Returns ``self``."""
@@ -126,7 +126,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             self.kernel_ = Kernel(self.kernel, n_neighbors=self.n_neighbors_, metric=self.metric)
         else:
             self._fit_kernel(X, y)
-            self.n_neighbors_ = self.n_neighbors
+            self.n_neighbors_ = None
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         for _ in range(self.robust_iters):
             residuals = self.y_fit_ - self._fit_at(X, self.kernel_)

@@ -1,0 +1,170 @@
+"""The localization trick for any estimator that accepts ``sample_weight``."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from joblib import Parallel, delayed
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone, is_classifier
+from sklearn.utils import get_tags
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
+
+from ..engine.blocks import resolve_n_jobs
+from ..engine.weights import KernelWeights
+from ._base import FLOATS
+
+BLOCK = 128  # queries whose weights are computed in one engine call
+
+
+def _inner_has(name):
+    return lambda self: hasattr(self.estimator, name)
+
+
+class Localized(MetaEstimatorMixin, BaseEstimator):
+    """Any weighted estimator made local: one fit per query, weighted by the kernel.
+
+    .. math::
+
+        \\theta^*(x^*) = \\arg\\min_\\theta \\sum_i K(x^*, x_i)\\, \\ell(\\theta; x_i, y_i),
+        \\qquad \\hat y(x^*) = f(x^*; \\theta^*(x^*))
+
+    realised as ``clone(estimator).fit(X, y, sample_weight=K(x*, X)).predict(x*)``. The kernel
+    is any distance profile of :class:`localkit.Kernel` (weights are the raw ``K``, with
+    ``K(x, x) = 1``, so an estimator's own regularisation keeps its meaning), the values are the
+    training targets, the local model is ``estimator``: ``Localized(LinearRegression())`` is
+    local linear regression, ``Localized(LogisticRegression())`` local logistic regression.
+    It is a regressor or a classifier as ``estimator`` is.
+
+    Each query's fit is its own problem, so the loop over queries is inherent; the weights of a
+    block of queries come from one engine call
+    (:class:`localkit.engine.weights.KernelWeights`) and blocks run in parallel with joblib.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        Must have ``fit(X, y, sample_weight=...)`` and ``predict``.
+    kernel : str, default="gaussian"
+    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    n_neighbors : int or None, default=None
+        Balloon kNN bandwidth; with a compact profile only the nearest samples carry weight.
+    min_weight : float, default=0.0
+        Samples with ``K(x*, x_i) < min_weight`` are left out of the query's fit (speed);
+        samples with zero weight are always left out, and by default no sample with positive
+        weight is.
+    n_jobs : int or None, default=None
+        joblib workers over query blocks (None: one).
+
+    Attributes
+    ----------
+    classes_ : ndarray (classifiers)
+        The global classes; a class absent from a neighbourhood gets probability 0.
+    bandwidth_ : float or ndarray
+    weights_ : KernelWeights
+        The kernel bound to the training samples.
+    X_fit_, y_fit_ : the training data.
+
+    Notes
+    -----
+    A query with no sample of positive weight (outside every compact support) gets the target
+    of its nearest sample; a neighbourhood holding one class predicts it with probability 1.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from localkit import Localized
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = Localized(LogisticRegression(), bandwidth=1.0).fit(X, y)
+    >>> clf.predict(X[[0, 60, 120]])
+    array([0, 1, 2])
+    """
+
+    def __init__(self, estimator, kernel="gaussian", bandwidth=1.0, n_neighbors=None, min_weight=0.0,
+                 n_jobs=None):
+        self.estimator = estimator
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.min_weight = min_weight
+        self.n_jobs = n_jobs
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        inner = get_tags(self.estimator)
+        tags.estimator_type = inner.estimator_type
+        tags.classifier_tags = inner.classifier_tags
+        tags.regressor_tags = inner.regressor_tags
+        tags.target_tags.required = True
+        return tags
+
+    def fit(self, X, y):
+        """Check the estimator, bind the kernel to ``X``. Returns ``self``."""
+        if not (hasattr(self.estimator, "fit") and hasattr(self.estimator, "predict")):
+            raise TypeError(f"estimator must have fit and predict methods, got {self.estimator!r}")
+        if not has_fit_parameter(self.estimator, "sample_weight"):
+            raise TypeError(f"estimator {type(self.estimator).__name__} does not accept sample_weight in "
+                            "fit, so it cannot be localized")
+        if isinstance(self.min_weight, bool) or not isinstance(self.min_weight, numbers.Real) or not (
+                np.isfinite(self.min_weight) and self.min_weight >= 0):
+            raise ValueError(f"min_weight must be a finite number >= 0, got {self.min_weight!r}")
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            raise ValueError("Localized does not select bandwidth='cv' (each leave-one-out score needs n "
+                             "fits); give a number, a per-feature array, 'scott' or 'silverman'")
+        classifier = is_classifier(self.estimator)
+        X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier)
+        if classifier:
+            check_classification_targets(y)
+            self.classes_ = np.unique(y)
+        self.weights_ = KernelWeights(X, self.kernel, self.bandwidth, self.n_neighbors)
+        self.bandwidth_ = self.weights_.h
+        self.X_fit_, self.y_fit_ = X, y
+        return self
+
+    def _local(self, X, method):
+        """``method`` ("predict" or "predict_proba") of each query's local fit."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        blocks = [slice(i, min(i + BLOCK, len(X))) for i in range(0, len(X), BLOCK)]
+        workers = 1 if self.n_jobs is None else resolve_n_jobs(self.n_jobs)
+        parts = Parallel(n_jobs=min(workers, len(blocks)))(
+            delayed(self._local_block)(X[s], method) for s in blocks)
+        return np.concatenate(parts)
+
+    def _local_block(self, Q, method):
+        W = np.exp(self.weights_.log_weights(Q))
+        return np.array([self._fit_one(q, w, method) for q, w in zip(Q, W)])
+
+    def _fit_one(self, q, w, method):
+        keep = (w > 0) & (w >= self.min_weight)
+        X, y = self.X_fit_[keep], self.y_fit_[keep]
+        proba = method == "predict_proba"
+        if not keep.any():  # empty neighbourhood: the nearest sample's target
+            y = self.y_fit_[[np.argmax(self.weights_.log_weights(q[None])[0])]]
+        if proba and len(np.unique(y)) == 1:
+            return (self.classes_ == y[0]).astype(float)
+        if not keep.any() or (is_classifier(self.estimator) and len(np.unique(y)) == 1):
+            return y[0]
+        est = clone(self.estimator).fit(X, y, sample_weight=w[keep])
+        if not proba:
+            return est.predict(q[None])[0]
+        out = np.zeros(len(self.classes_))
+        out[np.searchsorted(self.classes_, est.classes_)] = est.predict_proba(q[None])[0]
+        return out
+
+    def predict(self, X):
+        """The prediction of each query's local fit at the query."""
+        if is_classifier(self.estimator) and hasattr(self.estimator, "predict_proba"):
+            return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        return self._local(X, "predict")
+
+    @available_if(_inner_has("predict_proba"))
+    def predict_proba(self, X):
+        """Class probabilities of each query's local fit, over the global ``classes_``."""
+        return self._local(X, "predict_proba")
+
+    def score(self, X, y, sample_weight=None):
+        """Accuracy for a classifier, R^2 for a regressor."""
+        mixin = ClassifierMixin if is_classifier(self) else RegressorMixin
+        return mixin.score(self, X, y, sample_weight=sample_weight)
