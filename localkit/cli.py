@@ -63,6 +63,18 @@ def _bench(args):
     return 0
 
 
+def _delegate(module, args):
+    """Import a sub-command's module only when it is called (``train-lm`` imports torch)."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        print(f"localkit {args.command}: {exc}", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog=f"localkit {args.command}")
+    mod.add_arguments(parser)
+    return mod.main(parser.parse_args(args.rest))
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="localkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,14 +88,9 @@ def build_parser():
     p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
     p.set_defaults(func=_bench)
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_)
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as exc:
-            p.set_defaults(func=lambda args, exc=exc: sys.exit(f"localkit {args.command}: {exc}"))
-            continue
-        mod.add_arguments(p)
-        p.set_defaults(func=mod.main)
+        p = sub.add_parser(name, help=help_, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=lambda args, module=module: _delegate(module, args))
     return parser
 
 

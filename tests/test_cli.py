@@ -1,0 +1,50 @@
+"""The command line and the package surface."""
+import subprocess
+import sys
+
+import pytest
+
+from localkit.cli import build_parser, write_section
+from localkit.tour import format_table, run_tour
+from localkit.tour._core import Row
+
+
+def test_import_localkit_does_not_import_torch():
+    code = "import sys, localkit; localkit.LocalMeanRegressor; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_python_dash_m_shows_the_subcommands():
+    out = subprocess.run([sys.executable, "-m", "localkit", "--help"], capture_output=True, text=True, check=True)
+    assert "tour" in out.stdout and "bench" in out.stdout
+
+
+def test_tour_foundation_section_runs_within_tolerance(tmp_path):
+    rows, failures = run_tour(tmp_path, only=["foundation"], echo=lambda *a: None)
+    assert not failures
+    assert len(rows) >= 5 and all(r.ok for r in rows)
+    assert (tmp_path / "kernel_profiles.png").stat().st_size > 10_000
+
+
+def test_unknown_tour_section_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown tour section"):
+        run_tour(tmp_path, only=["nonsense"], echo=lambda *a: None)
+
+
+def test_table_marks_rows_out_of_tolerance():
+    table = format_table([Row("m", "a", "b", 1e-3, 0.1, 0.2, 1e-6)])
+    assert "NO" in table
+
+
+def test_write_section_replaces_only_its_own_block(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    write_section(results, "a", "first", "cmd a")
+    write_section(results, "b", "second", "cmd b")
+    write_section(results, "a", "third", "cmd a")
+    text = results.read_text()
+    assert "third" in text and "second" in text and "first" not in text
+
+
+def test_bench_parser_defaults():
+    args = build_parser().parse_args(["bench", "--quick", "--only", "local_mean"])
+    assert args.quick and args.only == ["local_mean"]
