@@ -223,14 +223,16 @@ def _check_scale(scale, n, name):
     return scale
 
 
-def _few_in_support(Qs, Xs, kern, s_scale, probe=128, fraction=0.05):
-    """Estimate, from a probe of queries, whether a radius query beats a full pass."""
+def _few_in_support(Qs, Xs, kern, s_scale, probe=64, subset=20_000, fraction=0.05):
+    """Estimate, from a probe of queries against a subset of samples, whether a radius query
+    beats a full pass (few samples inside the support, low dimension)."""
     if Xs.shape[1] > 16 or len(Xs) < 2000:
         return False
     rng = np.random.default_rng(0)
     rows = rng.choice(len(Qs), size=min(probe, len(Qs)), replace=False)
-    L, _ = kern.log_weights(Qs[rows], Xs, s_scale=s_scale)
-    return np.isfinite(L).sum(axis=1).mean() < fraction * len(Xs)
+    cols = rng.choice(len(Xs), size=min(subset, len(Xs)), replace=False)
+    L, _ = kern.log_weights(Qs[rows], Xs[cols], s_scale=None if s_scale is None else s_scale[cols])
+    return np.isfinite(L).mean() < fraction
 
 
 def _dense_path(Qs, Xs, V_aug, kern, q_scale, s_scale, temperature, exclude_self, n_jobs, block_size,
