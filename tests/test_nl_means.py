@@ -1,0 +1,219 @@
+"""Non-local means against scikit-image's ``denoise_nl_means`` on its bundled images.
+
+The chain of checks: (1) a numpy reference written from scikit-image's slow-mode source, with its
+two approximations switched on (the cut of a partial distance above 5 and Schraudolph's fast
+``exp``), reproduces scikit-image exactly, so the reference encodes scikit-image's definitions;
+(2) our compiled, shift-streamed version equals that reference with the approximations off to
+round-off; (3) on real images our PSNR is at least scikit-image's (fast_mode=False) minus 0.1 dB.
+"""
+import numpy as np
+import pytest
+from scipy import ndimage
+from skimage import data, img_as_float, transform
+from skimage.metrics import peak_signal_noise_ratio
+from skimage.restoration import denoise_nl_means as sk_nl_means
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import NonLocalMeans, denoise_nl_means
+
+
+def fast_exp(y):
+    """Schraudolph's approximate exp as in scikit-image's ``_shared/fast_exp.h``."""
+    hi = np.trunc(1512775.3951951856938 * y).astype(np.int64) + 1072632447
+    return (hi << 32).view(np.float64)
+
+
+def reference_nl_means(image, s, d, h, sigma, skimage_approximations=False):
+    """Non-local means by definition: every shift of the window, dense patch weights.
+
+    ``image`` has channels last and 2 or 3 spatial axes.
+    """
+    s += 1 - s % 2
+    o = s // 2
+    spatial = image.shape[:-1]
+    nd, n_ch = len(spatial), image.shape[-1]
+    big = np.pad(image, [(o + d, o + d)] * nd + [(0, 0)], mode="reflect")
+    a = (s - 1) / 4
+    grid = np.meshgrid(*[np.arange(-o, o + 1)] * nd, indexing="ij")
+    g = np.exp(-sum(x * x for x in grid) / (2 * a * a))
+    g /= g.sum()
+    num = np.zeros(image.shape)
+    den = np.zeros(spatial)
+    inner = tuple(slice(d, d + n + 2 * o) for n in spatial)  # the image padded by o
+    for t in np.ndindex(*(2 * d + 1,) * nd):
+        t = np.array(t) - d
+        moved = tuple(slice(d + tk, d + tk + n + 2 * o) for tk, n in zip(t, spatial))
+        terms = ((big[inner] - big[moved]) ** 2 - 2 * sigma**2).mean(axis=-1)  # over channels
+        if skimage_approximations:  # partial sums over the first patch axis, cut above 5
+            rows = np.stack([ndimage.correlate(terms, g * (grid[0] == i), mode="constant")
+                             for i in range(-o, o + 1)])
+            crop = (slice(None),) + tuple(slice(o, o + n) for n in spatial)
+            partial = np.cumsum(rows[crop], axis=0)
+            dist = partial[-1] / h**2
+            cut = np.any(partial[:-1] / h**2 > 5.0, axis=0)
+            w = np.where(cut, 0.0, fast_exp(-np.maximum(dist, 0.0)))
+        else:
+            dist = ndimage.correlate(terms, g, mode="constant")[tuple(slice(o, o + n) for n in spatial)]
+            w = np.exp(-np.maximum(dist, 0.0) / h**2)
+        idx = np.indices(spatial)
+        valid = np.all([(idx[k] + t[k] >= 0) & (idx[k] + t[k] < spatial[k]) for k in range(nd)], axis=0)
+        w = w * valid
+        centre = tuple(slice(o + d + tk, o + d + tk + n) for tk, n in zip(t, spatial))
+        num += w[..., None] * big[centre]
+        den += w
+    return num / den[..., None]
+
+
+@pytest.fixture(scope="module")
+def camera_crop():
+    img = img_as_float(data.camera())[200:226, 240:262]
+    return img + 0.08 * np.random.default_rng(1).standard_normal(img.shape)
+
+
+@pytest.mark.parametrize("s, d, h, sigma", [(5, 3, 0.08, 0.0), (5, 4, 0.05, 0.08), (4, 3, 0.1, 0.05)])
+def test_reference_encodes_skimage_and_we_match_it(camera_crop, s, d, h, sigma):
+    noisy = camera_crop
+    sk = sk_nl_means(noisy, s, d, h, fast_mode=False, sigma=sigma)
+    emulated = reference_nl_means(noisy[..., None], s, d, h, sigma, skimage_approximations=True)[..., 0]
+    np.testing.assert_allclose(emulated, sk, rtol=0, atol=1e-12)
+    exact = reference_nl_means(noisy[..., None], s, d, h, sigma)[..., 0]
+    ours = denoise_nl_means(noisy, s, d, h, sigma)
+    np.testing.assert_allclose(ours, exact, rtol=0, atol=1e-12)
+    assert np.abs(ours - sk).max() < 0.02  # only skimage's approximations separate us
+
+
+def test_colour_matches_reference_and_skimage():
+    img = img_as_float(data.astronaut())[100:120, 200:218]
+    noisy = img + 0.08 * np.random.default_rng(2).standard_normal(img.shape)
+    sk = sk_nl_means(noisy, 5, 3, 0.08, fast_mode=False, sigma=0.05, channel_axis=-1)
+    emulated = reference_nl_means(noisy, 5, 3, 0.08, 0.05, skimage_approximations=True)
+    np.testing.assert_allclose(emulated, sk, rtol=0, atol=1e-12)
+    ours = denoise_nl_means(noisy, 5, 3, 0.08, 0.05, channel_axis=-1)
+    np.testing.assert_allclose(ours, reference_nl_means(noisy, 5, 3, 0.08, 0.05), rtol=0, atol=1e-12)
+    # the channel axis may be anywhere
+    first = denoise_nl_means(np.moveaxis(noisy, -1, 0), 5, 3, 0.08, 0.05, channel_axis=0)
+    np.testing.assert_allclose(np.moveaxis(first, 0, -1), ours, rtol=0, atol=1e-14)
+
+
+def synthetic_volume(n=20, seed=3):
+    """A 3-D volume of a few overlapping balls and a gradient (skimage's cells3d is not bundled)."""
+    z, y, x = np.indices((n, n, n)) / n
+    vol = 0.2 + 0.3 * x
+    for cz, cy, cx, r, v in [(0.3, 0.3, 0.4, 0.2, 0.5), (0.7, 0.6, 0.6, 0.25, 0.3), (0.5, 0.8, 0.2, 0.15, -0.1)]:
+        vol = vol + v * ((z - cz) ** 2 + (y - cy) ** 2 + (x - cx) ** 2 < r * r)
+    rng = np.random.default_rng(seed)
+    return vol, vol + 0.1 * rng.standard_normal(vol.shape)
+
+
+def test_volume_matches_reference_and_skimage():
+    _, noisy = synthetic_volume(12)
+    sk = sk_nl_means(noisy, 3, 2, 0.1, fast_mode=False, sigma=0.05)
+    emulated = reference_nl_means(noisy[..., None], 3, 2, 0.1, 0.05, skimage_approximations=True)[..., 0]
+    np.testing.assert_allclose(emulated, sk, rtol=0, atol=1e-12)
+    ours = denoise_nl_means(noisy, 3, 2, 0.1, 0.05)
+    np.testing.assert_allclose(ours, reference_nl_means(noisy[..., None], 3, 2, 0.1, 0.05)[..., 0],
+                               rtol=0, atol=1e-12)
+
+
+def _psnr_pair(clean, noisy, sigma, **kw):
+    h = 0.6 * sigma  # scikit-image's advice for fast_mode=False with sigma given
+    sk = sk_nl_means(noisy, h=h, sigma=sigma, fast_mode=False, **kw)
+    ours = denoise_nl_means(noisy, h=h, sigma=sigma, **kw)
+    return (peak_signal_noise_ratio(clean, ours, data_range=1.0),
+            peak_signal_noise_ratio(clean, sk, data_range=1.0))
+
+
+def test_psnr_camera():
+    clean = transform.resize(img_as_float(data.camera()), (96, 96), anti_aliasing=True)
+    noisy = clean + 0.1 * np.random.default_rng(4).standard_normal(clean.shape)
+    ours, sk = _psnr_pair(clean, noisy, 0.1, patch_size=5, patch_distance=6)
+    assert ours >= sk - 0.1
+    assert ours > peak_signal_noise_ratio(clean, noisy, data_range=1.0) + 3  # it does denoise
+
+
+def test_psnr_astronaut_colour():
+    clean = transform.resize(img_as_float(data.astronaut()), (64, 64), anti_aliasing=True)
+    noisy = clean + 0.08 * np.random.default_rng(5).standard_normal(clean.shape)
+    ours, sk = _psnr_pair(clean, noisy, 0.08, patch_size=5, patch_distance=5, channel_axis=-1)
+    assert ours >= sk - 0.1
+
+
+def test_psnr_volume():
+    clean, noisy = synthetic_volume(20)
+    ours, sk = _psnr_pair(clean, noisy, 0.1, patch_size=3, patch_distance=3)
+    assert ours >= sk - 0.1
+
+
+def test_huge_h_is_the_window_mean_and_tiny_h_the_image(camera_crop):
+    img = camera_crop
+    d = 3
+    box = ndimage.uniform_filter(img, 2 * d + 1, mode="constant")  # mean over the clipped window
+    count = ndimage.uniform_filter(np.ones_like(img), 2 * d + 1, mode="constant")
+    np.testing.assert_allclose(denoise_nl_means(img, 5, d, h=1e8), box / count, rtol=0, atol=1e-12)
+    tiny = denoise_nl_means(img, 5, d, h=1e-12)  # every other weight underflows: no 0/0
+    np.testing.assert_array_equal(tiny, img)
+
+
+def test_integer_images_are_scaled_as_skimage_does():
+    img8 = data.camera()[:32, :32]
+    np.testing.assert_allclose(denoise_nl_means(img8, 5, 3, 0.1),
+                               denoise_nl_means(img_as_float(img8), 5, 3, 0.1), rtol=0, atol=1e-15)
+    img16 = (data.camera()[:32, :32].astype(np.int16) - 128) * 200
+    np.testing.assert_allclose(denoise_nl_means(img16, 5, 3, 0.1),
+                               denoise_nl_means(img_as_float(img16), 5, 3, 0.1), rtol=0, atol=1e-15)
+
+
+def test_float32_kept_threads_agree(camera_crop):
+    out32 = denoise_nl_means(camera_crop.astype(np.float32), 5, 3, 0.1)
+    assert out32.dtype == np.float32
+    one = denoise_nl_means(camera_crop, 5, 4, 0.07, n_jobs=1)
+    two = denoise_nl_means(camera_crop, 5, 4, 0.07, n_jobs=2)
+    np.testing.assert_allclose(one, two, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("image, kwargs, match", [
+    (np.zeros(5), {}, "2D array"),
+    (np.zeros((3, 3, 3, 3)), {}, "2-D or 3-D"),
+    (np.zeros((3, 3)), {"channel_axis": -1}, "2-D or 3-D plus a channel axis"),
+    (np.zeros((3, 3, 3)), {"channel_axis": 5}, "channel_axis"),
+    (np.full((4, 4), np.nan), {}, "NaN"),
+    (np.full((4, 4), np.inf), {}, "infinity"),
+    (np.zeros((0, 4)), {}, "0 sample"),
+    (np.zeros((4, 4)), {"patch_size": 0}, "patch_size"),
+    (np.zeros((4, 4)), {"patch_distance": -1}, "patch_distance"),
+    (np.zeros((4, 4)), {"h": 0.0}, "h must be"),
+    (np.zeros((4, 4)), {"h": np.nan}, "h must be"),
+    (np.zeros((4, 4)), {"sigma": -0.1}, "sigma"),
+])
+def test_bad_input(image, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        denoise_nl_means(image, **kwargs)
+
+
+def test_bad_types():
+    with pytest.raises(TypeError, match="patch_size"):
+        denoise_nl_means(np.zeros((4, 4)), patch_size=2.5)
+    with pytest.raises(TypeError, match="channel_axis"):
+        denoise_nl_means(np.zeros((4, 4, 3)), channel_axis="last")
+    with pytest.raises(ValueError, match="Complex"):
+        denoise_nl_means(np.zeros((4, 4), dtype=complex))
+
+
+def test_estimator_is_the_function(camera_crop):
+    est = NonLocalMeans(patch_size=5, patch_distance=3, h=0.07, sigma=0.05)
+    np.testing.assert_array_equal(est.fit_transform(camera_crop),
+                                  denoise_nl_means(camera_crop, 5, 3, 0.07, 0.05))
+    with pytest.raises(ValueError, match="h must be"):
+        NonLocalMeans(h=-1).fit(camera_crop)
+
+
+def test_check_estimator():
+    # X is one image: its rows are not samples and its columns are not features
+    not_samples = "X is an image; a row's result depends on neighbouring rows (patches)"
+    not_features = "X is an image of any size; nothing is learned, so there is no n_features_in_"
+    check_estimator(NonLocalMeans(patch_size=3, patch_distance=2), expected_failed_checks={
+        "check_methods_sample_order_invariance": not_samples,
+        "check_methods_subset_invariance": not_samples,
+        "check_n_features_in": not_features,
+        "check_n_features_in_after_fitting": not_features,
+    })
