@@ -1,0 +1,231 @@
+"""Mean shift: the iterated local mean of the points themselves.
+
+Each seed moves to the local mean of the data around it,
+
+    x <- sum_i K(x, x_i) x_i / sum_j K(x, x_j),
+
+until it stops moving; the places where seeds stop are the modes of the kernel density estimate
+whose normaliser is ``sum_j K(x, x_j)``. Kernel: any profile of :mod:`localkit.kernels`; values:
+the points; local model: the constant (the local mean). All seeds still moving go through one
+engine pass per iteration, converged seeds are frozen (:func:`localkit.engine.iteration.iterate`).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.metrics import pairwise_distances_argmin, pairwise_distances_argmin_min
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_points, check_positive
+from ..engine import local_sums
+from ..engine.compact import compact_local_sums, supports
+from ..engine.iteration import iterate, row_norm_change
+from ..engine.neighbors import knn_bandwidth, make_index
+from ..kernels import Kernel
+from ._base import FLOATS
+
+
+def estimate_bandwidth(X, quantile=0.3, batch_size=500):
+    """scikit-learn's ``estimate_bandwidth``: the mean distance to the ``int(quantile * n)``-th
+    nearest sample (the sample itself counts as the first), over all samples."""
+    X = check_points(X, "X")
+    if not 0 <= quantile <= 1:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile!r}")
+    k = max(1, int(len(X) * quantile))
+    index = make_index(X, "euclidean")
+    total = 0.0
+    for start in range(0, len(X), batch_size):  # batches bound the (batch, k) distance block
+        total += knn_bandwidth(index, X[start:start + batch_size], k).sum()
+    return total / len(X)
+
+
+def get_bin_seeds(X, bin_size, min_bin_freq=1):
+    """scikit-learn's ``get_bin_seeds``: the centres ``bin_size * round(x / bin_size)`` of the grid
+    cells holding at least ``min_bin_freq`` points, in order of first appearance (as float32,
+    as scikit-learn does); the data itself when every point has its own cell."""
+    if bin_size == 0:
+        return X
+    cells, first, counts = np.unique(np.round(X / bin_size), axis=0, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    seeds = cells[order][counts[order] >= min_bin_freq].astype(np.float32)
+    if len(seeds) == len(X):
+        warnings.warn(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds.",
+                      stacklevel=2)
+        return X
+    return seeds * bin_size
+
+
+def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
+    """Move ``seeds`` (all at once) to the fixed points of the local mean of ``X``.
+
+    Each seed stops on its own when its move is at most ``1e-3 * h`` (scikit-learn's rule) or
+    after ``max_iter + 1`` updates, or when its neighbourhood is empty. With ``blurring=True`` the
+    data moves too (``X_{t+1} = local mean of X_t``, seeds = data) and stops as a whole.
+
+    Returns ``(fixed_point, intensity)``: the driver's result and each seed's weight sum at its
+    last update (the number of points within ``h`` for the uniform kernel; 0 for a seed whose
+    neighbourhood emptied).
+    """
+    h = float(kernel.bandwidth)
+    engine = compact_local_sums if supports(kernel) else local_sums
+    intensity = np.zeros(len(seeds))
+    tol = 1e-3 * h
+    if blurring:
+        def step(Y):
+            out = engine(None, Y, Y, kernel, empty="nearest")
+            intensity[:] = np.where(out.empty, 0.0, out.weight_sum)
+            return np.where(out.empty[:, None], Y, out.mean)
+
+        fp = iterate(step, X, tol=tol, max_iter=max_iter + 1, change=lambda a, b: row_norm_change(a, b).max(),
+                     inclusive=True, history=history, name="blurring mean shift")
+        return fp, intensity
+
+    def step(Y, rows):
+        out = engine(Y, X, X, kernel, empty="nearest")
+        intensity[rows] = np.where(out.empty, 0.0, out.weight_sum)
+        return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
+
+    fp = iterate(step, seeds, tol=tol, max_iter=max_iter + 1, change=row_norm_change, per_row=True,
+                 inclusive=True, history=history, name="mean shift")
+    return fp, intensity
+
+
+def merge_modes(modes, intensity, bandwidth):
+    """scikit-learn's post-processing: drop seeds that found no point, keep one mode per exact
+    duplicate (the last seed's intensity, as a dict would), sort by (intensity, coordinates)
+    descending, then walk down the list and remove every mode within ``bandwidth`` of a kept one."""
+    found = intensity > 0
+    modes, intensity = modes[found], intensity[found]
+    if len(modes) == 0:
+        return modes
+    # the last occurrence of each exact duplicate wins
+    _, last = np.unique(modes[::-1], axis=0, return_index=True)
+    keep = np.sort(len(modes) - 1 - last)
+    modes, intensity = modes[keep], intensity[keep]
+    order = np.lexsort(tuple(modes[:, ::-1].T) + (intensity,))[::-1]
+    modes = modes[order]
+    unique = np.ones(len(modes), dtype=bool)
+    for i in range(len(modes)):  # few iterations do work: one per kept mode
+        if unique[i]:
+            unique[np.linalg.norm(modes - modes[i], axis=1) <= bandwidth] = False
+            unique[i] = True
+    return modes[unique]
+
+
+class MeanShift(ClusterMixin, BaseEstimator):
+    """Mean shift clustering: seeds climb the kernel density by iterated local means.
+
+    .. math::
+
+        x \\leftarrow \\frac{\\sum_i K(x, x_i)\\, x_i}{\\sum_j K(x, x_j)},
+        \\qquad K(x, x_i) = k\\big(\\lVert x - x_i \\rVert / h\\big)
+
+    The kernel is any profile of :class:`localkit.Kernel` (uniform: scikit-learn's flat kernel,
+    points with ``|x - x_i| <= h``; gaussian: Gaussian mean shift); the values are the points; the
+    local model is the constant. With the uniform kernel it reproduces scikit-learn's
+    ``MeanShift``: a seed stops when it moves by at most ``1e-3 h`` (or after ``max_iter + 1``
+    updates, as scikit-learn counts them), modes closer than ``h`` to a mode found by more points
+    are removed, and each point takes the label of its nearest mode. All moving seeds take one
+    engine pass per iteration (a compiled pass for compact profiles).
+
+    Parameters
+    ----------
+    kernel : str, default="uniform"
+        A profile name (not "softmax").
+    bandwidth : float or None, default=None
+        ``h``. None estimates it as scikit-learn's ``estimate_bandwidth`` (quantile 0.3).
+    seeds : array of shape (n_seeds, n_features) or None
+        Starting points; None uses the data (or the bins, with ``bin_seeding``).
+    bin_seeding : bool, default=False
+        Seeds at the centres of grid cells of size ``h`` holding at least ``min_bin_freq`` points.
+    min_bin_freq : int, default=1
+    cluster_all : bool, default=True
+        False labels points farther than ``h`` from every mode as -1.
+    max_iter : int, default=300
+        Updates per seed beyond the first, as in scikit-learn.
+    blurring : bool, default=False
+        Blurring mean shift: the data moves to its own local mean every iteration (seeds are
+        the data; ``seeds`` and ``bin_seeding`` must stay unset); labels come from where each
+        point ends.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    labels_ : ndarray of shape (n_samples,)
+    n_iter_ : int
+        The most updates any seed took, minus one (scikit-learn's count).
+    bandwidth_ : float
+    kernel_ : Kernel
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import MeanShift
+    >>> X = np.array([[1, 1], [2, 1], [1, 0], [4, 7], [3, 5], [3, 6]])
+    >>> ms = MeanShift(bandwidth=2).fit(X)
+    >>> ms.labels_
+    array([1, 1, 1, 0, 0, 0])
+    >>> ms.predict([[0, 0], [5, 5]])
+    array([1, 0])
+    """
+
+    def __init__(self, kernel="uniform", bandwidth=None, seeds=None, bin_seeding=False, min_bin_freq=1,
+                 cluster_all=True, max_iter=300, blurring=False):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.seeds = seeds
+        self.bin_seeding = bin_seeding
+        self.min_bin_freq = min_bin_freq
+        self.cluster_all = cluster_all
+        self.max_iter = max_iter
+        self.blurring = blurring
+
+    def _check_params(self):
+        if self.kernel == "softmax":
+            raise ValueError("kernel='softmax' has no bandwidth in space; mean shift needs a profile of a distance")
+        if self.bandwidth is not None:
+            check_positive(self.bandwidth, "bandwidth")
+        check_positive(self.min_bin_freq, "min_bin_freq", integer=True)
+        check_positive(self.max_iter, "max_iter", integer=True, allow_zero=True)
+        for name in ("bin_seeding", "cluster_all", "blurring"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.blurring and (self.seeds is not None or self.bin_seeding):
+            raise ValueError("blurring=True moves the data itself: seeds must be None and bin_seeding False")
+
+    def fit(self, X, y=None):
+        """Find the modes and label the points. Returns ``self``."""
+        X = validate_data(self, X, dtype=FLOATS)
+        self._check_params()
+        data = X.astype(np.float64)
+        h = float(self.bandwidth) if self.bandwidth is not None else estimate_bandwidth(data)
+        if h <= 0:
+            raise ValueError("the estimated bandwidth is 0 (too many duplicate points); give bandwidth > 0")
+        self.bandwidth_ = h
+        self.kernel_ = Kernel(self.kernel, bandwidth=h)
+        if self.seeds is not None:
+            seeds = check_points(self.seeds, "seeds", n_features=X.shape[1])
+        elif self.bin_seeding:
+            seeds = get_bin_seeds(data, h, self.min_bin_freq)
+        else:
+            seeds = data
+        fp, intensity = shift_seeds(data, seeds.astype(np.float64), self.kernel_, self.max_iter,
+                                    blurring=self.blurring)
+        self.n_iter_ = int(fp.n_iter) - 1
+        centers = merge_modes(fp.state, intensity, h)
+        if len(centers) == 0:
+            raise ValueError(f"No point was within bandwidth={h:f} of any seed; try other seeds or a "
+                             "larger bandwidth")
+        self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        ends = fp.state if self.blurring else data  # blurring: where each point ended up
+        idx, dist = pairwise_distances_argmin_min(ends, centers)
+        self.labels_ = idx if self.cluster_all else np.where(dist <= h, idx, -1)
+        return self
+
+    def predict(self, X):
+        """The index of the nearest cluster centre for each row of ``X``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        return pairwise_distances_argmin(X, self.cluster_centers_)
