@@ -48,7 +48,6 @@ def _weight(u2, form, a, b):
     return (1.0 - ua) ** b
 
 
-@numba.njit(parallel=True, cache=True)
 def _window_sums(Q, Xt, Vt, lo, hi, form, a, b):
     """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's window; samples and values
     are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops over the window
@@ -81,6 +80,12 @@ def _window_sums(Q, Xt, Vt, lo, hi, form, a, b):
                 acc += w[j] * vc[j]
             S[i, c] = acc
     return S
+
+
+# threads only pay for themselves on large passes (a parallel region costs ~ms on a busy machine)
+_serial_sums = numba.njit(cache=True)(_window_sums)
+_parallel_sums = numba.njit(parallel=True, cache=True)(_window_sums)
+PARALLEL_PAIRS = 2_000_000
 
 
 def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0, *, empty="nearest"):
@@ -122,7 +127,8 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     pad = 1.0 + 1e-9
     lo = np.searchsorted(Xs[:, axis], Qs[:, axis] - pad, side="left")
     hi = np.searchsorted(Xs[:, axis], Qs[:, axis] + pad, side="right")
-    S = _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), lo, hi,
+    run = _parallel_sums if (hi - lo).sum() > PARALLEL_PAIRS else _serial_sums
+    S = run(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), lo, hi,
                      *FORMS[kern.profile.name])
     w = S[:, -1]
     empty_rows = w <= 0

@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.metrics import pairwise_distances_argmin, pairwise_distances_argmin_min
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from .._validation import check_points, check_positive
 from ..engine import local_sums
@@ -148,7 +149,9 @@ class MeanShift(ClusterMixin, BaseEstimator):
     blurring : bool, default=False
         Blurring mean shift: the data moves to its own local mean every iteration (seeds are
         the data; ``seeds`` and ``bin_seeding`` must stay unset); labels come from where each
-        point ends.
+        point ends. It stops when no point moves more than ``1e-3 h``: with a compact kernel
+        the collapsed clusters then sit still; with the Gaussian they keep attracting each
+        other, so a small ``max_iter`` is the usual stopping rule there.
 
     Attributes
     ----------
@@ -202,7 +205,8 @@ class MeanShift(ClusterMixin, BaseEstimator):
         data = X.astype(np.float64)
         h = float(self.bandwidth) if self.bandwidth is not None else estimate_bandwidth(data)
         if h <= 0:
-            raise ValueError("the estimated bandwidth is 0 (too many duplicate points); give bandwidth > 0")
+            raise ValueError(f"the estimated bandwidth is 0 (n_samples={len(X)}, or too many duplicate points); "
+                             "give bandwidth > 0")
         self.bandwidth_ = h
         self.kernel_ = Kernel(self.kernel, bandwidth=h)
         if self.seeds is not None:
@@ -220,7 +224,8 @@ class MeanShift(ClusterMixin, BaseEstimator):
                              "larger bandwidth")
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
         ends = fp.state if self.blurring else data  # blurring: where each point ended up
-        idx, dist = pairwise_distances_argmin_min(ends, centers)
+        with threadpool_limits(1, user_api="openmp"):  # few centres: threads cost more than they give
+            idx, dist = pairwise_distances_argmin_min(ends, centers)
         self.labels_ = idx if self.cluster_all else np.where(dist <= h, idx, -1)
         return self
 
@@ -228,4 +233,5 @@ class MeanShift(ClusterMixin, BaseEstimator):
         """The index of the nearest cluster centre for each row of ``X``."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        return pairwise_distances_argmin(X, self.cluster_centers_)
+        with threadpool_limits(1, user_api="openmp"):
+            return pairwise_distances_argmin(X, self.cluster_centers_)

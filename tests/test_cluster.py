@@ -1,0 +1,123 @@
+"""MeanShift against scikit-learn's MeanShift (uniform kernel) and as a fixed point of the local mean."""
+import warnings
+
+import numpy as np
+import pytest
+import sklearn.cluster as skc
+from sklearn.datasets import load_iris, make_blobs
+from sklearn.metrics import adjusted_rand_score
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import MeanShift, local_mean
+from localkit.models.cluster import estimate_bandwidth, get_bin_seeds
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(n_samples=300, centers=[[1, 1], [-1, -1], [1, -1]], cluster_std=0.6, random_state=0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def separated():
+    return make_blobs(n_samples=300, centers=[[1, 1], [-1, -1], [1, -1]], cluster_std=0.3, random_state=0)
+
+
+def assert_same_as_sklearn(X, **params):
+    ref = skc.MeanShift(**params).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # our driver also warns when max_iter cuts seeds short
+        ours = MeanShift(**params).fit(X)
+    assert ours.cluster_centers_.shape == ref.cluster_centers_.shape
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    assert ours.n_iter_ == ref.n_iter_
+    Q = X[::7] + 0.3
+    np.testing.assert_array_equal(ours.predict(Q), ref.predict(Q))
+    return ours
+
+
+@pytest.mark.parametrize("params", [
+    dict(bandwidth=0.8),
+    dict(bandwidth=None),
+    dict(bandwidth=0.5, bin_seeding=True),
+    dict(bandwidth=0.4, bin_seeding=True, min_bin_freq=3),
+    dict(bandwidth=0.3, cluster_all=False),
+    dict(bandwidth=0.8, max_iter=2),
+    dict(bandwidth=0.8, max_iter=0),
+])
+def test_uniform_kernel_reproduces_sklearn_on_blobs(blobs, params):
+    ours = assert_same_as_sklearn(blobs[0], **params)
+    if params.get("cluster_all") is False:
+        assert (ours.labels_ == -1).any()
+
+
+def test_reproduces_sklearn_on_iris_and_with_given_seeds():
+    X = load_iris().data
+    assert_same_as_sklearn(X, bandwidth=None)
+    assert_same_as_sklearn(X, bandwidth=0.9, seeds=X[::10] + 0.05)
+
+
+def test_estimate_bandwidth_and_bin_seeds_match_sklearn(blobs):
+    X = blobs[0]
+    for q in (0.1, 0.3, 0.5):
+        assert abs(estimate_bandwidth(X, quantile=q) - skc.estimate_bandwidth(X, quantile=q)) < 1e-12
+    for size, freq in ((0.5, 1), (0.3, 2)):
+        np.testing.assert_array_equal(get_bin_seeds(X, size, freq), skc.get_bin_seeds(X, size, freq))
+
+
+def test_gaussian_mean_shift_stops_at_fixed_points_of_the_local_mean(separated):
+    X, y = separated
+    ms = MeanShift(kernel="gaussian", bandwidth=0.5, bin_seeding=True).fit(X)
+    moved = local_mean(ms.cluster_centers_, X, X, "gaussian", 0.5)
+    # the per-seed rule stops when a step is at most 1e-3 h
+    assert np.linalg.norm(moved - ms.cluster_centers_, axis=1).max() <= 1e-3 * 0.5
+    assert adjusted_rand_score(y, ms.labels_) > 0.95
+
+
+def test_blurring_mean_shift_finds_the_blobs(separated):
+    X, y = separated
+    # a compact kernel: once the blobs collapse to points farther apart than h, nothing moves
+    ms = MeanShift(kernel="epanechnikov", bandwidth=0.8, blurring=True).fit(X)
+    assert len(ms.cluster_centers_) == 3
+    assert adjusted_rand_score(y, ms.labels_) > 0.95
+    assert ms.n_iter_ >= 1
+
+
+def test_float32_is_kept(blobs):
+    ms = MeanShift(bandwidth=0.8).fit(blobs[0].astype(np.float32))
+    assert ms.cluster_centers_.dtype == np.float32
+
+
+@pytest.mark.parametrize("params, error, match", [
+    (dict(bandwidth=0.0), ValueError, "bandwidth"),
+    (dict(bandwidth=-1.0), ValueError, "bandwidth"),
+    (dict(bandwidth="wide"), TypeError, "bandwidth"),
+    (dict(kernel="softmax"), ValueError, "softmax"),
+    (dict(kernel="boxcar"), ValueError, "kernel"),
+    (dict(max_iter=-1), ValueError, "max_iter"),
+    (dict(min_bin_freq=0), ValueError, "min_bin_freq"),
+    (dict(blurring=True, bin_seeding=True), ValueError, "blurring"),
+    (dict(bin_seeding="yes"), TypeError, "bin_seeding"),
+    (dict(seeds=np.zeros((2, 3))), ValueError, "seeds has 3 features"),
+    (dict(seeds=[[np.nan, 0.0]]), ValueError, "seeds"),
+])
+def test_bad_parameters(blobs, params, error, match):
+    with pytest.raises(error, match=match):
+        MeanShift(**params).fit(blobs[0])
+
+
+def test_bad_data():
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        MeanShift(bandwidth=1.0).fit([[0.0, np.inf], [1.0, 1.0]])
+    with pytest.raises(ValueError):
+        MeanShift(bandwidth=1.0).fit(np.zeros((0, 2)))
+    with pytest.raises(ValueError, match="No point was within"):
+        MeanShift(bandwidth=0.1, seeds=[[100.0, 100.0]]).fit([[0.0, 0.0], [1.0, 1.0]])
+    ms = MeanShift(bandwidth=1.0).fit([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]])
+    with pytest.raises(ValueError, match="features"):
+        ms.predict([[0.0, 0.0, 0.0]])
+
+
+def test_check_estimator():
+    check_estimator(MeanShift())
