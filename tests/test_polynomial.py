@@ -1,0 +1,160 @@
+"""Local polynomial regression: LOWESS and KernelReg(reg_type='ll') as references, a hand-written
+weighted least squares for higher degrees, near-singular designs, bad input."""
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes
+from sklearn.utils.estimator_checks import check_estimator
+from statsmodels.nonparametric.kernel_regression import KernelReg
+from statsmodels.nonparametric.smoothers_lowess import lowess
+
+from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor
+from localkit.engine.polynomial import monomial_exponents
+
+
+@pytest.fixture(scope="module")
+def sine():
+    """Cleveland's classic: a noisy sine with heavy-tailed noise, x without ties."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 2 * np.pi, 400)
+    y = np.sin(x) + 0.3 * rng.standard_t(2, size=len(x))
+    assert len(np.unique(x)) == len(x)
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return X[:160, [0, 2, 3, 8]], y[:160]
+
+
+@pytest.mark.parametrize("frac", [0.05, 0.3, 2 / 3])
+@pytest.mark.parametrize("it", [0, 2])
+def test_equals_statsmodels_lowess(sine, frac, it):
+    x, y = sine
+    ref = lowess(y, x, frac=frac, it=it, delta=0, return_sorted=False)
+    model = LocalPolynomialRegressor(frac=frac, robust_iters=it).fit(x[:, None], y)
+    np.testing.assert_allclose(model.predict(x[:, None]), ref, rtol=0, atol=1e-8)
+    # the engine-moments path (kNN kernel through local_moments) gives the same fit
+    dense = LocalPolynomialRegressor(frac=frac, robust_iters=it, algorithm="dense").fit(x[:, None], y)
+    np.testing.assert_allclose(dense.predict(x[:, None]), ref, rtol=0, atol=1e-8)
+
+
+def test_equals_kernelreg_local_linear(diabetes):
+    X, y = diabetes
+    bw = 0.8 * X.std(axis=0)
+    kr = KernelReg(y, X, var_type="cccc", reg_type="ll", bw=bw)
+    Xq = X[:40] + 0.3 * bw
+    model = LocalPolynomialRegressor(kernel="gaussian", bandwidth=bw).fit(X, y)
+    np.testing.assert_allclose(model.predict(X), kr.fit()[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(model.predict(Xq), kr.fit(Xq)[0], rtol=0, atol=1e-6)
+
+
+def test_degree_zero_is_the_local_mean(diabetes):
+    X, y = diabetes
+    for kw in [dict(kernel="gaussian", bandwidth=0.05), dict(kernel="tricube", n_neighbors=30)]:
+        got = LocalPolynomialRegressor(degree=0, **kw).fit(X, y).predict(X[:50])
+        ref = LocalMeanRegressor(**kw).fit(X, y).predict(X[:50])
+        np.testing.assert_allclose(got, ref, rtol=1e-10)
+
+
+def hand_wls(Xq, X, y, degree, K):
+    """Weighted least squares at each query, one lstsq per query, on (x - x*)."""
+    E = monomial_exponents(X.shape[1], degree)
+    out = []
+    for q, w in zip(Xq, K):
+        Z = X - q
+        Psi = np.prod(Z[:, None, :] ** E[None], axis=2)
+        root = np.sqrt(w)
+        out.append(np.linalg.lstsq(Psi * root[:, None], y * root, rcond=None)[0][0])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3])
+def test_higher_degrees_equal_weighted_least_squares(diabetes, degree):
+    X, y = diabetes
+    X = X[:, :2] / X[:, :2].std(axis=0)
+    Xq = X[:25] + 0.1
+    # Gaussian kernel (engine moments, moved to the query) and a tricube span (gathered design)
+    model = LocalPolynomialRegressor(degree=degree, kernel="gaussian", bandwidth=0.8).fit(X, y)
+    np.testing.assert_allclose(model.predict(Xq), hand_wls(Xq, X, y, degree, Kernel("gaussian", 0.8)(Xq, X)),
+                               rtol=1e-7)
+    model = LocalPolynomialRegressor(degree=degree, n_neighbors=60).fit(X, y)
+    K = Kernel("tricube", n_neighbors=60)(Xq, X)
+    np.testing.assert_allclose(model.predict(Xq), hand_wls(Xq, X, y, degree, K), rtol=1e-9)
+
+
+def test_loo_predict_is_a_refit_without_the_sample(sine):
+    x, y = sine
+    X = x[:120, None]
+    y = y[:120]
+    for kw in [dict(n_neighbors=15), dict(kernel="gaussian", bandwidth=0.3), dict(degree=2, n_neighbors=20)]:
+        loo = LocalPolynomialRegressor(**kw).fit(X, y).loo_predict()
+        for i in [0, 7, 60, 119]:
+            keep = np.arange(len(X)) != i
+            refit = LocalPolynomialRegressor(**kw).fit(X[keep], y[keep]).predict(X[i:i + 1])
+            np.testing.assert_allclose(loo[i], refit[0], rtol=1e-10)
+
+
+def test_near_singular_design_falls_back_with_a_warning():
+    # collinear samples in 2-D: the slope across the line is not identified
+    t = np.linspace(0, 1, 50)
+    X = np.c_[t, 2 * t]
+    y = np.sin(3 * t)
+    Xq = np.c_[t[:10], 2 * t[:10] + 0.01]
+    with pytest.warns(RuntimeWarning, match="near-singular"):
+        got = LocalPolynomialRegressor(kernel="gaussian", bandwidth=0.2).fit(X, y).predict(Xq)
+    mean = LocalMeanRegressor(bandwidth=0.2).fit(X, y).predict(Xq)
+    np.testing.assert_allclose(got, mean, rtol=1e-10)  # the documented fallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ridge makes the design regular: no fallback
+        ridged = LocalPolynomialRegressor(kernel="gaussian", bandwidth=0.2, ridge=1e-3).fit(X, y).predict(Xq)
+    assert np.all(np.isfinite(ridged)) and np.abs(ridged - np.sin(3 * t[:10])).max() < 0.05
+    # too few neighbours for a quadratic in 1-D: three points, one of weight zero
+    with pytest.warns(RuntimeWarning, match="near-singular"):
+        got = LocalPolynomialRegressor(degree=2, n_neighbors=3).fit(t[:, None], y).predict([[0.5]])
+    assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(degree=-1), "degree"),
+    (dict(degree=1.5), "degree"),
+    (dict(frac=0.0), "frac"),
+    (dict(frac=1.5), "frac"),
+    (dict(robust_iters=-1), "robust_iters"),
+    (dict(frac=0.5, bandwidth=1.0), "bandwidth and frac"),
+    (dict(frac=0.5, n_neighbors=4), "frac and n_neighbors"),
+    (dict(ridge=-1.0), "ridge"),
+    (dict(bandwidth=-1.0), "bandwidth"),
+    (dict(n_neighbors=0), "n_neighbors"),
+    (dict(kernel="nope", bandwidth=1.0), "kernel"),
+])
+def test_bad_parameters(sine, params, match):
+    x, y = sine
+    with pytest.raises((ValueError, TypeError), match=match):
+        LocalPolynomialRegressor(**params).fit(x[:, None], y)
+
+
+def test_bad_data(sine):
+    x, y = sine
+    X = x[:, None]
+    model = LocalPolynomialRegressor()
+    with pytest.raises(ValueError, match="NaN"):
+        model.fit(np.where(X > 3, np.nan, X), y)
+    with pytest.raises(ValueError, match="inf"):
+        model.fit(X, np.where(y > 0, np.inf, y))
+    with pytest.raises(ValueError):
+        model.fit(X[:0], y[:0])
+    with pytest.raises(ValueError):
+        model.fit(X, y[:-1])
+    model.fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.ones((3, 2)))
+
+
+def test_check_estimator():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
+        check_estimator(LocalPolynomialRegressor())
+        check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
