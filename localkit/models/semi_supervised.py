@@ -1,0 +1,194 @@
+"""Relaxation labeling: the iterated local mean of label distributions.
+
+Every sample carries a distribution ``p_i`` over the classes (one-hot for the labelled ones, zero
+for the others to start with). One step replaces each ``p_i`` by the local mean of its
+neighbours' distributions,
+
+    p_i <- sum_j K(x_i, x_j) p_j / sum_j K(x_i, x_j),
+
+renormalises it, and puts the labels back on the labelled samples (clamping). Kernel: any profile
+(the Gaussian gives scikit-learn's ``LabelPropagation(kernel="rbf")``, the uniform kNN kernel its
+``kernel="knn"``); values: the label distributions; local model: the constant. Soft clamping and a
+symmetric normalisation give label spreading; a compatibility matrix gives the classical
+Rosenfeld–Hummel–Zucker relaxation.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_array, check_choice, check_positive
+from ..engine import local_mean, local_sums
+from ..engine.iteration import iterate, sum_abs_change
+from ..kernels import Kernel
+from ._base import FLOATS
+
+NORMALIZATIONS = ("mean", "symmetric")
+
+
+def _normalize_rows(P):
+    """Rows divided by their sums (rows summing to 0 are left alone), as scikit-learn does."""
+    s = P.sum(axis=1, keepdims=True)
+    s[s == 0] = 1
+    return P / s
+
+
+class RelaxationLabeling(ClassifierMixin, BaseEstimator):
+    """Semi-supervised labels by iterated local means of label distributions.
+
+    With label distributions ``P`` (n_samples, n_classes), one-hot rows ``Y`` for the labelled
+    samples and zeros for the unlabelled (``y = -1``), one update is
+
+    * hard clamping (``alpha=None``): ``P <- normalise(M P)``, then ``P_i = Y_i`` on labelled rows;
+    * soft clamping (``alpha`` in (0, 1)): ``P <- alpha M P + (1 - alpha) Y``;
+    * with a compatibility matrix ``r`` (n_classes x n_classes, entries in [-1, 1]), the
+      Rosenfeld–Hummel–Zucker rule ``p_i(l) <- p_i(l) (1 + q_i(l)) / sum_m p_i(m) (1 + q_i(m))``,
+      ``q_i(l) = sum_j w_ij sum_m r(l, m) p_j(m)`` (unlabelled rows start uniform), then the clamping;
+
+    where ``M P`` is the local mean ``(M P)_i = sum_j K(x_i, x_j) p_j / sum_j K(x_i, x_j)``
+    (``normalization="mean"``, the sample's own weight included: scikit-learn's
+    ``LabelPropagation``), or ``D^{-1/2} W D^{-1/2} P`` with the self weight dropped
+    (``normalization="symmetric"``: scikit-learn's ``LabelSpreading``), computed from the same
+    engine pass as ``sqrt(d_i) * mean_j(p_j / sqrt(d_j))`` with ``d_i = sum_{j != i} K(x_i, x_j)``.
+    It stops when ``sum |P_new - P_old| < tol`` (scikit-learn's rule); the final ``P`` is
+    normalised by rows. ``kernel="gaussian", bandwidth=h`` is scikit-learn's ``kernel="rbf"``
+    with ``gamma = 1 / (2 h^2)``; ``kernel="uniform", n_neighbors=k`` its ``kernel="knn"``.
+
+    Parameters
+    ----------
+    kernel : str, default="gaussian"
+        A profile of :class:`localkit.Kernel` (or "softmax").
+    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    n_neighbors : int or None, default=None
+        kNN bandwidth: the distance to the k-th nearest sample (the sample itself included).
+    alpha : float in (0, 1) or None, default=None
+        None clamps the labelled samples; a number is the share of the neighbours' opinion
+        (label spreading's ``alpha``).
+    compatibility : array of shape (n_classes, n_classes) or None, default=None
+        ``r(l, m)``: how much a neighbour's label ``m`` supports label ``l``.
+    normalization : {"mean", "symmetric"}, default="mean"
+    max_iter : int, default=1000
+    tol : float, default=1e-3
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    label_distributions_ : ndarray of shape (n_samples, n_classes)
+    transduction_ : ndarray of shape (n_samples,)
+    n_iter_ : int
+    X_fit_ : ndarray, kernel_ : Kernel
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import make_moons
+    >>> from localkit import RelaxationLabeling
+    >>> X, y = make_moons(200, noise=0.05, random_state=0)
+    >>> y_partial = np.full_like(y, -1)
+    >>> y_partial[[0, 1]] = y[[0, 1]]
+    >>> model = RelaxationLabeling(kernel="uniform", n_neighbors=7).fit(X, y_partial)
+    >>> float((model.transduction_ == y).mean())
+    1.0
+    """
+
+    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, alpha=None, compatibility=None,
+                 normalization="mean", max_iter=1000, tol=1e-3):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.alpha = alpha
+        self.compatibility = compatibility
+        self.normalization = normalization
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def _check_params(self, n_samples):
+        if self.alpha is not None:
+            if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real) or not 0 < self.alpha < 1:
+                raise ValueError(f"alpha must be None (hard clamping) or a number in (0, 1), got {self.alpha!r}")
+        check_choice(self.normalization, "normalization", NORMALIZATIONS)
+        check_positive(self.max_iter, "max_iter", integer=True)
+        check_positive(self.tol, "tol", allow_zero=True)
+        if self.n_neighbors is not None:
+            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
+                raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
+            if not 1 <= self.n_neighbors <= n_samples:
+                raise ValueError(f"n_neighbors must be between 1 and n_samples={n_samples}, got {self.n_neighbors}")
+
+    def _check_compatibility(self, n_classes):
+        if self.compatibility is None:
+            return None
+        r = check_array(self.compatibility, "compatibility", ndim=(2,), dtype=np.float64)
+        if r.shape != (n_classes, n_classes):
+            raise ValueError(f"compatibility must have shape (n_classes, n_classes) = ({n_classes}, {n_classes}), "
+                             f"got {r.shape}")
+        if np.any(np.abs(r) > 1):
+            raise ValueError("compatibility entries must lie in [-1, 1] so that 1 + q stays >= 0")
+        return r
+
+    def fit(self, X, y):
+        """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=FLOATS)
+        check_classification_targets(y)
+        self._check_params(len(X))
+        unlabelled = (y == -1) if y.dtype.kind in "iuf" else np.zeros(len(y), dtype=bool)
+        if unlabelled.all():
+            raise ValueError("y has no labelled sample (every entry is -1); label at least one sample")
+        self.classes_ = np.unique(y[~unlabelled])
+        n_classes = len(self.classes_)
+        r = self._check_compatibility(n_classes)
+        kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
+        if self.n_neighbors is None:  # rules ("scott", ...) resolved on the training data
+            kern = Kernel(self.kernel, bandwidth=kern.resolve_bandwidth(X))
+        self.kernel_ = kern
+        self.X_fit_ = X
+
+        Y = np.zeros((len(X), n_classes))
+        Y[~unlabelled, np.searchsorted(self.classes_, y[~unlabelled])] = 1.0
+        graph = self._graph(X)
+        soft = self.alpha is not None
+        Y_static = (1 - self.alpha) * Y if soft else Y
+
+        def step(P):
+            if r is None:
+                P_new = graph(P)
+                if not soft:
+                    P_new = _normalize_rows(P_new)
+            else:  # Rosenfeld-Hummel-Zucker: support q from the neighbours' opinions
+                P_new = _normalize_rows(P * (1.0 + graph(P) @ r.T))
+            if soft:
+                return self.alpha * P_new + Y_static
+            return np.where(unlabelled[:, None], P_new, Y)
+
+        P0 = Y.copy()
+        if r is not None:  # a multiplicative update needs every label possible to start with
+            P0[unlabelled] = 1.0 / n_classes
+        fp = iterate(step, P0, tol=self.tol, max_iter=self.max_iter, change=sum_abs_change,
+                     name="relaxation labeling")
+        self.n_iter_ = fp.n_iter
+        self.label_distributions_ = _normalize_rows(fp.state)
+        self.transduction_ = self.classes_[np.argmax(self.label_distributions_, axis=1)]
+        return self
+
+    def _graph(self, X):
+        """The propagation operator ``P -> M P``, one engine pass per call."""
+        kern = self.kernel_
+        if self.normalization == "mean":
+            return lambda P: local_mean(None, X, P, kern)
+        d = local_sums(None, X, None, kern, exclude_self=True).weight_sum
+        root = np.sqrt(np.where(d > 0, d, 1.0))[:, None]  # isolated samples: degree 1, as scipy does
+        return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True)
+
+    def predict_proba(self, X):
+        """The local mean of the fitted label distributions at each row of ``X``, normalised."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        return _normalize_rows(local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_))
+
+    def predict(self, X):
+        """The most probable class at each row of ``X``."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
