@@ -191,4 +191,5 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """The most probable class at each row of ``X``."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -1,0 +1,153 @@
+"""RelaxationLabeling against scikit-learn's LabelPropagation and LabelSpreading."""
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris, make_moons
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.semi_supervised import LabelPropagation, LabelSpreading
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import RelaxationLabeling, local_mean
+
+
+def partial_labels(y, n_labelled, seed=0):
+    rng = np.random.default_rng(seed)
+    y_partial = np.full_like(y, -1)
+    # at least one labelled sample per class, then random ones
+    idx = np.concatenate([np.flatnonzero(y == c)[:1] for c in np.unique(y)])
+    idx = np.unique(np.concatenate([idx, rng.choice(len(y), n_labelled - len(idx), replace=False)]))
+    y_partial[idx] = y[idx]
+    return y_partial
+
+
+@pytest.fixture(scope="module")
+def moons():
+    X, y = make_moons(300, noise=0.1, random_state=0)
+    return X, y, partial_labels(y, 10)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return X, y, partial_labels(y, 15)
+
+
+def assert_same(ours, ref, X):
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(ours.transduction_, ref.transduction_)
+    assert ours.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(ours.predict_proba(X + 0.05), ref.predict_proba(X + 0.05), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("data, h", [("moons", 0.3), ("moons", 0.15), ("iris", 0.5)])
+def test_clamped_gaussian_reproduces_label_propagation_rbf(data, h, request):
+    X, _, y_partial = request.getfixturevalue(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = LabelPropagation(kernel="rbf", gamma=1 / (2 * h * h), max_iter=1000, tol=1e-3).fit(X, y_partial)
+        ours = RelaxationLabeling(kernel="gaussian", bandwidth=h, max_iter=1000, tol=1e-3).fit(X, y_partial)
+    assert_same(ours, ref, X)
+
+
+def test_uniform_knn_kernel_reproduces_label_propagation_knn(moons):
+    X, _, y_partial = moons
+    ref = LabelPropagation(kernel="knn", n_neighbors=7, max_iter=2000).fit(X, y_partial)
+    ours = RelaxationLabeling(kernel="uniform", n_neighbors=7, max_iter=2000).fit(X, y_partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-6)
+    assert ours.n_iter_ == ref.n_iter_
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.8])
+def test_symmetric_soft_clamping_reproduces_label_spreading(moons, iris, alpha):
+    for X, _, y_partial in (moons, iris):
+        ref = LabelSpreading(kernel="rbf", gamma=1 / (2 * 0.3 ** 2), alpha=alpha).fit(X, y_partial)
+        ours = RelaxationLabeling(bandwidth=0.3, alpha=alpha, normalization="symmetric").fit(X, y_partial)
+        np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-6)
+        assert ours.n_iter_ == ref.n_iter_
+
+
+def test_one_step_is_the_local_mean_then_clamping(moons):
+    X, _, y_partial = moons
+    with pytest.warns(ConvergenceWarning):
+        one = RelaxationLabeling(bandwidth=0.3, max_iter=1).fit(X, y_partial)
+    labelled = y_partial != -1
+    Y = np.zeros((len(X), 2))
+    Y[labelled, y_partial[labelled]] = 1
+    m = local_mean(X, X, Y, "gaussian", 0.3)
+    expected = np.where(labelled[:, None], Y, m / m.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(one.label_distributions_, expected, rtol=0, atol=1e-12)
+
+
+def test_soft_clamping_with_the_local_mean_labels_the_moons(moons):
+    X, y, y_partial = moons
+    model = RelaxationLabeling(bandwidth=0.3, alpha=0.2).fit(X, y_partial)
+    assert (model.transduction_ == y).mean() > 0.95
+    np.testing.assert_allclose(model.label_distributions_.sum(axis=1), 1.0)
+
+
+def test_compatibility_update_is_rosenfeld_hummel_zucker(moons):
+    X, y, y_partial = moons
+    r = np.array([[1.0, -1.0], [-1.0, 1.0]])
+    with pytest.warns(ConvergenceWarning):
+        one = RelaxationLabeling(bandwidth=0.3, compatibility=r, max_iter=1).fit(X, y_partial)
+    labelled = y_partial != -1
+    P = np.full((len(X), 2), 0.5)
+    P[labelled] = 0
+    P[labelled, y_partial[labelled]] = 1
+    q = local_mean(X, X, P, "gaussian", 0.3) @ r.T
+    new = P * (1 + q)
+    new /= new.sum(axis=1, keepdims=True)
+    expected = np.where(labelled[:, None], P, new)
+    np.testing.assert_allclose(one.label_distributions_, expected, rtol=0, atol=1e-12)
+    model = RelaxationLabeling(bandwidth=0.3, compatibility=r).fit(X, y_partial)
+    assert (model.transduction_ == y).mean() > 0.95
+
+
+def test_string_labels_and_predict(iris):
+    X, y, y_partial = iris
+    names = np.array(["setosa", "versicolor", "virginica"])
+    model = RelaxationLabeling(bandwidth=0.5).fit(X, names[y])
+    assert set(model.predict(X)) <= set(names)
+
+
+@pytest.mark.parametrize("params, error, match", [
+    (dict(bandwidth=0.0), ValueError, "bandwidth"),
+    (dict(bandwidth=-0.3), ValueError, "bandwidth"),
+    (dict(kernel="boxcar"), ValueError, "kernel"),
+    (dict(alpha=1.0), ValueError, "alpha"),
+    (dict(alpha=0.0), ValueError, "alpha"),
+    (dict(normalization="laplacian"), ValueError, "normalization"),
+    (dict(max_iter=0), ValueError, "max_iter"),
+    (dict(tol=-1.0), ValueError, "tol"),
+    (dict(n_neighbors=0), ValueError, "n_neighbors"),
+    (dict(n_neighbors=1000), ValueError, "n_neighbors"),
+    (dict(compatibility=np.eye(3)), ValueError, "compatibility must have shape"),
+    (dict(compatibility=2 * np.eye(2)), ValueError, r"\[-1, 1\]"),
+    (dict(compatibility=[[np.nan, 0], [0, 1]]), ValueError, "compatibility"),
+])
+def test_bad_parameters(moons, params, error, match):
+    X, _, y_partial = moons
+    with pytest.raises(error, match=match):
+        RelaxationLabeling(**params).fit(X, y_partial)
+
+
+def test_bad_data(moons):
+    X, _, y_partial = moons
+    with pytest.raises(ValueError, match="no labelled sample"):
+        RelaxationLabeling().fit(X, np.full(len(X), -1))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        RelaxationLabeling().fit(np.where(np.arange(len(X))[:, None] == 3, np.nan, X), y_partial)
+    with pytest.raises(ValueError):
+        RelaxationLabeling().fit(X, y_partial[:-1])
+    model = RelaxationLabeling(bandwidth=0.3).fit(X, y_partial)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((2, 3)))
+
+
+def test_check_estimator():
+    # check_classifiers_classes fits labels {-1, 1}; -1 marks unlabelled samples in the
+    # semi-supervised API, so classes_ is [1]. scikit-learn exempts LabelPropagation and
+    # LabelSpreading from the same check by name (_choose_check_classifiers_labels).
+    reason = "-1 means 'unlabelled' in the semi-supervised API"
+    check_estimator(RelaxationLabeling(), expected_failed_checks={"check_classifiers_classes": reason})
