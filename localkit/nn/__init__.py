@@ -1,0 +1,24 @@
+"""PyTorch modules where attention is a local mean with a choice of localization kernel.
+
+Self-attention is the local mean of value vectors over tokens, with the learned localization
+kernel ``K(x_i, x_j) = exp(<W_q x_i, W_k x_j> / sqrt(d))``; swapping that kernel for a Gaussian,
+a Laplacian or a compact profile of :mod:`localkit.kernels.profiles` gives other attentions, and
+replacing the local mean (the constant local model) by a local linear model gives local linear
+attention. A Transformer block is a hierarchical local model: a local-mean layer over tokens, then
+a pointwise model, each with a residual blend.
+
+torch is imported only in this package; ``import localkit`` never needs it.
+"""
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # torch missing, or blocked
+    raise ImportError(
+        "localkit.nn needs PyTorch, an optional extra: pip install localkit[nn]"
+    ) from exc
+
+from .attention import LocalLinearAttention, LocalMeanAttention
+from .functional import attention_weights, kernel_attention, local_linear_attention
+from .transformer import LocalTransformer, LocalTransformerLayer
+
+__all__ = ["LocalLinearAttention", "LocalMeanAttention", "LocalTransformer", "LocalTransformerLayer",
+           "attention_weights", "kernel_attention", "local_linear_attention"]

@@ -1,0 +1,214 @@
+"""Multi-head attention as a local mean (or a local linear model) over tokens.
+
+The projections ``W_q, W_k, W_v`` learn the space in which the localization kernel is taken; the
+kernel is a choice (:mod:`localkit.nn.functional`). Parameters are laid out exactly as in
+``torch.nn.MultiheadAttention`` (``in_proj_weight``, ``in_proj_bias``, ``out_proj``), so that
+``from_torch`` copies a trained PyTorch module and, with the softmax kernel, reproduces it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import nn
+
+from .functional import check_bandwidth, default_bandwidth, kernel_attention, local_linear_attention, resolve_kernel
+
+
+def _module_mask(attn_mask, key_padding_mask, batch, dtype):
+    """PyTorch's masks (True = masked out; float = added) as one functional mask (True = takes part).
+
+    ``attn_mask``: (L, S) or (batch * heads, L, S); ``key_padding_mask``: (batch, S).
+    """
+    mask = None
+    if attn_mask is not None:
+        if attn_mask.dim() == 3:
+            attn_mask = attn_mask.unflatten(0, (batch, -1))
+        mask = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask.to(dtype)
+    if key_padding_mask is not None:
+        if key_padding_mask.dim() != 2 or key_padding_mask.shape[0] != batch:
+            raise ValueError(
+                f"key_padding_mask must have shape (batch={batch}, S), got {tuple(key_padding_mask.shape)}"
+            )
+        if key_padding_mask.dtype == torch.bool:
+            keep = ~key_padding_mask[:, None, None, :]
+            if mask is None or mask.dtype == torch.bool:
+                mask = keep if mask is None else mask & keep
+            else:
+                mask = mask.masked_fill(~keep, -math.inf)
+        else:
+            pad = key_padding_mask[:, None, None, :].to(dtype)
+            mask = pad if mask is None else (mask + pad if mask.dtype != torch.bool else
+                                             pad.masked_fill(~mask, -math.inf))
+    return mask
+
+
+class LocalMeanAttention(nn.Module):
+    """Multi-head self- or cross-attention as a local mean of value vectors.
+
+    For each head, ``out_i = sum_j K(q_i, k_j) v_j / sum_l K(q_i, k_l)`` with ``q = W_q x``,
+    ``k = W_k x'``, ``v = W_v x'``; the heads are concatenated and projected by ``W_o``. With
+    ``kernel="softmax"`` (``K = exp(<q, k> / sqrt(d_head))``) this is ``nn.MultiheadAttention``.
+
+    Parameters
+    ----------
+    embed_dim, num_heads : int
+        ``embed_dim`` must be divisible by ``num_heads``.
+    kernel : str, default="softmax"
+        See :func:`localkit.nn.kernel_attention`.
+    bandwidth : float or None
+        ``h`` (default ``sqrt(d_head)`` for the softmax, ``d_head^(1/4)`` otherwise).
+    learn_bandwidth : bool, default=False
+        Learn one bandwidth per head (as ``log h``, initialised at ``bandwidth``).
+    bias : bool, default=True
+        Biases of the input and output projections.
+    dropout : float, default=0.0
+        Dropout on the attention weights, in training mode.
+    batch_first : bool, default=True
+        Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``.
+    window, top_k : optional
+        Kernels in position and kNN kernels, see :func:`localkit.nn.kernel_attention`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import LocalMeanAttention
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    >>> x = torch.randn(2, 5, 16)
+    >>> ours = LocalMeanAttention.from_torch(mha)
+    >>> bool(torch.allclose(ours(x), mha(x, x, x, need_weights=False)[0], atol=1e-6))
+    True
+    """
+
+    def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
+                 dropout=0.0, batch_first=True, window=None, top_k=None):
+        super().__init__()
+        for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kernel = resolve_kernel(kernel)
+        self.bandwidth = check_bandwidth(bandwidth)
+        self.dropout, self.batch_first = float(dropout), bool(batch_first)
+        self.options = {"window": window, "top_k": top_k}
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim)) if bias else None
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
+        if bias:
+            nn.init.zeros_(self.out_proj.bias)
+        h0 = self.bandwidth or default_bandwidth(self.kernel, self.head_dim)
+        self.log_bandwidth = nn.Parameter(torch.full((num_heads, 1, 1), math.log(h0))) if learn_bandwidth else None
+
+    @classmethod
+    def from_torch(cls, mha, **kwargs):
+        """A copy of ``nn.MultiheadAttention`` ``mha`` (weights, dropout, layout); ``kwargs`` choose the kernel."""
+        if not isinstance(mha, nn.MultiheadAttention):
+            raise TypeError(f"from_torch expects an nn.MultiheadAttention, got {type(mha).__name__}")
+        if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("from_torch supports kdim = vdim = embed_dim, no add_bias_kv and no add_zero_attn")
+        module = cls(mha.embed_dim, mha.num_heads, bias=mha.in_proj_bias is not None, dropout=mha.dropout,
+                     batch_first=mha.batch_first, **kwargs)
+        module = module.to(device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)
+        result = module.load_state_dict(mha.state_dict(), strict=False)
+        if result.unexpected_keys or set(result.missing_keys) - {"log_bandwidth"}:
+            raise ValueError(f"could not copy nn.MultiheadAttention: {result}")
+        return module
+
+    @property
+    def current_bandwidth(self):
+        """The bandwidth in use: per head ``(H, 1, 1)`` if learned, else a float or None (default)."""
+        return self.log_bandwidth.exp() if self.log_bandwidth is not None else self.bandwidth
+
+    def _heads(self, x, i):
+        w = self.in_proj_weight[i * self.embed_dim:(i + 1) * self.embed_dim]
+        b = None if self.in_proj_bias is None else self.in_proj_bias[i * self.embed_dim:(i + 1) * self.embed_dim]
+        y = nn.functional.linear(x, w, b)
+        return y.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # (B, H, n, d_head)
+
+    def _check_input(self, name, x):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            layout = "(batch, seq, embed_dim)" if self.batch_first else "(seq, batch, embed_dim)"
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must have shape {layout} with embed_dim={self.embed_dim}, got {shape}")
+        return x if self.batch_first else x.transpose(0, 1)
+
+    def attend(self, q, k, v, mask, causal):
+        """The local model over tokens, per head: here the local mean."""
+        return kernel_attention(q, k, v, self.kernel, self.current_bandwidth, mask=mask, causal=causal,
+                                dropout_p=self.dropout if self.training else 0.0, **self.options)
+
+    def forward(self, query, key=None, value=None, key_padding_mask=None, attn_mask=None, causal=False):
+        """Attention output, shaped like ``query``.
+
+        ``key`` and ``value`` default to ``query`` (self-attention). Masks follow
+        ``nn.MultiheadAttention``: ``key_padding_mask`` (batch, S) and a bool ``attn_mask`` (L, S)
+        or (batch * heads, L, S) are True where a key must be ignored; a float mask is added to
+        the log-weights. ``causal=True`` multiplies by the causal kernel ``[j <= i]``.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        q_in = self._check_input("query", query)
+        k_in, v_in = self._check_input("key", key), self._check_input("value", value)
+        if k_in.shape[:2] != v_in.shape[:2] or k_in.shape[0] != q_in.shape[0]:
+            raise ValueError(f"query, key and value must share the batch size and key/value the length, got "
+                             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        q, k, v = self._heads(q_in, 0), self._heads(k_in, 1), self._heads(v_in, 2)
+        mask = _module_mask(attn_mask, key_padding_mask, q_in.shape[0], q.dtype)
+        out = self.attend(q, k, v, mask, causal)
+        out = self.out_proj(out.transpose(1, 2).flatten(-2))
+        return out if self.batch_first else out.transpose(0, 1)
+
+    @torch.no_grad()
+    def attention_weights(self, query, key=None, causal=False):
+        """The localization weights per head, ``(batch, heads, L, S)`` (for figures)."""
+        from .functional import attention_weights
+
+        key = query if key is None else key
+        q, k = self._heads(self._check_input("query", query), 0), self._heads(self._check_input("key", key), 1)
+        return attention_weights(q, k, self.kernel, self.current_bandwidth, causal=causal, **self.options)
+
+    def extra_repr(self):
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kernel={self.kernel!r}, "
+                f"bandwidth={self.bandwidth}, learn_bandwidth={self.log_bandwidth is not None}")
+
+
+class LocalLinearAttention(LocalMeanAttention):
+    """Multi-head local linear attention: per head, the intercept of a weighted linear fit.
+
+    Same interface as :class:`LocalMeanAttention` plus ``ridge``; each head returns
+    ``a_i = vbar_i - C_vk (C_kk + ridge I)^{-1} (kbar_i - q_i)``, the value at ``q_i`` of the
+    linear model of ``v`` on ``k`` fitted with the localization weights ``w_ij`` (see
+    :func:`localkit.nn.local_linear_attention`). Costs ``O(L^2 d_head^2)`` per head.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import LocalLinearAttention
+    >>> attn = LocalLinearAttention(16, 4, ridge=1e-2)
+    >>> attn(torch.randn(2, 5, 16), causal=True).shape
+    torch.Size([2, 5, 16])
+    """
+
+    def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
+                 dropout=0.0, batch_first=True, window=None, top_k=None, ridge=1e-3):
+        super().__init__(embed_dim, num_heads, kernel, bandwidth, learn_bandwidth, bias, dropout, batch_first,
+                         window, top_k)
+        if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
+            raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
+        self.ridge = float(ridge)
+
+    def attend(self, q, k, v, mask, causal):
+        return local_linear_attention(q, k, v, self.kernel, self.ridge, self.current_bandwidth, mask=mask,
+                                      causal=causal, dropout_p=self.dropout if self.training else 0.0,
+                                      **self.options)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", ridge={self.ridge}"

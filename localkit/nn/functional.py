@@ -1,0 +1,347 @@
+"""Attention as a local mean over tokens, with the localization kernel as a choice.
+
+For queries ``q_i``, keys ``k_j`` and values ``v_j`` (tensors ``(..., L, d)``, ``(..., S, d)``,
+``(..., S, d_v)``), attention is the local mean
+
+    out_i = sum_j w_ij v_j,   w_ij = K(q_i, k_j) / sum_l K(q_i, k_l),
+
+and the kernel ``K`` is what changes:
+
+* ``"softmax"``: ``exp(<q, k> / h)`` with ``h = sqrt(d)`` unless a bandwidth is given;
+* ``"gaussian"``: ``exp(-|q - k|^2 / (2 h^2))``; ``|q|^2`` cancels in the normalisation, so this is
+  the softmax of ``<q, k> / h^2`` plus the bias ``-|k|^2 / (2 h^2)``;
+* any profile of :mod:`localkit.kernels.profiles` (``"laplacian"``: ``exp(-|q - k| / h)``,
+  compact ones such as ``"epanechnikov"``...) of ``u = |q - k| / h``, with ``h = d^(1/4)`` by
+  default (so that the Gaussian's scores are scaled by ``1/sqrt(d)`` like the softmax's).
+
+Kernels multiply with kernels in position: ``causal`` (``j <= i``), ``window`` (a compact kernel of
+``|i - j|``), a ``mask`` (bool: True takes part, as in ``scaled_dot_product_attention``; float: added
+to the log-weights), and ``top_k`` (a kNN kernel: only the ``k`` closest keys of each row).
+Kernels that are a softmax of a score plus a bias (softmax, Gaussian) run through PyTorch's fused
+``scaled_dot_product_attention``; the others form the weights. A row whose kernel is zero
+everywhere (all masked, or outside a compact support) gives a zero output, never NaN.
+
+:func:`local_linear_attention` replaces the local mean (the constant local model) with a local
+linear model: the localization trick inside attention.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels.profiles import PROFILES, get_profile
+from ._profiles import LOG_PROFILES
+
+#: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
+FUSED_KERNELS = ("softmax", "gaussian")
+
+
+def resolve_kernel(kernel):
+    """The canonical name of ``kernel``: ``"softmax"`` or a profile name (aliases accepted)."""
+    if kernel == "softmax":
+        return kernel
+    return get_profile(kernel).name  # raises naming the allowed kernels
+
+
+def default_bandwidth(kernel, d):
+    """``sqrt(d)`` (the softmax temperature) or ``d^(1/4)`` for distance kernels."""
+    return math.sqrt(d) if resolve_kernel(kernel) == "softmax" else d ** 0.25
+
+
+def check_bandwidth(bandwidth, name="bandwidth"):
+    """None, a finite positive number, or a tensor of them (e.g. one per head, ``(H, 1, 1)``)."""
+    if bandwidth is None:
+        return None
+    if isinstance(bandwidth, torch.Tensor):
+        if not torch.is_floating_point(bandwidth):
+            raise TypeError(f"{name} must be a float tensor, got dtype {bandwidth.dtype}")
+        if not bool(torch.all(torch.isfinite(bandwidth) & (bandwidth > 0))):
+            raise ValueError(f"{name} must be finite and > 0 everywhere")
+        return bandwidth
+    if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real):
+        raise TypeError(f"{name} must be None, a positive number or a tensor, got {bandwidth!r}")
+    if not math.isfinite(bandwidth) or bandwidth <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {bandwidth!r}")
+    return float(bandwidth)
+
+
+def _check_qkv(q, k, v):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., length, dim), got {tuple(t.shape)}")
+        if not torch.is_floating_point(t):
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dimension, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not broadcast"
+        ) from None
+
+
+def _check_window(window):
+    """``(profile, width)``: an int ``w`` is the uniform window ``|i - j| <= w``."""
+    if window is None:
+        return None
+    if isinstance(window, numbers.Integral) and not isinstance(window, bool):
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        return "uniform", float(window) if window > 0 else 0.5  # width 0.5: the diagonal only
+    if isinstance(window, tuple) and len(window) == 2:
+        name, width = window
+        name = get_profile(name).name
+        if not PROFILES[name].compact:
+            raise ValueError(f"window must use a compact profile, got {name!r}")
+        if isinstance(width, bool) or not isinstance(width, numbers.Real) or not width > 0:
+            raise ValueError(f"window width must be > 0, got {width!r}")
+        return name, float(width)
+    raise TypeError(f"window must be None, an int, or (profile, width), got {window!r}")
+
+
+def _check_top_k(top_k):
+    if top_k is None:
+        return None
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
+        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    return int(top_k)
+
+
+def _position_terms(q, k, mask, causal, window):
+    """The kernels in position and the user mask, as (allowed bool or None, bias float or None).
+
+    Hard zeros (causal, masks, outside a compact window) go to ``allowed``; finite log-weights
+    to ``bias``; both broadcast to ``(..., L, S)``.
+    """
+    L, S, device = q.shape[-2], k.shape[-2], q.device
+    allowed = bias = None
+    if causal or window is not None:
+        offset = torch.arange(L, device=device)[:, None] - torch.arange(S, device=device)[None, :]
+        if causal:
+            allowed = offset >= 0
+        if window is not None:
+            name, width = window
+            log_k = LOG_PROFILES[name]((offset.to(q.dtype) / width) ** 2)
+            inside = torch.isfinite(log_k)
+            allowed = inside if allowed is None else allowed & inside
+            if name != "uniform":
+                bias = torch.where(inside, log_k, 0.0)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+        try:
+            torch.broadcast_shapes(mask.shape, q.shape[:-1] + (S,))
+        except RuntimeError:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to (..., L={L}, S={S})"
+            ) from None
+        if mask.dtype == torch.bool:
+            hard = mask
+        elif torch.is_floating_point(mask):
+            if bool(torch.any(torch.isnan(mask) | (mask == math.inf))):
+                raise ValueError("a float mask holds log-weights: NaN and +inf are not allowed")
+            hard = mask > -math.inf
+            soft = torch.where(hard, mask, 0.0).to(q.dtype)
+            bias = soft if bias is None else bias + soft
+        else:
+            raise TypeError(f"mask must be a bool or float tensor, got dtype {mask.dtype}")
+        allowed = hard if allowed is None else allowed & hard
+    return allowed, bias
+
+
+def _log_kernel(q, k, kernel, h):
+    """``log K(q_i, k_j)`` up to a per-row constant, and the closeness that ranks the kNN kernel."""
+    if kernel in FUSED_KERNELS:
+        scores = q @ k.transpose(-2, -1)
+        if kernel == "softmax":
+            logits = scores / h
+        else:  # the Gaussian without its row constant -|q|^2 / 2h^2, as in the fused path
+            logits = (scores - 0.5 * (k * k).sum(-1).unsqueeze(-2)) / (h * h)
+        return logits, logits
+    # distances computed directly, not as |q|^2 - 2 q.k + |k|^2: that form loses all accuracy
+    # near zero distance, which sqrt-based profiles (laplacian, triangular...) amplify
+    dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
+    return LOG_PROFILES[kernel]((dist / h) ** 2), -dist
+
+
+def _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k):
+    _check_qkv(q, k, v)
+    kernel = resolve_kernel(kernel)
+    bandwidth = check_bandwidth(bandwidth)
+    h = default_bandwidth(kernel, q.shape[-1]) if bandwidth is None else bandwidth
+    allowed, bias = _position_terms(q, k, mask, bool(causal), _check_window(window))
+    return kernel, h, allowed, bias, _check_top_k(top_k)
+
+
+def _weights(q, k, kernel, h, allowed, bias, top_k):
+    """Normalised weights ``(..., L, S)`` and the rows whose kernel is zero everywhere."""
+    logits, closeness = _log_kernel(q, k, kernel, h)
+    if bias is not None:
+        logits = logits + bias
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, -math.inf)
+    if top_k is not None and top_k < logits.shape[-1]:  # the top_k closest admissible keys
+        if allowed is not None:
+            closeness = closeness.masked_fill(~allowed, -math.inf)
+        kth = closeness.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(closeness < kth, -math.inf)
+    empty = torch.isneginf(logits.amax(dim=-1, keepdim=True))
+    weights = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
+    return weights.masked_fill(empty, 0.0), empty
+
+
+def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None):
+    """The normalised localization weights ``w_ij = K(q_i, k_j) / sum_l K(q_i, k_l)``, ``(..., L, S)``.
+
+    Same arguments as :func:`kernel_attention` (without values); rows whose kernel vanishes
+    everywhere are zero. Meant for local models built on the weights and for figures.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import attention_weights
+    >>> q = k = torch.tensor([[0.0], [1.0], [3.0]])
+    >>> attention_weights(q, k, "epanechnikov", bandwidth=2.0)[0]
+    tensor([0.5714, 0.4286, 0.0000])
+    """
+    kernel, h, allowed, bias, top_k = _prepare(q, k, k, kernel, bandwidth, mask, causal, window, top_k)
+    return _weights(q, k, kernel, h, allowed, bias, top_k)[0]
+
+
+def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None,
+                     top_k=None, dropout_p=0.0):
+    """Attention as a local mean: ``out_i = sum_j K(q_i, k_j) v_j / sum_l K(q_i, k_l)``.
+
+    Parameters
+    ----------
+    q, k, v : tensors of shape (..., L, d), (..., S, d), (..., S, d_v)
+    kernel : str, default="softmax"
+        ``"softmax"`` (``exp(<q, k> / h)``) or a profile of :mod:`localkit.kernels.profiles` of
+        ``u = |q - k| / h`` (gaussian, laplacian, cauchy, epanechnikov, tricube, biweight,
+        triweight, triangular, uniform, cosine).
+    bandwidth : float, tensor or None
+        ``h``: default ``sqrt(d)`` for the softmax, ``d^(1/4)`` for the profiles. A tensor
+        broadcasting to ``(..., 1, 1)`` gives, e.g., one bandwidth per head.
+    mask : bool or float tensor broadcasting to (..., L, S), optional
+        bool: True where ``k_j`` may take part (``scaled_dot_product_attention``'s convention);
+        float: added to the log-weights (``-inf`` removes a pair).
+    causal : bool
+        Multiply by the causal kernel ``[j <= i]`` (top-left aligned, as in PyTorch).
+    window : int or (profile, width), optional
+        A compact kernel in position: an int ``w`` keeps ``|i - j| <= w``; ``("tricube", 16.0)``
+        multiplies by ``k(|i - j| / 16)``.
+    top_k : int, optional
+        A kNN kernel: only the ``top_k`` closest admissible keys of each row take part (largest
+        ``<q, k>`` for the softmax, smallest ``|q - k|`` for the profiles; ties are kept).
+    dropout_p : float
+        Dropout on the weights (training only; pass 0 at evaluation).
+
+    Returns
+    -------
+    tensor of shape (..., L, d_v)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import kernel_attention
+    >>> q = k = torch.tensor([[0.0], [1.0], [3.0]])
+    >>> v = torch.tensor([[0.0], [1.0], [2.0]])
+    >>> kernel_attention(q, k, v, "uniform", bandwidth=1.5).squeeze(-1)  # neighbours within 1.5
+    tensor([0.5000, 0.5000, 2.0000])
+    """
+    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k)
+    if kernel not in FUSED_KERNELS or top_k is not None:
+        weights, _ = _weights(q, k, kernel, h, allowed, bias, top_k)
+        if dropout_p > 0:
+            weights = F.dropout(weights, dropout_p)
+        return weights @ v
+    return _fused(q, k, v, kernel, h, allowed, bias, dropout_p)
+
+
+def _fused(q, k, v, kernel, h, allowed, bias, dropout_p):
+    """Softmax and Gaussian kernels through ``scaled_dot_product_attention``."""
+    if isinstance(h, torch.Tensor):  # per-head bandwidths: fold the scale into q
+        scale_t = 1.0 / (h if kernel == "softmax" else h * h)
+        q, scale = q * scale_t, 1.0
+    else:
+        scale_t = scale = 1.0 / (h if kernel == "softmax" else h * h)
+    if kernel == "gaussian":  # exp(-|q-k|^2/2h^2) ∝ exp(q.k/h^2 - |k|^2/2h^2): |q|^2 cancels
+        key_bias = (-0.5 * scale_t) * (k * k).sum(-1).unsqueeze(-2)
+        bias = key_bias if bias is None else bias + key_bias
+    empty = None
+    if allowed is not None:
+        # a row with no admissible key: let it see every key, then zero its output (no NaN,
+        # and no NaN sent back through the softmax's gradient)
+        empty = ~allowed.any(dim=-1, keepdim=True)
+        if bool(empty.any()):
+            allowed = allowed | empty
+        else:
+            empty = None
+    if bias is None:
+        attn_mask = allowed
+    elif allowed is None:
+        attn_mask = bias.to(q.dtype)
+    else:
+        attn_mask = bias.to(q.dtype).masked_fill(~allowed, -math.inf)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    return out if empty is None else out.masked_fill(empty, 0.0)
+
+
+def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None, mask=None, causal=False,
+                           window=None, top_k=None, dropout_p=0.0):
+    """Local linear attention: a weighted linear model of the values around each query.
+
+    With the localization weights ``w_ij`` of ``kernel`` (as in :func:`kernel_attention`), the
+    output is the intercept ``a_i`` of
+
+        (a_i, B_i) = argmin_{a, B} sum_j w_ij |v_j - a - B (k_j - q_i)|^2 + ridge |B|_F^2,
+
+    that is ``a_i = vbar_i - C_vk (C_kk + ridge I)^{-1} (kbar_i - q_i)`` with the weighted means
+    ``kbar_i, vbar_i`` and covariances ``C_kk, C_vk``. The local mean (:func:`kernel_attention`)
+    is the constant model of the same fit; a large ``ridge`` returns to it. Values that are a
+    linear function of the keys are reproduced exactly at every query.
+
+    Moments are taken about the first key and value (covariances do not depend on that centre),
+    which keeps ``sum w k k^T - kbar kbar^T`` accurate in float32. Cost:
+    ``O(L S d (d + d_v))`` and ``(..., L, d, d)`` memory per call, so keep heads small.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import local_linear_attention
+    >>> k = torch.linspace(-1, 1, 9)[:, None]
+    >>> v = 3 * k + 1                              # linear in the keys
+    >>> q = torch.tensor([[0.25], [2.0]])          # the second query lies outside the keys
+    >>> local_linear_attention(q, k, v, "gaussian", ridge=1e-6, bandwidth=0.5).squeeze(-1)
+    tensor([1.7500, 7.0000])
+    """
+    if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
+        raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
+    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k)
+    w, empty = _weights(q, k, kernel, h, allowed, bias, top_k)
+    if dropout_p > 0:  # a random kernel: drop weights, then renormalise
+        w = F.dropout(w, dropout_p)
+        w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    # moments about the first key and value: inside the data cloud (no cancellation), and seen by
+    # every causal query, so that later tokens do not even change the rounding of earlier ones
+    ck, cv = k[..., :1, :], v[..., :1, :]
+    kc, vc, qc = k - ck, v - cv, q - ck
+    kbar, vbar = w @ kc, w @ vc
+    d, dv = k.shape[-1], v.shape[-1]
+    # weighted second moments as one matrix product each: w (L, S) @ (S, d*d)
+    s_kk = (w @ (kc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2)).unflatten(-1, (d, d))
+    s_vk = (w @ (vc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2)).unflatten(-1, (dv, d))
+    c_kk = s_kk - kbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    c_vk = s_vk - vbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    eye = torch.eye(d, dtype=q.dtype, device=q.device)
+    x = torch.linalg.solve(c_kk + ridge * eye, (kbar - qc).unsqueeze(-1))
+    out = cv + vbar - (c_vk @ x).squeeze(-1)
+    return out.masked_fill(empty, 0.0)

@@ -1,0 +1,181 @@
+"""The Transformer as a hierarchical local model.
+
+A block is two local models in sequence, each blended with its input by a residual connection:
+a local-mean layer over tokens (attention, with a learned localization kernel), then a pointwise
+model (the feed-forward network, the same at every token). Stacking blocks feeds each layer's
+local means to the next: a hierarchy of local models.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import nn
+
+from .attention import LocalLinearAttention, LocalMeanAttention
+
+#: the local model over tokens: the local mean (constant model) or the local linear model
+LOCAL_MODELS = {"mean": LocalMeanAttention, "linear": LocalLinearAttention}
+ACTIVATIONS = {"relu": nn.functional.relu, "gelu": nn.functional.gelu}
+
+
+class LocalTransformerLayer(nn.Module):
+    """One Transformer block: local means over tokens, then a pointwise model, with residuals.
+
+    ``norm_first=False`` (post-norm): ``x = LN1(x + A(x)); x = LN2(x + F(x))``;
+    ``norm_first=True`` (pre-norm): ``x = x + A(LN1(x)); x = x + F(LN2(x))``, where ``A`` is the
+    local-mean (or local linear) attention and ``F(x) = W_2 act(W_1 x + b_1) + b_2``. Submodules
+    are named as in ``nn.TransformerEncoderLayer``, so ``from_torch`` copies one and, with the
+    softmax kernel, reproduces it.
+
+    Parameters
+    ----------
+    d_model, nhead, dim_feedforward : int
+    kernel : str, default="softmax"
+        The localization kernel of the attention (see :func:`localkit.nn.kernel_attention`).
+    norm_first : bool, default=False
+    dropout : float, default=0.0
+    activation : "relu", "gelu" or a callable, default="relu"
+    layer_norm_eps : float, default=1e-5
+    batch_first : bool, default=True
+    bias : bool, default=True
+    local_model : {"mean", "linear"}, default="mean"
+        :class:`LocalMeanAttention` or :class:`LocalLinearAttention` over tokens.
+    **attention_options
+        ``bandwidth``, ``learn_bandwidth``, ``window``, ``top_k`` (and ``ridge`` for "linear").
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import LocalTransformerLayer
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> ref = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    >>> ours = LocalTransformerLayer.from_torch(ref)
+    >>> x = torch.randn(2, 6, 16)
+    >>> bool(torch.allclose(ours(x), ref(x), atol=1e-5))
+    True
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, kernel="softmax", norm_first=False, dropout=0.0,
+                 activation="relu", layer_norm_eps=1e-5, batch_first=True, bias=True, local_model="mean",
+                 **attention_options):
+        super().__init__()
+        if local_model not in LOCAL_MODELS:
+            raise ValueError(f"local_model must be one of {sorted(LOCAL_MODELS)}, got {local_model!r}")
+        if isinstance(dim_feedforward, bool) or not isinstance(dim_feedforward, numbers.Integral) or dim_feedforward < 1:
+            raise ValueError(f"dim_feedforward must be a positive integer, got {dim_feedforward!r}")
+        if isinstance(activation, str):
+            if activation not in ACTIVATIONS:
+                raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or a callable, got {activation!r}")
+            activation = ACTIVATIONS[activation]
+        elif not callable(activation):
+            raise TypeError(f"activation must be a string or a callable, got {activation!r}")
+        self.self_attn = LOCAL_MODELS[local_model](d_model, nhead, kernel=kernel, bias=bias, dropout=dropout,
+                                                   batch_first=batch_first, **attention_options)
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout, self.dropout1, self.dropout2 = (nn.Dropout(dropout) for _ in range(3))
+        self.activation, self.norm_first = activation, bool(norm_first)
+
+    @classmethod
+    def from_torch(cls, layer, **kwargs):
+        """A copy of ``nn.TransformerEncoderLayer`` ``layer``; ``kwargs`` choose the kernel or local model."""
+        if not isinstance(layer, nn.TransformerEncoderLayer):
+            raise TypeError(f"from_torch expects an nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        attn = layer.self_attn
+        module = cls(attn.embed_dim, attn.num_heads, layer.linear1.out_features, norm_first=layer.norm_first,
+                     dropout=layer.dropout.p, activation=layer.activation, layer_norm_eps=layer.norm1.eps,
+                     batch_first=attn.batch_first, bias=layer.linear1.bias is not None, **kwargs)
+        module = module.to(device=attn.in_proj_weight.device, dtype=attn.in_proj_weight.dtype)
+        result = module.load_state_dict(layer.state_dict(), strict=False)
+        if result.unexpected_keys or set(result.missing_keys) - {"self_attn.log_bandwidth"}:
+            raise ValueError(f"could not copy nn.TransformerEncoderLayer: {result}")
+        return module
+
+    def forward(self, x, causal=False, mask=None, key_padding_mask=None):
+        """``x`` (batch, seq, d_model) (or (seq, batch, d_model) if not batch_first).
+
+        ``causal`` multiplies the attention kernel by ``[j <= i]``; ``mask`` (L, S) and
+        ``key_padding_mask`` (batch, S) follow PyTorch (bool True = ignore; float = added).
+        """
+        if self.norm_first:
+            x = x + self._attention(self.norm1(x), causal, mask, key_padding_mask)
+            return x + self._pointwise(self.norm2(x))
+        x = self.norm1(x + self._attention(x, causal, mask, key_padding_mask))
+        return self.norm2(x + self._pointwise(x))
+
+    def _attention(self, x, causal, mask, key_padding_mask):
+        return self.dropout1(self.self_attn(x, key_padding_mask=key_padding_mask, attn_mask=mask, causal=causal))
+
+    def _pointwise(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class LocalTransformer(nn.Module):
+    """A causal language model: token and position embeddings, a stack of local layers, an LM head.
+
+    Pre-norm blocks (:class:`LocalTransformerLayer` with ``norm_first=True``), a final layer norm,
+    and a head tied to the token embedding (as in GPT-2 / nanoGPT). ``forward(idx)`` maps token ids
+    ``(batch, T)`` (``T <= max_len``) to next-token logits ``(batch, T, vocab_size)``.
+
+    Parameters
+    ----------
+    vocab_size, max_len : int
+    d_model, nhead, num_layers : int, default=128, 4, 4
+    dim_feedforward : int or None, default=None (``4 * d_model``)
+    kernel, local_model, dropout, **attention_options
+        Passed to every :class:`LocalTransformerLayer`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import LocalTransformer
+    >>> model = LocalTransformer(vocab_size=128, max_len=32, d_model=32, nhead=2, num_layers=2, kernel="gaussian")
+    >>> model(torch.randint(0, 128, (3, 32))).shape
+    torch.Size([3, 32, 128])
+    """
+
+    def __init__(self, vocab_size, max_len, d_model=128, nhead=4, num_layers=4, dim_feedforward=None,
+                 kernel="softmax", local_model="mean", dropout=0.0, **attention_options):
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("num_layers", num_layers)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.max_len = max_len
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.position = nn.Embedding(max_len, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            LocalTransformerLayer(d_model, nhead, dim_feedforward or 4 * d_model, kernel=kernel, norm_first=True,
+                                  dropout=dropout, activation="gelu", local_model=local_model, **attention_options)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.token.weight  # tied
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scale the residual projections by depth
+            if name.endswith(("linear2.weight", "out_proj.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * num_layers))
+
+    @staticmethod
+    def _init(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, idx, causal=True):
+        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must be an integer tensor of shape (batch, T), got {idx.dtype} {tuple(idx.shape)}")
+        T = idx.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len={self.max_len}")
+        x = self.drop(self.token(idx) + self.position(torch.arange(T, device=idx.device)))
+        for layer in self.layers:
+            x = layer(x, causal=causal)
+        return self.head(self.norm(x))
