@@ -5,11 +5,13 @@ cluster), the dense path spends its time writing and re-reading ``n_queries x n_
 and the radius path materialises every neighbour list. Here one compiled loop does it all per
 query, without storing any block:
 
-1. the samples are sorted along the scaled coordinate with the widest spread, so that the samples
-   that can lie in a query's support (``|dx_0| <= 1``) form one contiguous window, found by a
-   binary search;
-2. inside the window, ``u^2 = |q - x|^2`` (scaled coordinates), and the samples with ``u^2 <= 1``
-   add ``k(u) [v, 1]`` to the query's sums.
+1. the samples are cut into strips of width 1/2 along the scaled coordinate with the widest
+   spread and sorted inside each strip along the second widest, so that the samples that can lie
+   in a query's support form a few contiguous segments (one per strip within ``|dx_a| <= 1``,
+   ``|dx_b| <= 1`` inside it), found by binary search;
+2. along those segments, ``u^2 = |q - x|^2`` (scaled coordinates), and the samples with
+   ``u^2 <= 1`` add ``k(u) [v, 1]`` to the query's sums, in one fixed order (so that two queries
+   with the same samples in their support get bit-identical sums).
 
 The result is :class:`~localkit.engine.LocalSums`, equal to :func:`~localkit.engine.local_sums`
 to round-off (the weights of a compact profile need no log-space shift: they lie in ``[0, 1]``).
@@ -48,38 +50,74 @@ def _weight(u2, form, a, b):
     return (1.0 - ua) ** b
 
 
-def _window_sums(Q, Xt, Vt, lo, hi, form, a, b):
-    """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's window; samples and values
-    are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops over the window
-    run over contiguous memory."""
+def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, form, a, b):
+    """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's segments
+    ``[seg_lo[i, s], seg_hi[i, s])``; samples and values are stored feature-major (``Xt`` (d, n),
+    ``Vt`` (p, n)) so that the loops along a segment run over contiguous memory."""
     n_q, d = Q.shape
     p = Vt.shape[0]
     S = np.zeros((n_q, p + 1), dtype=Vt.dtype)
     for i in numba.prange(n_q):
-        start, m = lo[i], hi[i] - lo[i]
-        u2 = np.zeros(m)
-        for k in range(d):
-            qk = Q[i, k]
-            xk = Xt[k, start:start + m]
-            for j in range(m):
-                t = qk - xk[j]
-                u2[j] += t * t
-        w = np.zeros(m)
-        if form == 0 and b == 0:  # uniform: a branch-free loop the compiler vectorises
-            for j in range(m):
-                w[j] = 1.0 if u2[j] <= 1.0 else 0.0
-        else:
-            for j in range(m):
-                if u2[j] <= 1.0:
-                    w[j] = _weight(u2[j], form, a, b)
-        S[i, p] = w.sum()
-        for c in range(p):
-            vc = Vt[c, start:start + m]
-            acc = 0.0
-            for j in range(m):
-                acc += w[j] * vc[j]
-            S[i, c] = acc
+        acc = np.zeros(p + 1, dtype=Vt.dtype)
+        for s in range(seg_lo.shape[1]):
+            start, m = seg_lo[i, s], seg_hi[i, s] - seg_lo[i, s]
+            if m <= 0:
+                continue
+            u2 = np.zeros(m)
+            for k in range(d):
+                qk = Q[i, k]
+                xk = Xt[k, start:start + m]
+                for j in range(m):
+                    t = qk - xk[j]
+                    u2[j] += t * t
+            w = np.zeros(m)
+            if form == 0 and b == 0:  # uniform: a branch-free loop the compiler vectorises
+                for j in range(m):
+                    w[j] = 1.0 if u2[j] <= 1.0 else 0.0
+            else:
+                for j in range(m):
+                    if u2[j] <= 1.0:
+                        w[j] = _weight(u2[j], form, a, b)
+            acc[p] += w.sum()
+            for c in range(p):
+                vc = Vt[c, start:start + m]
+                total = 0.0
+                for j in range(m):
+                    total += w[j] * vc[j]
+                acc[c] += total
+        S[i] = acc
     return S
+
+
+def _segments(Qs, Xs, pad, width=0.5):
+    """Sort the samples into strips and return ``(order, seg_lo, seg_hi)``: each query's candidate
+    samples are ``order[seg_lo[i, s]:seg_hi[i, s]]`` (a superset of its support)."""
+    spread = np.ptp(Xs, axis=0)
+    by_spread = np.argsort(spread)[::-1]
+    ax_a = by_spread[0]
+    ax_b = by_spread[1] if Xs.shape[1] > 1 else ax_a
+    lo_a, lo_b, range_b = Xs[:, ax_a].min(), Xs[:, ax_b].min(), spread[ax_b]
+    n_strips = int(spread[ax_a] // width) + 1 if ax_b != ax_a else 1
+    strip = np.minimum((Xs[:, ax_a] - lo_a) // width, n_strips - 1).astype(np.intp) if n_strips > 1 \
+        else np.zeros(len(Xs), dtype=np.intp)
+    span = range_b + 2.0  # strips' keys never overlap: key = strip * span + (x_b - lo_b)
+    key = strip * span + (Xs[:, ax_b] - lo_b)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+
+    def strip_of(x):
+        return np.clip((x - lo_a) // width, 0, n_strips - 1).astype(np.intp) if n_strips > 1 \
+            else np.zeros(len(x), dtype=np.intp)
+
+    first, last = strip_of(Qs[:, ax_a] - pad), strip_of(Qs[:, ax_a] + pad)
+    strips = first[:, None] + np.arange(int((last - first).max(initial=0)) + 1)
+    inside = strips <= last[:, None]
+    strips = np.minimum(strips, n_strips - 1)
+    low = np.clip(Qs[:, ax_b] - pad - lo_b, 0.0, range_b)[:, None]
+    high = np.clip(Qs[:, ax_b] + pad - lo_b, 0.0, range_b)[:, None]
+    seg_lo = np.searchsorted(key, strips * span + low, side="left")
+    seg_hi = np.searchsorted(key, strips * span + high, side="right")
+    return order, seg_lo, np.where(inside, seg_hi, seg_lo)
 
 
 # threads only pay for themselves on large passes (a parallel region costs ~ms on a busy machine)
@@ -94,7 +132,7 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     ``kernel`` is a compact profile name or a :class:`~localkit.Kernel` with a fixed (scalar or
     per-feature) bandwidth and the Euclidean metric; ``empty`` is the policy of
     :func:`~localkit.engine.local_sums` for queries with no sample in their support. Best in
-    few dimensions (the window prunes along one coordinate); the values are summed in float64.
+    few dimensions (the strips prune along two coordinates); the values are summed in float64.
 
     Examples
     --------
@@ -120,16 +158,12 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     centre = samples.mean(axis=0)
     Qs = np.ascontiguousarray(kern.scale(queries - centre, h), dtype=np.float64)
     Xs = kern.scale(samples - centre, h).astype(np.float64)
-    axis = int(np.argmax(np.ptp(Xs, axis=0)))
-    order = np.argsort(Xs[:, axis], kind="stable")
+    # widen the search by a hair: the exact test u^2 <= 1 inside decides
+    order, seg_lo, seg_hi = _segments(Qs, Xs, pad=1.0 + 1e-9)
     Xs, Vs = Xs[order], V[order].astype(np.float64)
-    # widen the window by a hair: the exact test u^2 <= 1 inside decides
-    pad = 1.0 + 1e-9
-    lo = np.searchsorted(Xs[:, axis], Qs[:, axis] - pad, side="left")
-    hi = np.searchsorted(Xs[:, axis], Qs[:, axis] + pad, side="right")
-    run = _parallel_sums if (hi - lo).sum() > PARALLEL_PAIRS else _serial_sums
-    S = run(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), lo, hi,
-                     *FORMS[kern.profile.name])
+    run = _parallel_sums if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else _serial_sums
+    S = run(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi,
+            *FORMS[kern.profile.name])
     w = S[:, -1]
     empty_rows = w <= 0
     with np.errstate(divide="ignore", invalid="ignore"):
