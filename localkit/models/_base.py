@@ -58,3 +58,17 @@ class LocalKernelMixin:
     def _validate_queries(self, X):
         check_is_fitted(self)
         return validate_data(self, X, reset=False, dtype=FLOATS)
+
+
+class LocalMeanParams(LocalKernelMixin):
+    """The parameters of the local-mean estimators (regression and classification alike)."""
+
+    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean",
+                 empty="nearest", algorithm="auto", n_jobs=None):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.empty = empty
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs

@@ -6,10 +6,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from ._base import FLOATS, LocalKernelMixin
+from ._base import FLOATS, LocalMeanParams
 
 
-class LocalMeanClassifier(LocalKernelMixin, ClassifierMixin, BaseEstimator):
+class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     """Kernel (Nadaraya–Watson) classification: the local mean of one-hot labels.
 
     .. math::
@@ -37,16 +37,6 @@ class LocalMeanClassifier(LocalKernelMixin, ClassifierMixin, BaseEstimator):
     >>> clf.predict(X[:3])
     array([0, 0, 0])
     """
-
-    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean",
-                 empty="nearest", algorithm="auto", n_jobs=None):
-        self.kernel = kernel
-        self.bandwidth = bandwidth
-        self.n_neighbors = n_neighbors
-        self.metric = metric
-        self.empty = empty
-        self.algorithm = algorithm
-        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Store the training data and the one-hot labels. Returns ``self``."""

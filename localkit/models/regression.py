@@ -4,10 +4,10 @@ from __future__ import annotations
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import validate_data
 
-from ._base import FLOATS, LocalKernelMixin
+from ._base import FLOATS, LocalMeanParams
 
 
-class LocalMeanRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
+class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """Nadaraya–Watson kernel regression, the local mean of ``y``.
 
     .. math::
@@ -50,16 +50,6 @@ class LocalMeanRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     >>> round(float(reg.predict([[1.5]])[0]), 2)
     0.95
     """
-
-    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean",
-                 empty="nearest", algorithm="auto", n_jobs=None):
-        self.kernel = kernel
-        self.bandwidth = bandwidth
-        self.n_neighbors = n_neighbors
-        self.metric = metric
-        self.empty = empty
-        self.algorithm = algorithm
-        self.n_jobs = n_jobs
 
     def fit(self, X, y):
         """Store the training data and resolve the kernel. Returns ``self``."""
