@@ -1,0 +1,388 @@
+"""TSK (Takagi–Sugeno–Kang) fuzzy inference: prototype-centred local models.
+
+A TSK system with ``R`` rules "IF x_1 IS A_r1 AND ... AND x_d IS A_rd THEN y = f_r(x)" is the
+eager side of the localization method: a Gaussian kernel with per-feature bandwidth ``s_r``
+is centred on each rule's prototype ``c_r`` (the product of the Gaussian memberships),
+
+.. math::
+
+    \\mu_r(x) = \\prod_k \\exp\\Big(-\\frac{(x_k - c_{rk})^2}{2 s_{rk}^2}\\Big), \\qquad
+    w_r(x) = \\frac{\\mu_r(x)}{\\sum_s \\mu_s(x)}, \\qquad
+    \\hat y(x) = \\sum_r w_r(x)\\, f_r(x),
+
+and the consequents ``f_r(x) = a_r^T x + b_r`` (order 1) or ``b_r`` (order 0) are local
+models. Since ``f_r`` is linear in its coefficients, ``y(x) = [x, 1]^T sum_r w_r(x) [a_r, b_r]``:
+the prediction is the local mean of the rules' coefficient vectors, taken with
+prototype-centred weights. The weights come from :mod:`localkit.engine.prototypes`
+(``Kernel("gaussian", bandwidth=s_r)`` log-weights normalised in log-space).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize
+from scipy.special import log_softmax
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.cluster import KMeans
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
+
+from .._validation import check_array, check_choice, check_positive
+from ..engine.prototypes import prototype_weights
+
+MEMBERSHIPS = ("gaussian",)
+#: Width floor, in units of each feature's standard deviation (singleton clusters, flat features).
+_MIN_WIDTH = 0.1
+#: Iterations of the inner L-BFGS that fits logistic consequents (classifier).
+_INNER_MAX_ITER = 500
+
+
+def _inputs(Z, order):
+    """The consequents' inputs ``[z, 1]`` (order 1) or ``[1]`` (order 0)."""
+    ones = np.ones((len(Z), 1), dtype=Z.dtype)
+    return np.c_[Z, ones] if order == 1 else ones
+
+
+class _TSKBase(BaseEstimator):
+    """Shared fitting, in standardised features ``z``.
+
+    Prototypes by k-means, widths from the clusters' standard deviations. The consequents are
+    written ``beta_r = g + delta_r``: a shared linear model ``g`` plus per-rule deviations, so
+    that the regressors are ``[z1, w_1(z) z1, ..., w_R(z) z1]`` with ``z1 = [z, 1]`` and the
+    penalty ``alpha/2 |delta|^2`` shrinks the rules towards one global linear model (the limit
+    ``alpha -> inf``). Then ``max_iter`` L-BFGS iterations refine centres and log-widths with the
+    consequents re-solved at every step (ANFIS-style hybrid learning; the consequents are the
+    exact inner optimum, so the gradient in the premise parameters is the partial one).
+    """
+
+    def _check_params(self, n):
+        check_positive(self.n_rules, "n_rules", integer=True)
+        if self.n_rules > n:
+            raise ValueError(f"n_rules must be <= n_samples={n}, got {self.n_rules}")
+        if self.order not in (0, 1) or isinstance(self.order, bool):
+            raise ValueError(f"order must be 0 (constant consequents) or 1 (linear), got {self.order!r}")
+        check_choice(self.membership, "membership", MEMBERSHIPS)
+        if not (isinstance(self.alpha, str) and self.alpha in self._alpha_rules):
+            try:
+                check_positive(self.alpha, "alpha", allow_zero=True)
+            except TypeError as exc:
+                raise TypeError(f"alpha must be a number >= 0{' or ' if self._alpha_rules else ''}"
+                                f"{' or '.join(map(repr, self._alpha_rules))}, got {self.alpha!r}") from exc
+        check_positive(self.max_iter, "max_iter", allow_zero=True, integer=True)
+
+    def _fit_rules(self, X, T):
+        """Fit on ``X`` with targets ``T`` (n, t); returns the coefficients in input units,
+        shape (n_rules, d + 1, t) or (n_rules, 1, t)."""
+        # small dense problems: BLAS and OpenMP threads only wait on a shared machine
+        with threadpool_limits(limits=1):
+            return self._fit_rules_single_thread(X, T)
+
+    def _fit_rules_single_thread(self, X, T):
+        n, d = X.shape
+        self._check_params(n)
+        mu, sd = X.mean(axis=0), X.std(axis=0)
+        sd[sd == 0] = 1.0
+        Z = (X - mu) / sd
+        km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(Z)
+        C = km.cluster_centers_
+        S = np.full_like(C, _MIN_WIDTH)
+        for r in range(self.n_rules):
+            members = Z[km.labels_ == r]
+            if len(members) > 1:
+                S[r] = np.maximum(members.std(axis=0), _MIN_WIDTH)
+        theta = np.concatenate([C.ravel(), np.log(S).ravel()])
+        objective = _HybridObjective(self, Z, T)
+        self.alpha_ = self._choose_alpha(objective.regressors(theta)[1], T, objective.penalty)
+        self.n_iter_ = 0
+        if self.max_iter > 0:
+            res = optimize.minimize(objective, theta, jac=True, method="L-BFGS-B",
+                                    options={"maxiter": self.max_iter})
+            theta, self.n_iter_ = res.x, res.nit
+        objective(theta)  # consequents at the final premises
+        C, S = objective.premises(theta)
+        # back to input units: z = (x - mu) / sd
+        self.centers_, self.sigmas_ = mu + sd * C, sd * S
+        beta = objective.rule_coefs(objective.coef)
+        if self.order == 1:
+            a = beta[:, :d] / sd[None, :, None]
+            b = beta[:, d:] - np.einsum("rkt,k->rt", a, mu)[:, None]
+            beta = np.concatenate([a, b], axis=1)
+        return beta
+
+    def _choose_alpha(self, Psi, T, penalty):
+        return float(self.alpha)
+
+    # -- prediction in input units --------------------------------------------------------
+    def _validate_queries(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=np.float64)
+
+    def memberships(self, X):
+        """Normalised firing strengths ``w_r(x)`` of the rules, shape (n_samples, n_rules)."""
+        X = self._validate_queries(X)
+        return prototype_weights(X, self.centers_, self.sigmas_)[0]
+
+    def _blend(self, X):
+        """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``."""
+        X = self._validate_queries(X)
+        W = prototype_weights(X, self.centers_, self.sigmas_)[0]
+        coef = np.einsum("nr,rpt->npt", W, self.coefs_.reshape(self.n_rules, -1, self._n_out))
+        return np.einsum("np,npt->nt", _inputs(X, self.order), coef)
+
+
+class _HybridObjective:
+    """The training loss as a function of the premises ``theta = [centres, log-widths]``, with
+    the consequents solved exactly for each ``theta``; returns the loss and its gradient."""
+
+    def __init__(self, model, Z, T):
+        self.model, self.Z, self.T = model, Z, T
+        self.Z1 = _inputs(Z, model.order)
+        self.R, self.p = model.n_rules, self.Z1.shape[1]
+        self.penalty = np.r_[np.full(self.p, model._global_penalty), np.ones(self.R * self.p)]
+        self.coef = None  # warm start of the consequents
+
+    def premises(self, theta):
+        half = len(theta) // 2
+        shape = (self.R, self.Z.shape[1])
+        return theta[:half].reshape(shape), np.exp(theta[half:]).reshape(shape)
+
+    def regressors(self, theta):
+        """Memberships (n, R) and the regressors ``[z1, w_1 z1, ..., w_R z1]``."""
+        W, _ = prototype_weights(self.Z, *self.premises(theta))
+        rules = (W[:, :, None] * self.Z1[:, None, :]).reshape(len(W), -1)
+        return W, np.c_[self.Z1, rules]
+
+    def rule_coefs(self, coef):
+        """``beta_r = g + delta_r``, shape (R, p, t)."""
+        return coef[:self.p][None] + coef[self.p:].reshape(self.R, self.p, -1)
+
+    def __call__(self, theta):
+        m = self.model
+        C, S = self.premises(theta)
+        W, Psi = self.regressors(theta)
+        coef = self.coef = m._solve_consequents(Psi, self.T, self.penalty, self.coef)
+        out = Psi @ coef
+        loss, E = m._loss(out, self.T)
+        loss += 0.5 * m.alpha_ * np.sum(self.penalty[:, None] * coef * coef)
+        # d loss / d log mu_ir = w_ir E_i . (f_r(z_i) - out_i); chain rule to c and log s
+        F = np.einsum("np,rpt->nrt", self.Z1, self.rule_coefs(coef))
+        G = W * np.einsum("nt,nrt->nr", E, F - out[:, None, :])
+        Z = self.Z
+        g_sum, gZ, gZ2 = G.sum(axis=0)[:, None], G.T @ Z, G.T @ (Z * Z)
+        inv = 1.0 / (S * S)
+        grad_c = (gZ - C * g_sum) * inv
+        grad_s = (gZ2 - 2 * C * gZ + C * C * g_sum) * inv
+        return loss, np.concatenate([grad_c.ravel(), grad_s.ravel()])
+
+
+class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
+    """TSK fuzzy regression: Gaussian rules centred on prototypes, linear consequents.
+
+    **Kernel:** one Gaussian kernel per rule, centred on its prototype ``c_r`` with per-feature
+    bandwidth ``s_r`` (the product of the Gaussian memberships), normalised over the rules.
+    **Values:** the rules' coefficient vectors ``[a_r, b_r]``. **Local model:** ``a_r^T x + b_r``
+    (order 1) or ``b_r`` (order 0); ``y(x) = sum_r w_r(x) (a_r^T x + b_r)``.
+
+    Fitting (see :class:`_TSKBase`): k-means prototypes, cluster widths, consequents by
+    penalised least squares on the regressors ``w_r(x) [x, 1]`` (the LSE step of ANFIS), with
+    the rules shrunk towards a shared linear model, then optional refinement of centres and
+    widths by gradient (L-BFGS).
+
+    Parameters
+    ----------
+    n_rules : int, default=5
+    order : {0, 1}, default=1
+    membership : {"gaussian"}, default="gaussian"
+    alpha : float >= 0 or "loo", default="loo"
+        Penalty ``alpha/2 |delta|^2`` on the rules' deviations from the shared linear model
+        (standardised features, loss averaged over samples). "loo" picks it from
+        ``logspace(-6, 4, 21)`` by exact leave-one-out error of the penalised least squares
+        (the hat-matrix formula), at the k-means premises.
+    max_iter : int, default=0
+        L-BFGS iterations of the joint refinement of centres and widths (0: none).
+    random_state : int, RandomState or None
+        Seeds k-means.
+
+    Attributes
+    ----------
+    centers_, sigmas_ : ndarray of shape (n_rules, n_features)
+        Prototypes and Gaussian widths, in input units.
+    coefs_ : ndarray of shape (n_rules, n_features + 1) or (n_rules, 1)
+        ``[a_1 .. a_d, b]`` per rule (order 1), ``[b]`` (order 0).
+    alpha_ : float
+        The penalty used.
+    n_iter_ : int
+        Iterations of the refinement.
+
+    Notes
+    -----
+    Equals simpful's Sugeno inference (product AND, Gaussian sets) wherever some rule fires;
+    where every firing strength underflows to 0 simpful returns 0, this model the blend of its
+    nearest rules (the normalisation is done in log-space).
+
+    Examples
+    --------
+    >>> from localkit import TSKFuzzyRegressor
+    >>> tsk = TSKFuzzyRegressor.from_rules(centers=[[0.0], [1.0]], sigmas=[[0.5], [0.5]],
+    ...                                    coefs=[[1.0, 0.0], [-1.0, 2.0]])
+    >>> tsk.predict([[0.0], [0.5], [1.0]]).round(3)
+    array([0.12, 1.  , 0.88])
+    """
+
+    _alpha_rules = ("loo",)
+    _global_penalty = 0.0  # the shared linear model is not shrunk
+
+    def __init__(self, n_rules=5, order=1, membership="gaussian", alpha="loo", max_iter=0,
+                 random_state=None):
+        self.n_rules = n_rules
+        self.order = order
+        self.membership = membership
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Fit prototypes, widths and consequents. Returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        self._n_out = 1
+        y_mean = y.mean()  # centred targets: no penalty ever pulls the level of y
+        beta = self._fit_rules(X, (y - y_mean)[:, None])
+        beta[:, -1] += y_mean  # sum_r w_r = 1: a shift of every intercept shifts y
+        self.coefs_ = beta[:, :, 0]
+        return self
+
+    @classmethod
+    def from_rules(cls, centers, sigmas, coefs):
+        """An explicit TSK system: rule ``r`` is ``IF x IS N(centers[r], sigmas[r]^2) THEN
+        y = coefs[r] . [x, 1]``. ``coefs`` of shape (n_rules, n_features + 1) gives order 1,
+        (n_rules,) or (n_rules, 1) order 0."""
+        centers = check_array(centers, "centers", ndim=(2,), dtype=np.float64)
+        R, d = centers.shape
+        sigmas = check_array(sigmas, "sigmas", ndim=(2,), dtype=np.float64)
+        if sigmas.shape != (R, d):
+            raise ValueError(f"sigmas must have the shape of centers {(R, d)}, got {sigmas.shape}")
+        if np.any(sigmas <= 0):
+            raise ValueError("sigmas must be > 0 (Gaussian widths)")
+        coefs = check_array(coefs, "coefs", ndim=(1, 2), dtype=np.float64)
+        if coefs.shape not in ((R, d + 1), (R, 1), (R,)):
+            raise ValueError(f"coefs must have shape (n_rules, n_features + 1) = {(R, d + 1)} or "
+                             f"(n_rules,) = ({R},), got {coefs.shape}")
+        coefs = coefs.reshape(R, -1)
+        model = cls(n_rules=R, order=1 if coefs.shape[1] == d + 1 else 0)
+        model.centers_, model.sigmas_, model.coefs_ = centers, sigmas, coefs
+        model.n_features_in_, model._n_out = d, 1
+        return model
+
+    def predict(self, X):
+        """``sum_r w_r(x) f_r(x)``."""
+        return self._blend(X)[:, 0]
+
+    def _solve_consequents(self, Psi, T, penalty, _=None, alpha=None):
+        n = len(Psi)
+        A = Psi.T @ Psi / n
+        A[np.diag_indices_from(A)] += (self.alpha_ if alpha is None else alpha) * penalty
+        return np.linalg.lstsq(A, Psi.T @ T / n, rcond=None)[0]
+
+    def _choose_alpha(self, Psi, T, penalty):
+        if self.alpha != "loo":
+            return float(self.alpha)
+        best, best_err = None, np.inf
+        for alpha in np.logspace(-6, 4, 21):
+            coef = self._solve_consequents(Psi, T, penalty, alpha=alpha)
+            A = Psi.T @ Psi
+            A[np.diag_indices_from(A)] += len(Psi) * alpha * penalty
+            h = np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
+            err = np.mean(((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
+            if err < best_err:
+                best, best_err = float(alpha), err
+        return best
+
+    @staticmethod
+    def _loss(out, T):
+        E = (out - T) / len(T)
+        return 0.5 * np.sum((out - T) * E), E
+
+
+class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
+    """TSK fuzzy classification: the rules' local models are multinomial logistic models,
+    blended in the logits, ``p(c | x) = softmax_c(sum_r w_r(x) (A_r x + b_r)_c)``.
+
+    Kernel and values as in :class:`TSKFuzzyRegressor`; the local model at each prototype is a
+    linear (order 1) or constant (order 0) logit model. Consequents are fitted by penalised
+    cross-entropy (L-BFGS), then centres and widths are optionally refined as in the regressor.
+
+    Parameters
+    ----------
+    n_rules, order, membership, max_iter, random_state :
+        As in :class:`TSKFuzzyRegressor`.
+    alpha : float >= 0, default=1e-3
+        Penalty ``alpha/2 |beta|^2`` on the shared logit model and the rules' deviations from
+        it (keeps separable classes finite).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    centers_, sigmas_ : ndarray of shape (n_rules, n_features)
+    coefs_ : ndarray of shape (n_rules, n_features + 1, n_classes) or (n_rules, 1, n_classes)
+    alpha_, n_iter_ : as in :class:`TSKFuzzyRegressor`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from localkit import TSKFuzzyClassifier
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = TSKFuzzyClassifier(n_rules=3, random_state=0).fit(X, y)
+    >>> bool(clf.score(X, y) > 0.95)
+    True
+    """
+
+    _alpha_rules = ()
+    _global_penalty = 1.0
+
+    def __init__(self, n_rules=5, order=1, membership="gaussian", alpha=1e-3, max_iter=0,
+                 random_state=None):
+        self.n_rules = n_rules
+        self.order = order
+        self.membership = membership
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Fit prototypes, widths and logistic consequents. Returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        self._n_out = len(self.classes_)
+        self.coefs_ = self._fit_rules(X, np.eye(self._n_out)[codes])
+        return self
+
+    def decision_function(self, X):
+        """The blended logits, shape (n_samples, n_classes)."""
+        return self._blend(X)
+
+    def predict_proba(self, X):
+        """``softmax`` of the blended logits."""
+        return np.exp(log_softmax(self.decision_function(X), axis=1))
+
+    def predict(self, X):
+        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+
+    def _solve_consequents(self, Psi, T, penalty, coef0):
+        shape = (Psi.shape[1], T.shape[1])
+        pen = np.repeat(penalty, T.shape[1]) * self.alpha_
+
+        def fun(b):
+            loss, E = self._loss(Psi @ b.reshape(shape), T)
+            return loss + 0.5 * b @ (pen * b), (Psi.T @ E).ravel() + pen * b
+
+        x0 = np.zeros(np.prod(shape)) if coef0 is None else coef0.ravel()
+        res = optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
+                                options={"maxiter": _INNER_MAX_ITER, "gtol": 1e-10})
+        return res.x.reshape(shape)
+
+    @staticmethod
+    def _loss(out, T):
+        logp = log_softmax(out, axis=1)
+        return -np.sum(T * logp) / len(T), (np.exp(logp) - T) / len(T)

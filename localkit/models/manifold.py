@@ -1,0 +1,303 @@
+"""Local geometry: locally linear embedding and local PCA.
+
+Both are local models fitted on a neighbourhood:
+
+* **LLE** reconstructs each point from its k nearest neighbours (a kNN kernel with the uniform
+  profile) with an affine local linear model, then finds the global coordinates that the same
+  weights reconstruct best.
+* **local PCA** is the eigen-decomposition of the kernel-weighted covariance at a query, the
+  localization trick applied to PCA.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg, sparse
+from scipy.sparse.linalg import LinearOperator, eigsh, splu
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._validation import check_choice, check_positive
+from ..engine import local_moments, map_blocks
+from ..engine import neighbors as nb
+from ..engine.blocks import resolve_n_jobs
+from ._base import FLOATS, LocalKernelMixin
+
+EIGEN_SOLVERS = ("auto", "dense", "arpack")
+#: Bytes of (neighbours x features) differences one block of Gram solves may hold.
+_GRAM_BUDGET = 64 * 2**20
+
+
+def _check_n_components(value, high):
+    check_positive(value, "n_components", integer=True)
+    if value > high:
+        raise ValueError(f"n_components must be between 1 and {high}, got {value}")
+
+
+def barycenter_weights(X, Y, ind, reg, n_jobs=None):
+    """Affine reconstruction weights of each ``X[i]`` from its neighbours ``Y[ind[i]]``.
+
+    The local linear model at ``x_i``: ``min_w |x_i - sum_j w_j y_j|^2`` subject to
+    ``sum_j w_j = 1``. With ``C = Y[ind[i]] - x_i`` and the Gram matrix ``G = C C^T`` the
+    solution is ``w = G^{-1} 1 / (1^T G^{-1} 1)``; ``G`` is regularised as in scikit-learn:
+    ``G += reg * trace(G) * I`` (``reg * I`` when the trace is 0). All solves of a block are
+    one batched ``np.linalg.solve`` on stacked ``(k, k)`` systems.
+    """
+    n, k = ind.shape
+    B = np.empty((n, k), dtype=X.dtype)
+    block = max(1, int(_GRAM_BUDGET // (8 * k * max(X.shape[1], k) * 3)))
+
+    def run(rows):
+        C = Y[ind[rows]] - X[rows, None, :]
+        G = C @ C.transpose(0, 2, 1)
+        trace = np.trace(G, axis1=1, axis2=2)
+        G[:, np.arange(k), np.arange(k)] += np.where(trace > 0, reg * trace, reg)[:, None]
+        w = np.linalg.solve(G, np.ones((len(G), k, 1), dtype=G.dtype))[..., 0]
+        B[rows] = w / w.sum(axis=1, keepdims=True)
+
+    map_blocks(run, n, block, n_jobs)
+    return B
+
+
+class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Locally linear embedding (Roweis & Saul, 2000), standard method.
+
+    **Kernel:** the kNN kernel with the uniform profile (the ``n_neighbors`` nearest other
+    samples, equal weight). **Values:** the neighbours' coordinates. **Local model:** an affine
+    combination fitted by regularised least squares (see :func:`barycenter_weights`),
+
+    .. math::
+
+        W_i = \\arg\\min_{\\sum_j w_j = 1} \\Big|x_i - \\sum_{j \\in N_k(i)} w_j x_j\\Big|^2
+              + \\mathrm{reg}\\,\\mathrm{tr}(G_i)\\,|w|^2 .
+
+    The embedding ``Y`` minimises ``sum_i |y_i - sum_j W_ij y_j|^2 = tr(Y^T M Y)`` with
+    ``M = (I - W)^T (I - W)`` sparse, under ``Y^T Y = I``: the eigenvectors of ``M`` for its
+    smallest eigenvalues after the constant one (eigenvalue 0, since the rows of ``W`` sum
+    to 1). Agrees with scikit-learn's ``LocallyLinearEmbedding(method="standard")``.
+
+    Parameters
+    ----------
+    n_neighbors : int, default=5
+        ``k``, the neighbours of each point (itself excluded); must be < n_samples.
+    n_components : int, default=2
+        Dimension of the embedding; at most n_features.
+    reg : float, default=1e-3
+        Regularisation of the Gram matrices, relative to their trace.
+    eigen_solver : {"auto", "dense", "arpack"}, default="auto"
+        "dense": ``scipy.linalg.eigh`` of the dense ``M`` (small problems). "arpack": the
+        sparse ``M`` factorised once (sparse LU with a symmetric minimum-degree ordering) and
+        ``scipy.sparse.linalg.eigsh`` in shift-invert mode about 0. "auto" picks as
+        scikit-learn does: "arpack" for more than 200 samples and ``n_components + 1 < 10``.
+    tol : float, default=1e-6
+        Convergence tolerance of "arpack".
+    max_iter : int, default=100
+        Maximum Arnoldi iterations of "arpack".
+    random_state : int, RandomState or None, default=None
+        Seeds the starting vector of "arpack" (drawn as in scikit-learn).
+    n_jobs : int or None, default=None
+        Threads over blocks of Gram solves (None: all cores).
+
+    Attributes
+    ----------
+    embedding_ : ndarray of shape (n_samples, n_components)
+    reconstruction_error_ : float
+        ``tr(Y^T M Y)``, the sum of the eigenvalues of the embedding.
+    weights_ : sparse matrix of shape (n_samples, n_samples)
+        The reconstruction weights ``W`` (CSR).
+    X_fit_ : ndarray of shape (n_samples, n_features)
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_swiss_roll
+    >>> from localkit import LocallyLinearEmbedding
+    >>> X, _ = make_swiss_roll(400, random_state=0)
+    >>> Y = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense").fit_transform(X)
+    >>> Y.shape
+    (400, 2)
+    """
+
+    def __init__(self, n_neighbors=5, n_components=2, reg=1e-3, eigen_solver="auto", tol=1e-6,
+                 max_iter=100, random_state=None, n_jobs=None):
+        self.n_neighbors = n_neighbors
+        self.n_components = n_components
+        self.reg = reg
+        self.eigen_solver = eigen_solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _check_params(self, n, d):
+        if n < 2:
+            raise ValueError(f"LocallyLinearEmbedding needs at least 2 samples, got {n}")
+        check_positive(self.n_neighbors, "n_neighbors", integer=True)
+        if self.n_neighbors >= n:
+            raise ValueError(f"n_neighbors must be < n_samples={n}, got {self.n_neighbors}")
+        _check_n_components(self.n_components, min(d, n - 1))
+        check_positive(self.reg, "reg", allow_zero=True)
+        check_choice(self.eigen_solver, "eigen_solver", EIGEN_SOLVERS)
+        check_positive(self.tol, "tol", allow_zero=True)
+        check_positive(self.max_iter, "max_iter", integer=True)
+        resolve_n_jobs(self.n_jobs)
+
+    def fit(self, X, y=None):
+        """Compute the reconstruction weights and the embedding. Returns ``self``."""
+        X = validate_data(self, X, dtype=np.float64)
+        n, d = X.shape
+        self._check_params(n, d)
+        self.index_ = nb.make_index(X, "euclidean")
+        _, ind = nb.kneighbors(self.index_, X, self.n_neighbors, exclude_self=True)
+        data = barycenter_weights(X, X, ind, self.reg, self.n_jobs).ravel()
+        indptr = np.arange(0, n * self.n_neighbors + 1, self.n_neighbors)
+        self.weights_ = sparse.csr_matrix((data, ind.ravel(), indptr), shape=(n, n))
+        I_W = sparse.identity(n, format="csr") - self.weights_
+        M = (I_W.T @ I_W).tocsc()
+        self.embedding_, self.reconstruction_error_ = self._null_space(M)
+        self.X_fit_ = X
+        self._n_features_out = self.n_components
+        return self
+
+    def _null_space(self, M):
+        """Eigenvectors of ``M`` for eigenvalues 2 .. n_components + 1 (the first is constant)."""
+        n, k = M.shape[0], self.n_components
+        solver = self.eigen_solver
+        if solver == "auto":
+            solver = "arpack" if n > 200 and k + 1 < 10 else "dense"
+        if solver == "dense":
+            vals, vecs = linalg.eigh(M.toarray(), subset_by_index=(1, k), overwrite_a=True)
+            order = np.argsort(np.abs(vals))
+            return vecs[:, order], float(np.sum(vals))
+        if k + 1 >= n:
+            raise ValueError(f"eigen_solver='arpack' needs n_components + 1 < n_samples={n}; use 'dense'")
+        # shift-invert about 0: one sparse LU of M; a symmetric ordering keeps its fill-in low
+        try:
+            lu = splu(M, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                      options={"SymmetricMode": True})
+        except RuntimeError as exc:
+            raise ValueError(f"eigen_solver='arpack' could not factorise (I - W)^T (I - W) ({exc}); "
+                             "the weights are singular, use eigen_solver='dense' or a larger reg") from exc
+        op = LinearOperator(M.shape, matvec=lu.solve, dtype=M.dtype)
+        v0 = check_random_state(self.random_state).uniform(-1, 1, n)
+        vals, vecs = eigsh(M, k + 1, sigma=0.0, OPinv=op, tol=self.tol, maxiter=self.max_iter, v0=v0)
+        order = np.argsort(vals)
+        return vecs[:, order[1:]], float(np.sum(vals[order[1:]]))
+
+    def transform(self, X):
+        """Embed new points: reconstruct each from its ``n_neighbors`` nearest training points
+        (same local model) and apply those weights to their embeddings."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        _, ind = nb.kneighbors(self.index_, X, self.n_neighbors)
+        w = barycenter_weights(X, self.X_fit_, ind, self.reg, self.n_jobs)
+        return np.einsum("qk,qkc->qc", w, self.embedding_[ind])
+
+    def fit_transform(self, X, y=None):
+        """Fit and return the embedding of the training points."""
+        return self.fit(X).embedding_
+
+
+@dataclass
+class LocalPCAResult:
+    """Local PCA at each query.
+
+    mean : (n_queries, d) the kernel-weighted mean ``m(x*)``.
+    components : (n_queries, n_components, d) principal axes, largest variance first; each
+        axis signed so that its largest-magnitude entry is positive (scikit-learn's rule).
+    explained_variance : (n_queries, n_components) eigenvalues of the weighted covariance.
+    explained_variance_ratio : (n_queries, n_components) those over the total local variance.
+    """
+
+    mean: np.ndarray
+    components: np.ndarray
+    explained_variance: np.ndarray
+    explained_variance_ratio: np.ndarray
+
+
+class LocalPCA(LocalKernelMixin, BaseEstimator):
+    """Local principal component analysis: PCA of the kernel-weighted sample at each query.
+
+    **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the samples
+    ``x_i`` and their products ``x_i x_i^T`` (one engine pass of weighted moments). **Local
+    model:** a Gaussian (PCA) model fitted with the weights ``w_i(x*)``,
+
+    .. math::
+
+        m(x^*) = \\sum_i w_i(x^*)\\, x_i, \\qquad
+        \\Sigma(x^*) = \\sum_i w_i(x^*)\\, (x_i - m)(x_i - m)^T = V \\Lambda V^T,
+
+    the local components are the leading columns of ``V``. As the bandwidth grows the weights
+    become uniform and this is the global PCA (scikit-learn's ``explained_variance_`` divides
+    by ``n - 1`` where the weighted covariance divides by ``n``; the ratios agree).
+
+    Parameters
+    ----------
+    n_components : int, default=2
+    kernel, bandwidth, n_neighbors, metric, empty, algorithm, n_jobs :
+        The kernel and engine options of :class:`localkit.LocalMeanRegressor`.
+        ``kernel="uniform", n_neighbors=k`` gives the PCA of the k nearest samples.
+
+    Attributes
+    ----------
+    X_fit_ : ndarray of shape (n_samples, n_features)
+    bandwidth_, kernel_ : the resolved kernel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import LocalPCA
+    >>> t = np.linspace(0, np.pi, 200)
+    >>> X = np.c_[np.cos(t), np.sin(t)]  # a half circle
+    >>> lpca = LocalPCA(n_components=1, bandwidth=0.05).fit(X)
+    >>> np.abs(lpca.local_components([[0.0, 1.0]])).round(2)  # tangent at the top
+    array([[[1., 0.]]])
+    """
+
+    def __init__(self, n_components=2, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
+                 metric="euclidean", empty="nearest", algorithm="auto", n_jobs=None):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.metric = metric
+        self.empty = empty
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs
+
+    def fit(self, X, y=None):
+        """Store the samples and resolve the kernel. Returns ``self``."""
+        X = validate_data(self, X, dtype=FLOATS)
+        _check_n_components(self.n_components, X.shape[1])
+        self._fit_kernel(X)
+        self.X_fit_ = X
+        self.center_ = X.mean(axis=0)
+        return self
+
+    def local_pca(self, X):
+        """Weighted mean, components and explained variances at each row of ``X``."""
+        X = self._validate_queries(X)
+        # centred features: the covariance M2 - M1 M1^T then loses no digits to a far origin
+        mom = local_moments(X, self.X_fit_, self.X_fit_ - self.center_, kernel=self.kernel_,
+                            empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs)
+        cov = mom.covariance()
+        vals, vecs = np.linalg.eigh(cov)
+        k = self.n_components
+        vals, vecs = vals[:, ::-1][:, :k], vecs[:, :, ::-1][:, :, :k]
+        comps = vecs.transpose(0, 2, 1)
+        big = np.argmax(np.abs(comps), axis=2)
+        comps *= np.sign(np.take_along_axis(comps, big[:, :, None], axis=2))
+        vals = np.maximum(vals, 0.0)
+        total = np.trace(cov, axis1=1, axis2=2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(total[:, None] > 0, vals / total[:, None], 0.0)
+        return LocalPCAResult(mom.M1 + self.center_, comps, vals, ratio)
+
+    def local_components(self, X):
+        """The local principal axes, shape (n_queries, n_components, n_features)."""
+        return self.local_pca(X).components
+
+    def local_explained_variance(self, X):
+        """The local variances along those axes, shape (n_queries, n_components)."""
+        return self.local_pca(X).explained_variance
