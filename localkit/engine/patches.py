@@ -204,17 +204,21 @@ def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, inv_h2, offset, n_threads):
                         for l in range(m2):
                             dist = w[l] * inv_c - offset
                             w[l] = _exp_neg(-max(dist, 0.0) * inv_h2)
-                        here = acc[k, C, x0, x1]
-                        there = acc[k, C, x0 + t0, x1 + t1]
+                        # separate loops for x and x + t: in one loop the two rows may overlap
+                        # (shifts along the last axis), which would keep it from vectorising
+                        here = acc[k, C, x0, x1, lo2:hi2]
                         for l in range(m2):
-                            here[lo2 + l] += w[l]
-                            there[lo2 + l + t2] += w[l]
+                            here[l] += w[l]
+                        there = acc[k, C, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
+                        for l in range(m2):
+                            there[l] += w[l]
                         for c in range(C):
-                            here = acc[k, c, x0, x1]
-                            there = acc[k, c, x0 + t0, x1 + t1]
-                            v_here = P[c, x0 + o0, x1 + o1]
-                            v_there = P[c, x0 + t0 + o0, x1 + t1 + o1]
+                            here = acc[k, c, x0, x1, lo2:hi2]
+                            v_there = P[c, x0 + t0 + o0, x1 + t1 + o1, lo2 + t2 + o2:hi2 + t2 + o2]
                             for l in range(m2):
-                                here[lo2 + l] += w[l] * v_there[lo2 + l + t2 + o2]
-                                there[lo2 + l + t2] += w[l] * v_here[lo2 + l + o2]
+                                here[l] += w[l] * v_there[l]
+                            there = acc[k, c, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
+                            v_here = P[c, x0 + o0, x1 + o1, lo2 + o2:hi2 + o2]
+                            for l in range(m2):
+                                there[l] += w[l] * v_here[l]
     return acc
