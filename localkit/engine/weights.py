@@ -30,14 +30,28 @@ class KernelWeights:
         self.centre = samples.mean(axis=0)
         self.Xs = self.kernel.scale(samples - self.centre, self.h)
         self.x_sq = np.einsum("ij,ij->i", self.Xs, self.Xs)
-        self.index = None if k is None else nb.make_index(self.Xs, self.kernel.metric)
+        self._index = None
+
+    @property
+    def index(self):
+        """The neighbour index over the scaled samples, built on first use (kNN, nearest)."""
+        if self._index is None:
+            self._index = nb.make_index(self.Xs, self.kernel.metric)
+        return self._index
+
+    def _scaled(self, queries):
+        return self.kernel.scale(np.asarray(queries, dtype=self.Xs.dtype) - self.centre, self.h)
+
+    def nearest(self, queries):
+        """Index of the nearest sample of each query (for empty neighbourhoods)."""
+        return self.index.kneighbors(self._scaled(queries), n_neighbors=1)[1][:, 0]
 
     def log_weights(self, queries, *, exclude_self=False, row_offset=0):
         """``(b_q, n_samples)`` log-weights; ``exclude_self`` sets ``log K = -inf`` for sample
         ``row_offset + i`` at query ``i`` (queries are then the samples)."""
-        Qs = self.kernel.scale(np.asarray(queries, dtype=self.Xs.dtype) - self.centre, self.h)
+        Qs = self._scaled(queries)
         q_scale = None
-        if self.index is not None:
+        if self.kernel.n_neighbors is not None:
             q_scale = nb.knn_bandwidth(self.index, Qs, self.kernel.n_neighbors, exclude_self=exclude_self,
                                        row_offset=row_offset)
         L, offset = self.kernel.log_weights(Qs, self.Xs, x_sq=self.x_sq, q_scale=q_scale)

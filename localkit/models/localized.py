@@ -141,7 +141,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         X, y = self.X_fit_[keep], self.y_fit_[keep]
         proba = method == "predict_proba"
         if not keep.any():  # empty neighbourhood: the nearest sample's target
-            y = self.y_fit_[[np.argmax(self.weights_.log_weights(q[None])[0])]]
+            y = self.y_fit_[self.weights_.nearest(q[None])]
         if proba and len(np.unique(y)) == 1:
             return (self.classes_ == y[0]).astype(float)
         if not keep.any() or (is_classifier(self.estimator) and len(np.unique(y)) == 1):
@@ -155,6 +155,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
     def predict(self, X):
         """The prediction of each query's local fit at the query."""
+        check_is_fitted(self)
         if is_classifier(self.estimator) and hasattr(self.estimator, "predict_proba"):
             return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
         return self._local(X, "predict")

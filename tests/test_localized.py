@@ -1,0 +1,116 @@
+"""The localization trick: Localized(estimator) against a hand-written loop of the same weighted
+fits, and against the closed form of local linear regression."""
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+from sklearn.naive_bayes import GaussianNB
+from sklearn.neighbors import KNeighborsRegressor
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import Kernel, Localized, LocalPolynomialRegressor
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return X[:200], y[:200]
+
+
+def tight_logistic():
+    # converged to 1e-10, so that the comparison measures the localization, not the solver's stop
+    return LogisticRegression(tol=1e-10, max_iter=5000)
+
+
+def test_local_logistic_equals_a_hand_loop(iris):
+    X, y = iris
+    Xq = X[::15] + 0.05
+    got = Localized(tight_logistic(), bandwidth=1.2).fit(X, y).predict_proba(Xq)
+    ref = []
+    for q in Xq:
+        w = Kernel("gaussian", bandwidth=1.2)(q[None], X)[0]
+        ref.append(tight_logistic().fit(X, y, sample_weight=w).predict_proba(q[None])[0])
+    np.testing.assert_allclose(got, np.array(ref), rtol=0, atol=1e-8)
+
+
+def test_parallel_blocks_give_the_same_answer(iris):
+    X, y = iris
+    model = Localized(LogisticRegression(), kernel="tricube", n_neighbors=40).fit(X, y)
+    one = model.predict_proba(X[::3])
+    two = model.set_params(n_jobs=2).predict_proba(X[::3])
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("kw", [dict(kernel="gaussian", bandwidth=0.08), dict(kernel="tricube", n_neighbors=60)])
+def test_localized_linear_regression_is_local_linear(diabetes, kw):
+    X, y = diabetes
+    got = Localized(LinearRegression(), **kw).fit(X, y).predict(X[:40])
+    ref = LocalPolynomialRegressor(degree=1, **kw).fit(X, y).predict(X[:40])
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8)
+
+
+def test_absent_classes_get_probability_zero(iris):
+    X, y = iris
+    model = Localized(LogisticRegression(), kernel="tricube", n_neighbors=12).fit(X, y)
+    proba = model.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    # a setosa query's neighbourhood holds no virginica: its probability is exactly zero
+    assert np.all(proba[y == 0, 2] == 0.0)
+    np.testing.assert_array_equal(model.classes_, [0, 1, 2])
+    assert model.score(X, y) > 0.9
+    # string labels map to the global classes
+    names = np.array(["setosa", "versicolor", "virginica"])
+    named = Localized(LogisticRegression(), kernel="tricube", n_neighbors=12).fit(X, names[y])
+    np.testing.assert_array_equal(named.predict(X), names[model.predict(X)])
+
+
+def test_min_weight_drops_only_light_samples(diabetes):
+    X, y = diabetes
+    full = Localized(Ridge(alpha=1e-3), bandwidth=0.1).fit(X, y).predict(X[:20])
+    light = Localized(Ridge(alpha=1e-3), bandwidth=0.1, min_weight=1e-12).fit(X, y).predict(X[:20])
+    np.testing.assert_allclose(light, full, rtol=1e-6)
+
+
+def test_empty_neighbourhood_gets_the_nearest_target(diabetes):
+    X, y = diabetes
+    far = X[:3] + np.r_[1.0, np.zeros(X.shape[1] - 1)]  # outside every tricube support
+    nearest = np.argmin(((far[:, None, :] - X[None]) ** 2).sum(axis=2), axis=1)
+    got = Localized(LinearRegression(), kernel="tricube", bandwidth=0.01).fit(X, y).predict(far)
+    np.testing.assert_array_equal(got, y[nearest])
+
+
+def test_bad_estimators_and_parameters(diabetes):
+    X, y = diabetes
+    with pytest.raises(TypeError, match="sample_weight"):
+        Localized(KNeighborsRegressor()).fit(X, y)
+    with pytest.raises(TypeError, match="fit"):
+        Localized(object()).fit(X, y)
+    with pytest.raises(ValueError, match="min_weight"):
+        Localized(LinearRegression(), min_weight=-1.0).fit(X, y)
+    with pytest.raises(ValueError, match="bandwidth"):
+        Localized(LinearRegression(), bandwidth=0.0).fit(X, y)
+    with pytest.raises(ValueError, match="cv"):
+        Localized(LinearRegression(), bandwidth="cv").fit(X, y)
+    with pytest.raises(ValueError, match="n_neighbors"):
+        Localized(LinearRegression(), n_neighbors=10**6).fit(X, y)
+    with pytest.raises(ValueError, match="NaN"):
+        Localized(LinearRegression()).fit(np.where(X > 0.05, np.nan, X), y)
+    model = Localized(LinearRegression()).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(X[:, :3])
+    assert not hasattr(model, "predict_proba")
+
+
+# Localized(LogisticRegression()) passes too, but one lbfgs fit per query makes the suite take
+# minutes; GaussianNB is a weighted classifier of the same shape and fits in microseconds.
+@pytest.mark.parametrize("est", [Localized(LinearRegression()), Localized(GaussianNB())],
+                         ids=["regressor", "classifier"])
+def test_check_estimator(est):
+    check_estimator(est)
