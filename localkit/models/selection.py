@@ -14,6 +14,12 @@ The search: a log-spaced grid of ``GRID`` isotropic bandwidths from ``s / 100`` 
 (``s`` the root total variance of the features), then a bounded scalar search of ``log h``
 between the neighbours of the best grid point; the best bandwidth evaluated is returned, so it
 is never worse than the grid.
+
+Adaptive bandwidths: a *balloon* bandwidth varies with the query (``n_neighbors=k``: ``h(x*)``
+is the distance to the k-th nearest sample); a *sample-point* bandwidth varies with the sample,
+``h_i`` = the distance of sample ``i`` to its k-th nearest other sample
+(:func:`sample_point_scales`, passed to the engine as ``sample_scale``:
+``K_i(x*) = k(|x* - x_i| / (h h_i))``).
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from scipy.optimize import minimize_scalar
 from sklearn.base import is_classifier
 
 from ..engine import local_sums
+from ..engine import neighbors as nb
+from .._validation import check_n_neighbors, check_points
 
 GRID = 24
 
@@ -72,3 +80,22 @@ def select_bandwidth(estimator, X, y, grid=GRID):
     hs = np.array(sorted(tried))
     estimator.cv_results_ = {"bandwidth": hs, "loo_loss": np.array([tried[h] for h in hs])}
     return float(hs[np.argmin(estimator.cv_results_["loo_loss"])])
+
+
+def sample_point_scales(X, n_neighbors):
+    """``h_i``: the distance of each sample to its ``n_neighbors``-th nearest other sample.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import local_mean
+    >>> from localkit.models.selection import sample_point_scales
+    >>> X = np.array([[0.0], [1.0], [3.0], [7.0]])
+    >>> sample_point_scales(X, 1)
+    array([1., 1., 2., 4.])
+    >>> local_mean([[2.0]], X, [0.0, 1.0, 2.0, 3.0], sample_scale=sample_point_scales(X, 1)).round(3)
+    array([1.799])
+    """
+    X = check_points(X, "X")
+    k = check_n_neighbors(n_neighbors, len(X) - 1)
+    return nb.knn_bandwidth(nb.make_index(X, "euclidean"), X, k, exclude_self=True)
