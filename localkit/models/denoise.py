@@ -131,6 +131,7 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     embedding_ : ndarray of shape (n_samples, n_components), the codes ``Z``.
+    kernel_ : Kernel, the decoder's kernel on latent codes (bandwidth 1).
     X_fit_ : ndarray, the training data (the decoder's values).
     reconstruction_error_ : float, the final leave-one-out mean squared error (summed over features).
     init_error_ : float, the same for the scaled PCA start.
@@ -162,11 +163,11 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         check_positive(self.max_iter, "max_iter", integer=True)
         if self.n_components > X.shape[1]:
             raise ValueError(f"n_components must be <= n_features={X.shape[1]}, got {self.n_components}")
-        self._kernel_name = check_smooth_kernel(self.kernel)
+        self.kernel_ = Kernel(check_smooth_kernel(self.kernel), bandwidth=1.0)
         Xd = X.astype(np.float64)
         Z0, self.init_error_ = self._scaled_pca(Xd)
         n, q = Z0.shape
-        res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self._kernel_name),
+        res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self.kernel_.name_),
                        Z0.ravel(), jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter})
         Z = res.x.reshape(n, q)
         self.embedding_ = Z.astype(X.dtype)
@@ -177,7 +178,7 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         return self
 
     def _loo_error(self, Z, X):
-        F = local_mean(Z, Z, X, self._kernel_name, bandwidth=1.0, exclude_self=True)
+        F = local_mean(Z, Z, X, self.kernel_, exclude_self=True)
         return float(np.mean(np.sum((F - X) ** 2, axis=1)))
 
     def _scaled_pca(self, X):
@@ -210,7 +211,7 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         """Minimise ``|x - f(z)|^2`` for each code on its own: normalised gradient steps whose
         length (in latent units, where the kernel width is 1) grows by 1.5 after a success and
         halves after a failure, so that a code never depends on the other rows of ``X``."""
-        err, grad = reconstruction_gradient(Zf, Xf, Z, X, kernel=self._kernel_name, per_query=True)
+        err, grad = reconstruction_gradient(Zf, Xf, Z, X, kernel=self.kernel_.name_, per_query=True)
         step = np.full(len(Z), 0.5)
         for _ in range(self.max_iter):
             active = step > 1e-8
@@ -219,7 +220,7 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
             a = np.flatnonzero(active)
             norm = np.linalg.norm(grad[a], axis=1, keepdims=True)
             trial = Z[a] - step[a, None] * grad[a] / np.where(norm > 0, norm, 1.0)
-            e_new, g_new = reconstruction_gradient(Zf, Xf, trial, X[a], kernel=self._kernel_name, per_query=True)
+            e_new, g_new = reconstruction_gradient(Zf, Xf, trial, X[a], kernel=self.kernel_.name_, per_query=True)
             better = e_new < err[a]
             ok = a[better]
             Z[ok], err[ok], grad[ok] = trial[better], e_new[better], g_new[better]
@@ -233,4 +234,4 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         Z = check_array(Z, dtype=FLOATS, input_name="Z")
         if Z.shape[1] != self.n_components:
             raise ValueError(f"Z has {Z.shape[1]} columns, but n_components={self.n_components}")
-        return local_mean(Z, self.embedding_, self.X_fit_, self._kernel_name, bandwidth=1.0)
+        return local_mean(Z, self.embedding_, self.X_fit_, self.kernel_)
