@@ -359,15 +359,18 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         return self
 
     def decision_function(self, X):
-        """The blended logits, shape (n_samples, n_classes)."""
-        return self._blend(X)
+        """The blended logits, shape (n_samples, n_classes); for two classes the logit of the
+        second against the first, shape (n_samples,), as scikit-learn expects."""
+        Z = self._blend(X)
+        return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     def predict_proba(self, X):
         """``softmax`` of the blended logits."""
-        return np.exp(log_softmax(self.decision_function(X), axis=1))
+        return np.exp(log_softmax(self._blend(X), axis=1))
 
     def predict(self, X):
-        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+        codes = np.argmax(self._blend(X), axis=1)
+        return self.classes_[codes]
 
     def _solve_consequents(self, Psi, T, penalty, coef0):
         shape = (Psi.shape[1], T.shape[1])

@@ -132,7 +132,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
 
     def _check_params(self, n, d):
         if n < 2:
-            raise ValueError(f"LocallyLinearEmbedding needs at least 2 samples, got {n}")
+            raise ValueError(f"LocallyLinearEmbedding needs at least 2 samples, got n_samples={n}")
         check_positive(self.n_neighbors, "n_neighbors", integer=True)
         if self.n_neighbors >= n:
             raise ValueError(f"n_neighbors must be < n_samples={n}, got {self.n_neighbors}")

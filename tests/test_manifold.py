@@ -1,0 +1,192 @@
+"""LocallyLinearEmbedding against scikit-learn's; LocalPCA against scikit-learn's PCA."""
+import numpy as np
+import pytest
+from scipy.spatial import procrustes
+from scipy.stats import spearmanr
+from sklearn.datasets import load_iris, make_swiss_roll
+from sklearn.decomposition import PCA
+from sklearn.manifold import LocallyLinearEmbedding as SkLLE
+from sklearn.manifold._locally_linear import barycenter_kneighbors_graph
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import LocallyLinearEmbedding, LocalPCA
+
+
+@pytest.fixture(scope="module")
+def roll():
+    return make_swiss_roll(800, random_state=0)[0]
+
+
+# -- LocallyLinearEmbedding ----------------------------------------------------------------------
+
+def test_weights_equal_sklearn_barycenter_graph(roll):
+    ours = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="dense").fit(roll).weights_
+    ref = barycenter_kneighbors_graph(roll, 12, reg=1e-3)
+    np.testing.assert_allclose(ours.toarray(), ref.toarray(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(ours.sum(axis=1)).ravel(), 1.0, atol=1e-12)
+
+
+def test_zero_trace_gram_uses_plain_reg():
+    # a point whose neighbours all coincide with it: trace(G) = 0, sklearn adds reg itself
+    X = np.r_[np.zeros((4, 2)), [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]
+    ours = LocallyLinearEmbedding(n_neighbors=3, n_components=1, eigen_solver="dense").fit(X).weights_
+    ref = barycenter_kneighbors_graph(X, 3, reg=1e-3)
+    # G = 0 + reg * I: equal weights on the three coinciding neighbours
+    np.testing.assert_allclose(ours[:4].data, 1.0 / 3.0, rtol=1e-12)
+    np.testing.assert_allclose(ours.toarray()[4:], ref.toarray()[4:], atol=1e-12)
+
+
+@pytest.mark.parametrize("n_neighbors, n_components", [(12, 2), (8, 3)])
+def test_dense_embedding_matches_sklearn(roll, n_neighbors, n_components):
+    ours = LocallyLinearEmbedding(n_neighbors=n_neighbors, n_components=n_components,
+                                  eigen_solver="dense").fit(roll)
+    ref = SkLLE(n_neighbors=n_neighbors, n_components=n_components, eigen_solver="dense").fit(roll)
+    assert procrustes(ours.embedding_, ref.embedding_)[2] < 1e-6
+    assert ours.reconstruction_error_ == pytest.approx(ref.reconstruction_error_, rel=1e-6)
+    # new points: the same orthogonal map takes our transform onto sklearn's
+    new = roll[:40] + 0.05
+    both_ours = np.r_[ours.embedding_, ours.transform(new)]
+    both_ref = np.r_[ref.embedding_, ref.transform(new)]
+    assert procrustes(both_ours, both_ref)[2] < 1e-6
+
+
+def test_arpack_matches_sklearn_arpack_and_dense(roll):
+    ours = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="arpack", random_state=0).fit(roll)
+    ref = SkLLE(n_neighbors=12, eigen_solver="arpack", random_state=0).fit(roll)
+    dense = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="dense").fit(roll)
+    assert procrustes(ours.embedding_, ref.embedding_)[2] < 1e-6
+    assert procrustes(ours.embedding_, dense.embedding_)[2] < 1e-6
+    assert ours.reconstruction_error_ == pytest.approx(ref.reconstruction_error_, rel=1e-4)
+    # "auto" chooses arpack here (n > 200, few components), as sklearn does
+    auto = LocallyLinearEmbedding(n_neighbors=12, random_state=0).fit(roll)
+    np.testing.assert_allclose(auto.embedding_, ours.embedding_)
+
+
+def test_embedding_is_orthonormal_and_unrolls_the_roll():
+    X, t = make_swiss_roll(1500, random_state=0)
+    Y = LocallyLinearEmbedding(n_neighbors=12, random_state=0).fit_transform(X)
+    np.testing.assert_allclose(Y.T @ Y, np.eye(2), atol=1e-6)
+    # one embedding axis orders the points along the roll (a monotone map of t)
+    assert max(abs(spearmanr(Y[:, j], t)[0]) for j in range(2)) > 0.99
+
+
+def test_fit_is_independent_of_threads(roll):
+    a = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense", n_jobs=1).fit(roll)
+    b = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense", n_jobs=2).fit(roll)
+    np.testing.assert_allclose(a.weights_.toarray(), b.weights_.toarray(), atol=1e-14)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"n_neighbors": 30}, "n_neighbors must be < n_samples=30"),
+    ({"n_neighbors": 0}, "n_neighbors"),
+    ({"n_neighbors": 2.5}, "n_neighbors must be an integer"),
+    ({"n_components": 4}, "n_components must be between 1 and 3"),
+    ({"reg": -1.0}, "reg must be finite and >= 0"),
+    ({"eigen_solver": "lobpcg"}, "eigen_solver must be one of"),
+    ({"max_iter": 0}, "max_iter"),
+])
+def test_lle_bad_parameters(params, match):
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    with pytest.raises((ValueError, TypeError), match=match):
+        LocallyLinearEmbedding(**params).fit(X)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_lle_rejects_non_finite(bad):
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    X[3, 1] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        LocallyLinearEmbedding().fit(X)
+    lle = LocallyLinearEmbedding().fit(np.nan_to_num(X, posinf=0.0, nan=0.0))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        lle.transform(X)
+
+
+def test_lle_rejects_empty_and_wrong_width():
+    with pytest.raises(ValueError):
+        LocallyLinearEmbedding().fit(np.zeros((0, 3)))
+    lle = LocallyLinearEmbedding().fit(np.random.default_rng(0).normal(size=(30, 3)))
+    with pytest.raises(ValueError, match="features"):
+        lle.transform(np.zeros((2, 4)))
+
+
+# -- LocalPCA ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def iris():
+    return load_iris().data
+
+
+def test_local_pca_tends_to_global_pca(iris):
+    n = len(iris)
+    ref = PCA(n_components=3).fit(iris)
+    errors = []
+    for h in [10.0, 100.0, 1e4, 1e6]:
+        res = LocalPCA(n_components=3, bandwidth=h).fit(iris).local_pca(iris[::15])
+        errors.append(np.abs(res.components - ref.components_).max())
+        if h == 1e6:
+            np.testing.assert_allclose(res.components, np.broadcast_to(ref.components_, res.components.shape),
+                                       atol=1e-9)
+            # the weighted covariance divides by n, sklearn's by n - 1
+            np.testing.assert_allclose(res.explained_variance * n / (n - 1),
+                                       np.broadcast_to(ref.explained_variance_, res.explained_variance.shape),
+                                       rtol=1e-9)
+            np.testing.assert_allclose(res.explained_variance_ratio,
+                                       np.broadcast_to(ref.explained_variance_ratio_, (10, 3)), atol=1e-9)
+            np.testing.assert_allclose(res.mean, np.broadcast_to(ref.mean_, res.mean.shape), atol=1e-9)
+    assert all(a > b for a, b in zip(errors, errors[1:]))
+
+
+def test_knn_uniform_local_pca_is_pca_of_the_neighbours(iris):
+    k = 25
+    lpca = LocalPCA(n_components=2, kernel="uniform", n_neighbors=k).fit(iris)
+    queries = iris[[3, 70, 120]] + 0.01
+    res = lpca.local_pca(queries)
+    for q, comps, var in zip(queries, res.components, res.explained_variance):
+        nearest = np.argsort(((iris - q) ** 2).sum(axis=1))[:k]
+        ref = PCA(n_components=2).fit(iris[nearest])
+        np.testing.assert_allclose(comps, ref.components_, atol=1e-8)
+        np.testing.assert_allclose(var * k / (k - 1), ref.explained_variance_, rtol=1e-8)
+
+
+def test_local_components_follow_a_curve():
+    t = np.linspace(0, np.pi, 300)
+    X = np.c_[np.cos(t), np.sin(t)]
+    lpca = LocalPCA(n_components=1, bandwidth=0.05).fit(X)
+    comps = lpca.local_components(X[10::40])[:, 0]
+    tangent = np.c_[-np.sin(t[10::40]), np.cos(t[10::40])]
+    np.testing.assert_allclose(np.abs(np.sum(comps * tangent, axis=1)), 1.0, atol=1e-3)
+    assert lpca.local_explained_variance(X[:3]).shape == (3, 1)
+
+
+def test_local_pca_translation_invariant(iris):
+    a = LocalPCA(n_components=2, bandwidth=0.7).fit(iris).local_pca(iris[:20])
+    b = LocalPCA(n_components=2, bandwidth=0.7).fit(iris + 1e4).local_pca(iris[:20] + 1e4)
+    np.testing.assert_allclose(a.components, b.components, atol=1e-6)
+    np.testing.assert_allclose(a.explained_variance, b.explained_variance, rtol=1e-6)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"n_components": 5}, "n_components must be between 1 and 4"),
+    ({"n_components": 0}, "n_components"),
+    ({"bandwidth": 0.0}, "bandwidth"),
+    ({"bandwidth": -1.0}, "bandwidth"),
+    ({"kernel": "nope"}, "kernel must be one of"),
+    ({"n_neighbors": 151}, "n_neighbors must be between 1 and n_samples=150"),
+])
+def test_local_pca_bad_parameters(iris, params, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        LocalPCA(**params).fit(iris)
+
+
+def test_local_pca_bad_queries(iris):
+    lpca = LocalPCA().fit(iris)
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        lpca.local_components([[np.nan, 0, 0, 0]])
+    with pytest.raises(ValueError, match="features"):
+        lpca.local_components([[0.0, 0.0]])
+
+
+@pytest.mark.parametrize("est", [LocallyLinearEmbedding(), LocalPCA()], ids=lambda e: type(e).__name__)
+def test_check_estimator(est):
+    check_estimator(est)
