@@ -158,8 +158,8 @@ def test_huge_h_is_the_window_mean_and_tiny_h_the_image(camera_crop):
     box = ndimage.uniform_filter(img, 2 * d + 1, mode="constant")  # mean over the clipped window
     count = ndimage.uniform_filter(np.ones_like(img), 2 * d + 1, mode="constant")
     np.testing.assert_allclose(denoise_nl_means(img, 5, d, h=1e8), box / count, rtol=0, atol=1e-12)
-    tiny = denoise_nl_means(img, 5, d, h=1e-12)  # every other weight underflows: no 0/0
-    np.testing.assert_array_equal(tiny, img)
+    for h in (1e-12, 1e-200):  # every other weight underflows (h^2 too): no 0/0
+        np.testing.assert_array_equal(denoise_nl_means(img, 5, d, h=h), img)
 
 
 def test_integer_images_are_scaled_as_skimage_does():

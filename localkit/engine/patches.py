@@ -99,7 +99,8 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None):
     n_threads = max(1, min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS, max(len(shifts), 1)))
     g0, g1, g2 = (np.ascontiguousarray(g, dtype=np.float64) for g in axis_weights)
     n0, n1, n2 = img.shape[:3]
-    acc = _shift_sums(padded, n0, n1, n2, g0, g1, g2, shifts, 1.0 / (h * h), float(offset), n_threads)
+    inv_h2 = min(1.0 / max(h * h, 1e-300), 1e300)  # h^2 may underflow; identical patches keep weight 1
+    acc = _shift_sums(padded, n0, n1, n2, g0, g1, g2, shifts, inv_h2, float(offset), n_threads)
     sums = acc.sum(axis=0)
     centre = padded[:, radii[0]:radii[0] + n0, radii[1]:radii[1] + n1, radii[2]:radii[2] + n2]
     weight = sums[-1] + 1.0  # the centre pixel: D = 0, weight 1
