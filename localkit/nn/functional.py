@@ -274,7 +274,7 @@ def _fused(q, k, v, kernel, h, allowed, bias, dropout_p):
     else:
         scale_t = scale = 1.0 / (h if kernel == "softmax" else h * h)
     if kernel == "gaussian":  # exp(-|q-k|^2/2h^2) ∝ exp(q.k/h^2 - |k|^2/2h^2): |q|^2 cancels
-        key_bias = (-0.5 * scale_t) * (k * k).sum(-1).unsqueeze(-2)
+        key_bias = torch.linalg.vecdot(k, k).mul_(-0.5 * scale_t).unsqueeze(-2)  # one pass over k
         bias = key_bias if bias is None else bias + key_bias
     empty = None
     if allowed is not None:

@@ -84,7 +84,7 @@ def _progress(step, steps, loss, elapsed, enabled):
 
 
 def train(args, echo=print):
-    """Train and return ``{"curve": [...], "val_bpc": ..., ...}``."""
+    """Train; return ``({"curve": [...], "val_bpc": ..., ...}, model)``."""
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -140,7 +140,7 @@ def train(args, echo=print):
          f"(unigram entropy {entropy:.3f}, {entropy - bpc:+.3f} bits better)")
     return {"kernel": args.kernel, "steps": step, "seconds": seconds, "val_bpc": bpc, "unigram_entropy": entropy,
             "unigram_val_bpc": unigram_val, "parameters": n_params, "curve": curve,
-            "config": {k: v for k, v in vars(args).items() if k not in ("func", "command")}}
+            "config": {k: v for k, v in vars(args).items() if k not in ("func", "command")}}, model
 
 
 def _parse(argv=None):
@@ -153,7 +153,7 @@ def _parse(argv=None):
 
 def main(args):
     _check(args)
-    result = train(args)
+    result, _ = train(args)
     if args.log:
         with open(args.log, "w") as f:
             json.dump(result, f, indent=1)
