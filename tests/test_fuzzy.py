@@ -1,0 +1,217 @@
+"""TSK fuzzy inference against simpful's Sugeno inference and scikit-learn baselines."""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from scipy.optimize import approx_fprime
+from sklearn.datasets import load_diabetes, load_iris, load_wine
+from sklearn.linear_model import LinearRegression
+from sklearn.model_selection import cross_val_score
+from sklearn.utils.estimator_checks import check_estimator
+
+from localkit import TSKFuzzyClassifier, TSKFuzzyRegressor
+from localkit.models.fuzzy import _HybridObjective
+
+simpful = pytest.importorskip("simpful")
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    return load_diabetes(return_X_y=True)
+
+
+def simpful_sugeno(centers, sigmas, coefs, X):
+    """The same rule base in simpful: Gaussian sets, product AND, linear (or crisp) outputs."""
+    R, d = centers.shape
+    names = [f"x{k}" for k in range(d)]
+    with contextlib.redirect_stdout(io.StringIO()):  # simpful prints its model type
+        fs = simpful.FuzzySystem(operators=["AND_PRODUCT"], show_banner=False, verbose=False)
+        for k, name in enumerate(names):
+            sets = [simpful.GaussianFuzzySet(mu=float(centers[r, k]), sigma=float(sigmas[r, k]), term=f"r{r}")
+                    for r in range(R)]
+            fs.add_linguistic_variable(name, simpful.LinguisticVariable(sets, concept=name))
+        for r in range(R):
+            if coefs.shape[1] == d + 1:
+                terms = [f"{float(a)!r}*{name}" for a, name in zip(coefs[r, :d], names)]
+                fs.set_output_function(f"f{r}", " + ".join(terms + [repr(float(coefs[r, d]))]))
+            else:
+                fs.set_crisp_output_value(f"f{r}", float(coefs[r, 0]))
+        fs.add_rules([f"IF {' AND '.join(f'({name} IS r{r})' for name in names)} THEN (y IS f{r})"
+                      for r in range(R)])
+        out = []
+        for x in X:
+            for name, v in zip(names, x):
+                fs.set_variable(name, float(v))
+            out.append(fs.Sugeno_inference(["y"])["y"])
+    return np.array(out, dtype=float)
+
+
+def test_simpful_rule_strings_are_per_rule():
+    # guard for the helper above: each rule names its own fuzzy sets
+    centers, sigmas = np.array([[0.0], [1.0]]), np.array([[0.3], [0.3]])
+    out = simpful_sugeno(centers, sigmas, np.array([[1.0], [5.0]]), np.array([[0.0], [1.0]]))
+    assert out[0] < 2 and out[1] > 4
+
+
+def test_fitted_rules_equal_simpful(diabetes):
+    X, y = diabetes
+    X = X[:, [2, 3, 8]]  # bmi, bp, s5
+    tsk = TSKFuzzyRegressor(n_rules=3, random_state=0).fit(X, y)
+    ref = simpful_sugeno(tsk.centers_, tsk.sigmas_, tsk.coefs_, X[:120])
+    assert np.all(np.isfinite(ref))
+    np.testing.assert_allclose(tsk.predict(X[:120]), ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_from_rules_equals_simpful(diabetes, order):
+    X, _ = diabetes
+    X = X[:80, [0, 2, 3, 9]]
+    rng = np.random.default_rng(1)
+    R, d = 4, X.shape[1]
+    centers = X[rng.choice(len(X), R, replace=False)]
+    sigmas = rng.uniform(0.02, 0.08, size=(R, d))
+    coefs = rng.normal(scale=100.0, size=(R, d + 1) if order == 1 else (R,))
+    tsk = TSKFuzzyRegressor.from_rules(centers, sigmas, coefs)
+    assert tsk.order == order and tsk.n_rules == R
+    ref = simpful_sugeno(centers, sigmas, coefs.reshape(R, -1), X)
+    np.testing.assert_allclose(tsk.predict(X), ref, rtol=0, atol=1e-9)
+
+
+def test_memberships_are_normalised_product_gaussians(diabetes):
+    X, _ = diabetes
+    X = X[:50, :3]
+    centers, sigmas = X[:3], np.full((3, 3), 0.05)
+    tsk = TSKFuzzyRegressor.from_rules(centers, sigmas, np.zeros((3, 4)))
+    mu = np.prod(np.exp(-(X[:, None, :] - centers[None]) ** 2 / (2 * sigmas[None] ** 2)), axis=2)
+    np.testing.assert_allclose(tsk.memberships(X), mu / mu.sum(axis=1, keepdims=True), atol=1e-12)
+
+
+def test_far_point_blends_its_nearest_rule_instead_of_nan():
+    # every firing strength underflows (simpful would print a warning and return 0)
+    tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[0.01], [0.01]], [[0.0, 3.0], [0.0, 7.0]])
+    np.testing.assert_allclose(tsk.predict([[50.0], [-50.0]]), [7.0, 3.0])
+
+
+def test_cross_validated_r2_at_least_linear_regression(diabetes):
+    X, y = diabetes
+    ours = cross_val_score(TSKFuzzyRegressor(random_state=0), X, y, cv=5).mean()
+    linear = cross_val_score(LinearRegression(), X, y, cv=5).mean()
+    assert ours >= linear
+
+
+def test_huge_penalty_gives_linear_regression(diabetes):
+    X, y = diabetes
+    tsk = TSKFuzzyRegressor(n_rules=3, alpha=1e9, random_state=0).fit(X, y)
+    lin = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(tsk.predict(X), lin.predict(X), rtol=1e-5)
+    np.testing.assert_allclose(tsk.coefs_[:, :-1], np.broadcast_to(lin.coef_, (3, 10)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_premise_gradient_matches_finite_differences(diabetes, order):
+    X, y = diabetes
+    Z = (X[:, :3] - X[:, :3].mean(0)) / X[:, :3].std(0)
+    model = TSKFuzzyRegressor(n_rules=3, order=order)
+    model.alpha_ = 1e-2
+    objective = _HybridObjective(model, Z, (y - y.mean())[:, None])
+    rng = np.random.default_rng(0)
+    theta = np.r_[rng.normal(size=9), np.log(rng.uniform(0.5, 1.5, 9))]
+    grad = objective(theta)[1]
+    numeric = approx_fprime(theta, lambda t: objective(t)[0], 1e-6)
+    np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-6 * np.abs(grad).max())
+
+
+def test_classifier_premise_gradient(rng):
+    X, y = load_iris(return_X_y=True)
+    Z = (X - X.mean(0)) / X.std(0)
+    model = TSKFuzzyClassifier(n_rules=3)
+    model.alpha_ = 1e-2
+    objective = _HybridObjective(model, Z, np.eye(3)[y])
+    theta = np.r_[rng.normal(size=12), np.log(rng.uniform(0.5, 1.5, 12))]
+
+    def loss(t):  # cold start: the loss is then a function of theta alone
+        objective.coef = None
+        return objective(t)[0]
+
+    eps = 1e-4
+    numeric = np.array([(loss(theta + eps * e) - loss(theta - eps * e)) / (2 * eps) for e in np.eye(len(theta))])
+    objective.coef = None
+    grad = objective(theta)[1]
+    # the inner logistic fit is iterative: agreement to its tolerance
+    np.testing.assert_allclose(grad, numeric, atol=1e-3 * np.abs(grad).max())
+
+
+def test_refinement_lowers_training_error(diabetes):
+    X, y = diabetes
+    X = X[:, [2, 3, 8]]
+    plain = TSKFuzzyRegressor(n_rules=3, alpha=1e-3, random_state=0).fit(X, y)
+    refined = TSKFuzzyRegressor(n_rules=3, alpha=1e-3, max_iter=30, random_state=0).fit(X, y)
+    assert refined.n_iter_ >= 1
+    assert refined.score(X, y) > plain.score(X, y)
+
+
+def test_classifier_on_wine():
+    X, y = load_wine(return_X_y=True)
+    assert cross_val_score(TSKFuzzyClassifier(n_rules=3, random_state=0), X, y, cv=5).mean() > 0.93
+    clf = TSKFuzzyClassifier(n_rules=3, random_state=0).fit(X, np.array(["a", "b", "c"])[y])
+    proba = clf.predict_proba(X[:10])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert set(clf.predict(X)) <= {"a", "b", "c"}
+    assert clf.coefs_.shape == (3, X.shape[1] + 1, 3)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"n_rules": 0}, "n_rules must be finite and > 0"),
+    ({"n_rules": 2.5}, "n_rules must be an integer"),
+    ({"n_rules": 500}, "n_rules must be <= n_samples=442"),
+    ({"order": 2}, "order must be 0"),
+    ({"membership": "triangular"}, "membership must be one of"),
+    ({"alpha": -1.0}, "alpha must be finite and >= 0"),
+    ({"alpha": "gcv"}, "alpha must be a number"),
+    ({"max_iter": -1}, "max_iter"),
+])
+def test_regressor_bad_parameters(diabetes, params, match):
+    X, y = diabetes
+    with pytest.raises((ValueError, TypeError), match=match):
+        TSKFuzzyRegressor(**params).fit(X, y)
+
+
+def test_classifier_has_no_loo_alpha():
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(TypeError, match="alpha must be a number >= 0, got 'loo'"):
+        TSKFuzzyClassifier(alpha="loo").fit(X, y)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"sigmas": [[0.1, 0.0]]}, "sigmas must be > 0"),
+    ({"sigmas": [[0.1, -0.2]]}, "sigmas must be > 0"),
+    ({"sigmas": [[0.1]]}, "sigmas must have the shape of centers"),
+    ({"coefs": [[1.0, 2.0]]}, "coefs must have shape"),
+    ({"centers": [[np.nan, 0.0]]}, "centers contains NaN"),
+    ({"centers": [0.0, 0.0]}, "centers must be 2-D"),
+])
+def test_from_rules_bad_input(kwargs, match):
+    args = {"centers": [[0.0, 0.0]], "sigmas": [[0.1, 0.1]], "coefs": [[1.0, 2.0, 3.0]]} | kwargs
+    with pytest.raises(ValueError, match=match):
+        TSKFuzzyRegressor.from_rules(**args)
+
+
+def test_bad_queries(diabetes):
+    X, y = diabetes
+    tsk = TSKFuzzyRegressor(n_rules=2, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        tsk.predict(np.full((1, 10), np.inf))
+    with pytest.raises(ValueError, match="features"):
+        tsk.predict(X[:, :3])
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        TSKFuzzyRegressor().fit(np.where(X > 0.1, np.nan, X), y)
+
+
+# max_iter=0 (the default) means no gradient refinement, so n_iter_ is honestly 0
+EXPECTED = {"check_non_transformer_estimators_n_iter": "max_iter=0 by default: no refinement, n_iter_ = 0"}
+
+
+@pytest.mark.parametrize("est", [TSKFuzzyRegressor(), TSKFuzzyClassifier()], ids=lambda e: type(e).__name__)
+def test_check_estimator(est):
+    check_estimator(est, expected_failed_checks=EXPECTED)
