@@ -50,6 +50,13 @@ def _weight(u2, form, a, b):
     return (1.0 - ua) ** b
 
 
+#: Candidate pairs above which a pass runs on all of numba's threads; smaller passes run on one
+#: (a parallel region costs milliseconds on a busy machine). One compiled function serves both:
+#: numba's cache keys a function by its code, not its flags, so a serial twin would share its entry.
+PARALLEL_PAIRS = 2_000_000
+
+
+@numba.njit(parallel=True, cache=True)
 def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, form, a, b):
     """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's segments
     ``[seg_lo[i, s], seg_hi[i, s])``; samples and values are stored feature-major (``Xt`` (d, n),
@@ -120,12 +127,6 @@ def _segments(Qs, Xs, pad, width=0.5):
     return order, seg_lo, np.where(inside, seg_hi, seg_lo)
 
 
-# threads only pay for themselves on large passes (a parallel region costs ~ms on a busy machine)
-_serial_sums = numba.njit(cache=True)(_window_sums)
-_parallel_sums = numba.njit(parallel=True, cache=True)(_window_sums)
-PARALLEL_PAIRS = 2_000_000
-
-
 def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0, *, empty="nearest"):
     """:func:`~localkit.engine.local_sums` for a compact profile with a fixed bandwidth.
 
@@ -161,9 +162,13 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     # widen the search by a hair: the exact test u^2 <= 1 inside decides
     order, seg_lo, seg_hi = _segments(Qs, Xs, pad=1.0 + 1e-9)
     Xs, Vs = Xs[order], V[order].astype(np.float64)
-    run = _parallel_sums if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else _serial_sums
-    S = run(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi,
-            *FORMS[kern.profile.name])
+    threads = numba.get_num_threads()
+    numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
+    try:
+        S = _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi,
+                         *FORMS[kern.profile.name])
+    finally:
+        numba.set_num_threads(threads)
     w = S[:, -1]
     empty_rows = w <= 0
     with np.errstate(divide="ignore", invalid="ignore"):
