@@ -226,8 +226,8 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     >>> from localkit import TSKFuzzyRegressor
     >>> tsk = TSKFuzzyRegressor.from_rules(centers=[[0.0], [1.0]], sigmas=[[0.5], [0.5]],
     ...                                    coefs=[[1.0, 0.0], [-1.0, 2.0]])
-    >>> tsk.predict([[0.0], [0.5], [1.0]]).round(3)
-    array([0.12, 1.  , 0.88])
+    >>> tsk.predict([[0.0], [0.5], [1.0]]).round(3)  # at 0: w_2 = e^-2 / (1 + e^-2), f_1 = 0, f_2 = 2
+    array([0.238, 1.   , 1.   ])
     """
 
     _alpha_rules = ("loo",)
