@@ -84,6 +84,14 @@ def test_blurring_mean_shift_finds_the_blobs(separated):
     assert ms.n_iter_ >= 1
 
 
+def test_translation_moves_the_centres_and_keeps_the_labels(blobs):
+    X = blobs[0]
+    a = MeanShift(bandwidth=0.8).fit(X)
+    b = MeanShift(bandwidth=0.8).fit(X + [100.0, -30.0])
+    np.testing.assert_allclose(b.cluster_centers_, a.cluster_centers_ + [100.0, -30.0], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(b.labels_, a.labels_)
+
+
 def test_float32_is_kept(blobs):
     ms = MeanShift(bandwidth=0.8).fit(blobs[0].astype(np.float32))
     assert ms.cluster_centers_.dtype == np.float32

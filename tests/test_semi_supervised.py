@@ -56,6 +56,16 @@ def test_uniform_knn_kernel_reproduces_label_propagation_knn(moons):
     ours = RelaxationLabeling(kernel="uniform", n_neighbors=7, max_iter=2000).fit(X, y_partial)
     np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-6)
     assert ours.n_iter_ == ref.n_iter_
+    Q = X[::5] + 0.013  # off the samples: no distance ties between neighbours
+    np.testing.assert_allclose(ours.predict_proba(Q), ref.predict_proba(Q), rtol=0, atol=1e-6)
+
+
+def test_permuting_the_samples_permutes_the_label_distributions(moons):
+    X, _, y_partial = moons
+    perm = np.random.default_rng(3).permutation(len(X))
+    a = RelaxationLabeling(bandwidth=0.3).fit(X, y_partial)
+    b = RelaxationLabeling(bandwidth=0.3).fit(X[perm], y_partial[perm])
+    np.testing.assert_allclose(b.label_distributions_, a.label_distributions_[perm], rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("alpha", [0.2, 0.8])

@@ -54,6 +54,9 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     ``LabelPropagation``), or ``D^{-1/2} W D^{-1/2} P`` with the self weight dropped
     (``normalization="symmetric"``: scikit-learn's ``LabelSpreading``), computed from the same
     engine pass as ``sqrt(d_i) * mean_j(p_j / sqrt(d_j))`` with ``d_i = sum_{j != i} K(x_i, x_j)``.
+    The symmetric form equals ``LabelSpreading`` for a symmetric kernel (a fixed bandwidth); a kNN
+    kernel is not symmetric, and there scikit-learn's Laplacian uses column sums and keeps
+    ``k - 1`` other neighbours where ours keeps ``k``.
     It stops when ``sum |P_new - P_old| < tol`` (scikit-learn's rule); the final ``P`` is
     normalised by rows. ``kernel="gaussian", bandwidth=h`` is scikit-learn's ``kernel="rbf"``
     with ``gamma = 1 / (2 h^2)``; ``kernel="uniform", n_neighbors=k`` its ``kernel="knn"``.
