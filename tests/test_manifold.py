@@ -70,6 +70,13 @@ def test_embedding_is_orthonormal_and_unrolls_the_roll():
     assert max(abs(spearmanr(Y[:, j], t)[0]) for j in range(2)) > 0.99
 
 
+def test_permuting_the_samples_permutes_the_embedding(roll):
+    perm = np.random.default_rng(0).permutation(len(roll))
+    a = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="dense").fit_transform(roll)
+    b = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="dense").fit_transform(roll[perm])
+    assert procrustes(a[perm], b)[2] < 1e-8
+
+
 def test_fit_is_independent_of_threads(roll):
     a = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense", n_jobs=1).fit(roll)
     b = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense", n_jobs=2).fit(roll)
@@ -157,6 +164,14 @@ def test_local_components_follow_a_curve():
     tangent = np.c_[-np.sin(t[10::40]), np.cos(t[10::40])]
     np.testing.assert_allclose(np.abs(np.sum(comps * tangent, axis=1)), 1.0, atol=1e-3)
     assert lpca.local_explained_variance(X[:3]).shape == (3, 1)
+
+
+def test_local_pca_ignores_sample_order(iris):
+    perm = np.random.default_rng(0).permutation(len(iris))
+    a = LocalPCA(bandwidth=0.5).fit(iris).local_pca(iris[:10])
+    b = LocalPCA(bandwidth=0.5).fit(iris[perm]).local_pca(iris[:10])
+    np.testing.assert_allclose(a.components, b.components, atol=1e-10)
+    np.testing.assert_allclose(a.explained_variance, b.explained_variance, rtol=1e-10)
 
 
 def test_local_pca_translation_invariant(iris):
