@@ -57,7 +57,7 @@ def select_bandwidth(estimator, X, y, grid=GRID):
     if y is None:
         raise ValueError("bandwidth='cv' needs the targets y (leave-one-out error)")
     if len(X) < 3:
-        raise ValueError(f"bandwidth='cv' needs at least 3 samples, got {len(X)}")
+        raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
     s = float(np.sqrt(np.sum(np.var(X, axis=0))))
     if not s > 0:
         raise ValueError("bandwidth='cv': all samples coincide, so no bandwidth can be selected")
