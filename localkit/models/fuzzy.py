@@ -278,20 +278,21 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         """``sum_r w_r(x) f_r(x)``."""
         return self._blend(X)[:, 0]
 
-    def _solve_consequents(self, Psi, T, penalty, _=None, alpha=None):
+    def _solve_consequents(self, Psi, T, penalty, _=None):
         n = len(Psi)
         A = Psi.T @ Psi / n
-        A[np.diag_indices_from(A)] += (self.alpha_ if alpha is None else alpha) * penalty
+        A[np.diag_indices_from(A)] += self.alpha_ * penalty
         return np.linalg.lstsq(A, Psi.T @ T / n, rcond=None)[0]
 
     def _choose_alpha(self, Psi, T, penalty):
         if self.alpha != "loo":
             return float(self.alpha)
         best, best_err = None, np.inf
+        gram = Psi.T @ Psi
         for alpha in np.logspace(-6, 4, 21):
-            coef = self._solve_consequents(Psi, T, penalty, alpha=alpha)
-            A = Psi.T @ Psi
-            A[np.diag_indices_from(A)] += len(Psi) * alpha * penalty
+            # leave-one-out residuals of penalised least squares: r_i / (1 - H_ii)
+            A = gram + np.diag(len(Psi) * alpha * penalty)
+            coef = np.linalg.lstsq(A, Psi.T @ T, rcond=None)[0]
             h = np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
             err = np.mean(((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
             if err < best_err:
