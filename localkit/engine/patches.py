@@ -134,92 +134,104 @@ def _exp_neg(x):
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, inv_h2, offset, n_threads):
-    """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors."""
+    """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors.
+
+    Strips of rows are the outer loop and shifts the inner one, so that the accumulator rows a
+    strip touches (the strip and its mirrors, ``d`` rows either side) stay in cache.
+    """
     C = P.shape[0]
     o0, o1, o2 = len(g0) // 2, len(g1) // 2, len(g2) // 2
-    inv_c = 1.0 / C
     acc = np.zeros((n_threads, C + 1, n0, n1, n2))
     for k in prange(n_threads):
         E = np.empty((STRIP + 2 * o0, n1 + 2 * o1, n2 + 2 * o2))
         F = np.empty_like(E)
         w = np.empty(n2)
-        for s in range(k, shifts.shape[0], n_threads):
-            t0, t1, t2 = shifts[s, 0], shifts[s, 1], shifts[s, 2]
-            lo0, hi0 = max(0, -t0), min(n0, n0 - t0)
-            lo1, hi1 = max(0, -t1), min(n1, n1 - t1)
-            lo2, hi2 = max(0, -t2), min(n2, n2 - t2)
-            if lo0 >= hi0 or lo1 >= hi1 or lo2 >= hi2:
-                continue
-            m1, m2 = hi1 - lo1, hi2 - lo2
-            for a in range(lo0, hi0, STRIP):
-                b = min(a + STRIP, hi0)
-                rows = b - a + 2 * o0
-                # squared differences over the strip and its patch margins (padded coordinates)
-                for i in range(rows):
-                    for j in range(m1 + 2 * o1):
-                        e = E[i, j]
-                        for l in range(m2 + 2 * o2):
-                            e[l] = 0.0
-                        for c in range(C):
-                            p = P[c, a + i, lo1 + j]
-                            q = P[c, a + i + t0, lo1 + j + t1]
-                            for l in range(m2 + 2 * o2):
-                                diff = p[lo2 + l] - q[lo2 + l + t2]
-                                e[l] += diff * diff
-                # separable patch filter: axis 2 into F, axis 1 back into E (skipped when trivial)
-                for i in range(rows):
-                    for j in range(m1 + 2 * o1):
-                        f = F[i, j]
-                        e = E[i, j]
-                        for l in range(m2):
-                            f[l] = 0.0
-                        for u in range(2 * o2 + 1):
-                            gu = g2[u]
-                            for l in range(m2):
-                                f[l] += gu * e[l + u]
-                src = F
-                if o1 > 0:
-                    for i in range(rows):
-                        for j in range(m1):
-                            e = E[i, j]
-                            for l in range(m2):
-                                e[l] = 0.0
-                            for u in range(2 * o1 + 1):
-                                gu = g1[u]
-                                f = F[i, j + u]
-                                for l in range(m2):
-                                    e[l] += gu * f[l]
-                    src = E
-                # axis 0, then the weights; each is added at x and at its mirror x + t
-                for i in range(b - a):
-                    x0 = a + i
-                    for j in range(m1):
-                        x1 = lo1 + j
-                        for l in range(m2):
-                            w[l] = 0.0
-                        for u in range(2 * o0 + 1):
-                            gu = g0[u]
-                            d = src[i + u, j]
-                            for l in range(m2):
-                                w[l] += gu * d[l]
-                        for l in range(m2):
-                            dist = w[l] * inv_c - offset
-                            w[l] = _exp_neg(-max(dist, 0.0) * inv_h2)
-                        # separate loops for x and x + t: in one loop the two rows may overlap
-                        # (shifts along the last axis), which would keep it from vectorising
-                        here = acc[k, C, x0, x1, lo2:hi2]
-                        for l in range(m2):
-                            here[l] += w[l]
-                        there = acc[k, C, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
-                        for l in range(m2):
-                            there[l] += w[l]
-                        for c in range(C):
-                            here = acc[k, c, x0, x1, lo2:hi2]
-                            v_there = P[c, x0 + t0 + o0, x1 + t1 + o1, lo2 + t2 + o2:hi2 + t2 + o2]
-                            for l in range(m2):
-                                here[l] += w[l] * v_there[l]
-                            there = acc[k, c, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
-                            v_here = P[c, x0 + o0, x1 + o1, lo2 + o2:hi2 + o2]
-                            for l in range(m2):
-                                there[l] += w[l] * v_here[l]
+        for strip in range(k, (n0 + STRIP - 1) // STRIP, n_threads):
+            for s in range(shifts.shape[0]):
+                t0, t1, t2 = shifts[s, 0], shifts[s, 1], shifts[s, 2]
+                a = max(strip * STRIP, -t0)  # rows x of the strip whose mirror x + t is inside
+                b = min(strip * STRIP + STRIP, n0 - t0, n0)
+                lo1, hi1 = max(0, -t1), min(n1, n1 - t1)
+                lo2, hi2 = max(0, -t2), min(n2, n2 - t2)
+                if a < b and lo1 < hi1 and lo2 < hi2:
+                    _strip_shift(P, acc[k], E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2,
+                                 inv_h2, offset)
     return acc
+
+
+@numba.njit(inline="always", fastmath=True)
+def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2, inv_h2, offset):
+    """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``."""
+    C = P.shape[0]
+    o0, o1, o2 = len(g0) // 2, len(g1) // 2, len(g2) // 2
+    inv_c = 1.0 / C
+    m1, m2 = hi1 - lo1, hi2 - lo2
+    rows = b - a + 2 * o0
+    # squared differences over the strip and its patch margins (padded coordinates)
+    for i in range(rows):
+        for j in range(m1 + 2 * o1):
+            e = E[i, j]
+            for l in range(m2 + 2 * o2):
+                e[l] = 0.0
+            for c in range(C):
+                p = P[c, a + i, lo1 + j]
+                q = P[c, a + i + t0, lo1 + j + t1]
+                for l in range(m2 + 2 * o2):
+                    diff = p[lo2 + l] - q[lo2 + l + t2]
+                    e[l] += diff * diff
+    # separable patch filter: axis 2 into F, axis 1 back into E (skipped when trivial)
+    for i in range(rows):
+        for j in range(m1 + 2 * o1):
+            f = F[i, j]
+            e = E[i, j]
+            for l in range(m2):
+                f[l] = 0.0
+            for u in range(2 * o2 + 1):
+                gu = g2[u]
+                for l in range(m2):
+                    f[l] += gu * e[l + u]
+    src = F
+    if o1 > 0:
+        for i in range(rows):
+            for j in range(m1):
+                e = E[i, j]
+                for l in range(m2):
+                    e[l] = 0.0
+                for u in range(2 * o1 + 1):
+                    gu = g1[u]
+                    f = F[i, j + u]
+                    for l in range(m2):
+                        e[l] += gu * f[l]
+        src = E
+    # axis 0, then the weights; each is added at x and at its mirror x + t
+    for i in range(b - a):
+        x0 = a + i
+        for j in range(m1):
+            x1 = lo1 + j
+            for l in range(m2):
+                w[l] = 0.0
+            for u in range(2 * o0 + 1):
+                gu = g0[u]
+                d = src[i + u, j]
+                for l in range(m2):
+                    w[l] += gu * d[l]
+            for l in range(m2):
+                dist = w[l] * inv_c - offset
+                w[l] = _exp_neg(-max(dist, 0.0) * inv_h2)
+            # separate loops for x and x + t: in one loop the two rows may overlap
+            # (shifts along the last axis), which would keep it from vectorising
+            here = acc[C, x0, x1, lo2:hi2]
+            for l in range(m2):
+                here[l] += w[l]
+            there = acc[C, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
+            for l in range(m2):
+                there[l] += w[l]
+            for c in range(C):
+                here = acc[c, x0, x1, lo2:hi2]
+                v_there = P[c, x0 + t0 + o0, x1 + t1 + o1, lo2 + t2 + o2:hi2 + t2 + o2]
+                for l in range(m2):
+                    here[l] += w[l] * v_there[l]
+                there = acc[c, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
+                v_here = P[c, x0 + o0, x1 + o1, lo2 + o2:hi2 + o2]
+                for l in range(m2):
+                    there[l] += w[l] * v_here[l]
