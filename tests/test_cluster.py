@@ -58,6 +58,17 @@ def test_reproduces_sklearn_on_iris_and_with_given_seeds():
     assert_same_as_sklearn(X, bandwidth=0.9, seeds=X[::10] + 0.05)
 
 
+def test_ties_at_the_bandwidth_are_decided_as_sklearn_does():
+    # points exactly h apart: an integer grid (exact arithmetic throughout) and iris (0.1 steps);
+    # membership |x - q|^2 <= h^2 is computed with the arithmetic of scikit-learn's radius query
+    grid = np.stack(np.meshgrid(np.arange(6), np.arange(5)), -1).reshape(-1, 2).astype(float)
+    grid = np.concatenate([grid, grid[:7] + [10, 0]])
+    for h in (1.0, 1.5, 2.0):
+        assert_same_as_sklearn(grid, bandwidth=h)
+        assert_same_as_sklearn(grid, bandwidth=h, bin_seeding=True)
+    assert_same_as_sklearn(load_iris().data, bandwidth=0.3)
+
+
 def test_estimate_bandwidth_and_bin_seeds_match_sklearn(blobs):
     X = blobs[0]
     for q in (0.1, 0.3, 0.5):

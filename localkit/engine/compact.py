@@ -5,13 +5,14 @@ cluster), the dense path spends its time writing and re-reading ``n_queries x n_
 and the radius path materialises every neighbour list. Here one compiled loop does it all per
 query, without storing any block:
 
-1. the samples are cut into strips of width 1/2 along the scaled coordinate with the widest
+1. the samples are cut into strips of width ``h / 2`` along the coordinate with the widest
    spread and sorted inside each strip along the second widest, so that the samples that can lie
-   in a query's support form a few contiguous segments (one per strip within ``|dx_a| <= 1``,
-   ``|dx_b| <= 1`` inside it), found by binary search;
-2. along those segments, ``u^2 = |q - x|^2`` (scaled coordinates), and the samples with
-   ``u^2 <= 1`` add ``k(u) [v, 1]`` to the query's sums, in one fixed order (so that two queries
-   with the same samples in their support get bit-identical sums).
+   in a query's support form a few contiguous segments (one per strip within ``|dx_a| <= h``,
+   ``|dx_b| <= h`` inside it), found by binary search;
+2. along those segments, ``u^2 = |q - x|^2 / h^2``, and the samples with ``|q - x|^2 <= h^2``
+   add ``k(u) [v, 1]`` to the query's sums, in one fixed order (so that two queries with the same
+   samples in their support get bit-identical sums). With a scalar bandwidth this runs in the raw
+   coordinates, with the arithmetic of a tree's radius query; a per-feature bandwidth rescales.
 
 The result is :class:`~localkit.engine.LocalSums`, equal to :func:`~localkit.engine.local_sums`
 to round-off (the weights of a compact profile need no log-space shift: they lie in ``[0, 1]``).
@@ -57,10 +58,11 @@ PARALLEL_PAIRS = 2_000_000
 
 
 @numba.njit(parallel=True, cache=True)
-def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, form, a, b):
+def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, form, a, b):
     """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's segments
-    ``[seg_lo[i, s], seg_hi[i, s])``; samples and values are stored feature-major (``Xt`` (d, n),
-    ``Vt`` (p, n)) so that the loops along a segment run over contiguous memory."""
+    ``[seg_lo[i, s], seg_hi[i, s])``, with ``u^2 = |q - x|^2 / r2`` and the support ``|q - x|^2 <= r2``;
+    samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
+    along a segment run over contiguous memory."""
     n_q, d = Q.shape
     p = Vt.shape[0]
     S = np.zeros((n_q, p + 1), dtype=Vt.dtype)
@@ -80,11 +82,11 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, form, a, b):
             w = np.zeros(m)
             if form == 0 and b == 0:  # uniform: a branch-free loop the compiler vectorises
                 for j in range(m):
-                    w[j] = 1.0 if u2[j] <= 1.0 else 0.0
+                    w[j] = 1.0 if u2[j] <= r2 else 0.0
             else:
                 for j in range(m):
-                    if u2[j] <= 1.0:
-                        w[j] = _weight(u2[j], form, a, b)
+                    if u2[j] <= r2:
+                        w[j] = _weight(u2[j] / r2, form, a, b)
             acc[p] += w.sum()
             for c in range(p):
                 vc = Vt[c, start:start + m]
@@ -96,7 +98,7 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, form, a, b):
     return S
 
 
-def _segments(Qs, Xs, pad, width=0.5):
+def _segments(Qs, Xs, pad, width):
     """Sort the samples into strips and return ``(order, seg_lo, seg_hi)``: each query's candidate
     samples are ``order[seg_lo[i, s]:seg_hi[i, s]]`` (a superset of its support)."""
     spread = np.ptp(Xs, axis=0)
@@ -156,16 +158,20 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     if len(V) != len(samples):
         raise ValueError(f"values has {len(V)} rows but samples has {len(samples)}; they must match")
     h = kern.resolve_bandwidth(samples)
-    centre = samples.mean(axis=0)
-    Qs = np.ascontiguousarray(kern.scale(queries - centre, h), dtype=np.float64)
-    Xs = kern.scale(samples - centre, h).astype(np.float64)
-    # widen the search by a hair: the exact test u^2 <= 1 inside decides
-    order, seg_lo, seg_hi = _segments(Qs, Xs, pad=1.0 + 1e-9)
+    if np.ndim(h) == 0:
+        # a scalar bandwidth: raw coordinates and the test |q - x|^2 <= h^2, the very arithmetic of
+        # scikit-learn's tree radius queries, so that points at distance h (ties) are decided alike
+        Qs, Xs, r2 = queries.astype(np.float64), samples.astype(np.float64), float(h) * float(h)
+    else:
+        Qs, Xs, r2 = kern.scale(queries, h).astype(np.float64), kern.scale(samples, h).astype(np.float64), 1.0
+    Qs = np.ascontiguousarray(Qs)
+    # widen the search by a hair: the exact test inside decides
+    order, seg_lo, seg_hi = _segments(Qs, Xs, pad=np.sqrt(r2) * (1.0 + 1e-9), width=0.5 * np.sqrt(r2))
     Xs, Vs = Xs[order], V[order].astype(np.float64)
     threads = numba.get_num_threads()
     numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
     try:
-        S = _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi,
+        S = _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi, r2,
                          *FORMS[kern.profile.name])
     finally:
         numba.set_num_threads(threads)
