@@ -171,6 +171,14 @@ def test_integer_images_are_scaled_as_skimage_does():
                                denoise_nl_means(img_as_float(img16), 5, 3, 0.1), rtol=0, atol=1e-15)
 
 
+def test_compiled_exp_is_exact_to_round_off():
+    from localkit.engine.patches import _exp_neg
+
+    x = -np.concatenate([np.linspace(0, 40, 4001), np.geomspace(1e-12, 708, 2000)])
+    ours = np.array([_exp_neg(v) for v in x])
+    np.testing.assert_allclose(ours, np.exp(x), rtol=2e-15, atol=0)
+
+
 def test_float32_kept_threads_agree(camera_crop):
     out32 = denoise_nl_means(camera_crop.astype(np.float32), 5, 3, 0.1)
     assert out32.dtype == np.float32

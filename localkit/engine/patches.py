@@ -12,10 +12,11 @@ local mean whose kernel comes from the similarity of patches rather than from cl
 ``x`` and ``y`` (a non-local kernel).
 
 The loop runs over shifts ``t = y - x``, not over pixels: for one shift, ``D_t(x) = (g * E_t)(x)``
-is a separable filter of the squared-difference image ``E_t(a) = E(a, a + t)``, computed strip by
-strip, so memory is a few strips per thread plus one accumulator per thread: it never grows with
-image size x window size. The symmetry ``D_t(x) = D_{-t}(x + t)`` halves the shifts: each weight
-is added at ``x`` (value ``P(x + t)``) and at ``x + t`` (value ``P(x)``).
+is a separable filter of the squared-difference image ``E_t(a) = E(a, a + t)``. Each thread takes
+strips of rows and runs every shift over its strip, so memory is a few strips per thread plus one
+accumulator per thread: it never grows with image size x window size. The symmetry
+``D_t(x) = D_{-t}(x + t)`` halves the shifts: each weight is added at ``x`` (value ``P(x + t)``)
+and at ``x + t`` (value ``P(x)``). ``exp`` is a table and a polynomial, so the loops vectorise.
 
 Streaming is the engine's online log-sum-exp (:class:`localkit.engine.OnlineLogSumExp`) with the
 running maximum known in advance: every log-weight is ``<= 0`` and the centre pixel (``t = 0``)
