@@ -17,7 +17,7 @@ over the ``s x s`` (``s x s x s`` for volumes) patch offsets ``p``, the image re
 ``s // 2`` so that patches at the border exist. These are exactly the definitions of
 scikit-image's ``denoise_nl_means(..., fast_mode=False)`` (Buades, Coll & Morel 2005), computed
 without its approximations (it cuts weights once a partial distance exceeds 5 and uses an
-approximate ``exp``), so its output differs from ours by a few 1e-3 at most.
+approximate ``exp``), so its output differs from ours by up to a few 1e-2 (on [0, 1] images).
 
 As a localization method: the kernel is non-local (patch similarity, not closeness of ``x``
 and ``y``), the values are the pixels, the local model is the constant (a local mean). The sums
