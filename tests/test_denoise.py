@@ -1,6 +1,8 @@
 """The local-mean denoiser (posterior mean) and the lazy autoencoder (unsupervised kernel regression)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import softmax
 from sklearn.datasets import load_digits, make_swiss_roll
 from sklearn.decomposition import PCA
@@ -43,6 +45,16 @@ def test_beats_pca_and_the_width_is_optimal_on_digits(digits_noisy):
     # the posterior mean minimises the expected squared error: other widths do worse
     for factor in (0.7, 1.4):
         assert ours < mse(LocalMeanDenoiser(noise_std=0.4 * factor).fit(X).transform(noisy))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_denoiser_ignores_the_order_of_the_clean_samples(seed):
+    rng = np.random.default_rng(seed)
+    clean, noisy = rng.normal(size=(25, 3)), rng.normal(size=(6, 3))
+    out = LocalMeanDenoiser(0.8).fit(clean).transform(noisy)
+    np.testing.assert_allclose(LocalMeanDenoiser(0.8).fit(clean[rng.permutation(25)]).transform(noisy), out,
+                               rtol=0, atol=1e-12)
 
 
 def test_iteration_is_mean_shift(rng):

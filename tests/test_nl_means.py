@@ -8,6 +8,8 @@ round-off; (3) on real images our PSNR is at least scikit-image's (fast_mode=Fal
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import ndimage
 from skimage import data, img_as_float, transform
 from skimage.metrics import peak_signal_noise_ratio
@@ -169,6 +171,17 @@ def test_integer_images_are_scaled_as_skimage_does():
     img16 = (data.camera()[:32, :32].astype(np.int16) - 128) * 200
     np.testing.assert_allclose(denoise_nl_means(img16, 5, 3, 0.1),
                                denoise_nl_means(img_as_float(img16), 5, 3, 0.1), rtol=0, atol=1e-15)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(-5, 5))
+def test_equivariant_to_flips_transposes_and_intensity_shifts(seed, c):
+    img = np.random.default_rng(seed).random((13, 17))
+    den = lambda x: denoise_nl_means(x, 5, 3, 0.15, 0.05)
+    out = den(img)
+    np.testing.assert_allclose(den(img[::-1, ::-1]), out[::-1, ::-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(den(img.T), out.T, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(den(img + c), out + c, rtol=0, atol=1e-11)
 
 
 def test_compiled_exp_is_exact_to_round_off():
