@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
+from numba import njit
 from scipy.special import comb
 
 from .._validation import check_array, check_points
@@ -113,6 +114,12 @@ def _solve(G, b, ridge, rcond):
     return values, ~ok
 
 
+#: compact profiles ``(1 - u^a)^b`` (see :mod:`localkit.kernels.profiles`) whose weights the fused
+#: 1-D kernel evaluates inline; a test checks it against ``Profile.log_k``
+POLY_PROFILES = {"epanechnikov": (2, 1), "tricube": (3, 3), "biweight": (2, 2), "triweight": (2, 3),
+                 "triangular": (1, 1)}
+
+
 def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs):
     """Normalised Gram and moments from the k nearest samples, design centred at each query."""
     k = kern.n_neighbors
@@ -121,70 +128,177 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
+    weights = np.ones(len(Xs)) if sw is None else sw.astype(np.float64)
+    Yf = np.ascontiguousarray(Y, dtype=np.float64)
     one_d = Xs.shape[1] == 1 and kern.metric == "euclidean"
-    if one_d:
+    if one_d:  # work in sorted order: every neighbourhood is a contiguous window
         order = np.argsort(Xs[:, 0], kind="stable")
-        x_sorted = Xs[order, 0]
+        Xs, Yf, weights = Xs[order], Yf[order], weights[order]
     else:
         index = nb.make_index(Xs, kern.metric)
+    fused = one_d and not exclude_self and kern.profile.name in POLY_PROFILES
+    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
     n_q, P, t = len(Qs), E.shape[0], Y.shape[1]
-    G = np.empty((n_q, P, P), dtype=Xs.dtype)
-    b = np.empty((n_q, P, t), dtype=Xs.dtype)
-    empty = np.zeros(n_q, dtype=bool)
-    nearest = np.empty((n_q, t), dtype=Y.dtype)
-    bq = int(block_size or max(16, 2**21 // (k * (P + t + 4))))
+    G = np.empty((n_q, P, P))
+    b = np.empty((n_q, P, t))
+    total = np.empty(n_q)
+    nearest = np.empty(n_q, dtype=np.intp)
+    bq = int(block_size or max(8, 2**16 // k))  # a block of weights stays in cache
 
     def run(rows):
+        if fused:
+            lo = _window_starts(Xs[:, 0], Qs[rows, 0], k)
+            S, T, near = _window_accumulate(Xs[:, 0], Yf, weights, lo, Qs[rows, 0], k, E.shape[0] - 1, a, p)
+            G[rows], b[rows], total[rows] = S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0]
+            nearest[rows] = order[near]
+            return
         if one_d:
-            dist, idx = _window_neighbors(x_sorted, order, Qs[rows, 0], k, exclude_self, rows.start)
+            dist, idx = _window_neighbors(Xs[:, 0], order, Qs[rows, 0], k, exclude_self, rows.start)
         else:
             dist, idx = nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
         radius = dist.max(axis=1)
         w = np.exp(kern.profile.log_k(nb.scaled_sq_distances(dist, radius)))
-        if sw is not None:
-            w *= sw[idx]
-        total = w.sum(axis=1)
-        empty[rows] = ~(total > 0)
-        nearest[rows] = Y[idx[np.arange(len(idx)), dist.argmin(axis=1)]]
-        w /= np.where(total > 0, total, 1.0)[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            Z = (Xs[idx] - Qs[rows, None, :]) / radius[:, None, None]
-        Psi = design(np.nan_to_num(Z, nan=0.0, posinf=0.0, neginf=0.0), E)
-        WPsi = w[:, :, None] * Psi
-        G[rows] = np.matmul(WPsi.transpose(0, 2, 1), Psi)
-        b[rows] = np.matmul(WPsi.transpose(0, 2, 1), Y[idx])
+        G[rows], b[rows], total[rows] = _accumulate(Xs, Qs[rows], Yf, weights, idx, w, radius, E)
+        near = idx[np.arange(len(idx)), dist.argmin(axis=1)]
+        nearest[rows] = order[near] if one_d else near
 
     map_blocks(run, n_q, bq, resolve_n_jobs(n_jobs))
-    return G, b, empty, nearest
+    empty = ~(total > 0)
+    scale = 1.0 / np.where(empty, 1.0, total)
+    return G * scale[:, None, None], b * scale[:, None, None], empty, Y[nearest]
 
 
-def _window_neighbors(x_sorted, order, q, k, exclude_self, row_offset):
-    """The k nearest samples of 1-D queries: a window of the sorted samples, found by bisection.
+def _window_starts(x_sorted, q, width):
+    """Start ``l`` of the window of ``width`` nearest sorted samples, by bisection over queries.
 
-    The window start ``l`` moves right while ``x[l + k]`` is closer than ``x[l]`` (as in
-    Cleveland's lowess). With ``exclude_self`` the window holds ``k + 1`` samples and the query's
-    own sample is dropped.
+    ``l`` moves right while ``x[l + width]`` is closer than ``x[l]``, as in Cleveland's lowess.
     """
     n = len(x_sorted)
-    width = k + int(exclude_self)
     lo = np.zeros(len(q), dtype=np.intp)
     hi = np.full(len(q), n - width, dtype=np.intp)
     while np.any(lo < hi):
         mid = (lo + hi) // 2
         right = q - x_sorted[mid] > x_sorted[np.minimum(mid + width, n - 1)] - q
-        right &= mid + width < n
         lo = np.where(right & (lo < hi), mid + 1, lo)
         hi = np.where(~right & (lo < hi), mid, hi)
-    pos = lo[:, None] + np.arange(width)
-    idx = order[pos]
+    return lo
+
+
+def _window_neighbors(x_sorted, order, q, k, exclude_self, row_offset):
+    """The k nearest samples of 1-D queries (positions in sorted order) and their distances.
+
+    With ``exclude_self`` the window holds ``k + 1`` samples and the query's own sample
+    (``order[pos] == row``) is dropped.
+    """
+    width = k + int(exclude_self)
+    pos = _window_starts(x_sorted, q, width)[:, None] + np.arange(width)
     dist = np.abs(x_sorted[pos] - q[:, None])
     if exclude_self:
         rows = np.arange(len(q)) + row_offset
-        is_self = idx == rows[:, None]
+        is_self = order[pos] == rows[:, None]
         is_self[~is_self.any(axis=1), -1] = True  # a duplicate displaced it: drop the farthest
         keep = ~is_self
-        idx, dist = idx[keep].reshape(len(q), k), dist[keep].reshape(len(q), k)
-    return dist, idx
+        pos, dist = pos[keep].reshape(len(q), k), dist[keep].reshape(len(q), k)
+    return dist, pos
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _add(G, b, i, wj, dz, Y, s, E, pw, psi):
+    """Add sample ``s`` with weight ``wj`` and centred, scaled offset ``dz`` (d,) to query ``i``'s sums."""
+    P, d = E.shape
+    for m in range(d):
+        for e in range(1, pw.shape[1]):
+            pw[m, e] = pw[m, e - 1] * dz[m]
+    for a in range(P):
+        v = 1.0
+        for m in range(d):
+            v *= pw[m, E[a, m]]
+        psi[a] = v
+    for a in range(P):
+        wa = wj * psi[a]
+        for c in range(a, P):
+            G[i, a, c] += wa * psi[c]
+        for u in range(Y.shape[1]):
+            b[i, a, u] += wa * Y[s, u]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _ipow(x, n):
+    r = 1.0
+    for _ in range(n):
+        r *= x
+    return r
+
+
+@njit(nogil=True, cache=True)
+def _symmetrise(G):
+    for i in range(G.shape[0]):
+        for a in range(G.shape[1]):
+            for c in range(a):
+                G[i, a, c] = G[i, c, a]
+
+
+@njit(nogil=True, cache=True)
+def _accumulate(X, Q, Y, sw, idx, w, radius, E):
+    """Unnormalised ``G = sum_j w_j r_j psi psi^T``, ``b = sum_j w_j r_j psi y_j^T`` and the
+    weight sums, ``psi`` the monomials of ``(x_j - x*) / radius``; one fused pass."""
+    bq, k = idx.shape
+    P, d = E.shape
+    G = np.zeros((bq, P, P))
+    b = np.zeros((bq, P, Y.shape[1]))
+    total = np.zeros(bq)
+    psi = np.empty(P)
+    pw = np.ones((d, E.max() + 1))
+    dz = np.empty(d)
+    for i in range(bq):
+        inv = 1.0 / radius[i] if radius[i] > 0 else 0.0
+        for j in range(k):
+            s = idx[i, j]
+            wj = w[i, j] * sw[s]
+            if wj == 0.0:
+                continue
+            total[i] += wj
+            for m in range(d):
+                dz[m] = (X[s, m] - Q[i, m]) * inv
+            _add(G, b, i, wj, dz, Y, s, E, pw, psi)
+    _symmetrise(G)
+    return G, b, total
+
+
+@njit(nogil=True, cache=True)
+def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
+    """1-D windows ``[lo, lo + k)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
+    (m <= 2 degree) and ``T_m = sum_j w_j dz_j^m y_j`` (m <= degree), ``dz = (x_j - x*) / radius``,
+    with the weights ``(1 - u^a)^p r_j`` of ``u = |dz|`` computed in the same pass. The Gram
+    matrix is the Hankel matrix ``G_ac = S_(a+c)``."""
+    bq, t = len(q), Y.shape[1]
+    S = np.zeros((bq, 2 * degree + 1))
+    T = np.zeros((bq, degree + 1, t))
+    near = np.empty(bq, dtype=np.intp)
+    for i in range(bq):
+        l = lo[i]
+        radius = max(q[i] - x[l], x[l + k - 1] - q[i])
+        inv = 1.0 / radius if radius > 0 else 0.0
+        best = np.inf
+        for j in range(l, l + k):
+            dz = (x[j] - q[i]) * inv
+            dist = abs(x[j] - q[i])
+            if dist < best:
+                best = dist
+                near[i] = j
+            u = abs(dz)
+            if u >= 1.0 and radius > 0:
+                continue
+            w = _ipow(1.0 - _ipow(u, a), p) * sw[j]
+            if w == 0.0:
+                continue
+            for m in range(2 * degree + 1):
+                S[i, m] += w
+                if m <= degree:
+                    for c in range(t):
+                        T[i, m, c] += w * Y[j, c]
+                w *= dz
+    return S, T, near
 
 
 def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs):
