@@ -10,7 +10,7 @@ from statsmodels.nonparametric.kernel_regression import KernelReg
 from statsmodels.nonparametric.smoothers_lowess import lowess
 
 from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor
-from localkit.engine.polynomial import monomial_exponents
+from localkit.engine.polynomial import POLY_PROFILES, monomial_exponents
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +158,24 @@ def test_check_estimator():
         warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
         check_estimator(LocalPolynomialRegressor())
         check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
+
+
+@pytest.mark.parametrize("name", sorted(POLY_PROFILES))
+@pytest.mark.parametrize("degree", [0, 1, 2])
+def test_fused_window_weights_equal_the_profiles(sine, name, degree):
+    # the compiled 1-D window evaluates (1 - u^a)^b inline; the engine path uses Profile.log_k
+    x, y = sine
+    X = x[:, None]
+    fused = LocalPolynomialRegressor(degree=degree, kernel=name, n_neighbors=40).fit(X, y).predict(X)
+    dense = LocalPolynomialRegressor(degree=degree, kernel=name, n_neighbors=40, algorithm="dense").fit(X, y)
+    np.testing.assert_allclose(fused, dense.predict(X), rtol=0, atol=1e-9)
+
+
+def test_loo_in_several_dimensions(diabetes):
+    X, y = diabetes
+    X, y = X[:80, :2], y[:80]
+    loo = LocalPolynomialRegressor(n_neighbors=20).fit(X, y).loo_predict()
+    for i in [0, 41, 79]:
+        keep = np.arange(len(X)) != i
+        refit = LocalPolynomialRegressor(n_neighbors=20).fit(X[keep], y[keep]).predict(X[i:i + 1])
+        np.testing.assert_allclose(loo[i], refit[0], rtol=1e-10)
