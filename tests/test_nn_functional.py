@@ -251,6 +251,10 @@ def test_bad_input():
         kernel_attention(q[0, 0, 0], k, v)
     with pytest.raises(TypeError, match="floating-point"):
         kernel_attention(q.long(), k, v)
+    with pytest.raises(TypeError, match="one dtype"):
+        kernel_attention(q.double(), k, v)
+    with pytest.raises(ValueError, match="dropout_p"):
+        kernel_attention(q, k, v, dropout_p=1.0)
     with pytest.raises(ValueError, match="mask"):
         kernel_attention(q, k, v, mask=torch.ones(7, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="NaN"):

@@ -76,6 +76,8 @@ def _check_qkv(q, k, v):
             raise ValueError(f"{name} must have shape (..., length, dim), got {tuple(t.shape)}")
         if not torch.is_floating_point(t):
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same last dimension, got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
@@ -257,16 +259,25 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     >>> kernel_attention(q, k, v, "uniform", bandwidth=1.5).squeeze(-1)  # neighbours within 1.5
     tensor([0.5000, 0.5000, 2.0000])
     """
-    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k)
+    _check_dropout(dropout_p)
+    # the softmax with only a causal kernel: SDPA's own causal path, no mask tensor
+    is_causal = bool(causal) and kernel == "softmax" and mask is None and window is None and top_k is None
+    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal and not is_causal, window,
+                                               top_k)
     if kernel not in FUSED_KERNELS or top_k is not None:
         weights, _ = _weights(q, k, kernel, h, allowed, bias, top_k)
         if dropout_p > 0:
             weights = F.dropout(weights, dropout_p)
         return weights @ v
-    return _fused(q, k, v, kernel, h, allowed, bias, dropout_p)
+    return _fused(q, k, v, kernel, h, allowed, bias, dropout_p, is_causal)
 
 
-def _fused(q, k, v, kernel, h, allowed, bias, dropout_p):
+def _check_dropout(dropout_p):
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+
+
+def _fused(q, k, v, kernel, h, allowed, bias, dropout_p, is_causal):
     """Softmax and Gaussian kernels through ``scaled_dot_product_attention``."""
     if isinstance(h, torch.Tensor):  # per-head bandwidths: fold the scale into q
         scale_t = 1.0 / (h if kernel == "softmax" else h * h)
@@ -274,7 +285,7 @@ def _fused(q, k, v, kernel, h, allowed, bias, dropout_p):
     else:
         scale_t = scale = 1.0 / (h if kernel == "softmax" else h * h)
     if kernel == "gaussian":  # exp(-|q-k|^2/2h^2) ∝ exp(q.k/h^2 - |k|^2/2h^2): |q|^2 cancels
-        key_bias = torch.linalg.vecdot(k, k).mul_(-0.5 * scale_t).unsqueeze(-2)  # one pass over k
+        key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * scale_t)
         bias = key_bias if bias is None else bias + key_bias
     empty = None
     if allowed is not None:
@@ -291,7 +302,8 @@ def _fused(q, k, v, kernel, h, allowed, bias, dropout_p):
         attn_mask = bias.to(q.dtype)
     else:
         attn_mask = bias.to(q.dtype).masked_fill(~allowed, -math.inf)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                         scale=scale)
     return out if empty is None else out.masked_fill(empty, 0.0)
 
 
@@ -320,11 +332,12 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     >>> k = torch.linspace(-1, 1, 9)[:, None]
     >>> v = 3 * k + 1                              # linear in the keys
     >>> q = torch.tensor([[0.25], [2.0]])          # the second query lies outside the keys
-    >>> local_linear_attention(q, k, v, "gaussian", ridge=1e-6, bandwidth=0.5).squeeze(-1)
+    >>> local_linear_attention(q, k, v, "gaussian", ridge=1e-6, bandwidth=0.5).squeeze(-1).round(decimals=3)
     tensor([1.7500, 7.0000])
     """
     if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
+    _check_dropout(dropout_p)
     kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k)
     w, empty = _weights(q, k, kernel, h, allowed, bias, top_k)
     if dropout_p > 0:  # a random kernel: drop weights, then renormalise

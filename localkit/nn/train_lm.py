@@ -36,6 +36,8 @@ def add_arguments(parser):
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--ridge", type=float, default=0.1,
+                        help="ridge of the local linear model (--kernel local-linear; default: 0.1)")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of AdamW (default: 3e-3)")
     parser.add_argument("--eval-every", type=int, default=100, help="steps between validation estimates")
     parser.add_argument("--eval-windows", type=int, default=128, help="held-out windows per estimate (fixed)")
@@ -52,6 +54,8 @@ def _check(args):
             sys.exit(f"localkit train-lm: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.d_model % args.heads:
         sys.exit(f"localkit train-lm: --d-model {args.d_model} must be divisible by --heads {args.heads}")
+    if not args.ridge > 0:
+        sys.exit(f"localkit train-lm: --ridge must be > 0, got {args.ridge}")
     if args.max_minutes is not None and args.max_minutes <= 0:
         sys.exit(f"localkit train-lm: --max-minutes must be > 0, got {args.max_minutes}")
 
@@ -93,8 +97,9 @@ def train(args, echo=print):
         sys.exit(f"localkit train-lm: the corpus is shorter than --context {args.context}")
     entropy, unigram_val = corpus.unigram_bits()
     kernel, local_model = KERNELS[args.kernel]
+    options = {"ridge": args.ridge} if local_model == "linear" else {}
     model = LocalTransformer(VOCAB_SIZE, args.context, args.d_model, args.heads, args.layers,
-                             kernel=kernel, local_model=local_model)
+                             kernel=kernel, local_model=local_model, **options)
     n_params = sum(p.numel() for p in model.parameters())
     echo(f"corpus: stdlib source, {len(corpus.train_files)} train files ({len(corpus.train):,} chars), "
          f"{len(corpus.val_files)} held-out files ({len(corpus.val):,} chars)")
