@@ -143,14 +143,18 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs
     b = np.empty((n_q, P, t))
     total = np.empty(n_q)
     nearest = np.empty(n_q, dtype=np.intp)
-    bq = int(block_size or max(8, 2**16 // k))  # a block of weights stays in cache
+    # a block of weights stays in cache; the fused kernel holds no weights, only per-query sums
+    bq = int(block_size or (1024 if fused else max(8, 2**16 // k)))
 
     def run(rows):
         if fused:
             lo = _window_starts(Xs[:, 0], Qs[rows, 0], k)
-            S, T, near = _window_accumulate(Xs[:, 0], Yf, weights, lo, Qs[rows, 0], k, E.shape[0] - 1, a, p)
+            S, T = _window_accumulate(Xs[:, 0], Yf, weights, lo, Qs[rows, 0], k, E.shape[0] - 1, a, p)
             G[rows], b[rows], total[rows] = S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0]
-            nearest[rows] = order[near]
+            nearest[rows] = 0
+            for i in np.flatnonzero(~(S[:, 0] > 0)):  # empty: the nearest sample of the window
+                pos = lo[i] + np.arange(k)
+                nearest[rows.start + i] = order[pos[np.abs(Xs[pos, 0] - Qs[rows.start + i, 0]).argmin()]]
             return
         if one_d:
             dist, idx = _window_neighbors(Xs[:, 0], order, Qs[rows, 0], k, exclude_self, rows.start)
@@ -269,36 +273,39 @@ def _accumulate(X, Q, Y, sw, idx, w, radius, E):
 def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
     """1-D windows ``[lo, lo + k)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
     (m <= 2 degree) and ``T_m = sum_j w_j dz_j^m y_j`` (m <= degree), ``dz = (x_j - x*) / radius``,
-    with the weights ``(1 - u^a)^p r_j`` of ``u = |dz|`` computed in the same pass. The Gram
-    matrix is the Hankel matrix ``G_ac = S_(a+c)``."""
+    with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (every window sample has
+    ``|dz| <= 1``; the farthest gets weight 0). The Gram matrix is the Hankel matrix
+    ``G_ac = S_(a+c)``."""
     bq, t = len(q), Y.shape[1]
     S = np.zeros((bq, 2 * degree + 1))
     T = np.zeros((bq, degree + 1, t))
-    near = np.empty(bq, dtype=np.intp)
     for i in range(bq):
         l = lo[i]
         radius = max(q[i] - x[l], x[l + k - 1] - q[i])
         inv = 1.0 / radius if radius > 0 else 0.0
-        best = np.inf
+        if degree == 1 and t == 1:  # LOESS: five running sums in registers
+            s0 = s1 = s2 = t0 = t1 = 0.0
+            for j in range(l, l + k):
+                dz = (x[j] - q[i]) * inv
+                w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
+                wd = w * dz
+                s0 += w
+                s1 += wd
+                s2 += wd * dz
+                t0 += w * Y[j, 0]
+                t1 += wd * Y[j, 0]
+            S[i, 0], S[i, 1], S[i, 2], T[i, 0, 0], T[i, 1, 0] = s0, s1, s2, t0, t1
+            continue
         for j in range(l, l + k):
             dz = (x[j] - q[i]) * inv
-            dist = abs(x[j] - q[i])
-            if dist < best:
-                best = dist
-                near[i] = j
-            u = abs(dz)
-            if u >= 1.0 and radius > 0:
-                continue
-            w = _ipow(1.0 - _ipow(u, a), p) * sw[j]
-            if w == 0.0:
-                continue
+            w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
             for m in range(2 * degree + 1):
                 S[i, m] += w
                 if m <= degree:
                     for c in range(t):
                         T[i, m, c] += w * Y[j, c]
                 w *= dz
-    return S, T, near
+    return S, T
 
 
 def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs):
