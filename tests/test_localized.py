@@ -2,7 +2,7 @@
 fits, and against the closed form of local linear regression."""
 import numpy as np
 import pytest
-from sklearn.datasets import load_diabetes, load_iris
+from sklearn.datasets import load_diabetes, load_iris, load_wine
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.naive_bayes import GaussianNB
 from sklearn.neighbors import KNeighborsRegressor
@@ -56,19 +56,26 @@ def test_localized_linear_regression_is_local_linear(diabetes, kw):
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8)
 
 
-def test_absent_classes_get_probability_zero(iris):
-    X, y = iris
+def test_absent_classes_get_probability_zero():
+    X, y = load_wine(return_X_y=True)  # no duplicate points, so the neighbourhoods are unambiguous
+    X = StandardScaler().fit_transform(X)
+    Xq = X[::3]
     model = Localized(LogisticRegression(), kernel="tricube", n_neighbors=12).fit(X, y)
-    proba = model.predict_proba(X)
+    proba = model.predict_proba(Xq)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
-    # a setosa query's neighbourhood holds no virginica: its probability is exactly zero
-    assert np.all(proba[y == 0, 2] == 0.0)
     np.testing.assert_array_equal(model.classes_, [0, 1, 2])
-    assert model.score(X, y) > 0.9
+    # the classes with positive weight: among the 11 nearest (the 12th sits on the tricube's edge)
+    near = np.argsort(((Xq[:, None, :] - X[None]) ** 2).sum(axis=2), axis=1, kind="stable")[:, :11]
+    present = np.zeros((len(Xq), 3), dtype=bool)
+    present[np.arange(len(Xq))[:, None], y[near]] = True
+    assert (present.sum(axis=1) == 2).any()  # mixed neighbourhoods with one class absent
+    assert np.all(proba[~present] == 0.0)
+    assert np.all(proba[present] > 0.0)
+    assert np.mean(proba.argmax(axis=1) == y[::3]) > 0.9
     # string labels map to the global classes
-    names = np.array(["setosa", "versicolor", "virginica"])
+    names = np.array(["barolo", "grignolino", "barbera"])
     named = Localized(LogisticRegression(), kernel="tricube", n_neighbors=12).fit(X, names[y])
-    np.testing.assert_array_equal(named.predict(X), names[model.predict(X)])
+    np.testing.assert_array_equal(named.predict(Xq), names[proba.argmax(axis=1)])
 
 
 def test_min_weight_drops_only_light_samples(diabetes):
