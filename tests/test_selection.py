@@ -6,6 +6,7 @@ from scipy.spatial.distance import cdist
 from scipy.special import softmax
 from sklearn.datasets import load_diabetes, load_iris
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor, local_mean
 from localkit.models.selection import sample_point_scales
@@ -112,3 +113,8 @@ def test_bad_cv_requests(diabetes):
         LocalMeanRegressor(bandwidth="cv").fit(np.ones((10, 2)), y[:10])
     with pytest.raises(ValueError, match="n_neighbors"):
         sample_point_scales(X, len(X))
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_check_estimator_with_cv(Est):
+    check_estimator(Est(bandwidth="cv"))
