@@ -37,12 +37,14 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     degree : int, default=1
     kernel : str, default="tricube"
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "cv" or None
-        A fixed bandwidth ``h`` ("cv": exact leave-one-out selection, see
-        :mod:`localkit.models.selection`). Cannot be combined with ``frac``.
+        A fixed bandwidth ``h`` ("cv": exact leave-one-out selection of an isotropic ``h`` for
+        the non-robust fit, see :mod:`localkit.models.selection`). Cannot be combined with
+        ``frac`` or ``n_neighbors``.
     frac : float in (0, 1] or None
         The LOESS span: ``h(x*)`` is the distance to the k-th nearest sample with
-        ``k = max(2, int(frac * n))`` (as statsmodels' lowess). When ``bandwidth``, ``frac``
-        and ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default).
+        ``k = max(2, int(frac * n + 1e-10))``, exactly as statsmodels' lowess (with a compact
+        profile the k-th neighbour itself gets weight 0). When ``bandwidth``, ``frac`` and
+        ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default).
     n_neighbors : int or None
         The span as a number of neighbours (balloon bandwidth).
     robust_iters : int, default=0

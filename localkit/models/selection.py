@@ -13,7 +13,9 @@ The scores:
 The search: a log-spaced grid of ``GRID`` isotropic bandwidths from ``s / 100`` to ``10 s``
 (``s`` the root total variance of the features), then a bounded scalar search of ``log h``
 between the neighbours of the best grid point; the best bandwidth evaluated is returned, so it
-is never worse than the grid.
+is never worse than the grid. The bandwidth is isotropic: standardise features of different
+units first, or learn per-feature bandwidths with
+``MetricLearningKernelRegressor(form="diagonal")``.
 
 Adaptive bandwidths: a *balloon* bandwidth varies with the query (``n_neighbors=k``: ``h(x*)``
 is the distance to the k-th nearest sample); a *sample-point* bandwidth varies with the sample,
