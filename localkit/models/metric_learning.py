@@ -13,7 +13,6 @@ from threadpoolctl import threadpool_limits
 
 from ..engine import local_mean
 from ..engine.weights import KernelWeights
-from ._base import FLOATS
 from .regression import LocalMeanRegressor
 
 #: the objective holds dense (n, n) matrices: about 4 * 8 * n^2 bytes (0.8 GB at n = 5000)
@@ -113,7 +112,8 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
         if self.form == "diagonal" and r != d:
             raise ValueError("n_components applies to form='full'; the diagonal form has one scale per feature")
         for name, value in (("alpha", self.alpha), ("tol", self.tol)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (np.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                    np.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
             raise ValueError(f"max_iter must be an integer >= 1, got {self.max_iter!r}")
