@@ -4,6 +4,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_diabetes
 from sklearn.utils.estimator_checks import check_estimator
 from statsmodels.nonparametric.kernel_regression import KernelReg
@@ -179,3 +181,21 @@ def test_loo_in_several_dimensions(diabetes):
         keep = np.arange(len(X)) != i
         refit = LocalPolynomialRegressor(n_neighbors=20).fit(X[keep], y[keep]).predict(X[i:i + 1])
         np.testing.assert_allclose(loo[i], refit[0], rtol=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), shift=st.floats(-1e3, 1e3), degree=st.integers(0, 2),
+       span=st.sampled_from([dict(n_neighbors=12), dict(kernel="gaussian", bandwidth=0.7)]))
+def test_invariant_to_permutation_and_translation(seed, shift, degree, span):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(40, 2))
+    y = X[:, 0] ** 2 + rng.normal(scale=0.1, size=40)
+    Xq = rng.normal(size=(7, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        base = LocalPolynomialRegressor(degree=degree, **span).fit(X, y).predict(Xq)
+        perm = rng.permutation(40)
+        permuted = LocalPolynomialRegressor(degree=degree, **span).fit(X[perm], y[perm]).predict(Xq)
+        moved = LocalPolynomialRegressor(degree=degree, **span).fit(X + shift, y).predict(Xq + shift)
+    np.testing.assert_allclose(permuted, base, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(moved, base, rtol=1e-6, atol=1e-6)
