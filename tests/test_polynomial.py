@@ -41,6 +41,10 @@ def test_equals_statsmodels_lowess(sine, frac, it):
     # the engine-moments path (kNN kernel through local_moments) gives the same fit
     dense = LocalPolynomialRegressor(frac=frac, robust_iters=it, algorithm="dense").fit(x[:, None], y)
     np.testing.assert_allclose(dense.predict(x[:, None]), ref, rtol=0, atol=1e-8)
+    # and at new points (lowess' xvals), with the robustness weights of the training fit
+    xv = np.linspace(0.1, 6.1, 97)
+    ref = lowess(y, x, frac=frac, it=it, delta=0, xvals=xv)
+    np.testing.assert_allclose(model.predict(xv[:, None]), ref, rtol=0, atol=1e-8)
 
 
 def test_equals_kernelreg_local_linear(diabetes):
