@@ -118,3 +118,23 @@ def test_bad_cv_requests(diabetes):
 @pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
 def test_check_estimator_with_cv(Est):
     check_estimator(Est(bandwidth="cv"))
+
+
+def test_sample_point_local_linear_equals_weighted_least_squares(diabetes):
+    X, y = diabetes
+    X = X[:, [0, 2]] / X[:, [0, 2]].std(axis=0)  # age and bmi: continuous, so every design is regular
+    h_s = sample_point_scales(X, 10)
+    D = cdist(X[:30], X)
+    for kernel, profile in [("gaussian", lambda u: np.exp(-u * u / 2)),
+                            ("epanechnikov", lambda u: np.clip(1 - u * u, 0, None))]:
+        model = LocalPolynomialRegressor(kernel=kernel, bandwidth=1.5, sample_neighbors=10).fit(X, y)
+        K = profile(D / (1.5 * h_s[None, :]))
+        ref = []
+        for q, w in zip(X[:30], K):  # weighted least squares on [1, x - x*]
+            A = np.c_[np.ones(len(X)), X - q] * np.sqrt(w)[:, None]
+            ref.append(np.linalg.lstsq(A, y * np.sqrt(w), rcond=None)[0][0])
+        np.testing.assert_allclose(model.predict(X[:30]), ref, rtol=1e-9)
+    model = LocalPolynomialRegressor(kernel="gaussian", bandwidth="cv", sample_neighbors=10).fit(X, y)
+    assert model.bandwidth_ > 0 and model.sample_scale_.shape == (len(X),)
+    with pytest.raises(ValueError, match="sample_neighbors"):
+        LocalPolynomialRegressor(frac=0.5, sample_neighbors=10).fit(X, y)

@@ -69,13 +69,15 @@ def design(Z, exponents):
 
 
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
-                     n_neighbors=None, *, sample_weight=None, exclude_self=False, ridge=0.0,
-                     rcond=1e-10, algorithm="auto", block_size=None, n_jobs=None):
+                     n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
+                     ridge=0.0, rcond=1e-10, algorithm="auto", block_size=None, n_jobs=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples).
 
     ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
     options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
-    multiplies the kernel weights. Returns :class:`LocalPolynomialFit`.
+    multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
+    bandwidth factor (sample-point adaptive kernel, moments path). Returns
+    :class:`LocalPolynomialFit`.
     """
     samples = check_points(samples, "samples")
     queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
@@ -86,11 +88,11 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
         raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
     kern = make_kernel(kernel, bandwidth, n_neighbors)
     E = monomial_exponents(samples.shape[1], degree)
-    if kern.n_neighbors is not None and kern.compact and algorithm != "dense":
+    if kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None:
         G, b, empty, nearest = _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs)
     else:
         G, b, empty, nearest = _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm,
-                                        block_size, n_jobs)
+                                        block_size, n_jobs, sample_scale)
     values, singular = _solve(G, b, ridge, rcond)
     if nearest is not None and empty.any():
         values[empty] = nearest[empty]
@@ -308,7 +310,7 @@ def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
     return S, T
 
 
-def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs):
+def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs, sample_scale):
     """Uncentred moments from one engine pass, moved to each query by the binomial map."""
     centre = samples.mean(axis=0)
     if kern.n_neighbors is None and not kern.is_softmax:
@@ -320,9 +322,11 @@ def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_si
     Zs, Zq = (samples - centre) / scale, (queries - centre) / scale
     F = design(Zs, E)
     root = None if sw is None else np.sqrt(sw)[:, None]
+    if algorithm == "neighbors" and not kern.compact:
+        algorithm = "auto"  # a non-compact kernel has no neighbour path: every sample counts
     mom = local_moments(queries, samples, F if root is None else F * root, Y if root is None else Y * root,
-                        kern, exclude_self=exclude_self, algorithm=algorithm if algorithm != "neighbors" or
-                        kern.compact else "auto", block_size=block_size, n_jobs=n_jobs)
+                        kern, exclude_self=exclude_self, algorithm=algorithm, block_size=block_size,
+                        n_jobs=n_jobs, sample_scale=sample_scale)
     T = _binomial_map(Zq, E)
     Gc = np.linalg.solve(T, mom.M2)
     Gc = np.linalg.solve(T, Gc.transpose(0, 2, 1))

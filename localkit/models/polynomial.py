@@ -13,6 +13,7 @@ from ..engine.local_mean import ALGORITHMS
 from ..engine.polynomial import local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin
+from .selection import sample_point_scales
 
 
 class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
@@ -46,7 +47,11 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         profile the k-th neighbour itself gets weight 0). When ``bandwidth``, ``frac`` and
         ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default).
     n_neighbors : int or None
-        The span as a number of neighbours (balloon bandwidth).
+        The span as a number of neighbours (balloon bandwidth: ``h(x*)`` varies with the query).
+    sample_neighbors : int or None
+        Sample-point adaptive bandwidth: sample ``i`` gets ``h * h_i``, ``h_i`` the distance of
+        ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``;
+        ``h`` is ``bandwidth`` (default 1, "cv" selects it with the ``h_i`` fixed).
     robust_iters : int, default=0
         Cleveland's robustness iterations: refit with ``r_i = B(e_i / (6 median|e|))``,
         ``B(u) = (1 - u^2)^2`` on ``|u| < 1`` (bisquare), ``e_i`` the residuals at the samples.
@@ -64,6 +69,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     bandwidth_ : float, ndarray or None (span)
     n_neighbors_ : int or None
         The span in neighbours (from ``frac`` or ``n_neighbors``).
+    sample_scale_ : ndarray of shape (n_samples,) or None
+        The sample-point factors ``h_i``.
     kernel_ : Kernel
     robust_weights_ : ndarray of shape (n_samples,)
         The robustness weights of the final fit (ones without ``robust_iters``).
@@ -86,12 +93,14 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     empty = "nearest"
 
     def __init__(self, degree=1, kernel="tricube", bandwidth=None, frac=None, n_neighbors=None,
-                 robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto", n_jobs=None):
+                 sample_neighbors=None, robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto",
+                 n_jobs=None):
         self.degree = degree
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.frac = frac
         self.n_neighbors = n_neighbors
+        self.sample_neighbors = sample_neighbors
         self.robust_iters = robust_iters
         self.ridge = ridge
         self.metric = metric
@@ -111,6 +120,12 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         given = [name for name in ("bandwidth", "frac", "n_neighbors") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of bandwidth, frac and n_neighbors, not {' and '.join(given)}")
+        if self.sample_neighbors is not None:
+            check_n_neighbors(self.sample_neighbors, n - 1, "sample_neighbors")
+            if self.frac is not None or self.n_neighbors is not None:
+                raise ValueError("sample_neighbors scales a fixed bandwidth per sample; it cannot be "
+                                 "combined with frac or n_neighbors")
+            return None
         if self.frac is not None:
             if isinstance(self.frac, bool) or not isinstance(self.frac, numbers.Real) or not 0 < self.frac <= 1:
                 raise ValueError(f"frac must be a number in (0, 1], got {self.frac!r}")
@@ -125,13 +140,14 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
         span = self._check_params(len(X))
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
-        if span is not None:
-            self.n_neighbors_ = min(span, len(X))
-            self.bandwidth_ = None
-            self.kernel_ = Kernel(self.kernel, n_neighbors=self.n_neighbors_, metric=self.metric)
+        self.sample_scale_ = None if self.sample_neighbors is None else sample_point_scales(X, self.sample_neighbors)
+        self.n_neighbors_ = None if span is None else min(span, len(X))
+        if span is not None or self.bandwidth is None:  # a span, or sample-point factors alone
+            self.bandwidth_ = None if span is not None else 1.0
+            self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_ or 1.0, n_neighbors=self.n_neighbors_,
+                                  metric=self.metric)
         else:
             self._fit_kernel(X, y)
-            self.n_neighbors_ = None
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         for _ in range(self.robust_iters):
             residuals = self.y_fit_ - self._fit_at(X, self.kernel_)
@@ -146,8 +162,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     def _fit_at(self, X, kernel, exclude_self=False):
         out = local_polynomial(None if exclude_self else X, self.X_fit_, self.y_fit_, self.degree, kernel,
                                sample_weight=self.robust_weights_ if hasattr(self, "robust_weights_") else None,
-                               exclude_self=exclude_self, ridge=self.ridge, algorithm=self.algorithm,
-                               n_jobs=self.n_jobs)
+                               sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
+                               algorithm=self.algorithm, n_jobs=self.n_jobs)
         if out.singular.any():
             warnings.warn(
                 f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
@@ -163,8 +179,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     def _loo_loss(self, X, y, bandwidth):
         """Mean squared leave-one-out error of the (non-robust) fit with a fixed ``bandwidth``."""
         kernel = Kernel(self.kernel, bandwidth=bandwidth, metric=self.metric)
-        out = local_polynomial(None, X, y, self.degree, kernel, exclude_self=True, ridge=self.ridge,
-                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+        out = local_polynomial(None, X, y, self.degree, kernel, sample_scale=self.sample_scale_,
+                               exclude_self=True, ridge=self.ridge, algorithm=self.algorithm, n_jobs=self.n_jobs)
         return float(np.mean((out.values[:, 0] - y) ** 2))
 
 
