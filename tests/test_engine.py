@@ -57,10 +57,11 @@ def test_auto_takes_the_neighbour_path_when_few_samples_carry_weight(rng, monkey
     calls = []
     monkeypatch.setattr(neighbors, "radius_block_sums",
                         lambda *a, f=neighbors.radius_block_sums, **k: calls.append(1) or f(*a, **k))
-    auto = local_mean(X[:300], X, y, kernel="epanechnikov", bandwidth=0.02)
+    # leave-one-out is beyond the compiled pass, so "auto" chooses between radius and dense
+    auto = local_mean(None, X, y, kernel="epanechnikov", bandwidth=0.02, exclude_self=True)
     assert calls, "the radius path was not chosen"
-    np.testing.assert_allclose(auto, local_mean(X[:300], X, y, kernel="epanechnikov", bandwidth=0.02,
-                                                algorithm="dense"), rtol=1e-12)
+    np.testing.assert_allclose(auto, local_mean(None, X, y, kernel="epanechnikov", bandwidth=0.02,
+                                                exclude_self=True, algorithm="dense"), rtol=1e-12)
 
 
 def test_knn_gaussian_uses_kth_neighbour_distance(diabetes):
@@ -197,3 +198,13 @@ def test_bad_input(kwargs, err, match):
     q, s, v = args.pop("queries"), args.pop("samples"), args.pop("values")
     with pytest.raises(err, match=match):
         local_mean(q, s, v, **args)
+
+
+def test_knn_uniform_is_exact_whatever_the_algorithm(diabetes):
+    from sklearn.neighbors import KNeighborsRegressor
+
+    X, y = diabetes
+    ref = KNeighborsRegressor(7).fit(X[100:], y[100:]).predict(X[:100])
+    for algorithm in ["auto", "dense", "neighbors"]:
+        got = local_mean(X[:100], X[100:], y[100:], kernel="uniform", n_neighbors=7, algorithm=algorithm)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9)

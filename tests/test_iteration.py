@@ -1,11 +1,12 @@
 """The fixed-point driver (localkit.engine.iteration) and the compiled compact-kernel pass."""
+import importlib
 import warnings
 
 import numpy as np
 import pytest
 
 from localkit.engine import local_sums
-from localkit.engine.compact import FORMS, compact_local_sums
+from localkit.engine.compact import FORMS
 from localkit.engine.iteration import (ConvergenceWarning, iterate, row_norm_change, sum_abs_change)
 from localkit.kernels import PROFILES
 
@@ -102,7 +103,7 @@ def test_compact_pass_equals_dense_engine(name, bandwidth, rng):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # empty="nan" warns about empty rows
         ref = local_sums(Q, X, V, name, bandwidth, algorithm="dense", empty="nan")
-        out = compact_local_sums(Q, X, V, name, bandwidth, empty="nan")
+        out = local_sums(Q, X, V, name, bandwidth, algorithm="compiled", empty="nan")
     filled = ~ref.empty
     assert np.array_equal(out.empty, ref.empty)
     np.testing.assert_allclose(out.mean[filled], ref.mean[filled], rtol=0, atol=1e-12)
@@ -111,18 +112,28 @@ def test_compact_pass_equals_dense_engine(name, bandwidth, rng):
 
 def test_compact_pass_boundary_is_inclusive_and_empty_policy():
     x = np.array([[0.0], [1.0], [2.5]])
-    out = compact_local_sums([[0.0], [10.0]], x, x[:, 0], "uniform", 1.0)
+    out = local_sums([[0.0], [10.0]], x, x[:, 0], "uniform", 1.0, algorithm="compiled")
     assert out.mean[0] == 0.5  # the sample at distance exactly h counts
     assert out.empty.tolist() == [False, True] and out.mean[1] == 2.5  # nearest sample
     with pytest.raises(ValueError, match="empty neighbourhood"):
-        compact_local_sums([[10.0]], x, x, "uniform", 1.0, empty="raise")
+        local_sums([[10.0]], x, x, "uniform", 1.0, algorithm="compiled", empty="raise")
 
 
 def test_compact_pass_rejects_what_it_cannot_do():
     x = np.zeros((3, 1))
-    with pytest.raises(ValueError, match="compact"):
-        compact_local_sums(x, x, x, "gaussian", 1.0)
-    with pytest.raises(ValueError, match="bandwidth"):
-        compact_local_sums(x, x, x, "uniform", -1.0)
-    with pytest.raises(ValueError, match="values has 2 rows"):
-        compact_local_sums(x, x, x[:2], "uniform", 1.0)
+    for kwargs in [dict(kernel="gaussian"), dict(kernel="uniform", n_neighbors=2),
+                   dict(kernel="uniform", exclude_self=True), dict(kernel="uniform", metric="manhattan")]:
+        with pytest.raises(ValueError, match="algorithm='compiled' needs"):
+            local_sums(x, x, x, algorithm="compiled", **kwargs)
+
+
+def test_auto_takes_the_compiled_pass_in_few_dimensions(rng, monkeypatch):
+    lm = importlib.import_module("localkit.engine.local_mean")
+
+    calls = []
+    monkeypatch.setattr(lm, "compact_sums", lambda *a, f=lm.compact_sums: calls.append(1) or f(*a))
+    X = rng.normal(size=(300, 3))
+    auto = local_sums(X, X, X[:, 0], "epanechnikov", 0.8)
+    assert calls
+    np.testing.assert_allclose(auto.mean, local_sums(X, X, X[:, 0], "epanechnikov", 0.8, algorithm="dense").mean,
+                               rtol=0, atol=1e-12)

@@ -22,23 +22,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._validation import check_array, check_choice, check_points
-from .local_mean import EMPTY_POLICIES, LocalSums, _apply_empty_policy, make_kernel
+from ..kernels import PROFILES
 
 #: profile -> (form, a, b): form 0 is ``(1 - u^a)^b`` (``b = 0``: uniform), form 1 ``cos(pi u / 2)``
-FORMS = {
-    "uniform": (0, 2, 0),
-    "epanechnikov": (0, 2, 1),
-    "biweight": (0, 2, 2),
-    "triweight": (0, 2, 3),
-    "tricube": (0, 3, 3),
-    "triangular": (0, 1, 1),
-    "cosine": (1, 0, 0),
-}
+FORMS = {name: (0, *p.poly) for name, p in PROFILES.items() if p.poly is not None}
+FORMS["cosine"] = (1, 0, 0)
 
 
 def supports(kernel):
-    """True when :func:`compact_local_sums` can evaluate ``kernel`` (a Kernel instance)."""
+    """True when the compiled pass can evaluate ``kernel`` (a Kernel instance)."""
     return (kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean"
             and kernel.profile.name in FORMS)
 
@@ -129,34 +121,14 @@ def _segments(Qs, Xs, pad, width):
     return order, seg_lo, np.where(inside, seg_hi, seg_lo)
 
 
-def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0, *, empty="nearest"):
-    """:func:`~localkit.engine.local_sums` for a compact profile with a fixed bandwidth.
+def compact_sums(queries, samples, V, kern):
+    """Unnormalised sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` (n_queries, p + 1), in float64.
 
-    ``kernel`` is a compact profile name or a :class:`~localkit.Kernel` with a fixed (scalar or
-    per-feature) bandwidth and the Euclidean metric; ``empty`` is the policy of
-    :func:`~localkit.engine.local_sums` for queries with no sample in their support. Best in
-    few dimensions (the strips prune along two coordinates); the values are summed in float64.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from localkit.engine.compact import compact_local_sums
-    >>> x = np.array([[0.0], [1.0], [5.0]])
-    >>> compact_local_sums([[0.5]], x, x, "uniform", bandwidth=1.0).mean
-    array([[0.5]])
+    ``queries`` and ``samples`` are the raw (validated) points and ``kern`` a kernel for which
+    :func:`supports` holds; :func:`localkit.engine.local_sums` calls this for
+    ``algorithm="compiled"``. The weights of a compact profile lie in ``[0, 1]``: no log-space
+    shift is needed.
     """
-    check_choice(empty, "empty", EMPTY_POLICIES)
-    kern = make_kernel(kernel, bandwidth)
-    if not supports(kern):
-        raise ValueError(f"compact_local_sums needs one of the compact profiles {sorted(FORMS)} with a fixed "
-                         f"bandwidth and the euclidean metric, got {kern!r}; use local_sums")
-    samples = check_points(samples, "samples")
-    queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1])
-    V = check_array(values, "values", ndim=(1, 2))
-    squeeze = V.ndim == 1
-    V = V.reshape(len(V), -1)
-    if len(V) != len(samples):
-        raise ValueError(f"values has {len(V)} rows but samples has {len(samples)}; they must match")
     h = kern.resolve_bandwidth(samples)
     if np.ndim(h) == 0:
         # a scalar bandwidth: raw coordinates and the test |q - x|^2 <= h^2, the very arithmetic of
@@ -171,16 +143,7 @@ def compact_local_sums(queries, samples, values, kernel="uniform", bandwidth=1.0
     threads = numba.get_num_threads()
     numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
     try:
-        S = _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi, r2,
-                         *FORMS[kern.profile.name])
+        return _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi, r2,
+                            *FORMS[kern.profile.name])
     finally:
         numba.set_num_threads(threads)
-    w = S[:, -1]
-    empty_rows = w <= 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = S[:, :-1] / w[:, None]
-        log_sum = np.log(w)
-    if empty_rows.any():
-        mean = _apply_empty_policy(empty, empty_rows, mean, Qs, Xs, Vs, kern, False)
-    mean = mean.astype(V.dtype, copy=False)
-    return LocalSums(mean[:, 0] if squeeze else mean, log_sum.astype(samples.dtype), empty_rows)

@@ -36,6 +36,7 @@ from numba import njit
 from scipy.special import comb
 
 from .._validation import check_array, check_points
+from ..kernels import PROFILES
 from . import neighbors as nb
 from .blocks import map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
@@ -118,8 +119,7 @@ def _solve(G, b, ridge, rcond):
 
 #: compact profiles ``(1 - u^a)^b`` (see :mod:`localkit.kernels.profiles`) whose weights the fused
 #: 1-D kernel evaluates inline; a test checks it against ``Profile.log_k``
-POLY_PROFILES = {"epanechnikov": (2, 1), "tricube": (3, 3), "biweight": (2, 2), "triweight": (2, 3),
-                 "triangular": (1, 1)}
+POLY_PROFILES = {name: p.poly for name, p in PROFILES.items() if p.poly is not None}
 
 
 def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs):

@@ -76,6 +76,9 @@ class Profile:
     # True for profiles with a kink at u = 0 (linear in u there): the matrix-product form of
     # |q - x|^2 carries an absolute error ~1e-16 |x|^2 whose square root (~1e-8) they would show
     exact_distance: bool = False
+    # ``(a, b)`` for the profiles of the form ``(1 - u^a)^b`` (uniform: b = 0), so that compiled
+    # kernels evaluate them from this one statement of the formula
+    poly: tuple | None = None
 
     def log_normalizer(self, d):
         """``log c_d`` with ``c_d = int_{R^d} k(|u|) du``, the density normaliser in d dims."""
@@ -102,6 +105,11 @@ def _poly_moment(a, b):
     return lambda d: float(special.beta(d / a, b + 1) / a)
 
 
+def _poly_profile(name, a, b, **kwargs):
+    log_k = _log_uniform if b == 0 else _log_poly(a, b)
+    return Profile(name, log_k, True, _poly_moment(a, b), poly=(a, b), **kwargs)
+
+
 def _cosine_moment(d):
     return integrate.quad(lambda r: np.cos(0.5 * np.pi * r) * r ** (d - 1), 0.0, 1.0)[0]
 
@@ -114,12 +122,12 @@ PROFILES = {
     p.name: p
     for p in [
         Profile("gaussian", _log_gaussian, False, lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d)),
-        Profile("epanechnikov", _log_poly(2, 1), True, _poly_moment(2, 1)),
-        Profile("tricube", _log_poly(3, 3), True, _poly_moment(3, 3)),
-        Profile("biweight", _log_poly(2, 2), True, _poly_moment(2, 2)),
-        Profile("triweight", _log_poly(2, 3), True, _poly_moment(2, 3)),
-        Profile("triangular", _log_poly(1, 1), True, _poly_moment(1, 1), exact_distance=True),
-        Profile("uniform", _log_uniform, True, lambda d: 1.0 / d),
+        _poly_profile("epanechnikov", 2, 1),
+        _poly_profile("tricube", 3, 3),
+        _poly_profile("biweight", 2, 2),
+        _poly_profile("triweight", 2, 3),
+        _poly_profile("triangular", 1, 1, exact_distance=True),
+        _poly_profile("uniform", 2, 0),
         Profile("cosine", _log_cosine, True, _cosine_moment),
         Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True),
         Profile("cauchy", _log_cauchy, False, _cauchy_moment),

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from .._validation import check_points, check_positive
 from ..engine import local_sums
-from ..engine.compact import compact_local_sums, supports
+from ..engine.compact import supports
 from ..engine.iteration import iterate, row_norm_change
 from ..engine.neighbors import knn_bandwidth, make_index
 from ..kernels import Kernel
@@ -70,7 +70,8 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
     neighbourhood emptied).
     """
     h = float(kernel.bandwidth)
-    engine = compact_local_sums if supports(kernel) else local_sums
+    # the compiled pass decides ties at distance h with scikit-learn's arithmetic
+    algorithm = "compiled" if supports(kernel) else "auto"
     intensity = np.zeros(len(seeds))
     tol = 1e-3 * h
     # the uniform kernel's weight sum is a count; exp(log(count)) is off by an ulp, and ties in
@@ -78,7 +79,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
     exact = np.rint if kernel.profile.name == "uniform" else (lambda w: w)
     if blurring:
         def step(Y):
-            out = engine(None, Y, Y, kernel, empty="nearest")
+            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm)
             intensity[:] = np.where(out.empty, 0.0, exact(out.weight_sum))
             return np.where(out.empty[:, None], Y, out.mean)
 
@@ -87,7 +88,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
         return fp, intensity
 
     def step(Y, rows):
-        out = engine(Y, X, X, kernel, empty="nearest")
+        out = local_sums(Y, X, X, kernel, empty="nearest", algorithm=algorithm)
         intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
         return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
 
