@@ -6,7 +6,6 @@ reach, so both sides use their sparse path at the same settings: scikit-learn's
 sparse LU of ``M = (I - W)^T (I - W)`` with a symmetric minimum-degree ordering, then ``eigsh``
 shift-invert). The weights: our batched Gram solves against scikit-learn's loop over points.
 """
-import time
 
 import numpy as np
 from scipy.linalg import orthogonal_procrustes
@@ -15,21 +14,10 @@ from sklearn.datasets import make_swiss_roll
 from sklearn.manifold import LocallyLinearEmbedding as SkLLE
 
 from localkit import LocallyLinearEmbedding
+from localkit._timing import interleaved
 
 TITLE = "LocallyLinearEmbedding vs scikit-learn (arpack), swiss roll"
 SETTINGS = dict(n_neighbors=10, n_components=2, reg=1e-3, eigen_solver="arpack", random_state=0)
-
-
-def _interleaved(funcs, repeat):
-    """Median seconds of each function, alternating within each repeat (shared machine)."""
-    times = [[] for _ in funcs]
-    results = [None] * len(funcs)
-    for _ in range(repeat):
-        for i, f in enumerate(funcs):
-            t0 = time.perf_counter()
-            results[i] = f()
-            times[i].append(time.perf_counter() - t0)
-    return [float(np.median(t)) for t in times], results
 
 
 def run(quick=False):
@@ -42,7 +30,7 @@ def run(quick=False):
              "|---|---|---|---|---|---|---|"]
     for n, repeat in sizes:
         X, _ = make_swiss_roll(n, random_state=0)
-        (t_peer, t_ours), (ref, ours) = _interleaved(
+        (t_peer, t_ours), (ref, ours) = interleaved(
             [lambda: SkLLE(**SETTINGS).fit(X).embedding_,
              lambda: LocallyLinearEmbedding(**SETTINGS).fit(X).embedding_], repeat)
         disparity = procrustes(ours, ref)[2]

@@ -1,19 +1,10 @@
 """Nadaraya–Watson prediction: localkit's engine against KeOps (CPU), plain blocked numpy and
 statsmodels, in one process, on the same data. Throughput in kernel pairs per second."""
-import time
 
 import numpy as np
+from localkit._timing import median_time
 
 TITLE = "Nadaraya-Watson prediction, Gaussian, float64 (engine throughput)"
-
-
-def _median_time(func, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = func()
-        times.append(time.perf_counter() - t0)
-    return out, float(np.median(times))
 
 
 def numpy_blocked(Q, X, y, h, block=1000):
@@ -49,11 +40,11 @@ def run(quick=False):
     pairs = float(n) * n
 
     keops_nw(Q[:200], X[:200], y[:200], h)  # compile outside the timing
-    ours, t_ours = _median_time(lambda: local_mean(Q, X, y, bandwidth=h), repeat)
-    keops, t_keops = _median_time(lambda: keops_nw(Q, X, y, h), repeat)
-    plain, t_plain = _median_time(lambda: numpy_blocked(Q, X, y, h), repeat)
+    ours, t_ours = median_time(lambda: local_mean(Q, X, y, bandwidth=h), repeat)
+    keops, t_keops = median_time(lambda: keops_nw(Q, X, y, h), repeat)
+    plain, t_plain = median_time(lambda: numpy_blocked(Q, X, y, h), repeat)
     m = 1000 if quick else 2000
-    sm, t_sm = _median_time(lambda: KernelReg(y[:m], X[:m], var_type="c" * d, reg_type="lc", bw=[h] * d)
+    sm, t_sm = median_time(lambda: KernelReg(y[:m], X[:m], var_type="c" * d, reg_type="lc", bw=[h] * d)
                             .fit(Q[:m])[0], 1)
     ours_small = local_mean(Q[:m], X[:m], y[:m], bandwidth=h)
 

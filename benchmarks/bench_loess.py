@@ -1,21 +1,12 @@
 """Local polynomial regression: LOESS in 1-D against statsmodels' lowess (delta=0, the exact
 algorithm), and local linear regression in d=4 against statsmodels' KernelReg(reg_type='ll'),
 in one process, on the same data; fits at the samples."""
-import time
 import warnings
 
 import numpy as np
+from localkit._timing import median_time
 
 TITLE = "LOESS (1-D) vs statsmodels lowess, local linear (d=4) vs KernelReg ll"
-
-
-def _median_time(func, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = func()
-        times.append(time.perf_counter() - t0)
-    return out, float(np.median(times))
 
 
 def run(quick=False):
@@ -33,8 +24,8 @@ def run(quick=False):
 
     rows = []
     for frac, it in [(0.05, 0), (0.3, 0), (0.3, 3)]:
-        ref, t_ref = _median_time(lambda: lowess(y, x, frac=frac, it=it, delta=0, return_sorted=False), repeat)
-        ours, t = _median_time(lambda: LocalPolynomialRegressor(frac=frac, robust_iters=it).fit(X, y).predict(X),
+        ref, t_ref = median_time(lambda: lowess(y, x, frac=frac, it=it, delta=0, return_sorted=False), repeat)
+        ours, t = median_time(lambda: LocalPolynomialRegressor(frac=frac, robust_iters=it).fit(X, y).predict(X),
                                repeat)
         rows.append((f"LOESS 1-D, frac={frac}, it={it}", f"n={n:,}", "statsmodels lowess", t_ref, t,
                      np.abs(ours - ref).max()))
@@ -44,8 +35,8 @@ def run(quick=False):
     bw = 0.5 * Z.std(axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        ref, t_ref = _median_time(lambda: KernelReg(yz, Z, var_type="cccc", reg_type="ll", bw=bw).fit()[0], 1)
-    ours, t = _median_time(lambda: LocalPolynomialRegressor(kernel="gaussian", bandwidth=bw).fit(Z, yz).predict(Z),
+        ref, t_ref = median_time(lambda: KernelReg(yz, Z, var_type="cccc", reg_type="ll", bw=bw).fit()[0], 1)
+    ours, t = median_time(lambda: LocalPolynomialRegressor(kernel="gaussian", bandwidth=bw).fit(Z, yz).predict(Z),
                            repeat)
     rows.append(("local linear, Gaussian, d=4", f"n={m:,}", "statsmodels KernelReg ll", t_ref, t,
                  np.abs(ours - ref).max()))

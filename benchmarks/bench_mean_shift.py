@@ -5,7 +5,6 @@ localkit moves every seed still moving in one compiled engine pass per iteration
 same bandwidth, seeds, stopping rule and mode merging, so centres and labels must agree.
 """
 import os
-import time
 
 import numpy as np
 from sklearn.cluster import MeanShift as SkMeanShift
@@ -13,17 +12,9 @@ from sklearn.cluster import estimate_bandwidth
 from sklearn.datasets import make_blobs
 
 from localkit import MeanShift
+from localkit._timing import median_time
 
 TITLE = "Mean shift, uniform kernel: localkit vs scikit-learn MeanShift (2-D blobs)"
-
-
-def _median_time(fit, repeat):
-    times, model = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        model = fit()
-        times.append(time.perf_counter() - t0)
-    return model, float(np.median(times))
 
 
 def run(quick=False):
@@ -38,9 +29,9 @@ def run(quick=False):
              "| n | bin_seeding | seeds | clusters | scikit-learn (s) | localkit (s) | ratio | max abs diff centres | labels identical | n_iter_ (sk / lk) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for bin_seeding in (False, True):
-        ref, t_ref = _median_time(lambda: SkMeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X),
+        ref, t_ref = median_time(lambda: SkMeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X),
                                   3 if bin_seeding or quick else 1)
-        ours, t_ours = _median_time(lambda: MeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X), 3)
+        ours, t_ours = median_time(lambda: MeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X), 3)
         same_shape = ours.cluster_centers_.shape == ref.cluster_centers_.shape
         diff = np.abs(ours.cluster_centers_ - ref.cluster_centers_).max() if same_shape else np.inf
         n_seeds = n if not bin_seeding else len(np.unique(np.round(X / h), axis=0))

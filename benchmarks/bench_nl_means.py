@@ -1,20 +1,11 @@
 """Non-local means: localkit's shift-streamed compiled loop against scikit-image's
 ``denoise_nl_means`` (fast mode for speed; slow mode, which shares our definitions, for agreement),
 in one process, on scikit-image's camera image with Gaussian noise of known sigma."""
-import time
 
 import numpy as np
+from localkit._timing import median_time
 
 TITLE = "Non-local means, 2-D grayscale, patch_size=7, patch_distance=11"
-
-
-def _median_time(func, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = func()
-        times.append(time.perf_counter() - t0)
-    return out, float(np.median(times))
 
 
 def _psnr(clean, img):
@@ -41,15 +32,15 @@ def run(quick=False):
     for n in sizes:
         clean = camera if n == 512 else transform.resize(camera, (n, n), anti_aliasing=True)
         noisy = clean + sigma * rng.standard_normal(clean.shape)
-        ref, t_ref = _median_time(lambda: sk_nlm(noisy, h=0.8 * sigma, sigma=sigma), repeat)
-        ours, t = _median_time(lambda: denoise_nl_means(noisy, h=0.6 * sigma, sigma=sigma), repeat)
+        ref, t_ref = median_time(lambda: sk_nlm(noisy, h=0.8 * sigma, sigma=sigma), repeat)
+        ours, t = median_time(lambda: denoise_nl_means(noisy, h=0.6 * sigma, sigma=sigma), repeat)
         lines.append(f"| {n}x{n} | skimage fast_mode=True | {t_ref:.3f} s | {t:.3f} s | {t_ref / t:.2f}x | "
                      f"{_psnr(clean, ref):.2f} | {_psnr(clean, ours):.2f} | {np.abs(ours - ref).max():.1e} (other definitions) |")
     n = 96 if quick else 128
     clean = transform.resize(camera, (n, n), anti_aliasing=True)
     noisy = clean + sigma * rng.standard_normal(clean.shape)
-    ref, t_ref = _median_time(lambda: sk_nlm(noisy, h=0.6 * sigma, sigma=sigma, fast_mode=False), 1)
-    ours, t = _median_time(lambda: denoise_nl_means(noisy, h=0.6 * sigma, sigma=sigma), repeat)
+    ref, t_ref = median_time(lambda: sk_nlm(noisy, h=0.6 * sigma, sigma=sigma, fast_mode=False), 1)
+    ours, t = median_time(lambda: denoise_nl_means(noisy, h=0.6 * sigma, sigma=sigma), repeat)
     lines.append(f"| {n}x{n} | skimage fast_mode=False (one run) | {t_ref:.3f} s | {t:.3f} s | {t_ref / t:.1f}x | "
                  f"{_psnr(clean, ref):.2f} | {_psnr(clean, ours):.2f} | {np.abs(ours - ref).max():.1e} |")
     lines += ["", "Fast mode uses box patches and other border rules, so its output is not ours; slow mode "

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import time
 import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .._timing import median_time
 
 
 @dataclass
@@ -46,12 +47,7 @@ class TourContext:
     @staticmethod
     def timed(func, *args, repeat=1, **kwargs):
         """``(result, seconds)``: the median of ``repeat`` runs."""
-        times, result = [], None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            result = func(*args, **kwargs)
-            times.append(time.perf_counter() - t0)
-        return result, float(np.median(times))
+        return median_time(lambda: func(*args, **kwargs), repeat)
 
     def figure_path(self, name):
         """Path for a PNG called ``name``; the figure is listed at the end of the tour."""
