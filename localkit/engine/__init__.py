@@ -1,9 +1,26 @@
-"""The engine: the one place where kernel weights meet values (streaming weighted sums with an
-online log-sum-exp, a dense and a neighbour path, leave-one-out)."""
+"""The engine: the one place where kernel weights meet values.
+
+* :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
+  (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
+* :func:`local_moments`, :func:`local_polynomial` — weighted moments and batched local least squares;
+* :class:`KernelWeights` — normalised weight blocks for models that fit per query (the
+  localization trick for arbitrary estimators, metric learning);
+* :func:`iterate` — the fixed-point driver (mean shift, relaxation labeling, Hopfield retrieval);
+* :func:`prototype_weights` — normalised memberships of prototype-centred kernels (TSK, RBF nets);
+* :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
+* :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
+"""
 from .blocks import block_sizes, map_blocks
+from .iteration import FixedPoint, iterate
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .moments import LocalMoments, local_moments
+from .patches import patch_local_mean
+from .polynomial import LocalPolynomialFit, local_polynomial
+from .prototypes import prototype_weights
+from .reconstruction import reconstruction_gradient
 from .stream import OnlineLogSumExp, augment
+from .weights import KernelWeights
 
-__all__ = ["LocalMoments", "LocalSums", "OnlineLogSumExp", "augment", "block_sizes", "local_mean", "local_moments", "local_sums",
-           "make_kernel", "map_blocks"]
+__all__ = ["FixedPoint", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
+           "augment", "block_sizes", "iterate", "local_mean", "local_moments", "local_polynomial", "local_sums",
+           "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]
