@@ -90,35 +90,73 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, form, a, b):
     return S
 
 
-def _segments(Qs, Xs, pad, width):
-    """Sort the samples into strips and return ``(order, seg_lo, seg_hi)``: each query's candidate
-    samples are ``order[seg_lo[i, s]:seg_hi[i, s]]`` (a superset of its support)."""
-    spread = np.ptp(Xs, axis=0)
-    by_spread = np.argsort(spread)[::-1]
-    ax_a = by_spread[0]
-    ax_b = by_spread[1] if Xs.shape[1] > 1 else ax_a
-    lo_a, lo_b, range_b = Xs[:, ax_a].min(), Xs[:, ax_b].min(), spread[ax_b]
-    n_strips = int(spread[ax_a] // width) + 1 if ax_b != ax_a else 1
-    strip = np.minimum((Xs[:, ax_a] - lo_a) // width, n_strips - 1).astype(np.intp) if n_strips > 1 \
-        else np.zeros(len(Xs), dtype=np.intp)
-    span = range_b + 2.0  # strips' keys never overlap: key = strip * span + (x_b - lo_b)
-    key = strip * span + (Xs[:, ax_b] - lo_b)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
+class CompactIndex:
+    """Samples (and their values) sorted once into strips for the compiled pass; query it many
+    times with :meth:`sums` (an iterated local mean over fixed samples sorts them only once).
 
-    def strip_of(x):
-        return np.clip((x - lo_a) // width, 0, n_strips - 1).astype(np.intp) if n_strips > 1 \
-            else np.zeros(len(x), dtype=np.intp)
+    The samples are sorted into strips of width ``h / 2`` along the scaled coordinate with the
+    widest spread, and by the second widest inside a strip, so that each query's candidate
+    samples (``|dx_a| <= h`` and ``|dx_b| <= h``) are a few contiguous segments.
+    """
 
-    first, last = strip_of(Qs[:, ax_a] - pad), strip_of(Qs[:, ax_a] + pad)
-    strips = first[:, None] + np.arange(int((last - first).max(initial=0)) + 1)
-    inside = strips <= last[:, None]
-    strips = np.minimum(strips, n_strips - 1)
-    low = np.clip(Qs[:, ax_b] - pad - lo_b, 0.0, range_b)[:, None]
-    high = np.clip(Qs[:, ax_b] + pad - lo_b, 0.0, range_b)[:, None]
-    seg_lo = np.searchsorted(key, strips * span + low, side="left")
-    seg_hi = np.searchsorted(key, strips * span + high, side="right")
-    return order, seg_lo, np.where(inside, seg_hi, seg_lo)
+    def __init__(self, samples, V, kern):
+        if not supports(kern):
+            raise ValueError(f"the compiled pass needs one of the compact profiles {sorted(FORMS)} with a "
+                             f"fixed bandwidth and the euclidean metric, got {kern!r}")
+        self.kern = kern
+        self.h = kern.resolve_bandwidth(samples)
+        Xs = self._coordinates(samples)
+        self.r2 = float(self.h) ** 2 if np.ndim(self.h) == 0 else 1.0
+        width = self.width = 0.5 * np.sqrt(self.r2)
+        spread = np.ptp(Xs, axis=0)
+        by_spread = np.argsort(spread)[::-1]
+        self.ax_a = by_spread[0]
+        self.ax_b = by_spread[1] if Xs.shape[1] > 1 else self.ax_a
+        self.lo_a, self.lo_b, self.range_b = Xs[:, self.ax_a].min(), Xs[:, self.ax_b].min(), spread[self.ax_b]
+        self.n_strips = int(spread[self.ax_a] // width) + 1 if self.ax_b != self.ax_a else 1
+        self.span = self.range_b + 2.0  # strips' keys never overlap: key = strip * span + (x_b - lo_b)
+        key = self._strip_of(Xs[:, self.ax_a]) * self.span + (Xs[:, self.ax_b] - self.lo_b)
+        order = np.argsort(key, kind="stable")
+        self.key = key[order]
+        self.Xt = np.ascontiguousarray(Xs[order].T)
+        self.Vt = np.ascontiguousarray(V[order].T, dtype=np.float64)
+
+    def _coordinates(self, points):
+        if np.ndim(self.h) == 0:
+            # a scalar bandwidth: raw coordinates and the test |q - x|^2 <= h^2, the very arithmetic
+            # of scikit-learn's tree radius queries, so that points at distance h (ties) are decided alike
+            return np.asarray(points, dtype=np.float64)
+        return self.kern.scale(points, self.h).astype(np.float64)
+
+    def _strip_of(self, x):
+        if self.n_strips == 1:
+            return np.zeros(len(x), dtype=np.intp)
+        return np.clip((x - self.lo_a) // self.width, 0, self.n_strips - 1).astype(np.intp)
+
+    def _segments(self, Qs, pad):
+        """``(seg_lo, seg_hi)``: each query's candidates are the sorted samples in
+        ``[seg_lo[i, s], seg_hi[i, s])`` (a superset of its support)."""
+        first, last = self._strip_of(Qs[:, self.ax_a] - pad), self._strip_of(Qs[:, self.ax_a] + pad)
+        strips = first[:, None] + np.arange(int((last - first).max(initial=0)) + 1)
+        inside = strips <= last[:, None]
+        strips = np.minimum(strips, self.n_strips - 1)
+        low = np.clip(Qs[:, self.ax_b] - pad - self.lo_b, 0.0, self.range_b)[:, None]
+        high = np.clip(Qs[:, self.ax_b] + pad - self.lo_b, 0.0, self.range_b)[:, None]
+        seg_lo = np.searchsorted(self.key, strips * self.span + low, side="left")
+        seg_hi = np.searchsorted(self.key, strips * self.span + high, side="right")
+        return seg_lo, np.where(inside, seg_hi, seg_lo)
+
+    def sums(self, queries):
+        """Unnormalised sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` (n_queries, p + 1), in float64."""
+        Qs = np.ascontiguousarray(self._coordinates(queries))
+        # widen the search by a hair: the exact test inside decides
+        seg_lo, seg_hi = self._segments(Qs, pad=np.sqrt(self.r2) * (1.0 + 1e-9))
+        threads = numba.get_num_threads()
+        numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
+        try:
+            return _window_sums(Qs, self.Xt, self.Vt, seg_lo, seg_hi, self.r2, *FORMS[self.kern.profile.name])
+        finally:
+            numba.set_num_threads(threads)
 
 
 def compact_sums(queries, samples, V, kern):
@@ -129,21 +167,4 @@ def compact_sums(queries, samples, V, kern):
     ``algorithm="compiled"``. The weights of a compact profile lie in ``[0, 1]``: no log-space
     shift is needed.
     """
-    h = kern.resolve_bandwidth(samples)
-    if np.ndim(h) == 0:
-        # a scalar bandwidth: raw coordinates and the test |q - x|^2 <= h^2, the very arithmetic of
-        # scikit-learn's tree radius queries, so that points at distance h (ties) are decided alike
-        Qs, Xs, r2 = queries.astype(np.float64), samples.astype(np.float64), float(h) * float(h)
-    else:
-        Qs, Xs, r2 = kern.scale(queries, h).astype(np.float64), kern.scale(samples, h).astype(np.float64), 1.0
-    Qs = np.ascontiguousarray(Qs)
-    # widen the search by a hair: the exact test inside decides
-    order, seg_lo, seg_hi = _segments(Qs, Xs, pad=np.sqrt(r2) * (1.0 + 1e-9), width=0.5 * np.sqrt(r2))
-    Xs, Vs = Xs[order], V[order].astype(np.float64)
-    threads = numba.get_num_threads()
-    numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
-    try:
-        return _window_sums(Qs, np.ascontiguousarray(Xs.T), np.ascontiguousarray(Vs.T), seg_lo, seg_hi, r2,
-                            *FORMS[kern.profile.name])
-    finally:
-        numba.set_num_threads(threads)
+    return CompactIndex(samples, V, kern).sums(queries)

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from .._validation import check_points, check_positive
 from ..engine import local_sums
-from ..engine.compact import supports
+from ..engine.compact import CompactIndex, supports
 from ..engine.iteration import iterate, row_norm_change
 from ..engine.neighbors import knn_bandwidth, make_index
 from ..kernels import Kernel
@@ -87,10 +87,20 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
                      inclusive=True, history=history, name="blurring mean shift")
         return fp, intensity
 
-    def step(Y, rows):
-        out = local_sums(Y, X, X, kernel, empty="nearest", algorithm=algorithm)
-        intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
-        return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
+    if supports(kernel):  # the samples stay put: sort them for the compiled pass once
+        index = CompactIndex(X, X, kernel)
+
+        def step(Y, rows):
+            S = index.sums(Y)
+            w = S[:, -1]
+            intensity[rows] = w  # a count for the uniform profile, exactly
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(w[:, None] > 0, S[:, :-1] / w[:, None], Y)  # empty: the seed stops
+    else:
+        def step(Y, rows):
+            out = local_sums(Y, X, X, kernel, empty="nearest")
+            intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
+            return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
 
     fp = iterate(step, seeds, tol=tol, max_iter=max_iter + 1, change=row_norm_change, per_row=True,
                  inclusive=True, history=history, name="mean shift")
