@@ -81,28 +81,34 @@ def _lm_section(figure):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for kernel, r in runs.items():
-        ax.plot([p["seconds"] for p in r["curve"]], [p["val_bpc"] for p in r["curve"]], marker=".", label=kernel)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     any_run = next(iter(runs.values()))
-    ax.axhline(any_run["unigram_entropy"], color="gray", ls="--", label="unigram entropy")
-    ax.set(xlabel="training time (s)", ylabel="held-out bits per character",
-           title="char-level LM on the stdlib's source")
-    ax.legend()
+    for ax, key, label in zip(axes, ("seconds", "step"), ("training time (s)", "optimisation step")):
+        for kernel, r in runs.items():
+            ax.plot([p[key] for p in r["curve"]], [p["val_bpc"] for p in r["curve"]], marker=".", label=kernel)
+        ax.axhline(any_run["unigram_entropy"], color="gray", ls="--", label="unigram entropy")
+        ax.set(xlabel=label)
+    axes[0].set(ylabel="held-out bits per character")
+    axes[1].legend()
+    fig.suptitle("char-level LM on the stdlib's source: three attention kernels, 5 minutes each")
     fig.tight_layout()
     fig.savefig(figure, dpi=110)
     plt.close(fig)
+    # the machine's load changes during the runs, so also compare at a step that every run reached
+    common = max(set.intersection(*({p["step"] for p in r["curve"]} for r in runs.values())))
     c = any_run["config"]
-    lines = [f"Character-level LM (`localkit train-lm --steps 3000 --max-minutes 5 --eval-every 50 --log "
-             f"benchmarks/lm_runs/<kernel>.json --kernel <kernel>`): {c['layers']} layers, d_model {c['d_model']}, "
+    lines = [f"Character-level LM (`python -m localkit.nn.train_lm --kernel <kernel> --steps 3000 --max-minutes 5 "
+             f"--eval-every 50 --log benchmarks/lm_runs/<kernel>.json`, the code of `localkit train-lm`): {c['layers']} layers, d_model {c['d_model']}, "
              f"{c['heads']} heads, context {c['context']}, batch {c['batch_size']}, {any_run['parameters']:,} "
-             f"parameters; 5-minute budget each, one after the other, on the shared 2-core machine. "
-             f"Curves: `{figure.name}`.", "",
-             "| kernel | steps in budget | seconds | val bits/char | unigram entropy | better by |",
-             "|---|---|---|---|---|---|"]
+             f"parameters; 5-minute budget each, one after the other, on the 2-core machine shared with other "
+             f"jobs whose load changed during the runs (hence the steps column and the comparison at a common "
+             f"step). Curves: `{figure.name}`.", "",
+             f"| kernel | steps in budget | seconds | val bits/char | unigram entropy | better by | "
+             f"val bits/char at step {common} |", "|---|---|---|---|---|---|---|"]
     for kernel, r in runs.items():
+        at_common = next(p["val_bpc"] for p in r["curve"] if p["step"] == common)
         lines.append(f"| {kernel} | {r['steps']} | {r['seconds']:.0f} | {r['val_bpc']:.3f} | "
-                     f"{r['unigram_entropy']:.3f} | {r['unigram_entropy'] - r['val_bpc']:.3f} bits |")
+                     f"{r['unigram_entropy']:.3f} | {r['unigram_entropy'] - r['val_bpc']:.3f} bits | {at_common:.3f} |")
     return "\n".join(lines)
 
 
