@@ -63,16 +63,16 @@ def _bench(args):
     return 0
 
 
-def _delegate(module, args):
+def _delegate(command, argv):
     """Import a sub-command's module only when it is called (``train-lm`` imports torch)."""
     try:
-        mod = importlib.import_module(module)
+        mod = importlib.import_module(COMMANDS[command][0])
     except ImportError as exc:
-        print(f"localkit {args.command}: {exc}", file=sys.stderr)
+        print(f"localkit {command}: {exc}", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog=f"localkit {args.command}")
+    parser = argparse.ArgumentParser(prog=f"localkit {command}")
     mod.add_arguments(parser)
-    return mod.main(parser.parse_args(args.rest))
+    return mod.main(parser.parse_args(argv))
 
 
 def build_parser():
@@ -87,14 +87,15 @@ def build_parser():
     p.add_argument("--only", nargs="*", help="benchmark names (bench_<name>.py) to run")
     p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
     p.set_defaults(func=_bench)
-    for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=lambda args, module=module: _delegate(module, args))
+    for name, (module, help_) in COMMANDS.items():  # listed for --help; main() hands them over
+        sub.add_parser(name, help=help_)
     return parser
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in COMMANDS:  # its own parser, with all of its options
+        return _delegate(argv[0], argv[1:]) or 0
     args = build_parser().parse_args(argv)
     return args.func(args) or 0
 

@@ -48,3 +48,13 @@ def test_write_section_replaces_only_its_own_block(tmp_path):
 def test_bench_parser_defaults():
     args = build_parser().parse_args(["bench", "--quick", "--only", "local_mean"])
     assert args.quick and args.only == ["local_mean"]
+
+
+def test_train_lm_through_the_cli_takes_its_options(capsys):
+    from localkit.cli import main
+
+    argv = ["train-lm", "--kernel", "softmax", "--steps", "2", "--max-files", "20", "--batch-size", "4",
+            "--context", "16", "--d-model", "16", "--heads", "2", "--layers", "1", "--eval-every", "2",
+            "--eval-windows", "4", "--no-progress"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("val_bpc=")
