@@ -1,6 +1,4 @@
 """TSK fuzzy inference against simpful's Sugeno inference and scikit-learn baselines."""
-import contextlib
-import io
 
 import numpy as np
 import pytest
@@ -12,39 +10,13 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import TSKFuzzyClassifier, TSKFuzzyRegressor
 from localkit.models.fuzzy import _HybridObjective
+from localkit.tour.geometry import simpful_sugeno
 
-simpful = pytest.importorskip("simpful")
 
 
 @pytest.fixture(scope="module")
 def diabetes():
     return load_diabetes(return_X_y=True)
-
-
-def simpful_sugeno(centers, sigmas, coefs, X):
-    """The same rule base in simpful: Gaussian sets, product AND, linear (or crisp) outputs."""
-    R, d = centers.shape
-    names = [f"x{k}" for k in range(d)]
-    with contextlib.redirect_stdout(io.StringIO()):  # simpful prints its model type
-        fs = simpful.FuzzySystem(operators=["AND_PRODUCT"], show_banner=False, verbose=False)
-        for k, name in enumerate(names):
-            sets = [simpful.GaussianFuzzySet(mu=float(centers[r, k]), sigma=float(sigmas[r, k]), term=f"r{r}")
-                    for r in range(R)]
-            fs.add_linguistic_variable(name, simpful.LinguisticVariable(sets, concept=name))
-        for r in range(R):
-            if coefs.shape[1] == d + 1:
-                terms = [f"{float(a)!r}*{name}" for a, name in zip(coefs[r, :d], names)]
-                fs.set_output_function(f"f{r}", " + ".join(terms + [repr(float(coefs[r, d]))]))
-            else:
-                fs.set_crisp_output_value(f"f{r}", float(coefs[r, 0]))
-        fs.add_rules([f"IF {' AND '.join(f'({name} IS r{r})' for name in names)} THEN (y IS f{r})"
-                      for r in range(R)])
-        out = []
-        for x in X:
-            for name, v in zip(names, x):
-                fs.set_variable(name, float(v))
-            out.append(fs.Sugeno_inference(["y"])["y"])
-    return np.array(out, dtype=float)
 
 
 def test_simpful_rule_strings_are_per_rule():

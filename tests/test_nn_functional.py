@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 import torch.nn.functional as F  # noqa: E402
 from sklearn.datasets import load_diabetes, load_iris  # noqa: E402
 from sklearn.neighbors import KNeighborsRegressor  # noqa: E402

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 from torch import nn  # noqa: E402
 
 from localkit.nn import (LocalLinearAttention, LocalMeanAttention, LocalTransformer,  # noqa: E402

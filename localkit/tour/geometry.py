@@ -67,20 +67,27 @@ def _local_pca_rows(ctx):
                 float(diff), t_ours, t_ref, 1e-8)]
 
 
-def _simpful_predict(tsk, X):
+def simpful_sugeno(centers, sigmas, coefs, X):
+    """The reference: the same rule base in simpful (Gaussian sets, product AND, linear outputs
+    ``coefs[r] = [a_1 .. a_d, b]`` or crisp ones ``coefs[r] = [b]``), evaluated by its Sugeno
+    inference at each row of ``X``. The tests compare against this too."""
     import simpful as sf
 
-    R, d = tsk.centers_.shape
+    centers, sigmas, coefs = (np.asarray(a, dtype=float) for a in (centers, sigmas, coefs))
+    R, d = centers.shape
     names = [f"x{k}" for k in range(d)]
     with contextlib.redirect_stdout(io.StringIO()):  # simpful prints its model type
         fs = sf.FuzzySystem(operators=["AND_PRODUCT"], show_banner=False, verbose=False)
         for k, name in enumerate(names):
-            sets = [sf.GaussianFuzzySet(mu=float(tsk.centers_[r, k]), sigma=float(tsk.sigmas_[r, k]), term=f"r{r}")
+            sets = [sf.GaussianFuzzySet(mu=float(centers[r, k]), sigma=float(sigmas[r, k]), term=f"r{r}")
                     for r in range(R)]
             fs.add_linguistic_variable(name, sf.LinguisticVariable(sets, concept=name))
         for r in range(R):
-            terms = [f"{float(a)!r}*{name}" for a, name in zip(tsk.coefs_[r, :d], names)]
-            fs.set_output_function(f"f{r}", " + ".join(terms + [repr(float(tsk.coefs_[r, d]))]))
+            if coefs.shape[1] == d + 1:
+                terms = [f"{float(a)!r}*{name}" for a, name in zip(coefs[r, :d], names)]
+                fs.set_output_function(f"f{r}", " + ".join(terms + [repr(float(coefs[r, d]))]))
+            else:
+                fs.set_crisp_output_value(f"f{r}", float(coefs[r, 0]))
         fs.add_rules([f"IF {' AND '.join(f'({name} IS r{r})' for name in names)} THEN (y IS f{r})"
                       for r in range(R)])
         out = []
@@ -102,7 +109,7 @@ def _tsk_rows(ctx, plt):
     rows = []
     Xs = X[:, [2, 3, 8]]  # bmi, bp, s5
     tsk = TSKFuzzyRegressor(n_rules=3, random_state=0).fit(Xs, y)
-    ref, t_ref = ctx.timed(lambda: _simpful_predict(tsk, Xs))
+    ref, t_ref = ctx.timed(lambda: simpful_sugeno(tsk.centers_, tsk.sigmas_, tsk.coefs_, Xs))
     ours, t_ours = ctx.timed(lambda: tsk.predict(Xs), repeat=3)
     rows.append(Row("TSK from fitted rules, diabetes (bmi, bp, s5), 3 rules, product AND",
                     f"mean prediction {ours.mean():.4f}", f"simpful Sugeno {ref.mean():.4f}",
