@@ -117,3 +117,24 @@ def test_bad_queries(Est):
         est.predict([[np.nan, 0.0]])
     with pytest.raises(ValueError, match="0 sample"):
         est.predict(np.zeros((0, 2)))
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_sample_point_bandwidth_is_the_definition(diabetes, Est):
+    Xtr, Xte, ytr, _ = diabetes
+    Xtr, Xte = Xtr[:150, :3], Xte[:20, :3]
+    y = ytr[:150] if Est is LocalMeanRegressor else (ytr[:150] > 140).astype(int)
+    est = Est(bandwidth=2.0, sample_neighbors=5).fit(Xtr, y)
+    D = np.sqrt(((Xtr[:, None] - Xtr[None]) ** 2).sum(-1))
+    h_i = np.sort(D, axis=1)[:, 5]  # column 0 is the sample itself
+    Dq = np.sqrt(((Xte[:, None] - Xtr[None]) ** 2).sum(-1))
+    K = np.exp(-0.5 * (Dq / (2.0 * h_i)) ** 2)
+    np.testing.assert_allclose(est.sample_scale_, h_i, rtol=1e-12)
+    out = est.predict(Xte) if Est is LocalMeanRegressor else est.predict_proba(Xte)[:, 1]
+    np.testing.assert_allclose(out, K @ y / K.sum(1), rtol=1e-10)
+    with pytest.raises(ValueError, match="sample_neighbors"):
+        Est(sample_neighbors=3, n_neighbors=4).fit(Xtr, y)
+    with pytest.raises(ValueError, match="sample_neighbors"):
+        Est(sample_neighbors=150).fit(Xtr, y)
+    cv = Est(bandwidth="cv", sample_neighbors=5).fit(Xtr, y)
+    assert cv.bandwidth_ > 0 and np.isfinite(cv.cv_results_["loo_loss"]).all()

@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_choice
+from .._validation import check_choice, check_n_neighbors
 from ..engine import local_sums
 from ..engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from ..kernels import Kernel
@@ -49,11 +49,28 @@ class LocalKernelMixin:
             return select_bandwidth(self, X, y)
         return resolve_bandwidth(self.bandwidth, X)
 
+    def _fit_sample_scales(self, X):
+        """``sample_scale_``: the sample-point factors ``h_i`` (distance of sample ``i`` to its
+        ``sample_neighbors``-th nearest other sample), or None. Call before :meth:`_fit_kernel`,
+        whose ``bandwidth="cv"`` search keeps them fixed."""
+        k = getattr(self, "sample_neighbors", None)
+        if k is None:
+            self.sample_scale_ = None
+            return None
+        from .selection import sample_point_scales
+
+        check_n_neighbors(k, len(X) - 1, "sample_neighbors")
+        if self.n_neighbors is not None:
+            raise ValueError("sample_neighbors scales a fixed bandwidth per sample; it cannot be combined "
+                             "with n_neighbors")
+        self.sample_scale_ = sample_point_scales(X, k)
+        return self.sample_scale_
+
     def _local_sums(self, X, values, *, exclude_self=False, queries_are_samples=False):
         """One engine pass at the queries ``X`` over the training samples ``X_fit_``."""
         return local_sums(None if queries_are_samples else X, self.X_fit_, values, self.kernel_,
                           exclude_self=exclude_self, empty=self.empty, algorithm=self.algorithm,
-                          n_jobs=self.n_jobs)
+                          n_jobs=self.n_jobs, sample_scale=self.sample_scale_)
 
     def _validate_queries(self, X):
         check_is_fitted(self)
@@ -63,11 +80,12 @@ class LocalKernelMixin:
 class LocalMeanParams(LocalKernelMixin):
     """The parameters of the local-mean estimators (regression and classification alike)."""
 
-    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean",
-                 empty="nearest", algorithm="auto", n_jobs=None):
+    def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, sample_neighbors=None,
+                 metric="euclidean", empty="nearest", algorithm="auto", n_jobs=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
+        self.sample_neighbors = sample_neighbors
         self.metric = metric
         self.empty = empty
         self.algorithm = algorithm

@@ -43,6 +43,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=FLOATS)
         check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
+        self._fit_sample_scales(X)
         self._fit_kernel(X, y)
         self.X_fit_ = X
         self.onehot_ = np.eye(len(self.classes_), dtype=X.dtype)[codes]

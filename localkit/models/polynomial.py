@@ -13,7 +13,6 @@ from ..engine.local_mean import ALGORITHMS
 from ..engine.polynomial import local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin
-from .selection import sample_point_scales
 
 
 class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
@@ -140,7 +139,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
         span = self._check_params(len(X))
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
-        self.sample_scale_ = None if self.sample_neighbors is None else sample_point_scales(X, self.sample_neighbors)
+        self._fit_sample_scales(X)
         self.n_neighbors_ = None if span is None else min(span, len(X))
         if span is not None or self.bandwidth is None:  # a span, or sample-point factors alone
             self.bandwidth_ = None if span is not None else 1.0

@@ -25,7 +25,12 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
         ``h``; an array gives one bandwidth per feature. Ignored with ``n_neighbors``.
     n_neighbors : int or None, default=None
-        Adaptive bandwidth: the distance to the k-th nearest training sample.
+        Balloon (per-query) adaptive bandwidth: ``h(x*)`` is the distance from the query to its
+        k-th nearest training sample.
+    sample_neighbors : int or None, default=None
+        Sample-point adaptive bandwidth: sample ``i`` gets ``h * h_i``, ``h_i`` the distance of
+        ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``
+        (``bandwidth="cv"`` then selects ``h`` with the ``h_i`` fixed).
     metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
     empty : {"nearest", "nan", "raise"}, default="nearest"
         What to predict where no training sample lies in the support of a compact kernel
@@ -38,6 +43,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     ----------
     bandwidth_ : float or ndarray
         The bandwidth used (rules resolved).
+    sample_scale_ : ndarray of shape (n_samples,) or None
+        The sample-point factors ``h_i`` (with ``sample_neighbors``).
     kernel_ : Kernel
     X_fit_, y_fit_ : the training data.
 
@@ -54,6 +61,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         """Store the training data and resolve the kernel. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, multi_output=True, y_numeric=True)
+        self._fit_sample_scales(X)
         self._fit_kernel(X, y)
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         return self

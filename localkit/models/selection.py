@@ -48,7 +48,8 @@ def loo_loss(estimator, X, y, bandwidth):
     else:
         values = np.asarray(y, dtype=X.dtype)
     p = local_sums(None, X, values, estimator.kernel, bandwidth, None, True, metric=estimator.metric,
-                   algorithm=estimator.algorithm, n_jobs=estimator.n_jobs).mean
+                   algorithm=estimator.algorithm, n_jobs=estimator.n_jobs,
+                   sample_scale=getattr(estimator, "sample_scale_", None)).mean
     return float(np.mean(np.sum((p - values).reshape(len(X), -1) ** 2, axis=1)))
 
 
