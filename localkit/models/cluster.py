@@ -15,15 +15,13 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.metrics import pairwise_distances_argmin, pairwise_distances_argmin_min
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import threadpool_limits
 
 from .._validation import check_points, check_positive
 from ..engine import local_sums
 from ..engine.compact import CompactIndex, supports
 from ..engine.iteration import iterate, row_norm_change
-from ..engine.neighbors import knn_bandwidth, make_index
+from ..engine.neighbors import knn_bandwidth, kneighbors, make_index
 from ..kernels import Kernel
 from ._base import FLOATS
 
@@ -241,14 +239,12 @@ class MeanShift(ClusterMixin, BaseEstimator):
                              "larger bandwidth")
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
         ends = fp.state if self.blurring else data  # blurring: where each point ended up
-        with threadpool_limits(1, user_api="openmp"):  # few centres: threads cost more than they give
-            idx, dist = pairwise_distances_argmin_min(ends, centers)
-        self.labels_ = idx if self.cluster_all else np.where(dist <= h, idx, -1)
+        dist, idx = kneighbors(make_index(centers, "euclidean"), ends, 1)  # as scikit-learn labels
+        self.labels_ = idx[:, 0] if self.cluster_all else np.where(dist[:, 0] <= h, idx[:, 0], -1)
         return self
 
     def predict(self, X):
         """The index of the nearest cluster centre for each row of ``X``."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        with threadpool_limits(1, user_api="openmp"):
-            return pairwise_distances_argmin(X, self.cluster_centers_)
+        return kneighbors(make_index(self.cluster_centers_, "euclidean"), X, 1)[1][:, 0]
