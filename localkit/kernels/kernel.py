@@ -119,8 +119,7 @@ class Kernel:
         normalisation, which turns the whole block into one matrix product.
         """
         if self.is_softmax:
-            L = Q @ X.T
-            L /= Q.dtype.type(temperature)
+            L = (Q / Q.dtype.type(temperature)) @ X.T
             return L, np.zeros(len(Q), dtype=Q.dtype)
         if self.metric != "euclidean":
             D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
@@ -131,15 +130,19 @@ class Kernel:
             q_sq = np.einsum("ij,ij->i", Q, Q)
         if x_sq is None:
             x_sq = np.einsum("ij,ij->i", X, X)
-        if self.profile.name == "gaussian" and s_scale is None:
-            L = Q @ X.T
-            L -= 0.5 * x_sq
+        if self.profile.name == "gaussian" and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
+            # one matrix product: [q, -1/2] / h_q^2 . [x, |x|^2]  =  (q.x - |x|^2 / 2) / h_q^2
+            d = Q.shape[1]
+            Qa = np.empty((len(Q), d + 1), dtype=Q.dtype)
+            Qa[:, :d], Qa[:, d] = Q, -0.5
+            Xa = np.empty((len(X), d + 1), dtype=Q.dtype)
+            Xa[:, :d], Xa[:, d] = X, x_sq
             offset = -0.5 * q_sq
             if q_scale is not None:
                 inv = (1.0 / (q_scale * q_scale)).astype(Q.dtype, copy=False)
-                L *= inv[:, None]
+                Qa *= inv[:, None]
                 offset = offset * inv
-            return L, offset
+            return Qa @ Xa.T, offset
         if self.profile.exact_distance:
             u2 = cdist(Q, X, metric="sqeuclidean").astype(Q.dtype, copy=False)
         else:
