@@ -208,3 +208,11 @@ def test_knn_uniform_is_exact_whatever_the_algorithm(diabetes):
     for algorithm in ["auto", "dense", "neighbors"]:
         got = local_mean(X[:100], X[100:], y[100:], kernel="uniform", n_neighbors=7, algorithm=algorithm)
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9)
+
+
+def test_knn_gaussian_with_duplicates_counts_only_the_coinciding_samples():
+    """k duplicates at the query make h(x*) = 0: only distance-0 samples carry weight."""
+    X = np.array([[0.0, 0.0]] * 4 + [[1.0, 0.0], [0.0, 2.0]])
+    v = np.array([1.0, 2.0, 3.0, 4.0, 100.0, 200.0])
+    got = local_mean([[0.0, 0.0]], X, v, kernel="gaussian", n_neighbors=3)
+    np.testing.assert_allclose(got, [2.5])
