@@ -121,3 +121,15 @@ def test_bad_estimators_and_parameters(diabetes):
                          ids=["regressor", "classifier"])
 def test_check_estimator(est):
     check_estimator(est)
+
+
+def test_uniform_knn_kernel_fits_exactly_the_k_nearest():
+    """Each local fit sees exactly its k nearest samples, the k-th included."""
+    from sklearn.neighbors import NearestNeighbors
+
+    X, y = load_diabetes(return_X_y=True)
+    X, y, Q = X[:300, :3], y[:300], X[300:340, :3]
+    got = Localized(LinearRegression(), kernel="uniform", n_neighbors=12).fit(X, y).predict(Q)
+    idx = NearestNeighbors(n_neighbors=12).fit(X).kneighbors(Q)[1]
+    expected = [LinearRegression().fit(X[i], y[i]).predict(q[None])[0] for i, q in zip(idx, Q)]
+    np.testing.assert_allclose(got, expected, rtol=1e-10)

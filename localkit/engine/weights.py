@@ -50,8 +50,16 @@ class KernelWeights:
         """``(b_q, n_samples)`` log-weights; ``exclude_self`` sets ``log K = -inf`` for sample
         ``row_offset + i`` at query ``i`` (queries are then the samples)."""
         Qs = self._scaled(queries)
+        k = self.kernel.n_neighbors
+        if k is not None and self.kernel.compact:
+            # exactly the k nearest, with the tree's distances (as the engine's neighbour path):
+            # matrix-product distances could push the k-th neighbour past u = 1
+            dist, idx = nb.kneighbors(self.index, Qs, k, exclude_self=exclude_self, row_offset=row_offset)
+            L = np.full((len(Qs), len(self.Xs)), -np.inf, dtype=self.Xs.dtype)
+            L[np.arange(len(Qs))[:, None], idx] = self.kernel.profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
+            return L
         q_scale = None
-        if self.kernel.n_neighbors is not None:
+        if k is not None:
             q_scale = nb.knn_bandwidth(self.index, Qs, self.kernel.n_neighbors, exclude_self=exclude_self,
                                        row_offset=row_offset)
         L, offset = self.kernel.log_weights(Qs, self.Xs, x_sq=self.x_sq, q_scale=q_scale)
