@@ -13,8 +13,12 @@ TORCH_CPU := torch==2.13.0
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
-	# Prefer the CPU wheel the machine offers; fall back to any release satisfying torch>=2.2.
-	$(PIP) install "$(TORCH_CPU)" || $(PIP) install "torch>=2.2"
+	# torch: the CPU build where the machine offers it as a local wheel (no index: a bare `torch`
+	# from PyPI is a multi-GB CUDA build), else PyTorch's CPU index, else any torch>=2.2.
+	( $(PIP) install --no-index --no-deps "$(TORCH_CPU)" && $(PIP) install "$(TORCH_CPU)" ) \
+	  || $(PIP) install "torch>=2.2" --index-url https://download.pytorch.org/whl/cpu \
+	       --extra-index-url https://pypi.org/simple \
+	  || $(PIP) install "torch>=2.2"
 	touch $@
 
 $(VENV)/.tour: $(VENV)/.created pyproject.toml
