@@ -67,6 +67,18 @@ def test_log_density_is_exact_in_the_far_tail(iris):
     assert np.isfinite(log_p) and log_p < -1e7
 
 
+@pytest.mark.parametrize("queries,samples,match", [
+    ([[np.nan, 0.0]], None, "queries contains NaN"),
+    (None, [[np.inf, 0.0], [1.0, 1.0]], "samples contains NaN or infinity"),
+    (None, np.zeros((0, 2)), "samples is empty"),
+    (np.zeros((0, 2)), None, "queries is empty"),
+    ([[0.0, 0.0, 0.0]], None, "queries has 3 features, but 2"),
+])
+def test_bad_density_data(iris, queries, samples, match):
+    with pytest.raises(ValueError, match=match):
+        kernel_density(iris[:5, :2] if queries is None else queries, iris[:, :2] if samples is None else samples)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(kernel="softmax"), "not a density"),
     (dict(kernel="cauchy"), "not integrable"),
