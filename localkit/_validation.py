@@ -83,3 +83,22 @@ def check_choice(value, name, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
     return value
+
+
+def check_regression_target(y, dtype, name="y"):
+    """Regression targets as finite ``dtype`` floats.
+
+    scikit-learn's ``y_numeric`` converts object arrays but lets string arrays through; here
+    strings are refused by name (they are class labels, not targets), and so are targets that
+    overflow ``dtype`` (e.g. 1e300 in float32), which would otherwise surface as NaN deep inside.
+    """
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numbers (regression targets), got dtype {y.dtype}; "
+                         "class labels need a classifier")
+    with np.errstate(over="ignore"):
+        y = y.astype(dtype, copy=False)
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{name} contains NaN or infinity, or values too large for {np.dtype(dtype).name}; "
+                         "all targets must be finite")
+    return y

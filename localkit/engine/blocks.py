@@ -5,9 +5,9 @@ by the budget, not by ``n_queries x n_samples``.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
+import joblib
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -20,13 +20,17 @@ MAX_SAMPLE_BLOCK = 2048
 
 
 def resolve_n_jobs(n_jobs):
-    """``None`` means all cores; a negative number counts back from them, as in joblib."""
-    cores = os.cpu_count() or 1
-    if n_jobs is None:
-        return cores
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
-        raise ValueError(f"n_jobs must be None or a non-zero integer, got {n_jobs!r}")
-    return max(1, cores + 1 + n_jobs) if n_jobs < 0 else int(n_jobs)
+    """Threads for ``n_jobs``, as scikit-learn counts them (:func:`joblib.effective_n_jobs`).
+
+    ``None`` means 1 unless an enclosing ``joblib.parallel_config(n_jobs=...)`` says otherwise (so
+    that ``GridSearchCV(n_jobs=-1)`` around an estimator does not oversubscribe the cores); a
+    negative number counts back from the cores (-1: all of them). 0, floats, strings and bools
+    are errors.
+    """
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer))
+                               or n_jobs == 0):
+        raise ValueError(f"n_jobs must be None or a non-zero integer (-1: all cores), got {n_jobs!r}")
+    return max(1, int(joblib.effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
 
 def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budget=None, n_workers=1,

@@ -2,18 +2,27 @@
 options (empty-neighbourhood policy, algorithm, threads)."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .._validation import check_choice, check_n_neighbors
+from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
+from .._validation import check_n_neighbors
 from ..engine import local_sums
-from ..engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 
 FLOATS = [np.float64, np.float32]
+
+
+def check_sample_weight(sample_weight, X):
+    """``sample_weight`` as a float array of shape ``(n_samples,)`` (a scalar: the same for all),
+    finite, ``>= 0`` and not all zero; ``None`` stays ``None`` (unweighted)."""
+    if sample_weight is None:
+        return None
+    try:  # scikit-learn's own checks (shape, NaN/inf, negative, all zero), its messages prefixed
+        return _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+    except ValueError as exc:
+        raise ValueError(f"sample_weight is invalid: {exc}") from exc
 
 
 class LocalKernelMixin:
@@ -25,13 +34,7 @@ class LocalKernelMixin:
 
     def _fit_kernel(self, X, y=None):
         """Validate the kernel parameters on the training data and store ``kernel_``."""
-        if self.n_neighbors is not None:
-            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
-                raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
-            if not 1 <= self.n_neighbors <= len(X):
-                raise ValueError(f"n_neighbors must be between 1 and n_samples={len(X)}, got {self.n_neighbors}")
-        check_choice(self.empty, "empty", EMPTY_POLICIES)
-        check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        check_n_neighbors(self.n_neighbors, len(X))  # the types were checked by _parameter_constraints
         self.bandwidth_ = self._choose_bandwidth(X, y)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
                               metric=self.metric)
@@ -79,6 +82,8 @@ class LocalKernelMixin:
 
 class LocalMeanParams(LocalKernelMixin):
     """The parameters of the local-mean estimators (regression and classification alike)."""
+
+    _parameter_constraints: dict = {**KERNEL_PARAMS, "sample_neighbors": N_NEIGHBORS_CONSTRAINT}
 
     def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", empty="nearest", algorithm="auto", n_jobs=None):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
@@ -38,6 +38,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     array([0, 0, 0])
     """
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Store the training data and the one-hot labels. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS)

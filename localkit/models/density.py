@@ -1,13 +1,37 @@
 """Kernel density: the local mean's normaliser, made a density."""
 from __future__ import annotations
 
-import numpy as np
+from numbers import Integral
 
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+
+from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, positive
 from .._validation import check_points
 from ..engine import local_sums, make_kernel
+from ..kernels import Kernel
 
 
-def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, log=False, **options):
+@validate_params(
+    {
+        "queries": ["array-like"],
+        "samples": ["array-like"],
+        "kernel": KERNEL_CONSTRAINT + [Kernel],
+        "bandwidth": BANDWIDTH_CONSTRAINT,
+        # named so that a caller who passes them learns why they cannot apply, instead of having
+        # them ignored: the normaliser c_d below is the Euclidean one, for one fixed bandwidth
+        "metric": [StrOptions({"euclidean"})],
+        "n_neighbors": [None],
+        "log": ["boolean"],
+        "algorithm": ALGORITHM_CONSTRAINT,
+        "block_size": [Interval(Integral, 1, None, closed="left"), tuple, None],
+        "memory_budget": positive() + [None],
+        "n_jobs": N_JOBS_CONSTRAINT,
+    },
+    prefer_skip_nested_validation=True,
+)
+def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric="euclidean", n_neighbors=None,
+                   log=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
     """The kernel density estimate at each query.
 
     .. math::
@@ -26,14 +50,18 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, log=Fa
     ----------
     queries : array of shape (n_queries, n_features)
     samples : array of shape (n_samples, n_features)
-    kernel : str, default="gaussian"
+    kernel : str or Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` that is integrable in ``d`` dimensions (not
-        "softmax"; "cauchy" only in 1-D). The metric is Euclidean.
+        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth.
     bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    metric : {"euclidean"}, default="euclidean"
+        The only metric whose normaliser ``c_d`` is implemented; any other is an error.
+    n_neighbors : None
+        kNN bandwidths give no normalised density here; anything but None is an error.
     log : bool, default=False
         Return ``log p`` (exact even where ``p`` underflows).
-    **options
-        Engine options of :func:`localkit.local_sums` (``algorithm``, ``block_size``, ...).
+    algorithm, block_size, memory_budget, n_jobs
+        Engine options of :func:`localkit.local_sums`.
 
     Returns
     -------
@@ -56,6 +84,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, log=Fa
     n, d = samples.shape
     h = np.broadcast_to(kern.resolve_bandwidth(samples), (d,))
     log_c = kern.profile.log_normalizer(d)
-    out = local_sums(queries, samples, None, kern, empty="nearest", **options)
+    out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
+                     memory_budget=memory_budget, n_jobs=n_jobs)
     log_p = out.log_weight_sum - np.log(n) - np.sum(np.log(h)) - log_c
     return log_p if log else np.exp(log_p)

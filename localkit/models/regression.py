@@ -1,9 +1,10 @@
 """Nadaraya–Watson regression: the local mean of the targets."""
 from __future__ import annotations
 
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import validate_data
 
+from .._validation import check_regression_target
 from ._base import FLOATS, LocalMeanParams
 
 
@@ -37,7 +38,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         ("nearest": the target of the nearest training sample).
     algorithm : {"auto", "dense", "neighbors"}, default="auto"
     n_jobs : int or None, default=None
-        Threads for the engine (None: all cores).
+        Threads for the engine: None means 1 unless a ``joblib.parallel_config`` says otherwise,
+        -1 all cores (scikit-learn's convention).
 
     Attributes
     ----------
@@ -58,12 +60,14 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     0.95
     """
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Store the training data and resolve the kernel. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, multi_output=True, y_numeric=True)
+        y = check_regression_target(y, X.dtype)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y)
-        self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
+        self.X_fit_, self.y_fit_ = X, y
         return self
 
     def predict(self, X):

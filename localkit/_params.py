@@ -1,0 +1,64 @@
+"""Parameter constraints, stated once and checked by scikit-learn's own machinery.
+
+Each estimator lists its parameters' allowed values in ``_parameter_constraints`` (built from the
+pieces below) and checks them at the start of ``fit`` with ``self._validate_params()``; public
+functions use :func:`sklearn.utils._param_validation.validate_params` with the same pieces. A
+violation raises scikit-learn's ``InvalidParameterError`` (a subclass of both ``ValueError`` and
+``TypeError``) whose message names the parameter, the allowed values and the value received::
+
+    The 'n_jobs' parameter of LocalMeanRegressor must be an int in the range (-inf, -1], an int
+    in the range [1, inf) or None. Got 0 instead.
+
+What depends on the data (``n_neighbors <= n_samples``, a bandwidth array of one entry per
+feature) is checked in ``fit`` by :mod:`localkit._validation`.
+"""
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
+from .kernels import KERNEL_NAMES, METRICS, RULES, Kernel
+from .kernels.profiles import ALIASES
+
+#: a profile name, an alias of one, or "softmax" (functions also take a :class:`~localkit.Kernel`)
+KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
+#: a distance profile (no softmax: the models that need a distance, such as densities and mean shift)
+PROFILE_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) - {"softmax"} | set(ALIASES))]
+#: a finite positive number, a per-feature array (checked against the data in fit) or a rule
+BANDWIDTH_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES)), "array-like"]
+#: the estimators that can select it by leave-one-out also take "cv"
+BANDWIDTH_CV_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | {"cv"}),
+                           "array-like"]
+#: None, or a count of neighbours (the upper bound n_samples is checked in fit)
+N_NEIGHBORS_CONSTRAINT = [Interval(Integral, 1, None, closed="left"), None]
+#: scikit-learn's convention: None (1 unless a joblib context says otherwise), -1 all cores, never 0
+N_JOBS_CONSTRAINT = [Interval(Integral, None, -1, closed="right"), Interval(Integral, 1, None, closed="left"),
+                     None]
+METRIC_CONSTRAINT = [StrOptions(set(METRICS))]
+EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
+ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
+
+
+def positive(kind=Real):
+    """A finite number (or integer, ``kind=Integral``) ``> 0``."""
+    return [Interval(kind, 0, np.inf if kind is Real else None, closed="neither")]
+
+
+def non_negative(kind=Real):
+    """A finite number (or integer) ``>= 0``."""
+    return [Interval(kind, 0, np.inf if kind is Real else None, closed="left")]
+
+
+#: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`
+KERNEL_PARAMS = {
+    "kernel": KERNEL_CONSTRAINT,
+    "bandwidth": BANDWIDTH_CV_CONSTRAINT,
+    "n_neighbors": N_NEIGHBORS_CONSTRAINT,
+    "metric": METRIC_CONSTRAINT,
+    "empty": EMPTY_CONSTRAINT,
+    "algorithm": ALGORITHM_CONSTRAINT,
+    "n_jobs": N_JOBS_CONSTRAINT,
+}
