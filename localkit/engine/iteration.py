@@ -15,19 +15,17 @@ Two modes:
 
 The driver counts ``n_iter`` (updates performed; per row, the largest count), warns with
 scikit-learn's :class:`~sklearn.exceptions.ConvergenceWarning` when ``max_iter`` stops it early,
-keeps an optional ``history`` of states for plots, and shows a progress line on stderr for long runs.
+keeps an optional ``history`` of states for plots, and shows a progress bar (:mod:`localkit._progress`).
 """
 from __future__ import annotations
 
 import numbers
-import sys
-import time
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
+
+from .._progress import ConvergenceWarning, check_verbose, progress as progress_bar, warn_max_iter
 
 __all__ = ["ConvergenceWarning", "FixedPoint", "iterate", "max_abs_change", "row_max_abs_change",
            "row_norm_change", "sum_abs_change"]
@@ -71,41 +69,12 @@ class FixedPoint:
     history: list | None = None
 
 
-class _Progress:
-    """A one-line progress report on stderr: forced, or shown once a run lasts over ``after`` s
-    on a terminal (``progress=None``)."""
-
-    def __init__(self, mode, name, max_iter, after=2.0):
-        self.mode, self.name, self.max_iter, self.after = mode, name, max_iter, after
-        self.start = time.perf_counter()
-        self.shown = False
-
-    def update(self, it, change, moving=None):
-        if self.mode is False:
-            return
-        if self.mode is None and (time.perf_counter() - self.start < self.after or not sys.stderr.isatty()):
-            return
-        width = 24
-        done = int(width * it / self.max_iter)
-        rows = "" if moving is None else f", {moving} moving"
-        sys.stderr.write(f"\r{self.name}: [{'#' * done}{'.' * (width - done)}] {it}/{self.max_iter}"
-                         f" change {change:.3g}{rows}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self):
-        if self.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _check_params(tol, max_iter, progress):
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if progress not in (None, True, False):
-        raise ValueError(f"progress must be None (automatic), True or False, got {progress!r}")
+    check_verbose(progress, "progress")
 
 
 def iterate(step: Callable, state, *, tol, max_iter, change: Callable | None = None, per_row=False,
@@ -131,8 +100,9 @@ def iterate(step: Callable, state, *, tol, max_iter, change: Callable | None = N
         Rows converge and freeze independently.
     history : bool, default=False
         Keep a copy of every state, ``x_0`` first.
-    progress : None, True or False, default=None
-        A progress line on stderr: None shows it for runs longer than 2 s on a terminal.
+    progress : None, bool or int >= 0, default=None
+        A progress bar on stderr (:func:`localkit._progress.progress`): True shows it, False
+        never, None on a terminal for runs longer than 2 s. Estimators pass their ``verbose``.
     warn : bool, default=True
         Emit a ``ConvergenceWarning`` when ``max_iter`` is reached first.
     name : str
@@ -153,19 +123,15 @@ def iterate(step: Callable, state, *, tol, max_iter, change: Callable | None = N
     _check_params(tol, max_iter, progress)
     x = np.array(state, copy=True)
     below = np.less_equal if inclusive else np.less
-    bar = _Progress(progress, name, max_iter)
     trail = [x.copy()] if history else None
-    try:
+    with progress_bar(max_iter, name, progress, name="progress") as bar:
         if per_row:
             out = _iterate_rows(step, x, tol, max_iter, change or row_max_abs_change, below, trail, bar)
         else:
             out = _iterate_global(step, x, tol, max_iter, change or max_abs_change, below, trail, bar)
-    finally:
-        bar.close()
     if warn and not np.all(out.converged):
         still = "" if not per_row else f" ({int(np.sum(~out.converged))} of {len(x)} rows still moving)"
-        warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations{still}; "
-                      "increase max_iter or tol", ConvergenceWarning, stacklevel=3)
+        warn_max_iter(name, max_iter, still, stacklevel=4)
     return out
 
 
@@ -180,7 +146,8 @@ def _iterate_global(step, x, tol, max_iter, change, below, trail, bar):
         x = new
         if trail is not None:
             trail.append(np.array(x, copy=True))
-        bar.update(n_iter, delta)
+        bar.update()
+        bar.set_postfix(change=f"{delta:.3g}", refresh=False)
     return FixedPoint(x, n_iter, converged, None, trail)
 
 
@@ -202,5 +169,6 @@ def _iterate_rows(step, x, tol, max_iter, change, below, trail, bar):
         moving = moving[~stopped]
         if trail is not None:
             trail.append(x.copy())
-        bar.update(n_iter, float(delta.max(initial=0.0)), len(moving))
+        bar.update()
+        bar.set_postfix(change=f"{float(delta.max(initial=0.0)):.3g}", moving=len(moving), refresh=False)
     return FixedPoint(x, n_iter, done, row_iter, trail)
