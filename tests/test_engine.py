@@ -216,3 +216,43 @@ def test_knn_gaussian_with_duplicates_counts_only_the_coinciding_samples():
     v = np.array([1.0, 2.0, 3.0, 4.0, 100.0, 200.0])
     got = local_mean([[0.0, 0.0]], X, v, kernel="gaussian", n_neighbors=3)
     np.testing.assert_allclose(got, [2.5])
+
+
+@pytest.mark.parametrize("name, algorithm", [("gaussian", "auto"), ("epanechnikov", "dense"),
+                                             ("epanechnikov", "neighbors"), ("tricube", "compiled"),
+                                             ("uniform", "auto")])
+def test_integer_sample_weights_equal_repeated_samples(diabetes, name, algorithm):
+    X, y = diabetes
+    w = np.random.default_rng(0).integers(0, 4, len(X))  # zeros drop samples
+    m, s = local_mean(X[:60], X, y, name, 0.12, sample_weight=w, return_weight_sum=True, algorithm=algorithm,
+                      empty="nan")
+    m_rep, s_rep = local_mean(X[:60], np.repeat(X, w, axis=0), np.repeat(y, w), name, 0.12,
+                              return_weight_sum=True, algorithm=algorithm, empty="nan")
+    assert np.any(s > 0)
+    np.testing.assert_allclose(m, m_rep, rtol=1e-12, atol=1e-10, equal_nan=True)
+    np.testing.assert_allclose(s, s_rep, rtol=1e-12)
+
+
+def test_sample_weight_scale_does_not_matter_and_empty_falls_back_to_a_weighted_sample(diabetes):
+    X, y = diabetes
+    w = np.ones(len(X))
+    w[0] = 0.0
+    big = local_mean(X[:5], X, y, "uniform", 1e-9, sample_weight=w * 1e300)
+    # query 0 sits on sample 0, whose weight is 0: the nearest sample that carries weight answers
+    nearest_other = np.argsort(((X - X[0]) ** 2).sum(axis=1))[1]
+    assert big[0] == y[nearest_other]
+    np.testing.assert_array_equal(big[1:], y[1:5])
+
+
+@pytest.mark.parametrize("w, match", [(np.ones(3), "shape"), (-np.ones(442), ">= 0"),
+                                      (np.zeros(442), "zero everywhere"), (np.full(442, np.nan), "NaN")])
+def test_bad_sample_weight(diabetes, w, match):
+    X, y = diabetes
+    with pytest.raises(ValueError, match="sample_weight"):
+        with pytest.raises(ValueError, match=match):
+            local_mean(X[:3], X, y, sample_weight=w)
+
+
+def test_leave_one_out_of_one_sample_is_an_error_not_a_leak():
+    with pytest.raises(ValueError, match="exclude_self.*at least 2 samples"):
+        local_mean(None, [[0.0]], [1.0], exclude_self=True)

@@ -62,7 +62,8 @@ def make_kernel(kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="eucl
 
 
 def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", return_weight_sum=False, **options):
+               exclude_self=False, *, metric="euclidean", sample_weight=None, return_weight_sum=False,
+               **options):
     """The local mean of ``values`` at each query: ``m(x*) = sum_i K(x*, x_i) v_i / sum_j K(x*, x_j)``.
 
     Parameters
@@ -79,8 +80,12 @@ def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_nei
         Adaptive kNN bandwidth ``h(x*)`` = distance to the k-th nearest sample.
     exclude_self : bool, default=False
         Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped.
+    sample_weight : array of shape (n_samples,), optional
+        Non-negative weights ``c_i`` that multiply the kernel:
+        ``m(x*) = sum_i c_i K(x*, x_i) v_i / sum_j c_j K(x*, x_j)``; integer weights equal
+        repeated samples, zero weights drop them.
     return_weight_sum : bool, default=False
-        Also return ``sum_j K(x*, x_j)``.
+        Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options: ``empty`` ("nearest", "nan", "raise"), ``algorithm`` ("auto", "dense",
         "neighbors"), ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
@@ -102,13 +107,13 @@ def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_nei
     if values is None:
         raise ValueError("values must be an array of shape (n_samples,) or (n_samples, p), got None")
     out = local_sums(queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self,
-                     metric=metric, **options)
+                     metric=metric, sample_weight=sample_weight, **options)
     return (out.mean, out.weight_sum) if return_weight_sum else out.mean
 
 
 def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", empty="nearest", algorithm="auto",
-               block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
+               exclude_self=False, *, metric="euclidean", sample_weight=None, empty="nearest",
+               algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
                sample_scale=None):
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
@@ -164,6 +169,9 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
         if len(V) != n_s:
             raise ValueError(f"values has {len(V)} rows but samples has {n_s}; they must match")
         V = V.astype(np.result_type(dtype, V.dtype), copy=False)
+    if exclude_self and n_s < 2:
+        raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+    weight, log_weight_max = _check_sample_weight(sample_weight, n_s, dtype)
     kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
     k = kern.n_neighbors
     if k is not None and k + int(exclude_self) > n_s:
@@ -184,10 +192,13 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
                          f"metric, no per-point scales and exclude_self=False; got {kern!r}")
     if algorithm == "compiled" or (algorithm == "auto" and compiled
                                    and samples.shape[1] <= COMPILED_MAX_FEATURES):
-        S = compact_sums(queries, samples, V, kern)
+        # weighted: sums of k [c v, c] (the pass appends its own, unweighted, count column)
+        S = compact_sums(queries, samples, V if weight is None else augment(V) * weight[:, None], kern)
+        S = S if weight is None else S[:, :-1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean, log_sum = S[:, :-1] / S[:, -1:], np.log(S[:, -1])
-        return _finish(mean, log_sum, empty, queries, samples, V, kern, False, values is None, squeeze, dtype)
+            mean, log_sum = S[:, :-1] / S[:, -1:], np.log(S[:, -1]) + log_weight_max
+        return _finish(mean, log_sum, empty, queries, samples, V, kern, False, values is None, squeeze, dtype,
+                       weight)
 
     # scaled, centred coordinates: distances are translation invariant, and centring keeps the
     # matrix-product form |q|^2 - 2 q.x + |x|^2 accurate
@@ -200,7 +211,7 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
         Qs = kern.scale(queries - centre, h).astype(dtype, copy=False)
         Xs = kern.scale(samples - centre, h).astype(dtype, copy=False)
         temperature = 1.0
-    V_aug = augment(V)
+    V_aug = augment(V) if weight is None else augment(V) * weight[:, None]
     n_jobs = resolve_n_jobs(n_jobs)
 
     index = None
@@ -225,16 +236,33 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
             q_scale = nb.knn_bandwidth(index, Qs, k, exclude_self=exclude_self)
         mean, log_sum = _dense_path(Qs, Xs, V_aug, kern, q_scale, s_scale, temperature, exclude_self,
                                     n_jobs, block_size, memory_budget)
-    return _finish(mean, log_sum, empty, Qs, Xs, V, kern, exclude_self, values is None, squeeze, dtype)
+    return _finish(mean, log_sum + log_weight_max, empty, Qs, Xs, V, kern, exclude_self, values is None, squeeze,
+                   dtype, weight)
 
 
-def _finish(mean, log_sum, empty, Qs, Xs, V, kern, exclude_self, no_values, squeeze, dtype):
+def _check_sample_weight(sample_weight, n_samples, dtype):
+    """``(c / max c, log max c)``, or ``(None, 0)`` without weights: the local mean is invariant
+    to the scale of the weights, and weights in ``[0, 1]`` never overflow the sums."""
+    if sample_weight is None:
+        return None, 0.0
+    c = check_array(sample_weight, "sample_weight", ndim=(1,))
+    if c.shape != (n_samples,):
+        raise ValueError(f"sample_weight must have shape (n_samples,) = ({n_samples},), got {c.shape}")
+    if np.any(c < 0):
+        raise ValueError("sample_weight must be >= 0 everywhere")
+    top = c.max()
+    if top == 0:
+        raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+    return (c / top).astype(dtype, copy=False), float(np.log(top))
+
+
+def _finish(mean, log_sum, empty, Qs, Xs, V, kern, exclude_self, no_values, squeeze, dtype, weight=None):
     """Apply the empty-neighbourhood policy and shape the result (``Qs``, ``Xs``: the points in
     the coordinates the path used, for the nearest-sample fallback)."""
     empty_rows = ~(log_sum > -np.inf)
     log_sum[empty_rows] = -np.inf
     if empty_rows.any():
-        mean = _apply_empty_policy(empty, empty_rows, mean, Qs, Xs, V, kern, exclude_self)
+        mean = _apply_empty_policy(empty, empty_rows, mean, Qs, Xs, V, kern, exclude_self, weight)
     if no_values:
         return LocalSums(None, log_sum.astype(dtype, copy=False), empty_rows)
     mean = mean.astype(V.dtype, copy=False)
@@ -325,7 +353,7 @@ def _neighbor_path(index, Qs, V_aug, kern, s_scale, exclude_self, n_jobs, block_
     return S, shift
 
 
-def _apply_empty_policy(policy, rows, mean, Qs, Xs, V, kern, exclude_self):
+def _apply_empty_policy(policy, rows, mean, Qs, Xs, V, kern, exclude_self, weight=None):
     n = int(rows.sum())
     if policy == "raise":
         raise ValueError(
@@ -339,11 +367,14 @@ def _apply_empty_policy(policy, rows, mean, Qs, Xs, V, kern, exclude_self):
         mean[rows] = np.nan
         return mean
     idx = np.flatnonzero(rows)
-    index = nb.make_index(Xs, kern.metric)
+    # the nearest sample that carries weight (all of them without sample weights)
+    live = np.arange(len(Xs)) if weight is None else np.flatnonzero(weight > 0)
+    index = nb.make_index(Xs[live], kern.metric)
     if exclude_self:  # the nearest other sample; the query itself is sample i
-        _, near = index.kneighbors(Qs[idx], n_neighbors=min(2, len(Xs)))
+        _, near = index.kneighbors(Qs[idx], n_neighbors=min(2, len(live)))
+        near = live[near]
         nearest = np.where(near[:, 0] == idx, near[:, -1], near[:, 0])
     else:
-        nearest = index.kneighbors(Qs[idx], n_neighbors=1)[1][:, 0]
+        nearest = live[index.kneighbors(Qs[idx], n_neighbors=1)[1][:, 0]]
     mean[idx] = V[nearest]
     return mean
