@@ -127,12 +127,12 @@ def _autoencoder_row(ctx):
 def _plot_pair(ctx, clean, noisy, ref, ours):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(14, 4))
-    for ax, img, title in zip(axes, [clean, noisy, ref, ours],
-                              ["clean", "noisy (sigma=0.08)", "scikit-image (fast mode)", "localkit non-local means"]):
-        ax.imshow(np.clip(img, 0, 1), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(title if img is clean else f"{title}\nPSNR {_psnr(clean, img):.2f} dB", fontsize=9)
-        ax.axis("off")
+    from ..plot import denoising_panels
+
+    axes = denoising_panels({"noisy (sigma=0.08)": noisy, "scikit-image (fast mode)": ref,
+                             "localkit non-local means": ours}, clean=clean)
+    fig = axes[0].figure
+    fig.set_size_inches(14, 4)
     fig.tight_layout()
     fig.savefig(ctx.figure_path("nl_means_pair"), dpi=110)
     plt.close(fig)

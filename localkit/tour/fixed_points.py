@@ -28,7 +28,7 @@ def _mean_shift_rows(ctx, plt):
     from sklearn.datasets import load_iris, make_blobs
 
     from .. import MeanShift
-    from ..models.cluster import shift_seeds
+    from ..plot import mean_shift_trajectories
 
     rows = []
     X, _ = make_blobs(n_samples=1000, centers=[[1, 1], [-1, -1], [1, -1]], cluster_std=0.6, random_state=0)
@@ -47,20 +47,11 @@ def _mean_shift_rows(ctx, plt):
                         t, t_ref, 1e-6))
 
     # trajectories of a few seeds, uniform and Gaussian kernels
-    seeds = X[::40]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     for ax, kernel in zip(axes, ("uniform", "gaussian")):
         ms = MeanShift(kernel=kernel, bandwidth=h if kernel == "uniform" else h / 2).fit(X)
-        fp, _ = shift_seeds(X, seeds, ms.kernel_, 300, history=True)
-        path = np.stack(fp.history)  # (steps, seeds, 2)
-        ax.scatter(X[:, 0], X[:, 1], s=3, c=ms.labels_, cmap="Pastel1", alpha=0.6)
-        for k in range(len(seeds)):
-            ax.plot(path[:, k, 0], path[:, k, 1], "-", lw=0.8, color="0.25")
-        ax.plot(seeds[:, 0], seeds[:, 1], "o", ms=3, color="tab:blue", label="seeds")
-        ax.plot(*ms.cluster_centers_.T, "r*", ms=14, label="modes")
-        ax.set_title(f"{kernel} mean shift (h={ms.bandwidth_:.2f}): {len(ms.cluster_centers_)} modes")
-        ax.set_aspect("equal")
-    axes[0].legend(loc="lower left")
+        mean_shift_trajectories(ms, X, X[::40], ax=ax)
+    axes[1].get_legend().remove()
     fig.tight_layout()
     fig.savefig(ctx.figure_path("mean_shift_trajectories"), dpi=110)
     plt.close(fig)

@@ -71,34 +71,27 @@ def _r2(y, p):
 def _plot_profiles(ctx):
     import matplotlib.pyplot as plt
 
-    from ..kernels import PROFILES
+    from ..plot import kernel_profiles
 
-    u = np.linspace(0, 2.5, 500)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, p in PROFILES.items():
-        ax.plot(u, p(u), label=name, ls="-" if p.compact else "--")
-    ax.set(xlabel="u = d(x*, x) / h", ylabel="k(u)", title="Kernel profiles (dashed: unbounded support)")
-    ax.legend(ncol=2, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(ctx.figure_path("kernel_profiles"), dpi=110)
-    plt.close(fig)
+    ax = kernel_profiles()
+    ax.figure.tight_layout()
+    ax.figure.savefig(ctx.figure_path("kernel_profiles"), dpi=110)
+    plt.close(ax.figure)
 
 
 def _plot_regression(ctx, X, y):
     import matplotlib.pyplot as plt
 
-    from .. import LocalMeanRegressor
+    from ..plot import local_mean_fit
 
-    bmi = X[:, [2]]
-    grid = np.linspace(bmi.min(), bmi.max(), 300)[:, None]
+    bmi = X[:, 2]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.scatter(bmi, y, s=8, c="0.6", label="diabetes: BMI vs progression")
-    for h in [0.003, 0.01, 0.03]:
-        ax.plot(grid, LocalMeanRegressor(bandwidth=h).fit(bmi, y).predict(grid), label=f"Gaussian, h={h}")
-    ax.plot(grid, LocalMeanRegressor(kernel="uniform", n_neighbors=40).fit(bmi, y).predict(grid),
-            label="kNN, k=40", ls="--")
+    for i, h in enumerate([0.003, 0.01, 0.03]):  # the band once, on the middle bandwidth
+        local_mean_fit(bmi, y, bandwidth=h, band=1.0 if h == 0.01 else 0, scatter=i == 0,
+                       label=f"Gaussian, h={h}", ax=ax)
+    local_mean_fit(bmi, y, kernel="uniform", n_neighbors=40, band=0, scatter=False, label="kNN, k=40", ax=ax)
+    ax.lines[-1].set_linestyle("--")
     ax.set(xlabel="BMI (scaled)", ylabel="disease progression", title="Nadaraya-Watson: the local mean of y")
-    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(ctx.figure_path("regression_1d"), dpi=110)
     plt.close(fig)
