@@ -134,13 +134,13 @@ def test_classifier_on_wine():
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"n_rules": 0}, "n_rules must be finite and > 0"),
-    ({"n_rules": 2.5}, "n_rules must be an integer"),
+    ({"n_rules": 0}, "'n_rules' parameter of TSKFuzzyRegressor must be an int in the range \\(0, inf\\)"),
+    ({"n_rules": 2.5}, "'n_rules' parameter .* must be an int"),
     ({"n_rules": 500}, "n_rules must be <= n_samples=442"),
-    ({"order": 2}, "order must be 0"),
-    ({"membership": "triangular"}, "membership must be one of"),
-    ({"alpha": -1.0}, "alpha must be finite and >= 0"),
-    ({"alpha": "gcv"}, "alpha must be a number"),
+    ({"order": 2}, "'order' parameter .* must be an? int among {0, 1}"),
+    ({"membership": "triangular"}, "'membership' parameter .* must be a str among {'gaussian'}"),
+    ({"alpha": -1.0}, "'alpha' parameter .* must be a float in the range \\[0.0, inf\\)"),
+    ({"alpha": "gcv"}, "'alpha' parameter .* or a str among {'loo'}"),
     ({"max_iter": -1}, "max_iter"),
 ])
 def test_regressor_bad_parameters(diabetes, params, match):
@@ -151,7 +151,7 @@ def test_regressor_bad_parameters(diabetes, params, match):
 
 def test_classifier_has_no_loo_alpha():
     X, y = load_iris(return_X_y=True)
-    with pytest.raises(TypeError, match="alpha must be a number >= 0, got 'loo'"):
+    with pytest.raises(TypeError, match="'alpha' parameter of TSKFuzzyClassifier must be a float in the range \\[0.0, inf\\). Got 'loo'"):
         TSKFuzzyClassifier(alpha="loo").fit(X, y)
 
 

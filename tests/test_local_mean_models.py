@@ -88,14 +88,14 @@ def test_check_estimator(Est):
 
 @pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
 @pytest.mark.parametrize("params,X,match", [
-    (dict(bandwidth=0.0), None, "bandwidth must be finite and > 0"),
+    (dict(bandwidth=0.0), None, "'bandwidth' parameter .* must be a float in the range \\(0.0, inf\\)"),
     (dict(bandwidth=-2.0), None, "bandwidth"),
-    (dict(bandwidth="wide"), None, "bandwidth must be"),
-    (dict(kernel="box"), None, "kernel must be one of"),
-    (dict(n_neighbors=0), None, "n_neighbors must be between 1"),
+    (dict(bandwidth="wide"), None, "'bandwidth' parameter .* Got 'wide'"),
+    (dict(kernel="box"), None, "'kernel' parameter .* must be a str among .*'gaussian'"),
+    (dict(n_neighbors=0), None, "'n_neighbors' parameter .* must be an int in the range \\[1, inf\\) or None"),
     (dict(n_neighbors=100), None, "n_neighbors must be between 1"),
-    (dict(empty="zero"), None, "empty must be one of"),
-    (dict(algorithm="kd"), None, "algorithm must be one of"),
+    (dict(empty="zero"), None, "'empty' parameter .* must be a str among"),
+    (dict(algorithm="kd"), None, "'algorithm' parameter .* must be a str among"),
     (dict(), [[np.nan, 1.0]] * 10, "NaN"),
     (dict(), [[np.inf, 1.0]] * 10, "infinity"),
 ])

@@ -18,17 +18,21 @@ prototype-centred weights. The weights come from :mod:`localkit.engine.prototype
 """
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from scipy import optimize
 from scipy.special import log_softmax
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Options, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from .._validation import check_array, check_choice, check_positive
+from .._params import non_negative, positive
+from .._validation import check_array, check_regression_target
 from ..engine.prototypes import prototype_weights
 
 MEMBERSHIPS = ("gaussian",)
@@ -56,20 +60,19 @@ class _TSKBase(BaseEstimator):
     exact inner optimum, so the gradient in the premise parameters is the partial one).
     """
 
+    _parameter_constraints: dict = {
+        "n_rules": positive(Integral),
+        "order": [Options(Integral, {0, 1})],
+        "membership": [StrOptions(set(MEMBERSHIPS))],
+        "alpha": non_negative(),
+        "max_iter": non_negative(Integral),
+        "random_state": ["random_state"],
+    }
+
     def _check_params(self, n):
-        check_positive(self.n_rules, "n_rules", integer=True)
+        """What depends on the data (the rest is in ``_parameter_constraints``)."""
         if self.n_rules > n:
             raise ValueError(f"n_rules must be <= n_samples={n}, got {self.n_rules}")
-        if self.order not in (0, 1) or isinstance(self.order, bool):
-            raise ValueError(f"order must be 0 (constant consequents) or 1 (linear), got {self.order!r}")
-        check_choice(self.membership, "membership", MEMBERSHIPS)
-        if not (isinstance(self.alpha, str) and self.alpha in self._alpha_rules):
-            try:
-                check_positive(self.alpha, "alpha", allow_zero=True)
-            except TypeError as exc:
-                raise TypeError(f"alpha must be a number >= 0{' or ' if self._alpha_rules else ''}"
-                                f"{' or '.join(map(repr, self._alpha_rules))}, got {self.alpha!r}") from exc
-        check_positive(self.max_iter, "max_iter", allow_zero=True, integer=True)
 
     def _fit_rules(self, X, T):
         """Fit on ``X`` with targets ``T`` (n, t); returns the coefficients in input units,
@@ -230,7 +233,8 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     array([0.238, 1.   , 1.   ])
     """
 
-    _alpha_rules = ("loo",)
+    _parameter_constraints: dict = {**_TSKBase._parameter_constraints,
+                                    "alpha": non_negative() + [StrOptions({"loo"})]}
     _global_penalty = 0.0  # the shared linear model is not shrunk
 
     def __init__(self, n_rules=5, order=1, membership="gaussian", alpha="loo", max_iter=0,
@@ -242,14 +246,21 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         self.max_iter = max_iter
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit prototypes, widths and consequents. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        y = check_regression_target(y, np.float64)
         self._n_out = 1
-        y_mean = y.mean()  # centred targets: no penalty ever pulls the level of y
-        beta = self._fit_rules(X, (y - y_mean)[:, None])
-        beta[:, -1] += y_mean  # sum_r w_r = 1: a shift of every intercept shifts y
-        self.coefs_ = beta[:, :, 0]
+        # the consequents are linear in the targets, so fitting y / scale and scaling back changes
+        # nothing but keeps squared errors finite for targets up to the float range (at 1e300 the
+        # leave-one-out errors of every alpha overflowed and no alpha was chosen)
+        scale = float(np.max(np.abs(y))) or 1.0
+        t = y / scale
+        t_mean = t.mean()  # centred targets: no penalty ever pulls the level of y
+        beta = self._fit_rules(X, (t - t_mean)[:, None])
+        beta[:, -1] += t_mean  # sum_r w_r = 1: a shift of every intercept shifts y
+        self.coefs_ = beta[:, :, 0] * scale
         return self
 
     @classmethod
@@ -338,7 +349,6 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
     True
     """
 
-    _alpha_rules = ()
     _global_penalty = 1.0
 
     def __init__(self, n_rules=5, order=1, membership="gaussian", alpha=1e-3, max_iter=0,
@@ -350,6 +360,7 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         self.max_iter = max_iter
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit prototypes, widths and logistic consequents. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=np.float64)
