@@ -143,6 +143,13 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
         ``n_neighbors``, which sets it.
     """
+    from .distributed import dask_local_sums, is_dask_collection  # dask arrays: chunks reduce on the cluster
+
+    if is_dask_collection(queries, samples, values, sample_weight, query_scale, sample_scale):
+        return dask_local_sums(queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self, metric=metric,
+                               sample_weight=sample_weight, empty=empty, algorithm=algorithm, block_size=block_size,
+                               memory_budget=memory_budget, n_jobs=n_jobs, query_scale=query_scale,
+                               sample_scale=sample_scale)
     check_choice(empty, "empty", EMPTY_POLICIES)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     if not isinstance(exclude_self, (bool, np.bool_)):

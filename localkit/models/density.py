@@ -74,13 +74,18 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     >>> round(float(kernel_density([[0.0]], [[0.0]], bandwidth=1.0)[0]), 12)  # 1 / sqrt(2 pi)
     0.398942280401
     """
-    samples = check_points(samples, "samples")
-    queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
     kern = make_kernel(kernel, bandwidth)
     if kern.is_softmax:
         raise ValueError("kernel='softmax' is a similarity kernel, not a density; choose a profile")
     if kern.n_neighbors is not None or kern.metric != "euclidean":
         raise ValueError("kernel_density needs a fixed bandwidth and the Euclidean metric")
+    from ..engine.distributed import dask_kernel_density, is_dask_collection
+
+    if is_dask_collection(queries, samples):  # lazily, on the cluster
+        return dask_kernel_density(queries, samples, kern, log=log, algorithm=algorithm, block_size=block_size,
+                                   memory_budget=memory_budget, n_jobs=n_jobs)
+    samples = check_points(samples, "samples")
+    queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
     n, d = samples.shape
     h = np.broadcast_to(kern.resolve_bandwidth(samples), (d,))
     log_c = kern.profile.log_normalizer(d)

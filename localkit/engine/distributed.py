@@ -1,0 +1,387 @@
+"""The engine on dask arrays: query chunks map, sample chunks reduce.
+
+A local mean is a reduction over samples. For each pair (query chunk ``a``, sample chunk ``b``)
+the in-memory engine (:func:`~localkit.engine.local_sums`) returns a *partial state*: the local
+mean ``m_ab`` over the chunk and its log weight sum ``l_ab = log sum_{j in b} K(x*, x_j)``. Two
+states combine exactly as the online log-sum-exp of :mod:`localkit.engine.stream` combines blocks:
+
+.. math::
+
+    l = \\log(e^{l_1} + e^{l_2}), \\qquad m = (e^{l_1 - l} m_1 + e^{l_2 - l} m_2)
+
+so a tree reduction over sample chunks (:func:`dask.array.reduction`) gives the in-memory
+result to round-off, and no kernel loop is written twice. Query chunks are independent. A
+state also carries, for queries whose neighbourhood is empty in its chunk, the distance to and
+the value of the chunk's nearest sample, so the empty-neighbourhood policy merges to the global
+nearest sample.
+
+kNN kernels first merge per-chunk k nearest into the global k nearest (sorted by distance):
+
+* compact profiles carry the k nearest samples' values through that merge and weigh exactly
+  those k, ``k(d_j / d_k)``, as the in-memory neighbour path does (so the k-th neighbour sits at
+  ``u = 1`` exactly, and ties at the k-th distance keep exactly k samples);
+* other profiles take ``h(x*) = d_k`` from the merge and run a fixed-bandwidth pass with
+  ``query_scale=h(x*)``, as the in-memory dense path does.
+
+Bandwidth rules ("scott", "silverman") take the standard deviations from one dask reduction.
+Nothing here imports dask at module level: ``import localkit`` never imports it.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from contextlib import contextmanager
+from functools import partial
+
+import numpy as np
+
+from .._validation import FLOAT_DTYPES, check_choice
+from ..kernels import Kernel
+from .local_mean import ALGORITHMS, EMPTY_POLICIES, LocalSums, _apply_empty_policy, local_sums, make_kernel
+from . import neighbors as nb
+from .blocks import resolve_n_jobs
+from .stream import augment
+
+
+def is_dask_collection(*objects):
+    """True when any of ``objects`` is a dask collection (False, without importing dask, when
+    dask was never imported: then no object can be one)."""
+    if "dask" not in sys.modules:
+        return False
+    from dask.base import is_dask_collection as _is
+
+    return any(_is(o) for o in objects)
+
+
+def _require_dask():
+    try:
+        import dask.array as da
+    except ImportError as exc:  # pragma: no cover - the extra is installed with the tests
+        raise ImportError("dask arrays need the 'dask' extra: pip install 'localkit[dask]'") from exc
+    return da
+
+
+# -- validation of dask inputs (lazy: values are checked inside the tasks) -------------------
+def _check_finite(block, param):
+    if not np.all(np.isfinite(block)):
+        raise ValueError(f"{param} contains NaN or infinity; all values must be finite")
+    return block
+
+
+def _check_nonnegative(block, param):
+    if np.any(block < 0):
+        raise ValueError(f"{param} must be >= 0 everywhere")
+    return block
+
+
+def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, rows=None):
+    """``x`` as a dask float array (float32 kept, anything else float64), shape checked now and
+    finiteness checked lazily in every chunk; ``rows`` re-chunks axis 0, columns form one chunk."""
+    da = _require_dask()
+    if x is None:
+        raise ValueError(f"{name} must be an array, got None")
+    x = da.asarray(x)
+    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise ValueError(f"{name} must hold numbers, got dtype {x.dtype}")
+    if np.issubdtype(x.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real, got a complex array")
+    if x.ndim not in ndim:
+        raise ValueError(f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got an array of shape {x.shape}")
+    if any(np.isnan(c) for axis in x.chunks for c in axis):
+        raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() first")
+    if x.size == 0:
+        raise ValueError(f"{name} is empty (shape {x.shape}); at least one value is needed")
+    dtype = dtype or (x.dtype if x.dtype in FLOAT_DTYPES else np.float64)
+    x = x.astype(dtype).rechunk((rows or x.chunks[0],) + (-1,) * (x.ndim - 1))
+    return x.map_blocks(partial(_check_finite, param=name), dtype=dtype)
+
+
+def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
+    """A 2-D ``(n, d)`` dask float array of points (1-D input: ``n`` points in 1-D)."""
+    x = as_dask_array(x, name, dtype=dtype, rows=rows)
+    if x.ndim == 1:
+        x = x[:, None]
+    if n_features is not None and x.shape[1] != n_features:
+        raise ValueError(f"{name} has {x.shape[1]} features, but {n_features} were expected")
+    return x
+
+
+class _Spread:
+    """Stands in for dask samples in :func:`localkit.kernels.bandwidth.resolve_bandwidth`: their
+    shape, and their standard deviations from one dask reduction (computed only if a rule asks)."""
+
+    def __init__(self, samples):
+        self.shape, self._samples = samples.shape, samples
+
+    def std(self, axis, ddof):
+        return np.asarray(self._samples.std(axis=axis, ddof=ddof).compute())
+
+
+def resolve_bandwidth(kernel, samples):
+    """``kernel``'s bandwidth resolved on dask ``samples`` (rules by a dask reduction)."""
+    return kernel.resolve_bandwidth(_Spread(samples))
+
+
+# -- per-task settings ----------------------------------------------------------------------------
+@contextmanager
+def _native_threads(n):
+    """One task uses ``n`` native threads (BLAS, OpenMP, numba): a worker runs
+    ``threads_per_worker`` tasks at once, so its cores are not oversubscribed."""
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        numba.set_num_threads(before)
+
+
+def _offsets(chunks):
+    """The first row of each chunk, one chunk per block (to recognise diagonal blocks)."""
+    da = _require_dask()
+    return da.from_array(np.cumsum((0,) + tuple(chunks[:-1])), chunks=1)
+
+
+# -- partial states ---------------------------------------------------------------------------
+# A fixed-bandwidth state row is [mean (p), log weight sum, nearest distance, nearest value (p)].
+def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, threads, options):
+    """The partial state of one (query chunk, sample chunk) pair, from the in-memory engine."""
+    exclude = bool(exclude_self and q_off[0] == s_off[0])  # aligned chunks: only diagonal pairs overlap
+    state = np.zeros((len(q), 1, 2 * p + 2), dtype=q.dtype if v is None else v.dtype)
+    state[:, 0, p], state[:, 0, p + 1] = -np.inf, np.inf
+    live = np.ones(len(s), dtype=bool) if c is None else c > 0
+    if live.sum() <= int(exclude):  # nothing can carry weight in this chunk
+        return state
+    weight = {} if c is None else {"sample_weight": c}  # unweighted calls work without the keyword
+    with _native_threads(threads), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # empty rows: the merge decides
+        out = local_sums(q, s, v, kernel, exclude_self=exclude, empty="nan", n_jobs=threads,
+                             query_scale=qsc, sample_scale=ssc, **weight, **options)
+    if p:
+        state[:, 0, :p] = out.mean.reshape(len(q), p)
+    state[:, 0, p] = out.log_weight_sum
+    rows = np.flatnonzero(out.empty)
+    if len(rows):
+        state[rows, 0, p + 1], state[rows, 0, p + 2:] = _nearest(q[rows], rows, s, v, live, kernel, exclude, p)
+    return state
+
+
+def _nearest(q, rows, s, v, live, kernel, exclude, p):
+    """Distance to and value of the nearest live sample (another than itself with ``exclude``)."""
+    h = kernel.bandwidth
+    idx = np.flatnonzero(live)
+    index = nb.make_index(kernel.scale(s[idx], h), kernel.metric)
+    dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
+    pick = (idx[near[:, 0]] == rows) if exclude else np.zeros(len(q), dtype=bool)
+    col = np.where(pick, dist.shape[1] - 1, 0)
+    r = np.arange(len(q))
+    values = v.reshape(len(s), p)[idx[near[r, col]]] if p else np.zeros((len(q), 0))
+    return dist[r, col], values
+
+
+def _merge_states(x, p):
+    """Combine states ``x`` (n, m, 2p + 2) along axis 1: weights ``exp(l_j - max l)``."""
+    ls = x[:, :, p]
+    top = ls.max(axis=1)
+    shift = np.where(np.isfinite(top), top, 0.0)
+    w = np.exp(ls - shift[:, None])  # an empty state (l = -inf) weighs 0
+    total = w.sum(axis=1)
+    out = np.empty((len(x), 1, x.shape[2]), dtype=x.dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[:, 0, :p] = np.einsum("nm,nmp->np", w, np.where(w[:, :, None] > 0, x[:, :, :p], 0.0)) / total[:, None]
+        out[:, 0, p] = shift + np.log(total)
+    best = np.argmin(x[:, :, p + 1], axis=1)
+    out[:, 0, p + 1:] = x[np.arange(len(x)), best, p + 1:]
+    return out
+
+
+def _finish_states(x, *, p, empty, kernel):
+    """``[mean, log weight sum]`` from merged states, the empty-neighbourhood policy applied."""
+    mean, ls = x[:, :p].copy(), x[:, p]
+    rows = ~(ls > -np.inf)
+    if rows.any():
+        if empty != "nearest":  # "raise" and "nan" as in memory (a "nan" warning stays on the worker)
+            mean = _apply_empty_policy(empty, rows, mean, None, None, None, kernel, False)
+        elif np.isinf(x[rows, p + 1]).any():
+            raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+        else:
+            mean[rows] = x[rows, p + 2:]
+    return np.concatenate([mean, ls[:, None]], axis=1)
+
+
+# A kNN state row is [k distances, k rows of (c v, c)], nearest first.
+def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads):
+    """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``)."""
+    exclude = bool(exclude_self and q_off[0] == s_off[0])
+    dtype = q.dtype if v is None else v.dtype
+    dist = np.full((len(q), k), np.inf, dtype=dtype)
+    vals = np.zeros((len(q), k, p + 1), dtype=dtype)
+    kk = min(k, len(s) - int(exclude))
+    if kk > 0:
+        h = kernel.bandwidth
+        with _native_threads(threads):
+            index = nb.make_index(kernel.scale(s, h), kernel.metric)
+            dist[:, :kk], idx = nb.kneighbors(index, kernel.scale(q, h), kk, exclude_self=exclude)
+        aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
+        vals[:, :kk] = (aug if c is None else aug * c[:, None])[idx]
+    return np.concatenate([dist, vals.reshape(len(q), -1)], axis=1)[:, None, :]
+
+
+def _merge_knn(x, k):
+    """The global ``k`` nearest from per-chunk ``k`` nearest (a stable sort keeps chunk order on ties)."""
+    n, m = x.shape[:2]
+    dist = x[:, :, :k].reshape(n, m * k)
+    vals = x[:, :, k:].reshape(n, m * k, -1)
+    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    r = np.arange(n)[:, None]
+    return np.concatenate([dist[r, order], vals[r, order].reshape(n, -1)], axis=1)[:, None, :]
+
+
+def _finish_knn(x, *, k, p, profile):
+    """``[mean, log weight sum]`` over exactly the k nearest, ``w_j = k(d_j / d_k)`` (as in memory)."""
+    n = len(x)
+    dist, aug = x[:, :k], x[:, k:].reshape(n * k, p + 1)
+    L = profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
+    S, shift = nb._gathered_sums(L, np.arange(n * k).reshape(n, k), aug)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.concatenate([S[:, :-1] / S[:, -1:], (shift + np.log(S[:, -1]))[:, None]], axis=1)
+
+
+def _kth_distance(x, *, k):
+    return np.ascontiguousarray(x[:, k - 1])
+
+
+# -- the reduction ----------------------------------------------------------------------------
+def _tree(x, axis, keepdims, merge):
+    out = merge(x)
+    return out if keepdims else out[:, 0, :]
+
+
+def _keep(x, axis, keepdims):
+    return x
+
+
+def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, split_every):
+    """States of every (query chunk, sample chunk) pair by ``block``, merged along sample chunks
+    by a tree of ``merge``: a dask array (n_queries, width)."""
+    da = _require_dask()
+    args = [Q, "iz", S, "jz", V, None if V is None else "jp", _offsets(Q.chunks[0]), "i", _offsets(S.chunks[0]), "j"]
+    for arr, ind in [(a, "i") for a in per_query] + [(a, "j") for a in per_sample]:
+        args += [arr, None if arr is None else ind]
+    pairs = da.blockwise(block, "ijw", *args, new_axes={"w": width}, adjust_chunks={"j": 1},
+                         align_arrays=False, concatenate=True, dtype=dtype, meta=np.empty((0, 0, 0), dtype))
+    tree = partial(_tree, merge=merge)
+    return da.reduction(pairs, _keep, tree, combine=tree, axis=1, keepdims=False, concatenate=True,
+                        split_every=split_every, dtype=dtype, meta=np.empty((0, 0), dtype))
+
+
+def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
+                    exclude_self=False, *, metric="euclidean", sample_weight=None, empty="nearest",
+                    algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
+                    sample_scale=None, split_every=None):
+    """:func:`~localkit.engine.local_sums` on dask arrays (any mix with NumPy), lazily.
+
+    Parameters are those of :func:`~localkit.engine.local_sums`; ``n_jobs`` is the number of
+    native threads of one task (default 1: a worker runs ``threads_per_worker`` tasks at once),
+    ``split_every`` the fan-in of the tree reduction over sample chunks (dask's default if None).
+    Sample chunks define the reduction; ``values``, ``sample_weight`` and ``sample_scale`` are
+    re-chunked to them, and with ``exclude_self`` so are the queries (only diagonal pairs then
+    drop a weight).
+
+    Returns
+    -------
+    LocalSums
+        With dask arrays: ``mean`` (n_queries, p) or (n_queries,) (None without values),
+        ``log_weight_sum`` and ``empty`` (n_queries,). Errors that depend on the values (NaN,
+        an empty neighbourhood with ``empty="raise"``) are raised when they are computed.
+    """
+    check_choice(empty, "empty", EMPTY_POLICIES)
+    check_choice(algorithm, "algorithm", ALGORITHMS)
+    if not isinstance(exclude_self, (bool, np.bool_)):
+        raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
+    threads = 1 if n_jobs is None else resolve_n_jobs(n_jobs)
+    S = as_dask_points(samples, "samples")
+    dtype, (n_s, d), rows = S.dtype, S.shape, S.chunks[0]
+    if queries is None:
+        Q = S
+    else:
+        Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype, rows=rows if exclude_self else None)
+    if exclude_self and Q.shape[0] != n_s:
+        raise ValueError(f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
+                         f"got {Q.shape[0]} queries for {n_s} samples")
+    if exclude_self and n_s < 2:
+        raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+    p, squeeze, V = 0, False, None
+    if values is not None:
+        V = as_dask_array(values, "values", rows=rows)
+        if V.shape[0] != n_s:
+            raise ValueError(f"values has {V.shape[0]} rows but samples has {n_s}; they must match")
+        squeeze = V.ndim == 1
+        V = V.reshape(n_s, -1).astype(np.result_type(dtype, V.dtype))
+        p = V.shape[1]
+    out_dtype = dtype if V is None else V.dtype
+    c = _per_point(sample_weight, "sample_weight", n_s, rows)
+    kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
+    k = kern.n_neighbors
+    if k is not None and k + int(exclude_self) > n_s:
+        raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}"
+                         f"={n_s - int(exclude_self)}, got {k}")
+    q_scale = _per_point(query_scale, "query_scale", Q.shape[0], Q.chunks[0])
+    s_scale = _per_point(sample_scale, "sample_scale", n_s, rows)
+    if q_scale is not None and k is not None:
+        raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
+    if s_scale is not None and k is not None and kern.compact:
+        raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
+    h = resolve_bandwidth(kern, S)
+    bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric)  # fixed from here on
+    if k is not None:
+        knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
+                      threads=threads)
+        width = k * (p + 2) if kern.compact else 2 * k
+        nearest = _reduce(knn, partial(_merge_knn, k=k), width, Q, S, V if kern.compact else None, [],
+                          [c if kern.compact else None], out_dtype, split_every)
+        if kern.compact:
+            final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile),
+                                       chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
+            return _result(final, p, values is None, squeeze, dtype, out_dtype)
+        q_scale = nearest.map_blocks(partial(_kth_distance, k=k), drop_axis=1, dtype=out_dtype)
+    block = partial(_pair_state, kernel=bound, p=p, exclude_self=exclude_self, threads=threads,
+                    options=dict(algorithm=algorithm, block_size=block_size, memory_budget=memory_budget))
+    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale],
+                     out_dtype, split_every)
+    final = merged.map_blocks(partial(_finish_states, p=p, empty=empty, kernel=bound),
+                              chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
+    return _result(final, p, values is None, squeeze, dtype, out_dtype)
+
+
+def _per_point(x, name, n, rows):
+    """An optional per-point array (weights, scales): 1-D, ``n`` long, finite, ``>= 0``."""
+    if x is None:
+        return None
+    x = as_dask_array(x, name, ndim=(1,))
+    if x.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {x.shape}")
+    return x.rechunk((rows,)).map_blocks(partial(_check_nonnegative, param=name), dtype=x.dtype)
+
+
+def _result(final, p, no_values, squeeze, dtype, out_dtype):
+    log_sum = final[:, p].astype(dtype)
+    empty = ~(log_sum > -np.inf)
+    if no_values:
+        return LocalSums(None, log_sum, empty)
+    mean = final[:, 0] if squeeze else final[:, :p]
+    return LocalSums(mean.astype(out_dtype), log_sum, empty)
+
+
+def dask_kernel_density(queries, samples, kern, *, log=False, **options):
+    """:func:`localkit.kernel_density` on dask arrays: ``log p = log sum_j K - log n - sum log h - log c_d``,
+    lazily (``kern`` a validated fixed-bandwidth :class:`~localkit.Kernel`)."""
+    S = as_dask_points(samples, "samples")
+    n, d = S.shape
+    h = np.broadcast_to(resolve_bandwidth(kern, S), (d,))
+    out = dask_local_sums(queries, S, None, Kernel(kern.name_, bandwidth=h), empty="nearest", **options)
+    log_p = out.log_weight_sum - np.log(n) - np.sum(np.log(h)) - kern.profile.log_normalizer(d)
+    return log_p if log else np.exp(log_p)
