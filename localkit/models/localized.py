@@ -1,16 +1,18 @@
 """The localization trick for any estimator that accepts ``sample_weight``."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from joblib import Parallel, delayed
-from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone, is_classifier
+from sklearn.base import (BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, _fit_context, clone,
+                          is_classifier)
 from sklearn.utils import get_tags
+from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
+from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative
+from .._validation import check_regression_target
 from ..engine.blocks import resolve_n_jobs
 from ..engine.weights import KernelWeights
 from ._base import FLOATS
@@ -99,24 +101,28 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         tags.target_tags.required = True
         return tags
 
+    _parameter_constraints: dict = {
+        "estimator": [HasMethods(["fit", "predict"])],
+        "kernel": KERNEL_CONSTRAINT,
+        "bandwidth": BANDWIDTH_CONSTRAINT,  # no "cv": each leave-one-out score would need n fits
+        "n_neighbors": N_NEIGHBORS_CONSTRAINT,
+        "min_weight": non_negative(),
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
+    @_fit_context(prefer_skip_nested_validation=False)  # the inner estimator validates its own
     def fit(self, X, y):
         """Check the estimator, bind the kernel to ``X``. Returns ``self``."""
-        if not (hasattr(self.estimator, "fit") and hasattr(self.estimator, "predict")):
-            raise TypeError(f"estimator must have fit and predict methods, got {self.estimator!r}")
         if not has_fit_parameter(self.estimator, "sample_weight"):
             raise TypeError(f"estimator {type(self.estimator).__name__} does not accept sample_weight in "
                             "fit, so it cannot be localized")
-        if isinstance(self.min_weight, bool) or not isinstance(self.min_weight, numbers.Real) or not (
-                np.isfinite(self.min_weight) and self.min_weight >= 0):
-            raise ValueError(f"min_weight must be a finite number >= 0, got {self.min_weight!r}")
-        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
-            raise ValueError("Localized does not select bandwidth='cv' (each leave-one-out score needs n "
-                             "fits); give a number, a per-feature array, 'scott' or 'silverman'")
         classifier = is_classifier(self.estimator)
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier)
         if classifier:
             check_classification_targets(y)
             self.classes_ = np.unique(y)
+        else:  # string targets would fit (no arithmetic yet) and fail at the first prediction
+            y = check_regression_target(y, X.dtype)
         self.weights_ = KernelWeights(X, self.kernel, self.bandwidth, self.n_neighbors)
         self.bandwidth_ = self.weights_.h
         self.X_fit_, self.y_fit_ = X, y
@@ -127,7 +133,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         blocks = [slice(i, min(i + BLOCK, len(X))) for i in range(0, len(X), BLOCK)]
-        workers = 1 if self.n_jobs is None else resolve_n_jobs(self.n_jobs)
+        workers = resolve_n_jobs(self.n_jobs)
         parts = Parallel(n_jobs=min(workers, len(blocks)))(
             delayed(self._local_block)(X[s], method) for s in blocks)
         return np.concatenate(parts)

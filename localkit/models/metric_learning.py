@@ -3,14 +3,17 @@ kernel ``K(x*, x) = exp(-|A (x* - x)|^2 / 2)`` fitted on the leave-one-out error
 local mean."""
 from __future__ import annotations
 
-import numbers
+from numbers import Integral
 
 import numpy as np
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
+from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .._params import N_JOBS_CONSTRAINT, non_negative, positive
+from .._validation import check_regression_target
 from ..engine import local_mean
 from ..engine.weights import KernelWeights
 from .regression import LocalMeanRegressor
@@ -100,23 +103,24 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
         self.tol = tol
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = {
+        "n_components": positive(Integral) + [None],
+        "form": [StrOptions(set(FORMS))],
+        "kernel": [StrOptions({"gaussian"})],  # the learned kernel's gradient is the Gaussian's
+        "alpha": non_negative(),
+        "max_iter": positive(Integral),
+        "tol": non_negative(),
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
     def _check_params(self, n, d):
-        if self.form not in FORMS:
-            raise ValueError(f"form must be one of {list(FORMS)}, got {self.form!r}")
-        if self.kernel != "gaussian":
-            raise ValueError(f"kernel must be 'gaussian' (the learned kernel's gradient), got {self.kernel!r}")
+        """What depends on the data (the rest is in ``_parameter_constraints``)."""
         r = d if self.n_components is None else self.n_components
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not 1 <= r <= d:
+        if r > d:
             raise ValueError(f"n_components must be None or an integer in [1, n_features={d}], "
                              f"got {self.n_components!r}")
         if self.form == "diagonal" and r != d:
             raise ValueError("n_components applies to form='full'; the diagonal form has one scale per feature")
-        for name, value in (("alpha", self.alpha), ("tol", self.tol)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-                    np.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be an integer >= 1, got {self.max_iter!r}")
         if n > MAX_SAMPLES:
             raise ValueError(f"MetricLearningKernelRegressor holds n x n weights; n_samples must be <= "
                              f"{MAX_SAMPLES}, got {n}: fit on a subsample")
@@ -124,9 +128,11 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
             raise ValueError(f"MetricLearningKernelRegressor needs at least 3 samples, got n_samples={n}")
         return r
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Learn ``A`` by L-BFGS on the leave-one-out objective. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=[np.float64], y_numeric=True)
+        y = check_regression_target(y, np.float64)
         r = self._check_params(*X.shape)
         var = float(np.var(y))
         if not var > 0:
