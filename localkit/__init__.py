@@ -36,6 +36,7 @@ _EXPORTS = {
     "TSKFuzzyClassifier": "localkit.models.fuzzy",
     "LocalMeanDenoiser": "localkit.models.denoise",
     "LazyAutoencoder": "localkit.models.denoise",
+    "HierarchicalAutoencoder": "localkit.models.hierarchical",
     "denoise_nl_means": "localkit.models.nl_means",
     "NonLocalMeans": "localkit.models.nl_means",
 }

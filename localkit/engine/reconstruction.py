@@ -21,6 +21,7 @@ from scipy.spatial.distance import cdist
 
 from ..kernels import get_profile
 from .blocks import DEFAULT_MEMORY_BUDGET
+from .local_mean import local_mean
 
 #: ``d log k / d u^2`` of the profiles whose log is differentiable everywhere.
 LOG_PROFILE_SLOPES = {
@@ -38,6 +39,26 @@ def check_smooth_kernel(kernel):
             f"everywhere, so that the reconstruction error has a gradient), got {kernel!r}"
         )
     return name
+
+
+def _weight_block(Q, Z, rows, profile, inv_h2, exclude_self):
+    """``(u2, W)``: scaled squared distances and normalised weights of the queries ``Q[rows]``
+    against every point (query ``i`` drops point ``i`` when ``exclude_self``)."""
+    u2 = cdist(Q[rows], Z, "sqeuclidean") * inv_h2
+    L = profile.log_k(u2)
+    if exclude_self:
+        i = np.arange(rows.start, rows.stop)
+        L[i - rows.start, i] = -np.inf
+    L -= L.max(axis=1, keepdims=True)
+    W = np.exp(L)
+    W /= W.sum(axis=1, keepdims=True)
+    return u2, W
+
+
+def _row_block(m, n, memory_budget):
+    """Rows per block: four ``b x n`` float64 temporaries within the memory budget."""
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    return int(max(1, min(m, budget // (8 * 4 * n))))
 
 
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
@@ -67,21 +88,13 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     if loo and n < 2:
         raise ValueError(f"the leave-one-out error needs at least 2 points, got {n}")
     scale = (2.0 / n) if loo else 2.0
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    block = int(max(1, min(m, budget // (8 * 4 * n))))  # four b x n temporaries
+    block = _row_block(m, n, memory_budget)
     inv_h2 = 1.0 / (bandwidth * bandwidth)
     errors = np.zeros(m)
     grad = np.zeros_like(Q)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
-        u2 = cdist(Q[rows], Z, "sqeuclidean") * inv_h2
-        L = profile.log_k(u2)
-        if loo:
-            i = np.arange(rows.start, rows.stop)
-            L[i - rows.start, i] = -np.inf
-        L -= L.max(axis=1, keepdims=True)
-        W = np.exp(L)
-        W /= W.sum(axis=1, keepdims=True)
+        u2, W = _weight_block(Q, Z, rows, profile, inv_h2, loo)
         F = W @ X
         R = F - T[rows]
         errors[rows] = np.einsum("ij,ij->i", R, R)
@@ -95,3 +108,135 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     if loo:
         return float(errors.sum() / n), grad
     return (errors if per_query else float(errors.sum())), grad
+
+
+def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwidth=1.0, exclude_self=False,
+                   memory_budget=None):
+    """The gradients of ``sum_q g_q . f(q)`` through a local mean, with respect to its three inputs.
+
+    ``f(q) = sum_j W_qj v_j`` with ``W_qj = K(q, z_j) / sum_l K(q, z_l)`` and ``log K = phi(|q - z|^2 /
+    h^2)``. With ``B_qj = W_qj (g_q . v_j - g_q . f(q)) 2 phi'(u2_qj) / h^2``:
+
+    .. math::
+
+        \\partial_{q} = \\sum_j B_{qj} (q - z_j), \\qquad
+        \\partial_{z_j} = -\\sum_q B_{qj} (q - z_j), \\qquad
+        \\partial_{v_j} = \\sum_q W_{qj}\\, g_q
+
+    (the vector-Jacobian product that backpropagation through a stack of local means needs).
+
+    Parameters
+    ----------
+    queries : (m, d) array; points : (n, d) array; values : (n, p) array
+    upstream : (m, p) array ``g``, the gradient of a loss with respect to ``f(queries)``.
+    kernel : "gaussian" or "cauchy"; bandwidth : float ``h``.
+    exclude_self : bool
+        Query ``i`` drops point ``i`` (``m == n``): the leave-one-out local mean.
+
+    Returns
+    -------
+    (grad_queries, grad_points, grad_values) of shapes (m, d), (n, d), (n, p).
+    """
+    name = check_smooth_kernel(kernel)
+    profile, slope = get_profile(name), LOG_PROFILE_SLOPES[name]
+    Q, Z, V, G = (np.asarray(a, dtype=np.float64) for a in (queries, points, values, upstream))
+    m, n = len(Q), len(Z)
+    if exclude_self and m != n:
+        raise ValueError(f"exclude_self drops point i at query i, so it needs as many queries as points; "
+                         f"got {m} queries and {n} points")
+    inv_h2 = 1.0 / (bandwidth * bandwidth)
+    grad_q, grad_z, grad_v = np.zeros_like(Q), np.zeros_like(Z), np.zeros_like(V)
+    block = _row_block(m, n, memory_budget)
+    for start in range(0, m, block):
+        rows = slice(start, min(start + block, m))
+        u2, W = _weight_block(Q, Z, rows, profile, inv_h2, exclude_self)
+        g = G[rows]
+        B = g @ V.T
+        B -= np.einsum("ij,ij->i", g, W @ V)[:, None]
+        B *= W
+        B *= slope(u2) * (2.0 * inv_h2)
+        grad_q[rows] = B.sum(axis=1)[:, None] * Q[rows] - B @ Z
+        grad_z += B.T @ Q[rows]
+        grad_z -= B.sum(axis=0)[:, None] * Z
+        grad_v += W.T @ g
+    return grad_q, -grad_z, grad_v
+
+
+def _decode_chain(codes, values, queries, kernel, bandwidth, exclude_self, lowest):
+    """``ys`` with ``ys[L] = queries`` and ``ys[l - 1]`` the local mean of level ``l - 1``'s codes at
+    ``ys[l]`` (level 0: the values), for ``l - 1`` down to ``lowest`` (entries below it: None)."""
+    levels = [values] + list(codes)
+    ys = [None] * len(levels)
+    ys[-1] = np.asarray(queries, dtype=np.float64)
+    for lev in range(len(codes), lowest, -1):
+        ys[lev - 1] = local_mean(ys[lev], levels[lev], levels[lev - 1], kernel, bandwidth=bandwidth,
+                                 exclude_self=exclude_self)
+    return ys
+
+
+def chained_reconstruction_gradient(codes, values, kernel="gaussian", bandwidth=1.0, memory_budget=None):
+    """``(error, gradients)`` of the leave-one-out reconstruction through a stack of local-mean decoders.
+
+    Level ``l`` (codes ``Z_l``, shape (n, q_l)) decodes into level ``l - 1`` (``Z_0 = X``, the values):
+    ``f_l(y) = sum_j K(y, z_{l,j}) z_{l-1,j} / sum_j K(y, z_{l,j})``. Sample ``i`` is reconstructed by
+    decoding its top code down the stack, every decoder leaving sample ``i`` out:
+
+    .. math::
+
+        y_{L,i} = z_{L,i}, \\quad y_{l-1,i} = f_{l,-i}(y_{l,i}), \\qquad
+        E = \\frac{1}{n} \\sum_i |y_{0,i} - x_i|^2
+
+    The gradient is backpropagated with :func:`local_mean_vjp`: each ``Z_l`` is a set of kernel
+    centres (level ``l``) and the values of level ``l + 1``; the top codes are also the queries. With
+    one level this is :func:`reconstruction_gradient` (to round-off).
+
+    Parameters
+    ----------
+    codes : list of (n, q_l) arrays ``[Z_1, ..., Z_L]``; values : (n, p) array ``X``.
+    kernel : "gaussian" or "cauchy"; bandwidth : float ``h`` (on every level's codes).
+
+    Returns
+    -------
+    (error, [dE/dZ_1, ..., dE/dZ_L])
+    """
+    codes = [np.asarray(Z, dtype=np.float64) for Z in codes]
+    X = np.asarray(values, dtype=np.float64)
+    n = len(X)
+    if n < 2 or any(len(Z) != n for Z in codes):
+        raise ValueError(f"every level needs the same n >= 2 samples as the values, got {[len(Z) for Z in codes]} "
+                         f"codes for {n} values")
+    ys = _decode_chain(codes, X, codes[-1], kernel, bandwidth, exclude_self=True, lowest=0)
+    levels = [X] + codes
+    R = ys[0] - X
+    upstream = (2.0 / n) * R
+    grads = [np.zeros_like(Z) for Z in codes]
+    for lev in range(1, len(codes) + 1):
+        gq, gz, gv = local_mean_vjp(ys[lev], levels[lev], levels[lev - 1], upstream, kernel, bandwidth,
+                                    exclude_self=True, memory_budget=memory_budget)
+        grads[lev - 1] += gz
+        if lev >= 2:
+            grads[lev - 2] += gv
+        upstream = gq
+    grads[-1] += upstream  # the top codes are the queries of the top decoder
+    return float(np.mean(np.sum(R * R, axis=1))), grads
+
+
+def chained_query_gradient(codes, values, queries, targets, kernel="gaussian", bandwidth=1.0,
+                           memory_budget=None):
+    """``(errors, gradient)`` of ``|t_q - f_1(f_2(... f_L(q)))|^2`` for each query ``q`` (top-level
+    codes, shape (m, q_L)) against its target ``t_q`` (shape (m, p)), no sample left out.
+
+    Row ``q`` depends on query ``q`` only (per-query errors, shape (m,)), so every query can take its
+    own steps when encoding. The bottom level is :func:`reconstruction_gradient` at queries; the
+    levels above backpropagate through :func:`local_mean_vjp`.
+    """
+    codes = [np.asarray(Z, dtype=np.float64) for Z in codes]
+    X = np.asarray(values, dtype=np.float64)
+    ys = _decode_chain(codes, X, queries, kernel, bandwidth, exclude_self=False, lowest=1)
+    errors, upstream = reconstruction_gradient(codes[0], X, ys[1], targets, kernel=kernel, bandwidth=bandwidth,
+                                               memory_budget=memory_budget, per_query=True)
+    levels = [X] + codes
+    for lev in range(2, len(codes) + 1):
+        upstream = local_mean_vjp(ys[lev], levels[lev], levels[lev - 1], upstream, kernel, bandwidth,
+                                  memory_budget=memory_budget)[0]
+    return errors, upstream

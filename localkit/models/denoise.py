@@ -95,6 +95,41 @@ class LocalMeanDenoiser(TransformerMixin, BaseEstimator):
         return Y
 
 
+def encoder_bandwidth(X, Z):
+    """Data-space bandwidth of an encoder's start ``local_mean(x, X, Z, h)``: the ``h`` on a grid
+    (spread of ``X`` times 1e-3 .. 1) with the lowest leave-one-out error of the codes ``Z``."""
+    spread = np.sqrt(np.sum(X.var(axis=0))) or 1.0
+    grid = spread * np.geomspace(1e-3, 1.0, 13)
+    errors = [np.sum((local_mean(X, X, Z, bandwidth=h, exclude_self=True) - Z) ** 2) for h in grid]
+    return float(grid[int(np.argmin(errors))])
+
+
+def refine_codes(Z, objective, max_iter):
+    """Minimise a per-row error for each code on its own; ``Z`` is updated in place and returned.
+
+    ``objective(codes, rows)`` returns ``(errors, gradients)`` of the codes standing in for the rows
+    ``rows`` of ``Z`` (row ``q`` of both depends on code ``q`` only). Normalised gradient steps
+    whose length (in latent units, where the kernel width is 1) grows by 1.5 after a success and
+    halves after a failure, so that a code never depends on the other rows.
+    """
+    err, grad = objective(Z, np.arange(len(Z)))
+    step = np.full(len(Z), 0.5)
+    for _ in range(max_iter):
+        active = step > 1e-8
+        if not active.any():
+            break
+        a = np.flatnonzero(active)
+        norm = np.linalg.norm(grad[a], axis=1, keepdims=True)
+        trial = Z[a] - step[a, None] * grad[a] / np.where(norm > 0, norm, 1.0)
+        e_new, g_new = objective(trial, a)
+        better = e_new < err[a]
+        ok = a[better]
+        Z[ok], err[ok], grad[ok] = trial[better], e_new[better], g_new[better]
+        step[ok] *= 1.5
+        step[a[~better]] *= 0.5
+    return Z
+
+
 class LazyAutoencoder(TransformerMixin, BaseEstimator):
     """Unsupervised kernel regression: a lazy autoencoder whose decoder is a local mean.
 
@@ -174,7 +209,7 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         self.reconstruction_error_ = float(res.fun)
         self.n_iter_ = int(res.nit)
         self.X_fit_ = X
-        self.encoder_bandwidth_ = self._encoder_bandwidth(Xd, Z)
+        self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z)
         return self
 
     def _loo_error(self, Z, X):
@@ -191,13 +226,6 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         best = int(np.argmin(errors))
         return factors[best] * scores, errors[best]
 
-    def _encoder_bandwidth(self, X, Z):
-        """Data-space bandwidth of the encoder's start: leave-one-out error of the codes."""
-        spread = np.sqrt(np.sum(X.var(axis=0))) or 1.0
-        grid = spread * np.geomspace(1e-3, 1.0, 13)
-        errors = [np.sum((local_mean(X, X, Z, bandwidth=h, exclude_self=True) - Z) ** 2) for h in grid]
-        return float(grid[int(np.argmin(errors))])
-
     def transform(self, X):
         """Codes of ``X``: the local mean of training codes in data space, refined point by point."""
         check_is_fitted(self)
@@ -208,25 +236,9 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         return self._refine(Z, Xd, Zf, Xf).astype(X.dtype)
 
     def _refine(self, Z, X, Zf, Xf):
-        """Minimise ``|x - f(z)|^2`` for each code on its own: normalised gradient steps whose
-        length (in latent units, where the kernel width is 1) grows by 1.5 after a success and
-        halves after a failure, so that a code never depends on the other rows of ``X``."""
-        err, grad = reconstruction_gradient(Zf, Xf, Z, X, kernel=self.kernel_.name_, per_query=True)
-        step = np.full(len(Z), 0.5)
-        for _ in range(self.max_iter):
-            active = step > 1e-8
-            if not active.any():
-                break
-            a = np.flatnonzero(active)
-            norm = np.linalg.norm(grad[a], axis=1, keepdims=True)
-            trial = Z[a] - step[a, None] * grad[a] / np.where(norm > 0, norm, 1.0)
-            e_new, g_new = reconstruction_gradient(Zf, Xf, trial, X[a], kernel=self.kernel_.name_, per_query=True)
-            better = e_new < err[a]
-            ok = a[better]
-            Z[ok], err[ok], grad[ok] = trial[better], e_new[better], g_new[better]
-            step[ok] *= 1.5
-            step[a[~better]] *= 0.5
-        return Z
+        """Minimise ``|x - f(z)|^2`` for each code on its own (see :func:`refine_codes`)."""
+        return refine_codes(Z, lambda trial, rows: reconstruction_gradient(
+            Zf, Xf, trial, X[rows], kernel=self.kernel_.name_, per_query=True), self.max_iter)
 
     def inverse_transform(self, Z):
         """Decode: the local mean of the training data at latent points ``Z``."""
