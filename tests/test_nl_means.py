@@ -210,8 +210,8 @@ def test_float32_kept_threads_agree(camera_crop):
     (np.zeros((0, 4)), {}, "0 sample"),
     (np.zeros((4, 4)), {"patch_size": 0}, "patch_size"),
     (np.zeros((4, 4)), {"patch_distance": -1}, "patch_distance"),
-    (np.zeros((4, 4)), {"h": 0.0}, "h must be"),
-    (np.zeros((4, 4)), {"h": np.nan}, "h must be"),
+    (np.zeros((4, 4)), {"h": 0.0}, "'h' parameter of denoise_nl_means must be a float in the range \\(0.0, inf\\)"),
+    (np.zeros((4, 4)), {"h": np.nan}, "'h' parameter of denoise_nl_means must be"),
     (np.zeros((4, 4)), {"sigma": -0.1}, "sigma"),
 ])
 def test_bad_input(image, kwargs, match):
@@ -232,7 +232,7 @@ def test_estimator_is_the_function(camera_crop):
     est = NonLocalMeans(patch_size=5, patch_distance=3, h=0.07, sigma=0.05)
     np.testing.assert_array_equal(est.fit_transform(camera_crop),
                                   denoise_nl_means(camera_crop, 5, 3, 0.07, 0.05))
-    with pytest.raises(ValueError, match="h must be"):
+    with pytest.raises(ValueError, match="'h' parameter of NonLocalMeans must be"):
         NonLocalMeans(h=-1).fit(camera_crop)
 
 

@@ -11,15 +11,17 @@ Both are local models fitted on a neighbourhood:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 from scipy import linalg, sparse
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_choice, check_positive
+from .._params import KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import local_moments, map_blocks
 from ..engine import neighbors as nb
 from ..engine.blocks import resolve_n_jobs
@@ -31,7 +33,7 @@ _GRAM_BUDGET = 64 * 2**20
 
 
 def _check_n_components(value, high):
-    check_positive(value, "n_components", integer=True)
+    """The data-dependent bound of ``n_components`` (its type is in ``_parameter_constraints``)."""
     if value > high:
         raise ValueError(f"n_components must be between 1 and {high}, got {value}")
 
@@ -130,19 +132,26 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = {
+        "n_neighbors": positive(Integral),
+        "n_components": positive(Integral),
+        "reg": non_negative(),
+        "eigen_solver": [StrOptions(set(EIGEN_SOLVERS))],
+        "tol": non_negative(),
+        "max_iter": positive(Integral),
+        "random_state": ["random_state"],
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
     def _check_params(self, n, d):
+        """What depends on the data (the rest is in ``_parameter_constraints``)."""
         if n < 2:
             raise ValueError(f"LocallyLinearEmbedding needs at least 2 samples, got n_samples={n}")
-        check_positive(self.n_neighbors, "n_neighbors", integer=True)
         if self.n_neighbors >= n:
             raise ValueError(f"n_neighbors must be < n_samples={n}, got {self.n_neighbors}")
         _check_n_components(self.n_components, min(d, n - 1))
-        check_positive(self.reg, "reg", allow_zero=True)
-        check_choice(self.eigen_solver, "eigen_solver", EIGEN_SOLVERS)
-        check_positive(self.tol, "tol", allow_zero=True)
-        check_positive(self.max_iter, "max_iter", integer=True)
-        resolve_n_jobs(self.n_jobs)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Compute the reconstruction weights and the embedding. Returns ``self``."""
         X = validate_data(self, X, dtype=np.float64)
@@ -266,6 +275,9 @@ class LocalPCA(LocalKernelMixin, BaseEstimator):
         self.algorithm = algorithm
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = {**KERNEL_PARAMS, "n_components": positive(Integral)}
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Store the samples and resolve the kernel. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)

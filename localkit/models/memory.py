@@ -11,13 +11,16 @@ inner products, not a localization kernel, so this update is a matrix product, n
 """
 from __future__ import annotations
 
+from numbers import Integral
+
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_choice, check_positive
+from .._params import non_negative, positive
 from ..engine import local_mean, local_sums
 from ..engine.iteration import iterate, row_max_abs_change
 from ._base import FLOATS
@@ -86,13 +89,18 @@ class HopfieldNetwork(BaseEstimator):
         self.update = update
         self.random_state = random_state
 
+    _parameter_constraints: dict = {
+        "kind": [StrOptions(set(KINDS))],
+        "beta": positive(),
+        "max_iter": positive(Integral),
+        "tol": non_negative(),
+        "update": [StrOptions(set(UPDATES))],
+        "random_state": ["random_state"],
+    }
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Store the patterns ``X`` (n_patterns, n_features). Returns ``self``."""
-        check_choice(self.kind, "kind", KINDS)
-        check_choice(self.update, "update", UPDATES)
-        check_positive(self.beta, "beta")
-        check_positive(self.max_iter, "max_iter", integer=True)
-        check_positive(self.tol, "tol", allow_zero=True)
         X = validate_data(self, X, dtype=FLOATS)
         if self.kind == "classical":
             if not np.all(np.abs(X) == 1):

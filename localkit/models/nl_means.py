@@ -27,17 +27,30 @@ independent of the patch size, up to the separable patch filter.
 """
 from __future__ import annotations
 
-import numbers
+from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 
 from sklearn.utils import check_array as sk_check_array
+from sklearn.utils._param_validation import validate_params
 
-from .._validation import check_positive
+from .._params import N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine.patches import gaussian_patch_weights, patch_local_mean
 
 
+#: the parameters of :func:`denoise_nl_means` and :class:`NonLocalMeans`
+NL_MEANS_PARAMS = {
+    "patch_size": positive(Integral),
+    "patch_distance": non_negative(Integral),
+    "h": positive(),
+    "sigma": non_negative(),
+    "channel_axis": [Integral, None],
+    "n_jobs": N_JOBS_CONSTRAINT,
+}
+
+
+@validate_params({"image": ["array-like"], **NL_MEANS_PARAMS}, prefer_skip_nested_validation=True)
 def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, channel_axis=None, *,
                      n_jobs=None):
     """Non-local means denoising of a 2-D (grayscale or colour) image or a 3-D volume.
@@ -78,7 +91,8 @@ def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, c
     >>> bool(np.abs(out - clean).mean() < 0.5 * np.abs(noisy - clean).mean())
     True
     """
-    patch_size, patch_distance, h, sigma = _check_params(patch_size, patch_distance, h, sigma)
+    # as the engine takes them; an even patch size rounds up to odd, as in scikit-image
+    patch_size, patch_distance, h, sigma = int(patch_size) + (1 - int(patch_size) % 2), int(patch_distance), h, sigma
     img, axis = _as_float_image(image, channel_axis)
     out_dtype = img.dtype
     spatial = img.shape[:-1]
@@ -95,19 +109,8 @@ def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, c
     return mean[..., 0] if axis is None else np.moveaxis(mean, -1, axis)
 
 
-def _check_params(patch_size, patch_distance, h, sigma):
-    check_positive(patch_size, "patch_size", integer=True)
-    check_positive(patch_distance, "patch_distance", integer=True, allow_zero=True)
-    check_positive(h, "h")
-    check_positive(sigma, "sigma", allow_zero=True)
-    return int(patch_size) + (1 - int(patch_size) % 2), int(patch_distance), float(h), float(sigma)
-
-
 def _as_float_image(image, channel_axis):
     """``(float image with channels last, channel axis or None)``, checked."""
-    if channel_axis is not None and (isinstance(channel_axis, bool)
-                                     or not isinstance(channel_axis, numbers.Integral)):
-        raise TypeError(f"channel_axis must be an integer or None, got {channel_axis!r}")
     # scikit-learn's checks (sparse, complex, object, empty, NaN/inf), then the image's own
     arr = sk_check_array(image, dtype="numeric", allow_nd=True, ensure_all_finite=True, input_name="image")
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
@@ -160,9 +163,11 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
         self.channel_axis = channel_axis
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = NL_MEANS_PARAMS
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Check the parameters and the image. Returns ``self``."""
-        _check_params(self.patch_size, self.patch_distance, self.h, self.sigma)
         _as_float_image(X, self.channel_axis)
         return self
 

@@ -14,14 +14,16 @@ Rosenfeld–Hummel–Zucker relaxation.
 """
 from __future__ import annotations
 
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_array, check_choice, check_positive
+from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
+from .._validation import check_array, check_n_neighbors
 from ..engine import local_mean, local_sums
 from ..engine.iteration import iterate, sum_abs_change
 from ..kernels import Kernel
@@ -109,18 +111,16 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
 
-    def _check_params(self, n_samples):
-        if self.alpha is not None:
-            if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real) or not 0 < self.alpha < 1:
-                raise ValueError(f"alpha must be None (hard clamping) or a number in (0, 1), got {self.alpha!r}")
-        check_choice(self.normalization, "normalization", NORMALIZATIONS)
-        check_positive(self.max_iter, "max_iter", integer=True)
-        check_positive(self.tol, "tol", allow_zero=True)
-        if self.n_neighbors is not None:
-            if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
-                raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
-            if not 1 <= self.n_neighbors <= n_samples:
-                raise ValueError(f"n_neighbors must be between 1 and n_samples={n_samples}, got {self.n_neighbors}")
+    _parameter_constraints: dict = {
+        "kernel": KERNEL_CONSTRAINT,
+        "bandwidth": BANDWIDTH_CONSTRAINT,
+        "n_neighbors": N_NEIGHBORS_CONSTRAINT,
+        "alpha": [Interval(Real, 0, 1, closed="neither"), None],  # None: hard clamping
+        "compatibility": ["array-like", None],
+        "normalization": [StrOptions(set(NORMALIZATIONS))],
+        "max_iter": positive(Integral),
+        "tol": non_negative(),
+    }
 
     def _check_compatibility(self, n_classes):
         if self.compatibility is None:
@@ -133,11 +133,12 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
             raise ValueError("compatibility entries must lie in [-1, 1] so that 1 + q stays >= 0")
         return r
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS)
         check_classification_targets(y)
-        self._check_params(len(X))
+        check_n_neighbors(self.n_neighbors, len(X))
         unlabelled = (y == -1) if y.dtype.kind in "iuf" else np.zeros(len(y), dtype=bool)
         if unlabelled.all():
             raise ValueError("y has no labelled sample (every entry is -1); label at least one sample")
