@@ -1,15 +1,16 @@
 """Local polynomial regression and LOESS: the localization trick with a polynomial model."""
 from __future__ import annotations
 
-import numbers
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import validate_data
 
-from .._validation import check_choice, check_n_neighbors
-from ..engine.local_mean import ALGORITHMS
+from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, non_negative
+from .._validation import check_n_neighbors, check_regression_target
 from ..engine.polynomial import local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin
@@ -106,16 +107,18 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         self.algorithm = algorithm
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = {
+        **{k: v for k, v in KERNEL_PARAMS.items() if k != "empty"},  # empty is always "nearest"
+        "degree": non_negative(Integral),
+        "bandwidth": KERNEL_PARAMS["bandwidth"] + [None],
+        "frac": [Interval(Real, 0, 1, closed="right"), None],
+        "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
+        "robust_iters": non_negative(Integral),
+        "ridge": non_negative(),
+    }
+
     def _check_params(self, n):
-        for name, value in (("degree", self.degree), ("robust_iters", self.robust_iters)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an integer >= 0, got {value!r}")
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if isinstance(self.ridge, bool) or not isinstance(self.ridge, numbers.Real) or not (
-                np.isfinite(self.ridge) and self.ridge >= 0):
-            raise ValueError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
-        check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        """The span and what depends on the data (the types are in ``_parameter_constraints``)."""
         given = [name for name in ("bandwidth", "frac", "n_neighbors") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of bandwidth, frac and n_neighbors, not {' and '.join(given)}")
@@ -125,18 +128,17 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 raise ValueError("sample_neighbors scales a fixed bandwidth per sample; it cannot be "
                                  "combined with frac or n_neighbors")
             return None
-        if self.frac is not None:
-            if isinstance(self.frac, bool) or not isinstance(self.frac, numbers.Real) or not 0 < self.frac <= 1:
-                raise ValueError(f"frac must be a number in (0, 1], got {self.frac!r}")
         if not given:
             return max(2, int(2.0 / 3.0 * n + 1e-10))
         if self.frac is not None:
             return max(2, int(self.frac * n + 1e-10))  # statsmodels' lowess span
         return check_n_neighbors(self.n_neighbors, n)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Resolve the kernel (and the bandwidth), run the robustness iterations. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
+        y = check_regression_target(y, X.dtype)
         span = self._check_params(len(X))
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         self._fit_sample_scales(X)
