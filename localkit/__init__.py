@@ -18,6 +18,7 @@ _EXPORTS = {
     "local_mean": "localkit.engine",
     "local_sums": "localkit.engine",
     "kernel_density": "localkit.models.density",
+    "KernelDensity": "localkit.models.density",
     # local means
     "LocalMeanRegressor": "localkit.models.regression",
     "LocalMeanClassifier": "localkit.models.classification",

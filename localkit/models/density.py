@@ -4,12 +4,19 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from scipy import special
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, positive
-from .._validation import check_points
+from .._params import (ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT,
+                       PROFILE_CONSTRAINT, positive)
+from .._validation import check_points, check_positive
 from ..engine import local_sums, make_kernel
 from ..kernels import Kernel
+from ..kernels.bandwidth import resolve_bandwidth
+from ._base import FLOATS, check_sample_weight
 
 
 @validate_params(
@@ -23,6 +30,7 @@ from ..kernels import Kernel
         "metric": [StrOptions({"euclidean"})],
         "n_neighbors": [None],
         "log": ["boolean"],
+        "sample_weight": ["array-like", None],
         "algorithm": ALGORITHM_CONSTRAINT,
         "block_size": [Interval(Integral, 1, None, closed="left"), tuple, None],
         "memory_budget": positive() + [None],
@@ -31,13 +39,16 @@ from ..kernels import Kernel
     prefer_skip_nested_validation=True,
 )
 def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric="euclidean", n_neighbors=None,
-                   log=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
+                   log=False, sample_weight=None, algorithm="auto", block_size=None, memory_budget=None,
+                   n_jobs=None):
     """The kernel density estimate at each query.
 
     .. math::
 
         \\hat p(x^*) = \\frac{1}{n \\, c_d \\prod_k h_k} \\sum_i k\\big(|x^* - x_i|_h\\big),
         \\qquad c_d = \\int_{\\mathbb{R}^d} k(|u|)\\, du
+
+    With sample weights ``c_i`` the sum is ``sum_i c_i k(...)`` and ``n`` becomes ``sum_i c_i``.
 
     The sum is the local mean's normaliser ``sum_j K(x*, x_j)``, computed by the engine in
     log-space (so it never underflows); ``c_d`` makes the estimate integrate to one in ``d``
@@ -60,6 +71,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         kNN bandwidths give no normalised density here; anything but None is an error.
     log : bool, default=False
         Return ``log p`` (exact even where ``p`` underflows).
+    sample_weight : array of shape (n_samples,), optional
+        Non-negative weights of the samples (integer weights act as repeated samples).
     algorithm, block_size, memory_budget, n_jobs
         Engine options of :func:`localkit.local_sums`.
 
@@ -82,6 +95,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     from ..engine.distributed import dask_kernel_density, is_dask_collection
 
     if is_dask_collection(queries, samples):  # lazily, on the cluster
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported with dask arrays; compute them first")
         return dask_kernel_density(queries, samples, kern, log=log, algorithm=algorithm, block_size=block_size,
                                    memory_budget=memory_budget, n_jobs=n_jobs)
     samples = check_points(samples, "samples")
@@ -90,6 +105,173 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     h = np.broadcast_to(kern.resolve_bandwidth(samples), (d,))
     log_c = kern.profile.log_normalizer(d)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
-                     memory_budget=memory_budget, n_jobs=n_jobs)
-    log_p = out.log_weight_sum - np.log(n) - np.sum(np.log(h)) - log_c
+                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)
+    total = n if sample_weight is None else np.sum(np.asarray(sample_weight, dtype=np.float64))  # checked by local_sums
+    log_p = out.log_weight_sum - np.log(total) - np.sum(np.log(h)) - log_c
     return log_p if log else np.exp(log_p)
+
+
+class KernelDensity(BaseEstimator):
+    """Kernel density estimation with scikit-learn's interface, for every profile.
+
+    .. math::
+
+        \\hat p(x) = \\frac{1}{c_d \\prod_k h_k \\sum_j c_j} \\sum_i c_i\\, k\\big(|x - x_i|_h\\big)
+
+    the local mean's normaliser made a density (:func:`kernel_density`, through the engine in
+    log-space), with sample weights ``c_i`` (1 without ``sample_weight``). For scikit-learn's
+    kernels (gaussian, tophat, epanechnikov, exponential, linear, cosine in odd dimensions) it
+    equals ``sklearn.neighbors.KernelDensity`` with the same bandwidth and weights, and so do the
+    draws of :meth:`sample` for "gaussian" and "tophat" with the same ``random_state``.
+
+    Parameters
+    ----------
+    kernel : str, default="gaussian"
+        A profile of :class:`localkit.Kernel` (scikit-learn's names accepted), integrable in
+        ``d`` dimensions ("cauchy" only in 1-D); not "softmax".
+    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+        ``h``; the rules are those of :func:`localkit.kernels.bandwidth.resolve_bandwidth`
+        (``sigma n^{-1/(d+4)}`` times a constant, ``sigma`` the features' standard deviations,
+        as scipy's ``gaussian_kde``; scikit-learn's rules leave out ``sigma``), taken on the
+        samples unweighted.
+    algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
+    n_jobs : int or None, default=None
+        Engine threads.
+
+    Attributes
+    ----------
+    bandwidth_ : float or ndarray of shape (n_features,)
+    kernel_ : Kernel
+    X_fit_ : ndarray of shape (n_samples, n_features)
+    sample_weight_ : ndarray of shape (n_samples,) or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import KernelDensity
+    >>> kde = KernelDensity(kernel="epanechnikov", bandwidth=0.5).fit([[0.0], [1.0]])
+    >>> np.exp(kde.score_samples([[0.0], [0.5], [3.0]])).round(4)  # 3/4 (1 - u^2) / h, averaged
+    array([0.75, 0.  , 0.  ])
+    >>> kde.sample(3, random_state=0).shape
+    (3, 1)
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": PROFILE_CONSTRAINT,
+        "bandwidth": BANDWIDTH_CONSTRAINT,
+        "algorithm": ALGORITHM_CONSTRAINT,
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
+    def __init__(self, kernel="gaussian", bandwidth=1.0, algorithm="auto", n_jobs=None):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, sample_weight=None):
+        """Store the samples and their weights, resolve the bandwidth. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0``; integer weights act as repeated
+        samples, zero weights drop them (from the density; the bandwidth rules see every sample).
+        """
+        X = validate_data(self, X, dtype=FLOATS)
+        self.sample_weight_ = check_sample_weight(sample_weight, X)
+        self.bandwidth_ = resolve_bandwidth(self.bandwidth, X)
+        self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_)
+        self.kernel_.profile.log_normalizer(X.shape[1])  # a profile without a density in d dims raises
+        self.X_fit_ = X
+        return self
+
+    def score_samples(self, X):
+        """``log p(x)`` at each row of ``X`` (``-inf`` outside every compact support)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        return kernel_density(X, self.X_fit_, self.kernel_, log=True, sample_weight=self.sample_weight_,
+                              algorithm=self.algorithm, n_jobs=self.n_jobs)
+
+    def score(self, X, y=None):
+        """The total log-likelihood of ``X``, ``sum_i log p(x_i)``."""
+        return float(np.sum(self.score_samples(X)))
+
+    def sample(self, n_samples=1, random_state=None):
+        """Draw from the estimated density: a training sample chosen with probability
+        ``c_i / sum_j c_j``, plus kernel noise ``h u``.
+
+        ``u`` has density ``k(|u|) / c_d``: a uniform direction times a radius ``r`` of density
+        proportional to ``r^{d-1} k(r)``. It is drawn from a standard normal vector ``z`` (the
+        direction ``z / |z|``) whose chi-square ``|z|^2`` is a uniform variate ``U`` through its CDF,
+        then ``r = F^{-1}(U)`` (:func:`radius_quantile`); the Gaussian keeps ``u = z``. The random
+        numbers are consumed as scikit-learn's ``KernelDensity.sample`` consumes them.
+
+        Parameters
+        ----------
+        n_samples : int, default=1
+        random_state : int, RandomState or None
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        check_positive(n_samples, "n_samples", integer=True)
+        rng = check_random_state(random_state)
+        data = self.X_fit_
+        n, d = data.shape
+        u = rng.uniform(0, 1, size=n_samples)
+        if self.sample_weight_ is None:
+            rows = (u * n).astype(np.int64)
+        else:
+            cumulative = np.cumsum(self.sample_weight_, dtype=np.float64)
+            rows = np.searchsorted(cumulative, u * cumulative[-1])
+        z = rng.normal(size=(n_samples, d))
+        if self.kernel_.profile.name != "gaussian":
+            s2 = np.einsum("ij,ij->i", z, z)
+            r = radius_quantile(self.kernel_.profile, d, special.gammainc(0.5 * d, 0.5 * s2))
+            z *= (r / np.sqrt(s2))[:, None]
+        return (data[rows] + z * self.bandwidth_).astype(data.dtype, copy=False)
+
+
+def radius_quantile(profile, d, U):
+    """The quantile function of the radius ``r >= 0`` with density proportional to
+    ``r^{d-1} k(r)``, at the probabilities ``U``.
+
+    Closed forms: for ``k = (1 - r^a)^b`` (uniform, epanechnikov, biweight, triweight, tricube,
+    triangular) ``r^a`` is ``Beta(d/a, b + 1)``; for the Laplacian ``r`` is ``Gamma(d)``; for the
+    Cauchy (``d = 1``) ``r = tan(pi U / 2)``; the Gaussian's is ``sqrt(2 P^{-1}(d/2, U))``. Any other
+    compact profile (the cosine) is inverted numerically: its CDF is a 64-point Gauss-Legendre
+    rule (exact to round-off for a smooth ``k`` on ``[0, 1]``), tabulated to bracket each root,
+    then Newton steps inside the bracket.
+    """
+    U = np.asarray(U, dtype=np.float64)
+    if profile.poly is not None:
+        a, b = profile.poly
+        t = U ** (a / d) if b == 0 else special.betaincinv(d / a, b + 1, U)
+        return t ** (1.0 / a)
+    if profile.name == "gaussian":
+        return np.sqrt(2.0 * special.gammaincinv(0.5 * d, U))
+    if profile.name == "laplacian":
+        return special.gammaincinv(d, U)
+    if profile.name == "cauchy" and d == 1:
+        return np.tan(0.5 * np.pi * U)
+    if not profile.compact:
+        raise ValueError(f"no radius sampler for the {profile.name!r} profile in {d} dimensions")
+    nodes, weights = np.polynomial.legendre.leggauss(64)
+    nodes, weights = 0.5 * (nodes + 1.0), 0.5 * weights  # on [0, 1]
+
+    def cdf(r):  # int_0^r k(s) s^(d-1) ds = r^d int_0^1 k(r t) t^(d-1) dt
+        return r ** d * ((profile(r[:, None] * nodes) * nodes ** (d - 1)) @ weights)
+
+    # a table brackets each root; Newton steps inside the bracket then reach round-off
+    grid = np.linspace(0.0, 1.0, 4097)
+    table = cdf(grid)
+    target = U * table[-1]
+    cell = np.clip(np.searchsorted(table, target), 1, len(grid) - 1)
+    lo, hi = grid[cell - 1], grid[cell]
+    r = np.interp(target, table, grid)
+    for _ in range(4):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = (cdf(r) - target) / (profile(r) * r ** (d - 1))
+        r = np.clip(np.where(np.isfinite(step), r - step, r), lo, hi)
+    return r
