@@ -18,7 +18,9 @@ Kernels multiply with kernels in position: ``causal`` (``j <= i``), ``window`` (
 ``|i - j|``), a ``mask`` (bool: True takes part, as in ``scaled_dot_product_attention``; float: added
 to the log-weights), and ``top_k`` (a kNN kernel: only the ``k`` closest keys of each row).
 Kernels that are a softmax of a score plus a bias (softmax, Gaussian) run through PyTorch's fused
-``scaled_dot_product_attention``; the others form the weights. A row whose kernel is zero
+``scaled_dot_product_attention`` where that needs no ``(L, S)`` mask; every other kernel and every
+kernel in position streams over key blocks with the online log-sum-exp (memory ``O(L x block)``,
+forward and backward, position kernels as block sparsity). A row whose kernel is zero
 everywhere (all masked, or outside a compact support) gives a zero output, never NaN.
 
 :func:`local_linear_attention` replaces the local mean (the constant local model) with a local
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
 from ._profiles import LOG_PROFILES
+from ._streaming import StreamedAttention, block_scores, compute_dtype, make_plan, streamed_local_linear
 
 #: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
 FUSED_KERNELS = ("softmax", "gaussian")
@@ -131,80 +134,120 @@ def _position_terms(q, k, mask, causal, window):
             allowed = offset >= 0
         if window is not None:
             name, width = window
-            log_k = LOG_PROFILES[name]((offset.to(q.dtype) / width) ** 2)
+            log_k = LOG_PROFILES[name]((offset.to(compute_dtype(q.dtype)) / width) ** 2)
             inside = torch.isfinite(log_k)
             allowed = inside if allowed is None else allowed & inside
             if name != "uniform":
                 bias = torch.where(inside, log_k, 0.0)
     if mask is not None:
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-        try:
-            torch.broadcast_shapes(mask.shape, q.shape[:-1] + (S,))
-        except RuntimeError:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to (..., L={L}, S={S})"
-            ) from None
         if mask.dtype == torch.bool:
             hard = mask
-        elif torch.is_floating_point(mask):
-            if bool(torch.any(torch.isnan(mask) | (mask == math.inf))):
-                raise ValueError("a float mask holds log-weights: NaN and +inf are not allowed")
-            hard = mask > -math.inf
-            soft = torch.where(hard, mask, 0.0).to(q.dtype)
-            bias = soft if bias is None else bias + soft
         else:
-            raise TypeError(f"mask must be a bool or float tensor, got dtype {mask.dtype}")
+            hard = mask > -math.inf
+            soft = torch.where(hard, mask, 0.0).to(compute_dtype(q.dtype))
+            bias = soft if bias is None else bias + soft
         allowed = hard if allowed is None else allowed & hard
     return allowed, bias
 
 
-def _log_kernel(q, k, kernel, h):
-    """``log K(q_i, k_j)`` up to a per-row constant, and the closeness that ranks the kNN kernel."""
-    if kernel in FUSED_KERNELS:
-        scores = q @ k.transpose(-2, -1)
-        if kernel == "softmax":
-            logits = scores / h
-        else:  # the Gaussian without its row constant -|q|^2 / 2h^2, as in the fused path
-            logits = (scores - 0.5 * (k * k).sum(-1).unsqueeze(-2)) / (h * h)
-        return logits, logits
-    # distances computed directly, not as |q|^2 - 2 q.k + |k|^2: that form loses all accuracy
-    # near zero distance, which sqrt-based profiles (laplacian, triangular...) amplify
-    dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
-    return LOG_PROFILES[kernel]((dist / h) ** 2), -dist
+def _check_mask(mask, q, S):
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dim() < 2:
+        raise ValueError(f"mask must broadcast to (..., L, S), got shape {tuple(mask.shape)}")
+    try:
+        torch.broadcast_shapes(mask.shape, q.shape[:-1] + (S,))
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to (..., L={q.shape[-2]}, S={S})"
+        ) from None
+    if mask.dtype != torch.bool:
+        if not torch.is_floating_point(mask):
+            raise TypeError(f"mask must be a bool or float tensor, got dtype {mask.dtype}")
+        if bool(torch.any(torch.isnan(mask) | (mask == math.inf))):
+            raise ValueError("a float mask holds log-weights: NaN and +inf are not allowed")
+    return mask
 
 
-def _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k):
+def _scale(kernel, h, q, k):
+    """The kernel's scale ``c`` (``1/h`` for the softmax, ``1/h^2`` otherwise) and whether it was capped.
+
+    A bandwidth so small that ``c * score`` would overflow (1e-20 in float32) is capped at
+    ``c * max|score| = finfo.max * 1e-8``: the weights are then already one-hot on the best key
+    to the input's precision, which is the limit ``h -> 0`` (the nearest key's value), and the
+    online log-sum-exp stays finite. Compact profiles are only kept finite (their limit is an
+    empty support, i.e. a zero output).
+    """
+    power = 1 if kernel == "softmax" else 2
+    c = h.to(compute_dtype(q.dtype)) ** -power if isinstance(h, torch.Tensor) else h ** -power
+    finfo = torch.finfo(compute_dtype(q.dtype))
+    if PROFILES.get(kernel) is not None and PROFILES[kernel].compact:
+        return (c.clamp_max(finfo.max) if isinstance(c, torch.Tensor) else min(c, finfo.max)), False
+    if not isinstance(c, torch.Tensor) and c <= 1e3:  # the usual case: nothing to check
+        return c, False
+    with torch.no_grad():
+        qn, kn = (t.detach().abs().amax().to(compute_dtype(q.dtype)) for t in (q, k))
+        bound = {"softmax": qn * kn * q.shape[-1], "gaussian": qn * kn * q.shape[-1] + 0.5 * kn * kn * k.shape[-1]}
+        bound = bound.get(kernel, (qn + kn) ** 2 * q.shape[-1]) + finfo.tiny
+        cap = finfo.max * 1e-8 / bound
+    if isinstance(c, torch.Tensor):
+        return torch.minimum(c, cap), False
+    return min(c, float(cap)), c > float(cap)
+
+
+def _prepare(q, k, v, kernel, bandwidth, mask, window, top_k):
     _check_qkv(q, k, v)
     kernel = resolve_kernel(kernel)
     bandwidth = check_bandwidth(bandwidth)
+    if isinstance(bandwidth, torch.Tensor):
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        target = batch + (1, 1)
+        try:
+            fits = torch.broadcast_shapes(bandwidth.shape, target) == target
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"a bandwidth tensor must broadcast to {tuple(target)} (batch dimensions, then 1, 1), "
+                             f"got shape {tuple(bandwidth.shape)}")
     h = default_bandwidth(kernel, q.shape[-1]) if bandwidth is None else bandwidth
-    allowed, bias = _position_terms(q, k, mask, bool(causal), _check_window(window))
-    return kernel, h, allowed, bias, _check_top_k(top_k)
+    c, capped = _scale(kernel, h, q, k)
+    return kernel, c, capped, _check_mask(mask, q, k.shape[-2]), _check_window(window), _check_top_k(top_k)
 
 
-def _weights(q, k, kernel, h, allowed, bias, top_k):
+def _dense_path(mask, dropout_p, top_k):
+    """Paths that need every weight: a kNN kernel ranks whole rows, dropout draws every weight,
+    and a float mask that requires grad wants its own (L, S) gradient."""
+    return top_k is not None or dropout_p > 0 or (mask is not None and mask.requires_grad)
+
+
+def _weights(q, k, kernel, c, allowed, bias, top_k):
     """Normalised weights ``(..., L, S)`` and the rows whose kernel is zero everywhere."""
-    logits, closeness = _log_kernel(q, k, kernel, h)
+    qc, kc = (t.to(compute_dtype(q.dtype)) for t in (q, k))
+    logits = block_scores(kernel, qc, kc, c)
     if bias is not None:
         logits = logits + bias
     if allowed is not None:
         logits = logits.masked_fill(~allowed, -math.inf)
     if top_k is not None and top_k < logits.shape[-1]:  # the top_k closest admissible keys
+        closeness = (logits if kernel in FUSED_KERNELS
+                     else -torch.cdist(qc, kc, compute_mode="donot_use_mm_for_euclid_dist"))
         if allowed is not None:
             closeness = closeness.masked_fill(~allowed, -math.inf)
         kth = closeness.topk(top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(closeness < kth, -math.inf)
     empty = torch.isneginf(logits.amax(dim=-1, keepdim=True))
     weights = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
-    return weights.masked_fill(empty, 0.0), empty
+    return weights.masked_fill(empty, 0.0).to(q.dtype), empty
 
 
 def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None):
     """The normalised localization weights ``w_ij = K(q_i, k_j) / sum_l K(q_i, k_l)``, ``(..., L, S)``.
 
     Same arguments as :func:`kernel_attention` (without values); rows whose kernel vanishes
-    everywhere are zero. Meant for local models built on the weights and for figures.
+    everywhere are zero. Meant for local models built on the weights and for figures: this is
+    the one function that forms the ``(L, S)`` matrix.
 
     Examples
     --------
@@ -214,8 +257,9 @@ def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=
     >>> attention_weights(q, k, "epanechnikov", bandwidth=2.0)[0]
     tensor([0.5714, 0.4286, 0.0000])
     """
-    kernel, h, allowed, bias, top_k = _prepare(q, k, k, kernel, bandwidth, mask, causal, window, top_k)
-    return _weights(q, k, kernel, h, allowed, bias, top_k)[0]
+    kernel, c, _, mask, window, top_k = _prepare(q, k, k, kernel, bandwidth, mask, window, top_k)
+    allowed, bias = _position_terms(q, k, mask, bool(causal), window)
+    return _weights(q, k, kernel, c, allowed, bias, top_k)[0]
 
 
 def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None,
@@ -225,13 +269,16 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     Parameters
     ----------
     q, k, v : tensors of shape (..., L, d), (..., S, d), (..., S, d_v)
+        float64, float32, bfloat16 or float16 (the last two accumulate in float32).
     kernel : str, default="softmax"
         ``"softmax"`` (``exp(<q, k> / h)``) or a profile of :mod:`localkit.kernels.profiles` of
         ``u = |q - k| / h`` (gaussian, laplacian, cauchy, epanechnikov, tricube, biweight,
         triweight, triangular, uniform, cosine).
     bandwidth : float, tensor or None
         ``h``: default ``sqrt(d)`` for the softmax, ``d^(1/4)`` for the profiles. A tensor
-        broadcasting to ``(..., 1, 1)`` gives, e.g., one bandwidth per head.
+        broadcasting to ``(..., 1, 1)`` gives, e.g., one (learnable) bandwidth per head. Any
+        finite ``h > 0`` works: as ``h -> 0`` the Gaussian and Laplacian return the nearest key's
+        value.
     mask : bool or float tensor broadcasting to (..., L, S), optional
         bool: True where ``k_j`` may take part (``scaled_dot_product_attention``'s convention);
         float: added to the log-weights (``-inf`` removes a pair).
@@ -248,7 +295,16 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
 
     Returns
     -------
-    tensor of shape (..., L, d_v)
+    tensor of shape (..., L, d_v), of the dtype of ``q``
+
+    Notes
+    -----
+    Paths: the softmax and the Gaussian (a softmax of ``<q, k> / h^2`` plus the key bias
+    ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask) run through PyTorch's fused
+    ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built; every other
+    case streams over key blocks (:mod:`localkit.nn._streaming`): memory ``O(L x block)`` in
+    forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. Only
+    ``top_k``, ``dropout_p > 0`` and a float mask that requires grad form the ``(L, S)`` weights.
 
     Examples
     --------
@@ -260,16 +316,40 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     tensor([0.5000, 0.5000, 2.0000])
     """
     _check_dropout(dropout_p)
-    # the softmax with only a causal kernel: SDPA's own causal path, no mask tensor
-    is_causal = bool(causal) and kernel == "softmax" and mask is None and window is None and top_k is None
-    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal and not is_causal, window,
-                                               top_k)
-    if kernel not in FUSED_KERNELS or top_k is not None:
-        weights, _ = _weights(q, k, kernel, h, allowed, bias, top_k)
-        if dropout_p > 0:
-            weights = F.dropout(weights, dropout_p)
-        return weights @ v
-    return _fused(q, k, v, kernel, h, allowed, bias, dropout_p, is_causal)
+    kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    causal = bool(causal)
+    if _dense_path(mask, dropout_p, top_k):
+        allowed, bias = _position_terms(q, k, mask, causal, window)
+        if kernel in FUSED_KERNELS and top_k is None:
+            return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
+        weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k)
+        return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
+    if _sdpa_fits(kernel, q, c, capped, mask, causal, window):
+        allowed, bias = _position_terms(q, k, mask, False, None)
+        return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
+    q_, k_, v_, c_ = _to_compute(q, k, v, c)
+    plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1])
+    return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
+
+
+def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
+    """SDPA when it needs no (L, S) mask of ours: softmax or Gaussian, no window, and a causal
+    kernel only as SDPA's own ``is_causal`` (the Gaussian's key bias is a mask, so not with it)."""
+    if kernel not in FUSED_KERNELS or window is not None or capped:
+        return False
+    if causal and (mask is not None or kernel == "gaussian"):
+        return False
+    # float16 cannot hold q / h for a tiny per-head bandwidth: stream in float32 instead
+    return not (isinstance(c, torch.Tensor) and q.dtype == torch.float16)
+
+
+def _to_compute(q, k, v, c):
+    """``q, k, v`` broadcast to one batch shape in the compute dtype, and ``c`` as ``batch + (1, 1)``."""
+    dtype = compute_dtype(q.dtype)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q, k, v = (t.to(dtype).expand(batch + t.shape[-2:]) for t in (q, k, v))
+    c = c.to(dtype) if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=dtype, device=q.device)
+    return q, k, v, c.expand(batch + (1, 1))
 
 
 def _check_dropout(dropout_p):
@@ -277,15 +357,20 @@ def _check_dropout(dropout_p):
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
 
 
-def _fused(q, k, v, kernel, h, allowed, bias, dropout_p, is_causal):
-    """Softmax and Gaussian kernels through ``scaled_dot_product_attention``."""
-    if isinstance(h, torch.Tensor):  # per-head bandwidths: fold the scale into q
-        scale_t = 1.0 / (h if kernel == "softmax" else h * h)
-        q, scale = q * scale_t, 1.0
+def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
+    """Softmax and Gaussian kernels through ``scaled_dot_product_attention`` with scale ``c``.
+
+    The Gaussian's key bias ``-c |k|^2 / 2`` goes in as a ``(..., 1, S)`` float mask. Folding it
+    into one more head dimension (``q' = [c q, 1]``, ``k' = [k, -c |k|^2 / 2]``, scale 1) was
+    measured 5x slower on CPU (B=1, H=8, L=4096, d=64: 2.5 s against 0.6 s): SDPA's CPU flash
+    kernel wants ``q`` and ``v`` of one head dimension and falls back to the math path.
+    """
+    if isinstance(c, torch.Tensor):  # per-head bandwidths: fold the scale into q
+        q, scale = q * c.to(q.dtype), 1.0
     else:
-        scale_t = scale = 1.0 / (h if kernel == "softmax" else h * h)
-    if kernel == "gaussian":  # exp(-|q-k|^2/2h^2) ∝ exp(q.k/h^2 - |k|^2/2h^2): |q|^2 cancels
-        key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * scale_t)
+        scale = c
+    if kernel == "gaussian":
+        key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * c)
         bias = key_bias if bias is None else bias + key_bias
     empty = None
     if allowed is not None:
@@ -322,8 +407,10 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     linear function of the keys are reproduced exactly at every query.
 
     Moments are taken about the first key and value (covariances do not depend on that centre),
-    which keeps ``sum w k k^T - kbar kbar^T`` accurate in float32. Cost:
-    ``O(L S d (d + d_v))`` and ``(..., L, d, d)`` memory per call, so keep heads small.
+    which keeps ``sum w k k^T - kbar kbar^T`` accurate in float32; they are streamed over key
+    blocks with the online log-sum-exp, so memory is ``O(L d (d + d_v))``, not ``O(L S)``;
+    bfloat16 and float16 inputs are accumulated and solved in float32. Cost
+    ``O(L S d (d + d_v))``: keep heads small. ``top_k`` and ``dropout_p > 0`` form the weights.
 
     Examples
     --------
@@ -338,15 +425,21 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
     _check_dropout(dropout_p)
-    kernel, h, allowed, bias, top_k = _prepare(q, k, v, kernel, bandwidth, mask, causal, window, top_k)
-    w, empty = _weights(q, k, kernel, h, allowed, bias, top_k)
+    kernel, c, _, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    q_, k_, v_, c_ = _to_compute(q, k, v, c)
+    if not _dense_path(mask, dropout_p, top_k):
+        d, dv = k.shape[-1], v.shape[-1]
+        plan = make_plan(kernel, q_, k_, causal, window, mask, d * (d + dv))
+        return streamed_local_linear(plan, q_, k_, v_, c_, float(ridge)).to(q.dtype)
+    allowed, bias = _position_terms(q, k, mask, bool(causal), window)
+    w, empty = _weights(q_, k_, kernel, c_, allowed, bias, top_k)
     if dropout_p > 0:  # a random kernel: drop weights, then renormalise
         w = F.dropout(w, dropout_p)
         w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
     # moments about the first key and value: inside the data cloud (no cancellation), and seen by
     # every causal query, so that later tokens do not even change the rounding of earlier ones
-    ck, cv = k[..., :1, :], v[..., :1, :]
-    kc, vc, qc = k - ck, v - cv, q - ck
+    ck, cv = k_[..., :1, :], v_[..., :1, :]
+    kc, vc, qc = k_ - ck, v_ - cv, q_ - ck
     kbar, vbar = w @ kc, w @ vc
     d, dv = k.shape[-1], v.shape[-1]
     # weighted second moments as one matrix product each: w (L, S) @ (S, d*d)
@@ -354,7 +447,7 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     s_vk = (w @ (vc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2)).unflatten(-1, (dv, d))
     c_kk = s_kk - kbar.unsqueeze(-1) * kbar.unsqueeze(-2)
     c_vk = s_vk - vbar.unsqueeze(-1) * kbar.unsqueeze(-2)
-    eye = torch.eye(d, dtype=q.dtype, device=q.device)
+    eye = torch.eye(d, dtype=q_.dtype, device=q.device)
     x = torch.linalg.solve(c_kk + ridge * eye, (kbar - qc).unsqueeze(-1))
     out = cv + vbar - (c_vk @ x).squeeze(-1)
-    return out.masked_fill(empty, 0.0)
+    return out.masked_fill(empty, 0.0).to(q.dtype)

@@ -1,0 +1,261 @@
+"""Attention kernels streamed over key blocks: O(L x block) memory, forward and backward.
+
+The algorithm is the engine's (:mod:`localkit.engine.stream`): for each block of queries we walk
+over blocks of keys keeping the running maximum ``m`` of the log-weights and the sums rescaled by
+``exp(m_old - m_new)``, so no ``(L, S)`` tensor is formed and a tiny bandwidth gives the nearest
+key's value instead of ``0 / 0``. Kernels in position are block sparsity: ``causal`` and
+``window`` bound the key range of each query block, and a mask skips the key blocks where it
+admits nothing, so a window of width ``w`` costs about ``L (w + block)`` kernel evaluations.
+
+The backward pass is flash attention's: the forward pass keeps only the output and the row
+log-sum-exp ``lse``; each block's weights ``P = exp(logits - lse)`` are recomputed and
+
+    dV += P^T dO,   dlogits = P * (dO V^T - rowsum(dO * O)),
+
+and ``dlogits`` is sent back through that block's log-kernel by autograd, so every kernel (and a
+learned bandwidth) gets its gradient from the one formula that defines its forward pass.
+Blocks are computed in float32 (float64 kept) whatever the input precision.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from ._profiles import LOG_PROFILES
+
+#: elements of one block of log-weights (16 MiB in float32): bounds the memory of a call
+BLOCK_BUDGET = 1 << 22
+#: key block width; 256 columns keep the products BLAS-sized (128 was 15% slower at L=4096 on CPU)
+KEY_BLOCK = 256
+#: query block width when position kernels make the key range depend on the query block
+POSITION_QUERY_BLOCK = 128
+
+
+def compute_dtype(dtype):
+    """float64 stays float64; float32, bfloat16 and float16 are computed in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def block_scores(kernel, q, k, c):
+    """Log-kernel of a block, ``(..., Lb, Sb)``, with the scale ``c`` (``1/h`` or ``1/h^2``).
+
+    softmax: ``c <q, k>``; Gaussian: ``c (<q, k> - |k|^2 / 2)`` (the row constant ``-c |q|^2 / 2``
+    cancels in the normalisation); profiles: ``log k(c |q - k|^2)``, with distances taken from
+    differences (not ``|q|^2 - 2 <q, k> + |k|^2``, which loses all accuracy near zero distance).
+    """
+    if kernel == "softmax":
+        return (q @ k.transpose(-2, -1)) * c
+    if kernel == "gaussian":
+        return (q @ k.transpose(-2, -1) - 0.5 * (k * k).sum(-1).unsqueeze(-2)) * c
+    dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
+    return LOG_PROFILES[kernel](dist * dist * c)
+
+
+def _slice_mask(mask, i0, i1, j0, j1):
+    rows = slice(i0, i1) if mask.shape[-2] > 1 else slice(None)
+    cols = slice(j0, j1) if mask.shape[-1] > 1 else slice(None)
+    return mask[..., rows, cols]
+
+
+@dataclass
+class Plan:
+    """Which key blocks each query block visits, and the kernels in position.
+
+    ``mask``: None, bool (True takes part) or float (added to the log-weights), broadcasting to
+    ``(..., L, S)``; ``window``: None or ``(profile, width)`` of ``|i - j|``; ``causal``: ``j <= i``.
+    """
+
+    kernel: str
+    L: int
+    S: int
+    causal: bool = False
+    window: tuple | None = None
+    mask: torch.Tensor | None = None
+    q_block: int = 0
+    k_block: int = KEY_BLOCK
+
+    def __post_init__(self):
+        self._table = None
+        if self.mask is not None:
+            # which (query block, key block) pairs some batch element admits: masked-out blocks
+            # are skipped (the table is one bool per block pair)
+            admits = self.mask if self.mask.dtype == torch.bool else self.mask > -math.inf
+            admits = admits.reshape(-1, *admits.shape[-2:]).any(0)
+            rows, cols = admits.shape
+            r, c = (self.q_block if rows > 1 else 1), (self.k_block if cols > 1 else 1)
+            admits = torch.nn.functional.pad(admits, (0, -cols % c, 0, -rows % r))
+            self._table = admits.unflatten(1, (-1, c)).unflatten(0, (-1, r)).any(3).any(1).tolist()
+
+    def _visits(self, i0, j0):
+        if self._table is None:
+            return True
+        row = self._table[i0 // self.q_block if len(self._table) > 1 else 0]
+        return row[j0 // self.k_block if len(row) > 1 else 0]
+
+    def key_range(self, i0, i1):
+        """Keys ``[lo, hi)`` that the position kernels admit for queries ``[i0, i1)``."""
+        lo, hi = 0, self.S
+        if self.causal:
+            hi = min(hi, i1)
+        if self.window is not None:
+            reach = math.floor(self.window[1])  # |i - j| <= width at most
+            lo, hi = max(lo, i0 - reach), min(hi, i1 + reach)
+        return lo, hi
+
+    def rows(self):
+        """``(i0, i1, [(j0, j1), ...])`` for every query block."""
+        for i0 in range(0, self.L, self.q_block):
+            i1 = min(i0 + self.q_block, self.L)
+            lo, hi = self.key_range(i0, i1)
+            # key blocks on a fixed grid (the mask's table is per grid block), cut to [lo, hi)
+            grid = range(lo - lo % self.k_block, hi, self.k_block)
+            yield i0, i1, [(max(j0, lo), min(j0 + self.k_block, hi)) for j0 in grid if self._visits(i0, j0)]
+
+    def logits(self, q, k, c, i0, i1, j0, j1):
+        """Log-weights of queries ``[i0, i1)`` against keys ``[j0, j1)``, position kernels included."""
+        s = block_scores(self.kernel, q, k, c)
+        if self.causal or self.window is not None:
+            offset = (torch.arange(i0, i1, device=q.device)[:, None]
+                      - torch.arange(j0, j1, device=q.device)[None, :])
+            if self.causal and j1 - 1 > i0:
+                s = s.masked_fill(offset < 0, -math.inf)
+            if self.window is not None:
+                name, width = self.window
+                s = s + LOG_PROFILES[name]((offset.to(s.dtype) / width) ** 2)
+        if self.mask is not None:
+            m = _slice_mask(self.mask, i0, i1, j0, j1)
+            s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + m.to(s.dtype)
+        return s
+
+
+def make_plan(kernel, q, k, causal, window, mask, state_width):
+    """A :class:`Plan` whose blocks of ``(batch, q_block, k_block)`` fit :data:`BLOCK_BUDGET`.
+
+    ``state_width``: floats kept per query row (``d_v`` for the local mean, ``d (d + d_v)`` for
+    the local linear model), which also bounds the query block.
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    batch = max(1, math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])))
+    k_block = min(KEY_BLOCK, S)
+    q_block = max(16, BLOCK_BUDGET // (batch * max(k_block, state_width)))
+    if causal or window is not None:
+        q_block = min(q_block, POSITION_QUERY_BLOCK)
+    return Plan(kernel, L, S, bool(causal), window, mask, min(q_block, L), k_block)
+
+
+def online_step(m, logits):
+    """One step of the online log-sum-exp: ``(m_new, alpha, p)``.
+
+    ``alpha = exp(m - m_new)`` rescales what was summed so far; ``p = exp(logits - m_new)``.
+    The shift is detached: the result does not depend on it, so neither does its gradient.
+    """
+    m_new = torch.maximum(m, logits.detach().amax(-1))
+    shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
+    return m_new, torch.exp(m - shift), torch.exp(logits - shift.unsqueeze(-1))
+
+
+def _forward(plan, q, k, v, c):
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out = q.new_zeros(batch + (plan.L, v.shape[-1]))
+    lse = q.new_full(batch + (plan.L,), -math.inf)
+    for i0, i1, keys in plan.rows():
+        qb = q[..., i0:i1, :]
+        m = q.new_full(batch + (i1 - i0,), -math.inf)
+        acc, total = q.new_zeros(batch + (i1 - i0, v.shape[-1])), q.new_zeros(batch + (i1 - i0,))
+        for j0, j1 in keys:
+            m, alpha, p = online_step(m, plan.logits(qb, k[..., j0:j1, :], c, i0, i1, j0, j1))
+            acc = acc * alpha.unsqueeze(-1) + p @ v[..., j0:j1, :]
+            total = total * alpha + p.sum(-1)
+        # a row whose kernel vanishes everywhere: zero output and lse = -inf (no 0/0)
+        out[..., i0:i1, :] = acc / torch.where(total > 0, total, 1.0).unsqueeze(-1)
+        lse[..., i0:i1] = torch.where(total > 0, m + total.log(), -math.inf)
+    return out, lse
+
+
+class StreamedAttention(torch.autograd.Function):
+    """``out = softmax(logits) V`` over key blocks; ``c`` (the kernel's scale) may need a gradient.
+
+    ``q, k, v`` share their batch shape and ``c`` is ``batch + (1, 1)``, all in the compute dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, c, plan):
+        out, lse = _forward(plan, q, k, v, c)
+        ctx.save_for_backward(q, k, v, c, out, lse)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, c, out, lse = ctx.saved_tensors
+        plan, need = ctx.plan, ctx.needs_input_grad
+        dout = dout.to(out.dtype)
+        delta = (dout * out).sum(-1)
+        lse = torch.where(torch.isfinite(lse), lse, math.inf)  # empty rows: P = 0
+        dq, dk, dv, dc = (torch.zeros_like(t) for t in (q, k, v, c))
+        for i0, i1, keys in plan.rows():
+            q_i = q[..., i0:i1, :].detach().requires_grad_(need[0])
+            do_i, lse_i, delta_i = dout[..., i0:i1, :], lse[..., i0:i1, None], delta[..., i0:i1, None]
+            for j0, j1 in keys:
+                k_j = k[..., j0:j1, :].detach().requires_grad_(need[1])
+                c_j = c.detach().requires_grad_(need[3])
+                with torch.enable_grad():
+                    logits = plan.logits(q_i, k_j, c_j, i0, i1, j0, j1)
+                p = torch.exp(logits.detach() - lse_i)
+                if need[2]:
+                    dv[..., j0:j1, :] += p.transpose(-2, -1) @ do_i
+                dlogits = p * (do_i @ v[..., j0:j1, :].transpose(-2, -1) - delta_i)
+                inputs = [(t, acc, sl) for t, acc, sl in
+                          ((q_i, dq, (i0, i1)), (k_j, dk, (j0, j1)), (c_j, dc, None)) if t.requires_grad]
+                if not inputs or not logits.requires_grad:  # e.g. a uniform kernel: flat inside
+                    continue
+                grads = torch.autograd.grad(logits, [t for t, _, _ in inputs], dlogits, allow_unused=True)
+                for (_, acc, sl), g in zip(inputs, grads):
+                    if g is None:
+                        continue
+                    target = acc if sl is None else acc[..., sl[0]:sl[1], :]
+                    target += g
+        return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
+                dc if need[3] else None, None)
+
+
+
+def _local_linear_block(plan, i0, i1, keys, ridge, q, k, v, c):
+    """Intercepts ``a_i`` of the local linear model for queries ``[i0, i1)``, moments streamed."""
+    ck, cv = k[..., :1, :], v[..., :1, :]  # centre: see local_linear_attention
+    d, dv = k.shape[-1], v.shape[-1]
+    m = q.new_full(q.shape[:-1], -math.inf)
+    total = q.new_zeros(q.shape[:-1])
+    sums = [q.new_zeros(q.shape[:-1] + (n,)) for n in (d, dv, d * d, dv * d)]
+    for j0, j1 in keys:
+        kc, vc = k[..., j0:j1, :] - ck, v[..., j0:j1, :] - cv
+        m, alpha, p = online_step(m, plan.logits(q, k[..., j0:j1, :], c, i0, i1, j0, j1))
+        total = total * alpha + p.sum(-1)
+        blocks = (kc, vc, (kc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2),
+                  (vc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2))
+        sums = [s * alpha.unsqueeze(-1) + p @ b for s, b in zip(sums, blocks)]
+    empty = (total == 0).unsqueeze(-1)
+    kbar, vbar, s_kk, s_vk = (s / torch.where(empty, 1.0, total.unsqueeze(-1)) for s in sums)
+    c_kk = s_kk.unflatten(-1, (d, d)) - kbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    c_vk = s_vk.unflatten(-1, (dv, d)) - vbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    eye = torch.eye(d, dtype=q.dtype, device=q.device)
+    x = torch.linalg.solve(c_kk + ridge * eye, (kbar - (q - ck)).unsqueeze(-1))
+    return (cv + vbar - (c_vk @ x).squeeze(-1)).masked_fill(empty, 0.0)
+
+
+def streamed_local_linear(plan, q, k, v, c, ridge):
+    """Local linear attention over key blocks: per query the moments ``sum w [1, k, v, k k^T, v k^T]``.
+
+    Memory ``O(L d (d + d_v))``; with gradients each query block is checkpointed, so backward
+    holds one query block's graph at a time.
+    """
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, c))
+    parts = []
+    for i0, i1, keys in plan.rows():
+        args = (plan, i0, i1, keys, ridge, q[..., i0:i1, :], k, v, c)
+        parts.append(checkpoint(_local_linear_block, *args, use_reentrant=False) if grad
+                     else _local_linear_block(*args))
+    return torch.cat(parts, -2)

@@ -1,0 +1,243 @@
+"""The streamed attention paths against an independent float64 dense reference.
+
+Every kernel x dtype x kernel in position (causal, window, padding): the reference takes the
+kernel's formula from :mod:`localkit.kernels.profiles` (NumPy, float64) and forms the full weight
+matrix; gradients are checked against autograd through a dense float64 torch reference. Block
+sizes are shrunk so that every case spans several query and key blocks.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import torch
+
+from localkit.kernels.profiles import PROFILES
+from localkit.nn import kernel_attention, local_linear_attention
+from localkit.nn import _streaming
+from localkit.nn._profiles import LOG_PROFILES
+
+KERNELS = ["softmax"] + sorted(PROFILES)
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+POSITIONS = {
+    "none": {},
+    "causal": {"causal": True},
+    "window": {"window": 5},
+    "tricube-window": {"window": ("tricube", 7.5)},
+    "padding": {"padding": True},
+    "causal+padding": {"causal": True, "padding": True},
+}
+B, H, L, D, DV = 2, 2, 41, 8, 3
+BANDWIDTH = {"softmax": None}  # the softmax's default sqrt(d); the profiles take h = 3 (see qkv)
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Blocks of 8 keys and at most 16 queries: every case crosses block boundaries."""
+    monkeypatch.setattr(_streaming, "KEY_BLOCK", 8)
+    monkeypatch.setattr(_streaming, "POSITION_QUERY_BLOCK", 16)
+    monkeypatch.setattr(_streaming, "BLOCK_BUDGET", 2 * B * H * 8)
+
+
+def qkv(dtype, seed=0, L=L, S=L):
+    g = torch.Generator().manual_seed(seed)
+    q = 0.5 * torch.randn(B, H, L, D, generator=g, dtype=torch.float64)  # distances ~ 2, h = 3
+    k = 0.5 * torch.randn(B, H, S, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, S, DV, generator=g, dtype=torch.float64)
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def padding_mask(S=L):
+    keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    keep[0, ..., 30:] = False
+    keep[1, ..., :12] = False  # with causal: the first 12 queries of batch 1 see no key at all
+    return keep
+
+
+def reference_weights(q, k, kernel, h, causal=False, window=None, keep=None):
+    """Dense weights in float64 from the formulas of localkit.kernels.profiles (NumPy)."""
+    q, k = (np.asarray(t, dtype=np.float64) for t in (q, k))
+    if kernel == "softmax":
+        logw = q @ np.swapaxes(k, -1, -2) / h
+    else:
+        d2 = ((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1)
+        logw = PROFILES[kernel].log_k(d2 / h ** 2)
+    offset = np.arange(q.shape[-2])[:, None] - np.arange(k.shape[-2])[None, :]
+    if causal:
+        logw = np.where(offset >= 0, logw, -np.inf)
+    if window is not None:
+        name, width = ("uniform", float(window)) if isinstance(window, int) else window
+        logw = logw + PROFILES[name].log_k((offset / width) ** 2)
+    if keep is not None:
+        logw = np.where(np.asarray(keep), logw, -np.inf)
+    top = logw.max(-1, keepdims=True)
+    w = np.exp(logw - np.where(np.isfinite(top), top, 0.0))
+    total = w.sum(-1, keepdims=True)
+    return np.where(total > 0, w / np.where(total > 0, total, 1.0), 0.0)
+
+
+def options(kernel, position):
+    opts = {k: v for k, v in POSITIONS[position].items() if k != "padding"}
+    keep = padding_mask() if POSITIONS[position].get("padding") else None
+    h = BANDWIDTH.get(kernel, 3.0)
+    return h, keep, opts
+
+
+@pytest.mark.parametrize("position", sorted(POSITIONS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_forward_matches_dense_float64_reference(kernel, dtype, position):
+    q, k, v = qkv(dtype)
+    h, keep, opts = options(kernel, position)
+    out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, **opts)
+    assert out.dtype == dtype and out.shape == (B, H, L, DV)
+    w = reference_weights(q.double(), k.double(), kernel, math.sqrt(D) if h is None else h,
+                          opts.get("causal", False), opts.get("window"), keep)
+    ref = w @ v.double().numpy()
+    # inputs are rounded to `dtype` before both computations; ours accumulates in float32, so the
+    # error is float32 round-off plus the final cast (half an ulp of the output)
+    eps = torch.finfo(dtype).eps
+    tol = 2e-5 if dtype == torch.float32 else eps * float(np.abs(ref).max())
+    np.testing.assert_allclose(out.double().numpy(), ref, atol=tol, rtol=0)
+
+
+def dense_reference(q, k, v, kernel, h, causal=False, window=None, keep=None):
+    """The same local mean with autograd, dense, float64, distances from differences."""
+    if kernel == "softmax":
+        logw = q @ k.transpose(-2, -1) / h
+    else:
+        d2 = ((q.unsqueeze(-2) - k.unsqueeze(-3)) ** 2).sum(-1)
+        logw = LOG_PROFILES[kernel](d2 / h ** 2)
+    offset = torch.arange(q.shape[-2])[:, None] - torch.arange(k.shape[-2])[None, :]
+    if causal:
+        logw = logw.masked_fill(offset < 0, -math.inf)
+    if window is not None:
+        name, width = ("uniform", float(window)) if isinstance(window, int) else window
+        logw = logw + LOG_PROFILES[name]((offset.double() / width) ** 2)
+    if keep is not None:
+        logw = logw.masked_fill(~keep, -math.inf)
+    empty = torch.isneginf(logw.amax(-1, keepdim=True))
+    w = torch.softmax(logw.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
+    return w @ v
+
+
+@pytest.mark.parametrize("position", ["none", "causal+padding", "tricube-window"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gradients_match_autograd_of_dense_reference(kernel, position):
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float64, seed=1))
+    h, keep, opts = options(kernel, position)
+    h = torch.tensor([3.0, 2.5], dtype=torch.float64).view(2, 1, 1).requires_grad_(True)  # learned, per head
+    g = torch.randn(B, H, L, DV, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, **opts)
+    ours = torch.autograd.grad((out * g).sum(), (q, k, v, h), allow_unused=True)
+    ref_out = dense_reference(q, k, v, kernel, h, opts.get("causal", False), opts.get("window"), keep)
+    refs = torch.autograd.grad((ref_out * g).sum(), (q, k, v, h), allow_unused=True)
+    np.testing.assert_allclose(out.detach(), ref_out.detach(), atol=1e-12)
+    for name, a, b in zip("qkvh", ours, refs):
+        a = torch.zeros_like(b) if a is None and b is not None else a
+        b = torch.zeros_like(a) if b is None and a is not None else b
+        if a is not None:
+            np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian", "laplacian", "epanechnikov"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_backward_runs_and_matches(kernel, dtype):
+    q, k, v = (t.requires_grad_(True) for t in qkv(dtype, seed=3))
+    out = kernel_attention(q, k, v, kernel, bandwidth=None if kernel == "softmax" else 3.0, causal=True)
+    out.float().square().sum().backward()
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = dense_reference(q64, k64, v64, kernel, math.sqrt(D) if kernel == "softmax" else 3.0, causal=True)
+    ref.square().sum().backward()
+    for a, b in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert a.dtype == dtype and torch.all(torch.isfinite(a))
+        scale = float(b.abs().max())
+        np.testing.assert_allclose(a.double().numpy(), b.numpy(), atol=8 * torch.finfo(dtype).eps * scale)
+
+
+def test_results_do_not_depend_on_block_size(monkeypatch):
+    q, k, v = qkv(torch.float64, seed=4)
+    mask = torch.rand(L, L, generator=torch.Generator().manual_seed(5)) > 0.2
+    outs = []
+    for block in (8, 16, 64):
+        monkeypatch.setattr(_streaming, "KEY_BLOCK", block)
+        monkeypatch.setattr(_streaming, "POSITION_QUERY_BLOCK", block)
+        outs.append(kernel_attention(q, k, v, "laplacian", bandwidth=2.0, mask=mask, causal=True))
+    for other in outs[1:]:
+        np.testing.assert_allclose(other, outs[0], atol=1e-13)
+
+
+def test_blocks_outside_the_window_and_padding_are_skipped():
+    plan = _streaming.Plan("softmax", 64, 64, causal=True, window=("uniform", 4.0), q_block=16, k_block=8)
+    for i0, i1, keys in plan.rows():
+        assert keys[0][0] >= max(0, i0 - 4) and keys[-1][1] <= i1  # causal and reach 4
+        assert sum(j1 - j0 for j0, j1 in keys) <= i1 - i0 + 4
+    keep = torch.ones(2, 1, 1, 64, dtype=torch.bool)
+    keep[..., 40:] = False  # every batch element padded from 40 on
+    plan = _streaming.Plan("softmax", 64, 64, mask=keep, q_block=64, k_block=8)
+    (_, _, keys), = plan.rows()
+    assert keys[-1][1] == 40
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_tiny_bandwidth_gives_the_nearest_keys_value(dtype):
+    """Issue 14: h = 1e-20 overflows 1/h^2 in float32; the limit h -> 0 is the nearest key."""
+    q, k, v = qkv(dtype, seed=6, L=13, S=17)
+    d2 = ((q.double().unsqueeze(-2) - k.double().unsqueeze(-3)) ** 2).sum(-1)
+    nearest = torch.gather(v.double(), -2, d2.argmin(-1, keepdim=True).expand(-1, -1, -1, DV))
+    for kernel in ("gaussian", "laplacian"):
+        out = kernel_attention(q, k, v, kernel, bandwidth=1e-20)
+        np.testing.assert_allclose(out.double(), nearest, atol=1e-6, err_msg=kernel)
+    out = local_linear_attention(q, k, v, "gaussian", ridge=1e-3, bandwidth=1e-20)
+    np.testing.assert_allclose(out.double(), nearest, atol=1e-5)
+
+
+def test_tiny_per_head_bandwidth_tensor_is_finite():
+    q, k, v = qkv(torch.float32, seed=7)
+    h = torch.tensor([1e-20, 1.0]).view(2, 1, 1)
+    out = kernel_attention(q, k, v, "gaussian", bandwidth=h)
+    assert torch.all(torch.isfinite(out))
+    np.testing.assert_allclose(out[:, 1], kernel_attention(q[:, 1], k[:, 1], v[:, 1], "gaussian", bandwidth=1.0),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("position", ["none", "causal+padding", "tricube-window"])
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian", "epanechnikov"])
+def test_streamed_local_linear_matches_dense_weights(kernel, position):
+    """Streamed moments against the closed form on the dense float64 reference weights."""
+    q, k, v = qkv(torch.float64, seed=8)
+    h, keep, opts = options(kernel, position)
+    ridge = 0.05
+    out = local_linear_attention(q, k, v, kernel, ridge=ridge, bandwidth=h, mask=keep, **opts)
+    w = torch.tensor(reference_weights(q, k, kernel, math.sqrt(D) if h is None else h,
+                                       opts.get("causal", False), opts.get("window"), keep))
+    kbar, vbar = w @ k, w @ v
+    c_kk = torch.einsum("...ij,...jk,...jl->...ikl", w, k, k) - kbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    c_vk = torch.einsum("...ij,...jk,...jl->...ikl", w, v, k) - vbar.unsqueeze(-1) * kbar.unsqueeze(-2)
+    x = torch.linalg.solve(c_kk + ridge * torch.eye(D, dtype=torch.float64), (kbar - q).unsqueeze(-1))
+    ref = (vbar - (c_vk @ x).squeeze(-1)).masked_fill(w.sum(-1, keepdim=True) == 0, 0.0)
+    np.testing.assert_allclose(out, ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_local_linear_low_precision_solves_in_float32(dtype):
+    q, k, v = (t[:, :, :24].requires_grad_(True) for t in qkv(dtype, seed=9))
+    out = local_linear_attention(q, k, v, ridge=0.1, causal=True)
+    assert out.dtype == dtype and torch.all(torch.isfinite(out))
+    ref = local_linear_attention(*(t.detach().double() for t in (q, k, v)), ridge=0.1, causal=True)
+    np.testing.assert_allclose(out.detach().double(), ref, atol=4 * torch.finfo(dtype).eps * float(ref.abs().max()))
+    out.float().sum().backward()
+    assert all(torch.all(torch.isfinite(t.grad)) for t in (q, k, v))
+
+
+def test_local_linear_gradients_through_checkpointed_blocks():
+    """Gradients of the streamed, checkpointed moments against autograd through the dense weights
+    (``top_k = S`` keeps every key and takes the dense path, gradchecked in test_nn_functional)."""
+    q, k, v = (t[:, :, :24].requires_grad_(True) for t in qkv(torch.float64, seed=10))
+    g = torch.randn(B, H, 24, DV, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    grads = []
+    for top_k in (None, 24):
+        out = local_linear_attention(q, k, v, "laplacian", ridge=0.1, bandwidth=2.0, window=6, top_k=top_k)
+        grads.append(torch.autograd.grad((out * g).sum(), (q, k, v)))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, atol=1e-10)
