@@ -11,13 +11,16 @@ engine pass per iteration, converged seeds are frozen (:func:`localkit.engine.it
 """
 from __future__ import annotations
 
+from numbers import Integral
+
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_points, check_positive
+from .._params import PROFILE_CONSTRAINT, non_negative, positive
+from .._validation import check_points
 from ..engine import local_sums
 from ..engine.compact import CompactIndex, supports
 from ..engine.iteration import iterate, row_norm_change
@@ -200,19 +203,23 @@ class MeanShift(ClusterMixin, BaseEstimator):
         self.max_iter = max_iter
         self.blurring = blurring
 
+    _parameter_constraints: dict = {
+        "kernel": PROFILE_CONSTRAINT,  # mean shift needs a profile of a distance, not softmax
+        "bandwidth": positive() + [None],
+        "seeds": ["array-like", None],
+        "bin_seeding": ["boolean"],
+        "min_bin_freq": positive(Integral),
+        "cluster_all": ["boolean"],
+        "max_iter": non_negative(Integral),
+        "blurring": ["boolean"],
+    }
+
     def _check_params(self):
-        if self.kernel == "softmax":
-            raise ValueError("kernel='softmax' has no bandwidth in space; mean shift needs a profile of a distance")
-        if self.bandwidth is not None:
-            check_positive(self.bandwidth, "bandwidth")
-        check_positive(self.min_bin_freq, "min_bin_freq", integer=True)
-        check_positive(self.max_iter, "max_iter", integer=True, allow_zero=True)
-        for name in ("bin_seeding", "cluster_all", "blurring"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        """What combines parameters (their types are in ``_parameter_constraints``)."""
         if self.blurring and (self.seeds is not None or self.bin_seeding):
             raise ValueError("blurring=True moves the data itself: seeds must be None and bin_seeding False")
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Find the modes and label the points. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)
