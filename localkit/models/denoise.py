@@ -14,12 +14,13 @@ import numbers
 
 import numpy as np
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OneToOneFeatureMixin, TransformerMixin, _fit_context
 from sklearn.decomposition import PCA
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_positive
+from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive
+from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
 from ..engine.reconstruction import check_smooth_kernel, reconstruction_gradient
 from ..kernels import Kernel
@@ -27,7 +28,7 @@ from ..kernels import Kernel
 FLOATS = [np.float64, np.float32]
 
 
-class LocalMeanDenoiser(TransformerMixin, BaseEstimator):
+class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """The local mean of clean samples: the Bayes-optimal denoiser for Gaussian noise.
 
     .. math::
@@ -75,14 +76,18 @@ class LocalMeanDenoiser(TransformerMixin, BaseEstimator):
         self.n_iter = n_iter
         self.n_jobs = n_jobs
 
+    _parameter_constraints: dict = {
+        "noise_std": positive(),
+        "kernel": PROFILE_CONSTRAINT,  # softmax has no noise model
+        "n_iter": positive(numbers.Integral),
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Store the clean samples (the prior). Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)
-        check_positive(self.noise_std, "noise_std")
-        check_positive(self.n_iter, "n_iter", integer=True)
         self.kernel_ = Kernel(self.kernel, bandwidth=float(self.noise_std))
-        if self.kernel_.is_softmax:
-            raise ValueError("kernel='softmax' has no noise model; use a distance profile such as 'gaussian'")
         self.X_fit_ = X
         return self
 
@@ -130,7 +135,7 @@ def refine_codes(Z, objective, max_iter):
     return Z
 
 
-class LazyAutoencoder(TransformerMixin, BaseEstimator):
+class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Unsupervised kernel regression: a lazy autoencoder whose decoder is a local mean.
 
     The decoder maps a latent point to the local mean of the data, with a kernel on the latent
@@ -162,6 +167,9 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
         A profile whose log is differentiable.
     max_iter : int, default=200
         L-BFGS iterations for the codes (``fit``) and refinement steps per code (``transform``).
+    verbose : None, bool or int, default=None
+        A progress bar of the L-BFGS iterations (with the loss) on stderr: True shows it, False
+        never, None on a terminal for fits longer than 2 s.
 
     Attributes
     ----------
@@ -186,29 +194,41 @@ class LazyAutoencoder(TransformerMixin, BaseEstimator):
     (2, 3)
     """
 
-    def __init__(self, n_components=2, kernel="gaussian", max_iter=200):
+    def __init__(self, n_components=2, kernel="gaussian", max_iter=200, verbose=None):
         self.n_components = n_components
         self.kernel = kernel
         self.max_iter = max_iter
+        self.verbose = verbose
 
+    _parameter_constraints: dict = {
+        "n_components": positive(numbers.Integral),
+        "kernel": PROFILE_CONSTRAINT,  # and smooth: checked by check_smooth_kernel
+        "max_iter": positive(numbers.Integral),
+        "verbose": ["verbose", None],
+    }
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Learn the codes ``Z`` of the training data. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS, ensure_min_samples=3)
-        check_positive(self.n_components, "n_components", integer=True)
-        check_positive(self.max_iter, "max_iter", integer=True)
         if self.n_components > X.shape[1]:
             raise ValueError(f"n_components must be <= n_features={X.shape[1]}, got {self.n_components}")
         self.kernel_ = Kernel(check_smooth_kernel(self.kernel), bandwidth=1.0)
         Xd = X.astype(np.float64)
         Z0, self.init_error_ = self._scaled_pca(Xd)
         n, q = Z0.shape
-        res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self.kernel_.name_),
-                       Z0.ravel(), jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter})
+        bar, callback = optimizer_progress("lazy autoencoder", self.max_iter, self.verbose)
+        with bar:
+            res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self.kernel_.name_),
+                           Z0.ravel(), jac=True, method="L-BFGS-B", callback=callback,
+                           options={"maxiter": self.max_iter})
+        warn_optimizer(res, "LazyAutoencoder", self.max_iter)
         Z = res.x.reshape(n, q)
         self.embedding_ = Z.astype(X.dtype)
         self.reconstruction_error_ = float(res.fun)
         self.n_iter_ = int(res.nit)
         self.X_fit_ = X
+        self._n_features_out = q
         self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z)
         return self
 
