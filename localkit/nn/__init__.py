@@ -18,7 +18,8 @@ except ImportError as exc:  # torch missing, or blocked
 
 from .attention import LocalLinearAttention, LocalMeanAttention
 from .functional import attention_weights, kernel_attention, local_linear_attention
+from .nonlocal_block import NonLocalBlock
 from .transformer import LocalTransformer, LocalTransformerLayer
 
-__all__ = ["LocalLinearAttention", "LocalMeanAttention", "LocalTransformer", "LocalTransformerLayer",
+__all__ = ["LocalLinearAttention", "LocalMeanAttention", "LocalTransformer", "LocalTransformerLayer", "NonLocalBlock",
            "attention_weights", "kernel_attention", "local_linear_attention"]
