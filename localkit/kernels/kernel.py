@@ -71,6 +71,8 @@ class Kernel:
         if self.is_softmax:
             if self.metric != "euclidean":
                 raise ValueError("the softmax kernel uses the inner product; metric must stay 'euclidean'")
+            if isinstance(self.bandwidth, np.ndarray) and self.bandwidth.ndim == 0:  # a 0-d array is a number
+                self.bandwidth = self.bandwidth.item()
             if not isinstance(self.bandwidth, numbers.Real) or isinstance(self.bandwidth, bool):
                 raise ValueError(
                     f"bandwidth of the softmax kernel is a positive temperature, got {self.bandwidth!r}"

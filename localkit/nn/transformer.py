@@ -64,8 +64,10 @@ class LocalTransformerLayer(nn.Module):
         super().__init__()
         if local_model not in LOCAL_MODELS:
             raise ValueError(f"local_model must be one of {sorted(LOCAL_MODELS)}, got {local_model!r}")
-        if isinstance(dim_feedforward, bool) or not isinstance(dim_feedforward, numbers.Integral) or dim_feedforward < 1:
-            raise ValueError(f"dim_feedforward must be a positive integer, got {dim_feedforward!r}")
+        # checked here, under the layer's own names (the attention would report d_model as embed_dim)
+        for name, value in (("d_model", d_model), ("nhead", nhead), ("dim_feedforward", dim_feedforward)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:
                 raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or a callable, got {activation!r}")
