@@ -1,4 +1,4 @@
-"""Local polynomial least squares, batched over queries.
+"""Local polynomial least squares, batched over queries, every moment taken about the query.
 
 At a query ``x*`` the local polynomial of degree ``p`` solves
 
@@ -6,21 +6,24 @@ At a query ``x*`` the local polynomial of degree ``p`` solves
 
 with ``psi`` the monomials of total degree <= p (the constant first) of the *query-centred*
 coordinates ``z_i = (x_i - x*) / s``, and predicts ``f(x*) = beta_0`` (every other monomial
-vanishes at ``z = 0``). ``r_i`` are optional sample weights (LOESS robustness weights). The
-normal equations are ``(G + ridge D) beta = b`` with the normalised Gram ``G = sum_i w_i psi psi^T``
-and ``b = sum_i w_i psi y_i`` (``w_i = K r_i / sum_j K r_j``, ``D = diag(0, 1, ..., 1)``).
+vanishes at ``z = 0``); the slopes are ``df/dx_m = beta_(e_m) / s_m``. ``r_i`` are optional
+sample weights (prior weights times LOESS robustness weights). The normal equations are
+``(G + ridge D) beta = b`` with the normalised Gram ``G = sum_i w_i psi psi^T`` and
+``b = sum_i w_i psi y_i`` (``w_i = K r_i / sum_j K r_j``, ``D = diag(0, 1, ..., 1)``).
 
-Two paths, both through the engine:
+Because ``z`` is centred at each query, the precision does not depend on how far the data sit
+from the origin (float64 and float32 alike). Queries are walked in blocks whose Gram matrices fit
+``memory_budget``; a degree whose single normal-equation system cannot fit is refused up front.
 
-* **gathered** (compact profile with a kNN span, i.e. LOESS): the ``k`` nearest samples of each
-  query are gathered (a sorted window in 1-D, a tree otherwise), and the centred design is built
-  directly with ``s`` the query's own radius (the distance to its k-th neighbour), so that ``G``
-  is well conditioned whatever the position of ``x*``.
-* **moments** (every other kernel): one pass of :func:`localkit.engine.local_moments` gives the
-  uncentred moments of the monomials of ``(x - c) / s`` (``c`` the sample mean, ``s`` the
-  bandwidth); they are moved to the query exactly by the binomial map ``T(z*)``
-  (``phi(z) = T(z*) psi(z - z*)``). Its conditioning degrades like ``(spread / h)^(2p)``, so very
-  small bandwidths with degree >= 2 are better served by the gathered path.
+Paths, all through the engine's weights:
+
+* **grid** (compact profile with a kNN span, euclidean, >= 2 features): the exact k-th-neighbour
+  radius and the moments in one compiled pass per query (:mod:`localkit.engine.loess_grid`).
+* **window** (the same in 1-D): the k nearest samples are a window of the sorted samples.
+* **gathered** (a kNN span with another metric, or leave-one-out): a tree's k nearest samples.
+  These three use ``s`` = the query's own radius (the distance to its k-th neighbour).
+* **dense** (every other kernel): blocks of the engine's log-weights
+  (:class:`localkit.engine.KernelWeights`) against all samples, ``s`` = the bandwidth.
 
 A query whose local design is (near) singular, ``lambda_min(G) <= rcond lambda_max(G)`` (too few
 neighbours, collinear points), falls back to the local weighted mean (the degree-0 fit) and is
@@ -29,7 +32,6 @@ flagged in ``singular``; a query without any weight gets the target of its neare
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 from numba import njit
@@ -38,24 +40,58 @@ from scipy.special import comb
 from .._validation import check_array, check_points
 from ..kernels import PROFILES
 from . import neighbors as nb
-from .blocks import map_blocks, resolve_n_jobs
+from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
-from .moments import local_moments
+from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
+from .weights import KernelWeights
 
 
 @dataclass
 class LocalPolynomialFit:
     """values (n_queries, t): the fits at the queries; singular (n_queries,) bool: queries that
-    fell back to the local mean; empty (n_queries,) bool: queries without weight (nearest target)."""
+    fell back to the local mean; empty (n_queries,) bool: queries without weight (nearest target);
+    slopes (n_queries, n_features, t) or None: the fitted gradient ``df/dx`` at the queries."""
 
     values: np.ndarray
     singular: np.ndarray
     empty: np.ndarray
+    slopes: np.ndarray | None = None
+
+
+def n_monomials(n_features, degree):
+    """``P = C(n_features + degree, degree)``, the number of monomials of total degree <= degree."""
+    return int(comb(n_features + degree, degree, exact=True))
+
+
+def check_design_fits(n_features, degree, itemsize=8, memory_budget=None):
+    """``P``, after checking that one query's normal equations (Gram, a copy and the solver's
+    workspace: ``3 P^2`` numbers) fit ``memory_budget`` bytes (default: the engine's budget)."""
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(budget) and budget > 0):
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    P = n_monomials(n_features, degree)
+    need = 3.0 * P * P * itemsize
+    if need > budget:
+        raise ValueError(
+            f"degree={degree} with n_features={n_features} has {P:,} monomials: one query's normal "
+            f"equations need {need / 2**20:,.0f} MiB, more than the memory budget of {budget / 2**20:,.0f} MiB; "
+            "lower the degree or the number of features")
+    return P
 
 
 def monomial_exponents(n_features, degree):
     """Exponents ``(P, d)`` of the monomials of total degree <= ``degree``, graded (constant first)."""
-    rows = [e for e in product(range(degree + 1), repeat=n_features) if sum(e) <= degree]
+    rows = []
+
+    def grow(prefix, left):  # every composition, without enumerating (degree + 1)^d candidates
+        if len(prefix) == n_features:
+            rows.append(prefix)
+            return
+        for e in range(left, -1, -1):
+            grow(prefix + (e,), left - e)
+
+    grow((), degree)
     rows.sort(key=lambda e: (sum(e), [-v for v in e]))
     return np.array(rows, dtype=np.intp).reshape(len(rows), n_features)
 
@@ -71,107 +107,141 @@ def design(Z, exponents):
 
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
-                     ridge=0.0, rcond=1e-10, algorithm="auto", block_size=None, n_jobs=None):
+                     ridge=0.0, rcond=1e-10, slopes=False, algorithm="auto", block_size=None,
+                     memory_budget=None, n_jobs=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples).
 
     ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
     options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
     multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
-    bandwidth factor (sample-point adaptive kernel, moments path). Returns
+    bandwidth factor (sample-point adaptive kernel, dense path); ``slopes=True`` also returns the
+    fitted gradient. The computation runs in the samples' float type (float32 kept). Returns
     :class:`LocalPolynomialFit`.
     """
     samples = check_points(samples, "samples")
+    dtype = samples.dtype
     queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
-                                                           dtype=samples.dtype)
-    Y = check_array(targets, "targets", ndim=(1, 2)).reshape(len(samples), -1)
-    sw = None if sample_weight is None else check_array(sample_weight, "sample_weight", ndim=(1,))
-    if sw is not None and (len(sw) != len(samples) or np.any(sw < 0)):
-        raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
+                                                           dtype=dtype)
+    Y = check_array(targets, "targets", ndim=(1, 2)).reshape(len(samples), -1).astype(dtype, copy=False)
+    sw = np.ones(len(samples), dtype=dtype)
+    if sample_weight is not None:
+        sw = check_array(sample_weight, "sample_weight", ndim=(1,)).astype(dtype, copy=False)
+        if len(sw) != len(samples) or np.any(sw < 0):
+            raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
+    if exclude_self and len(queries) != len(samples):
+        raise ValueError("exclude_self=True needs the queries to be the samples")
+    n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
+    P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
     kern = make_kernel(kernel, bandwidth, n_neighbors)
-    E = monomial_exponents(samples.shape[1], degree)
-    if kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None:
-        G, b, empty, nearest = _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs)
+    E = monomial_exponents(d, degree)
+    gathered = kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
+    if gathered:
+        block, row_bytes = _gathered(queries, samples, Y, sw, kern, E, exclude_self)
     else:
-        G, b, empty, nearest = _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm,
-                                        block_size, n_jobs, sample_scale)
-    values, singular = _solve(G, b, ridge, rcond)
-    if nearest is not None and empty.any():
-        values[empty] = nearest[empty]
-    singular &= ~empty
-    return LocalPolynomialFit(values.astype(Y.dtype, copy=False), singular, empty)
+        block, row_bytes = _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale)
+    # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
+    rcond = max(rcond, 100 * np.finfo(dtype).eps)
+    workers = resolve_n_jobs(n_jobs)
+    per_query = (3 * P * P + 2 * P * t) * dtype.itemsize + row_bytes
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    bq = int(block_size or max(1, min(1024, budget // (per_query * workers))))
+    values = np.empty((n_q, t), dtype=dtype)
+    singular = np.zeros(n_q, dtype=bool)
+    empty = np.zeros(n_q, dtype=bool)
+    grad = np.zeros((n_q, d, t), dtype=dtype) if slopes else None
+
+    def run(rows):
+        G, b, total, scale, nearest = block(rows)
+        none = ~(total > 0)
+        norm = np.where(none, 1.0, total).astype(dtype)[:, None, None]
+        beta, bad = _solve(G / norm, b / norm, ridge, rcond)
+        beta[none] = 0.0
+        beta[none, 0] = Y[nearest[none]]
+        values[rows], singular[rows], empty[rows] = beta[:, 0], bad & ~none, none
+        if slopes:
+            grad[rows] = beta[:, 1:d + 1] / scale
+            grad[rows][bad] = 0.0
+
+    map_blocks(run, n_q, bq, workers)
+    return LocalPolynomialFit(values, singular, empty, grad)
 
 
 def _solve(G, b, ridge, rcond):
-    """``beta_0`` of ``(G + ridge D) beta = b`` per query; the local mean where G is singular."""
+    """``beta`` of ``(G + ridge D) beta = b`` per query; the local mean (slopes 0) where G is singular."""
     P = G.shape[1]
     if ridge and P > 1:
-        G = G.copy()
         idx = np.arange(1, P)
         G[:, idx, idx] += ridge
+    beta = np.zeros_like(b)
     with np.errstate(invalid="ignore", divide="ignore"):
         lam = np.linalg.eigvalsh(G) if P > 1 else G[:, :, 0]
         ok = np.isfinite(lam).all(axis=1) & (lam[:, 0] > rcond * lam[:, -1]) & (lam[:, -1] > 0)
-        values = b[:, 0, :] / G[:, 0, :1]  # the local weighted mean: psi_0 = 1
+        beta[:, 0, :] = b[:, 0, :] / G[:, 0, :1]  # the local weighted mean: psi_0 = 1
     if ok.any():
-        values[ok] = np.linalg.solve(G[ok], b[ok])[:, 0, :]
-    return values, ~ok
+        beta[ok] = np.linalg.solve(G[ok], b[ok])
+    return beta, ~ok
 
 
 #: compact profiles ``(1 - u^a)^b`` (see :mod:`localkit.kernels.profiles`) whose weights the fused
-#: 1-D kernel evaluates inline; a test checks it against ``Profile.log_k``
+#: kernels evaluate inline; a test checks it against ``Profile.log_k``
 POLY_PROFILES = {name: p.poly for name, p in PROFILES.items() if p.poly is not None}
 
 
-def _gathered(queries, samples, Y, sw, kern, E, exclude_self, block_size, n_jobs):
-    """Normalised Gram and moments from the k nearest samples, design centred at each query."""
+def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
+    """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
+    design centred at each query and scaled by its radius; and the extra bytes per query."""
     k = kern.n_neighbors
     if k + int(exclude_self) > len(samples):
         raise ValueError(f"n_neighbors must be <= n_samples{' - 1' if exclude_self else ''}"
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
-    weights = np.ones(len(Xs)) if sw is None else sw.astype(np.float64)
-    Yf = np.ascontiguousarray(Y, dtype=np.float64)
-    one_d = Xs.shape[1] == 1 and kern.metric == "euclidean"
-    if one_d:  # work in sorted order: every neighbourhood is a contiguous window
+    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
+    tree = monomial_parents(E)
+    euclid = kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and not exclude_self
+    if euclid and Xs.shape[1] > 1:
+        index = GridIndex(Xs, k)
+
+        def grid_block(rows):
+            G, b, total, radius, near = grid_moments(index, Qs[rows], Y, sw, k, E, a, p)
+            return G, b, total, _per_query(radius), near
+        return grid_block, 0
+    if Xs.shape[1] == 1 and kern.metric == "euclidean":  # sorted order: neighbourhoods are windows
         order = np.argsort(Xs[:, 0], kind="stable")
-        Xs, Yf, weights = Xs[order], Yf[order], weights[order]
+        x, Ys, ws = np.ascontiguousarray(Xs[order, 0]), Y[order], sw[order]
+        if euclid:
+            def window_block(rows):
+                q = Qs[rows, 0]
+                lo = _window_starts(x, q, k)
+                S, T = _window_accumulate(x, Ys, ws, lo, q, k, E.shape[0] - 1, a, p)
+                radius = np.maximum(q - x[lo], x[lo + k - 1] - q)
+                pos = lo[:, None] + np.arange(k)
+                near = order[pos[np.arange(len(q)), np.abs(x[pos] - q[:, None]).argmin(axis=1)]]
+                return S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0], _per_query(radius), near
+            return window_block, 16 * k
+
+        def sorted_lists(rows):
+            dist, pos = _window_neighbors(x, order, Qs[rows, 0], k, exclude_self, rows.start)
+            return dist, order[pos]
+        neighbours = sorted_lists
     else:
         index = nb.make_index(Xs, kern.metric)
-    fused = one_d and not exclude_self and kern.profile.name in POLY_PROFILES
-    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
-    n_q, P, t = len(Qs), E.shape[0], Y.shape[1]
-    G = np.empty((n_q, P, P))
-    b = np.empty((n_q, P, t))
-    total = np.empty(n_q)
-    nearest = np.empty(n_q, dtype=np.intp)
-    # a block of weights stays in cache; the fused kernel holds no weights, only per-query sums
-    bq = int(block_size or (1024 if fused else max(8, 2**16 // k)))
 
-    def run(rows):
-        if fused:
-            lo = _window_starts(Xs[:, 0], Qs[rows, 0], k)
-            S, T = _window_accumulate(Xs[:, 0], Yf, weights, lo, Qs[rows, 0], k, E.shape[0] - 1, a, p)
-            G[rows], b[rows], total[rows] = S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0]
-            nearest[rows] = 0
-            for i in np.flatnonzero(~(S[:, 0] > 0)):  # empty: the nearest sample of the window
-                pos = lo[i] + np.arange(k)
-                nearest[rows.start + i] = order[pos[np.abs(Xs[pos, 0] - Qs[rows.start + i, 0]).argmin()]]
-            return
-        if one_d:
-            dist, idx = _window_neighbors(Xs[:, 0], order, Qs[rows, 0], k, exclude_self, rows.start)
-        else:
-            dist, idx = nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+        def neighbours(rows):
+            return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+
+    def list_block(rows):
+        dist, idx = neighbours(rows)
         radius = dist.max(axis=1)
-        w = np.exp(kern.profile.log_k(nb.scaled_sq_distances(dist, radius)))
-        G[rows], b[rows], total[rows] = _accumulate(Xs, Qs[rows], Yf, weights, idx, w, radius, E)
-        near = idx[np.arange(len(idx)), dist.argmin(axis=1)]
-        nearest[rows] = order[near] if one_d else near
+        w = np.exp(kern.profile.log_k(nb.scaled_sq_distances(dist, radius))).astype(Xs.dtype)
+        G, b, total = _accumulate(Xs, Qs[rows], Y, sw, idx, w, radius, *tree)
+        return G, b, total, _per_query(radius), idx[np.arange(len(idx)), dist.argmin(axis=1)]
+    return list_block, k * (24 + Xs.dtype.itemsize)
 
-    map_blocks(run, n_q, bq, resolve_n_jobs(n_jobs))
-    empty = ~(total > 0)
-    scale = 1.0 / np.where(empty, 1.0, total)
-    return G * scale[:, None, None], b * scale[:, None, None], empty, Y[nearest]
+
+def _per_query(radius):
+    """Radii ``(n,)`` as design scales ``(n, 1, 1)`` (broadcast over features and targets)."""
+    return radius[:, None, None]
 
 
 def _window_starts(x_sorted, q, width):
@@ -208,67 +278,40 @@ def _window_neighbors(x_sorted, order, q, k, exclude_self, row_offset):
     return dist, pos
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _add(G, b, i, wj, dz, Y, s, E, pw, psi):
-    """Add sample ``s`` with weight ``wj`` and centred, scaled offset ``dz`` (d,) to query ``i``'s sums."""
-    P, d = E.shape
-    for m in range(d):
-        for e in range(1, pw.shape[1]):
-            pw[m, e] = pw[m, e - 1] * dz[m]
-    for a in range(P):
-        v = 1.0
-        for m in range(d):
-            v *= pw[m, E[a, m]]
-        psi[a] = v
-    for a in range(P):
-        wa = wj * psi[a]
-        for c in range(a, P):
-            G[i, a, c] += wa * psi[c]
-        for u in range(Y.shape[1]):
-            b[i, a, u] += wa * Y[s, u]
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _ipow(x, n):
-    r = 1.0
-    for _ in range(n):
-        r *= x
-    return r
-
-
 @njit(nogil=True, cache=True)
-def _symmetrise(G):
-    for i in range(G.shape[0]):
-        for a in range(G.shape[1]):
-            for c in range(a):
-                G[i, a, c] = G[i, c, a]
-
-
-@njit(nogil=True, cache=True)
-def _accumulate(X, Q, Y, sw, idx, w, radius, E):
+def _accumulate(X, Q, Y, sw, idx, w, radius, parent, var):
     """Unnormalised ``G = sum_j w_j r_j psi psi^T``, ``b = sum_j w_j r_j psi y_j^T`` and the
-    weight sums, ``psi`` the monomials of ``(x_j - x*) / radius``; one fused pass."""
+    weight sums over neighbour lists, ``psi`` the monomials of ``(x_j - x*) / radius``."""
     bq, k = idx.shape
-    P, d = E.shape
-    G = np.zeros((bq, P, P))
-    b = np.zeros((bq, P, Y.shape[1]))
-    total = np.zeros(bq)
-    psi = np.empty(P)
-    pw = np.ones((d, E.max() + 1))
-    dz = np.empty(d)
+    d, P, t = X.shape[1], len(parent), Y.shape[1]
+    G = np.zeros((bq, P, P), dtype=X.dtype)
+    b = np.zeros((bq, P, t), dtype=X.dtype)
+    total = np.zeros(bq, dtype=X.dtype)
+    Z, WPsi, Psi, Yv = column_buffers(k, d, P, t, X.dtype)
+    inv = np.empty(d, dtype=X.dtype)
     for i in range(bq):
-        inv = 1.0 / radius[i] if radius[i] > 0 else 0.0
+        inv[:] = 1.0 / radius[i] if radius[i] > 0 else 0.0
+        m = 0
         for j in range(k):
             s = idx[i, j]
             wj = w[i, j] * sw[s]
             if wj == 0.0:
                 continue
-            total[i] += wj
-            for m in range(d):
-                dz[m] = (X[s, m] - Q[i, m]) * inv
-            _add(G, b, i, wj, dz, Y, s, E, pw, psi)
-    _symmetrise(G)
+            _column(X, Y, Q[i], s, wj, inv, Z, WPsi, Yv, m)
+            m += 1
+        total[i] = column_moments(Z, WPsi, Psi, Yv, m, parent, var, G[i], b[i])
     return G, b, total
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column(X, Y, q, s, w, inv, Z, WPsi, Yv, m):
+    """Column ``m`` of the per-query scratch: sample ``s``'s offset (scaled by ``inv`` (d,)),
+    weight and targets."""
+    for c in range(X.shape[1]):
+        Z[c, m] = (X[s, c] - q[c]) * inv[c]
+    WPsi[0, m] = w
+    for u in range(Y.shape[1]):
+        Yv[u, m] = Y[s, u]
 
 
 @njit(nogil=True, cache=True)
@@ -310,39 +353,72 @@ def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
     return S, T
 
 
-def _moments(queries, samples, Y, sw, kern, E, exclude_self, algorithm, block_size, n_jobs, sample_scale):
-    """Uncentred moments from one engine pass, moved to each query by the binomial map."""
-    centre = samples.mean(axis=0)
-    if kern.n_neighbors is None and not kern.is_softmax:
-        scale = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=samples.dtype),
-                                (samples.shape[1],))
+def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale):
+    """``block(rows)`` from the engine's log-weights of a query block against every sample, the
+    design centred at each query and scaled by the bandwidth ``s`` (the features' spread for kNN
+    and softmax kernels); and the extra bytes per query (its row of weights and temporaries)."""
+    s_scale = None if sample_scale is None else check_array(sample_scale, "sample_scale", ndim=(1,))
+    if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
+        raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
+    if s_scale is None and not kern.is_softmax:
+        weights = KernelWeights(samples, kern)
+        log_weights, nearest = weights.log_weights, weights.nearest
     else:
-        scale = samples.std(axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
-    Zs, Zq = (samples - centre) / scale, (queries - centre) / scale
-    F = design(Zs, E)
-    root = None if sw is None else np.sqrt(sw)[:, None]
-    if algorithm == "neighbors" and not kern.compact:
-        algorithm = "auto"  # a non-compact kernel has no neighbour path: every sample counts
-    mom = local_moments(queries, samples, F if root is None else F * root, Y if root is None else Y * root,
-                        kern, exclude_self=exclude_self, algorithm=algorithm, block_size=block_size,
-                        n_jobs=n_jobs, sample_scale=sample_scale)
-    T = _binomial_map(Zq, E)
-    Gc = np.linalg.solve(T, mom.M2)
-    Gc = np.linalg.solve(T, Gc.transpose(0, 2, 1))
-    bc = np.linalg.solve(T, mom.MY)
-    # normalise by the (robustness-weighted) weight sum, as on the gathered path; an empty
-    # neighbourhood got the nearest sample's moments from the engine, hence its target
-    total = np.where(Gc[:, 0, 0] > 0, Gc[:, 0, 0], 1.0)[:, None, None]
-    return Gc / total, bc / total, mom.empty, None
+        h = kern.resolve_bandwidth(samples)
+        centre = 0.0 if kern.is_softmax else samples.mean(axis=0)
+        Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
+        temperature = h if kern.is_softmax else 1.0
+        index = nb.make_index(samples, kern.metric)
+
+        def log_weights(Q, exclude_self=False, row_offset=0):
+            L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
+                                         s_scale=s_scale, temperature=temperature)
+            L += offset[:, None]
+            if exclude_self:
+                i = np.arange(len(Q))
+                L[i, i + row_offset] = -np.inf
+            return L
+
+        def nearest(Q):
+            return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
+    if kern.n_neighbors is None and not kern.is_softmax:
+        s = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=samples.dtype), (samples.shape[1],))
+    else:
+        s = samples.std(axis=0)
+        s = np.where(s > 0, s, 1.0).astype(samples.dtype)
+    inv_s = (1.0 / s).astype(samples.dtype)
+    tree = monomial_parents(E)
+
+    def dense_block(rows):
+        L = log_weights(queries[rows], exclude_self=exclude_self, row_offset=rows.start)
+        top = L.max(axis=1, keepdims=True)
+        W = np.exp(L - np.where(np.isfinite(top), top, 0.0)).astype(samples.dtype, copy=False)
+        G, b, total = _accumulate_dense(samples, queries[rows], Y, sw, W, inv_s, *tree)
+        near = np.zeros(len(W), dtype=np.intp)
+        none = ~(total > 0)
+        if none.any():
+            near[none] = nearest(queries[rows][none])
+        return G, b, total, s[None, :, None], near
+    return dense_block, 3 * len(samples) * samples.dtype.itemsize
 
 
-def _binomial_map(Zq, E):
-    """``T[q, a, b] = prod_k C(a_k, b_k) z*_qk^(a_k - b_k)`` for ``b <= a``, else 0."""
-    diff = E[:, None, :] - E[None, :, :]  # (P, P, d)
-    below = np.all(diff >= 0, axis=2)
-    coef = np.prod(comb(E[:, None, :], E[None, :, :]), axis=2) * below
-    powers = np.ones((len(Zq),) + diff.shape[:2], dtype=Zq.dtype)
-    for k in range(E.shape[1]):
-        powers *= Zq[:, k, None, None] ** np.maximum(diff[:, :, k], 0)
-    return coef * powers
+@njit(nogil=True, cache=True)
+def _accumulate_dense(X, Q, Y, sw, W, inv_s, parent, var):
+    """Unnormalised ``G``, ``b`` and weight sums from a dense block of weights ``W`` (bq, n),
+    ``psi`` the monomials of ``(x_j - x*) / s``; samples of zero weight cost one comparison."""
+    bq, n = W.shape
+    d, P, t = X.shape[1], len(parent), Y.shape[1]
+    G = np.zeros((bq, P, P), dtype=X.dtype)
+    b = np.zeros((bq, P, t), dtype=X.dtype)
+    total = np.zeros(bq, dtype=X.dtype)
+    Z, WPsi, Psi, Yv = column_buffers(n, d, P, t, X.dtype)
+    for i in range(bq):
+        m = 0
+        for s in range(n):
+            wj = W[i, s] * sw[s]
+            if wj == 0.0:
+                continue
+            _column(X, Y, Q[i], s, wj, inv_s, Z, WPsi, Yv, m)
+            m += 1
+        total[i] = column_moments(Z, WPsi, Psi, Yv, m, parent, var, G[i], b[i])
+    return G, b, total
