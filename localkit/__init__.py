@@ -38,6 +38,7 @@ _EXPORTS = {
     "LocalMeanDenoiser": "localkit.models.denoise",
     "LazyAutoencoder": "localkit.models.denoise",
     "HierarchicalAutoencoder": "localkit.models.hierarchical",
+    "LocalMeanTransformer": "localkit.models.layers",
     "denoise_nl_means": "localkit.models.nl_means",
     "NonLocalMeans": "localkit.models.nl_means",
 }
