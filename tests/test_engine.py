@@ -61,7 +61,8 @@ def test_auto_takes_the_neighbour_path_when_few_samples_carry_weight(rng, monkey
     auto = local_mean(None, X, y, kernel="epanechnikov", bandwidth=0.02, exclude_self=True)
     assert calls, "the radius path was not chosen"
     np.testing.assert_allclose(auto, local_mean(None, X, y, kernel="epanechnikov", bandwidth=0.02,
-                                                exclude_self=True, algorithm="dense"), rtol=1e-12)
+                                                exclude_self=True, algorithm="dense"),
+                               rtol=1e-12, atol=1e-13)  # round-off relative to |y| <= 1 where the mean crosses 0
 
 
 def test_knn_gaussian_uses_kth_neighbour_distance(diabetes):
@@ -245,12 +246,11 @@ def test_sample_weight_scale_does_not_matter_and_empty_falls_back_to_a_weighted_
 
 
 @pytest.mark.parametrize("w, match", [(np.ones(3), "shape"), (-np.ones(442), ">= 0"),
-                                      (np.zeros(442), "zero everywhere"), (np.full(442, np.nan), "NaN")])
+                                      (np.zeros(442), "zero everywhere"), (np.full(442, np.nan), "NaN or infinity")])
 def test_bad_sample_weight(diabetes, w, match):
     X, y = diabetes
-    with pytest.raises(ValueError, match="sample_weight"):
-        with pytest.raises(ValueError, match=match):
-            local_mean(X[:3], X, y, sample_weight=w)
+    with pytest.raises(ValueError, match=f"sample_weight.*{match}|{match}.*sample_weight"):
+        local_mean(X[:3], X, y, sample_weight=w)
 
 
 def test_leave_one_out_of_one_sample_is_an_error_not_a_leak():

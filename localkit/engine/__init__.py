@@ -1,5 +1,8 @@
 """The engine: the one place where kernel weights meet values.
 
+* :class:`BoundKernel` — a kernel bound to its samples (bandwidth, centring, indexes, sample
+  weights), with the operations every model needs: weighted sums, weight blocks, nearest samples;
+  :class:`EngineOptions` — how a pass runs (empty policy, path, blocks, memory, threads);
 * :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
   (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
 * :func:`local_moments`, :func:`local_polynomial` — weighted moments and batched local least squares;
@@ -11,8 +14,10 @@
 * :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
 """
 from .blocks import block_sizes, map_blocks
+from .bound import BoundKernel
 from .iteration import FixedPoint, iterate
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
+from .options import EngineOptions
 from .moments import LocalMoments, local_moments
 from .patches import patch_local_mean
 from .polynomial import LocalPolynomialFit, local_polynomial
@@ -21,6 +26,6 @@ from .reconstruction import reconstruction_gradient
 from .stream import OnlineLogSumExp, augment
 from .weights import KernelWeights
 
-__all__ = ["FixedPoint", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
+__all__ = ["BoundKernel", "EngineOptions", "FixedPoint", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
            "augment", "block_sizes", "iterate", "local_mean", "local_moments", "local_polynomial", "local_sums",
            "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]

@@ -14,33 +14,17 @@ query, without storing any block:
    samples in their support get bit-identical sums). With a scalar bandwidth this runs in the raw
    coordinates, with the arithmetic of a tree's radius query; a per-feature bandwidth rescales.
 
-The result is :class:`~localkit.engine.LocalSums`, equal to :func:`~localkit.engine.local_sums`
-to round-off (the weights of a compact profile need no log-space shift: they lie in ``[0, 1]``).
+The sums equal the dense path's to round-off (the weights of a compact profile need no
+log-space shift: they lie in ``[0, 1]``).
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from ..kernels import PROFILES
-
-#: profile -> (form, a, b): form 0 is ``(1 - u^a)^b`` (``b = 0``: uniform), form 1 ``cos(pi u / 2)``
-FORMS = {name: (0, *p.poly) for name, p in PROFILES.items() if p.poly is not None}
-FORMS["cosine"] = (1, 0, 0)
-
-
-def supports(kernel):
-    """True when the compiled pass can evaluate ``kernel`` (a Kernel instance)."""
-    return (kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean"
-            and kernel.profile.name in FORMS)
-
-
-@numba.njit(inline="always")
-def _weight(u2, form, a, b):
-    if form == 1:
-        return np.cos(0.5 * np.pi * np.sqrt(u2))
-    ua = u2 if a == 2 else np.sqrt(u2) ** a
-    return (1.0 - ua) ** b
+#: At most this many strips (a tiny bandwidth would otherwise ask for astronomically many; wider
+#: strips only lengthen the segments, the exact test inside decides)
+MAX_STRIPS = 1 << 20
 
 
 #: Candidate pairs above which a pass runs on all of numba's threads; smaller passes run on one
@@ -50,16 +34,17 @@ PARALLEL_PAIRS = 2_000_000
 
 
 @numba.njit(parallel=True, cache=True)
-def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, form, a, b):
-    """Sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` over each query's segments
-    ``[seg_lo[i, s], seg_hi[i, s])``, with ``u^2 = |q - x|^2 / r2`` and the support ``|q - x|^2 <= r2``;
+def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, log_k):
+    """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
+    with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and ``log_k`` the profile's
+    compiled statement;
     samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
     along a segment run over contiguous memory."""
     n_q, d = Q.shape
     p = Vt.shape[0]
-    S = np.zeros((n_q, p + 1), dtype=Vt.dtype)
+    S = np.zeros((n_q, p), dtype=Vt.dtype)
     for i in numba.prange(n_q):
-        acc = np.zeros(p + 1, dtype=Vt.dtype)
+        acc = np.zeros(p, dtype=Vt.dtype)
         for s in range(seg_lo.shape[1]):
             start, m = seg_lo[i, s], seg_hi[i, s] - seg_lo[i, s]
             if m <= 0:
@@ -72,14 +57,9 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, form, a, b):
                     t = qk - xk[j]
                     u2[j] += t * t
             w = np.zeros(m)
-            if form == 0 and b == 0:  # uniform: a branch-free loop the compiler vectorises
-                for j in range(m):
-                    w[j] = 1.0 if u2[j] <= r2 else 0.0
-            else:
-                for j in range(m):
-                    if u2[j] <= r2:
-                        w[j] = _weight(u2[j] / r2, form, a, b)
-            acc[p] += w.sum()
+            for j in range(m):
+                if u2[j] <= r2:
+                    w[j] = np.exp(log_k(u2[j] / r2))
             for c in range(p):
                 vc = Vt[c, start:start + m]
                 total = 0.0
@@ -91,35 +71,33 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, form, a, b):
 
 
 class CompactIndex:
-    """Samples (and their values) sorted once into strips for the compiled pass; query it many
-    times with :meth:`sums` (an iterated local mean over fixed samples sorts them only once).
+    """Samples sorted once into strips for the compiled pass; query it many times with
+    :meth:`sums` (an iterated local mean over fixed samples sorts them only once).
 
     The samples are sorted into strips of width ``h / 2`` along the scaled coordinate with the
     widest spread, and by the second widest inside a strip, so that each query's candidate
-    samples (``|dx_a| <= h`` and ``|dx_b| <= h``) are a few contiguous segments.
+    samples (``|dx_a| <= h`` and ``|dx_b| <= h``) are a few contiguous segments. Built by
+    :class:`~localkit.engine.BoundKernel` (``compact_index``) for the kernels the planner sends here.
     """
 
-    def __init__(self, samples, V, kern):
-        if not supports(kern):
-            raise ValueError(f"the compiled pass needs one of the compact profiles {sorted(FORMS)} with a "
-                             f"fixed bandwidth and the euclidean metric, got {kern!r}")
+    def __init__(self, samples, kern):
         self.kern = kern
+        self.log_k = kern.profile.compiled
         self.h = kern.resolve_bandwidth(samples)
         Xs = self._coordinates(samples)
         self.r2 = float(self.h) ** 2 if np.ndim(self.h) == 0 else 1.0
-        width = self.width = 0.5 * np.sqrt(self.r2)
         spread = np.ptp(Xs, axis=0)
         by_spread = np.argsort(spread)[::-1]
         self.ax_a = by_spread[0]
         self.ax_b = by_spread[1] if Xs.shape[1] > 1 else self.ax_a
+        self.width = max(0.5 * np.sqrt(self.r2), spread[self.ax_a] / MAX_STRIPS)
         self.lo_a, self.lo_b, self.range_b = Xs[:, self.ax_a].min(), Xs[:, self.ax_b].min(), spread[self.ax_b]
-        self.n_strips = int(spread[self.ax_a] // width) + 1 if self.ax_b != self.ax_a else 1
+        self.n_strips = int(spread[self.ax_a] // self.width) + 1 if self.ax_b != self.ax_a else 1
         self.span = self.range_b + 2.0  # strips' keys never overlap: key = strip * span + (x_b - lo_b)
         key = self._strip_of(Xs[:, self.ax_a]) * self.span + (Xs[:, self.ax_b] - self.lo_b)
-        order = np.argsort(key, kind="stable")
-        self.key = key[order]
-        self.Xt = np.ascontiguousarray(Xs[order].T)
-        self.Vt = np.ascontiguousarray(V[order].T, dtype=np.float64)
+        self.order = np.argsort(key, kind="stable")
+        self.key = key[self.order]
+        self.Xt = np.ascontiguousarray(Xs[self.order].T)
 
     def _coordinates(self, points):
         if np.ndim(self.h) == 0:
@@ -146,25 +124,15 @@ class CompactIndex:
         seg_hi = np.searchsorted(self.key, strips * self.span + high, side="right")
         return seg_lo, np.where(inside, seg_hi, seg_lo)
 
-    def sums(self, queries):
-        """Unnormalised sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` (n_queries, p + 1), in float64."""
+    def sums(self, queries, V):
+        """Unnormalised sums ``sum_j k(u_ij) V_j`` (n_queries, V.shape[1]), in float64."""
         Qs = np.ascontiguousarray(self._coordinates(queries))
+        Vt = np.ascontiguousarray(np.asarray(V, dtype=np.float64)[self.order].T)
         # widen the search by a hair: the exact test inside decides
         seg_lo, seg_hi = self._segments(Qs, pad=np.sqrt(self.r2) * (1.0 + 1e-9))
         threads = numba.get_num_threads()
         numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
         try:
-            return _window_sums(Qs, self.Xt, self.Vt, seg_lo, seg_hi, self.r2, *FORMS[self.kern.profile.name])
+            return _window_sums(Qs, self.Xt, Vt, seg_lo, seg_hi, self.r2, self.log_k)
         finally:
             numba.set_num_threads(threads)
-
-
-def compact_sums(queries, samples, V, kern):
-    """Unnormalised sums ``[sum_j k(u_ij) v_j, sum_j k(u_ij)]`` (n_queries, p + 1), in float64.
-
-    ``queries`` and ``samples`` are the raw (validated) points and ``kern`` a kernel for which
-    :func:`supports` holds; :func:`localkit.engine.local_sums` calls this for
-    ``algorithm="compiled"``. The weights of a compact profile lie in ``[0, 1]``: no log-space
-    shift is needed.
-    """
-    return CompactIndex(samples, V, kern).sums(queries)

@@ -109,7 +109,8 @@ class Kernel:
             return points
         return points / np.asarray(h, dtype=points.dtype)
 
-    def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0):
+    def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0,
+                    exact=False, u2_exponent=0):
         """Log-weights of a block, ``L`` and a per-query offset ``c`` with ``log K = L + c``.
 
         ``Q`` (b_q, d) and ``X`` (b_s, d) are in scaled coordinates (see :meth:`scale`);
@@ -119,15 +120,21 @@ class Kernel:
         constant along a row, so that the engine's normalisation never computes them: for
         the Gaussian, ``-|q|^2 / 2`` cancels from ``exp(q.x - |x|^2 / 2)`` after
         normalisation, which turns the whole block into one matrix product.
+
+        ``exact=True`` forms ``u^2`` from differences instead of the matrix product (no
+        cancellation far from the origin), scaled by ``2^u2_exponent`` (coordinates stored
+        divided by ``2^(u2_exponent / 2)``, for extreme bandwidths).
         """
+        zero = np.zeros(len(Q), dtype=Q.dtype)
         if self.is_softmax:
             L = (Q / Q.dtype.type(temperature)) @ X.T
-            return L, np.zeros(len(Q), dtype=Q.dtype)
-        if self.metric != "euclidean":
-            D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
-            u2 = (D * D).astype(Q.dtype, copy=False)
+            return L, zero
+        # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
+        degenerate = any(s is not None and not np.all(s > 0) for s in (q_scale, s_scale))
+        if exact or degenerate or self.metric != "euclidean" or self.profile.exact_distance:
+            u2 = exact_sq_distances(Q, X, self.metric, u2_exponent)
             self._rescale(u2, q_scale, s_scale)
-            return self.profile.log_k(u2), np.zeros(len(Q), dtype=Q.dtype)
+            return self.profile.log_k(u2), zero
         if q_sq is None:
             q_sq = np.einsum("ij,ij->i", Q, Q)
         if x_sq is None:
@@ -145,19 +152,18 @@ class Kernel:
                 Qa *= inv[:, None]
                 offset = offset * inv
             return Qa @ Xa.T, offset
-        if self.profile.exact_distance:
-            u2 = cdist(Q, X, metric="sqeuclidean").astype(Q.dtype, copy=False)
-        else:
-            u2 = Q @ X.T
-            u2 *= -2.0
-            u2 += q_sq[:, None]
-            u2 += x_sq
-            np.maximum(u2, 0.0, out=u2)
+        u2 = Q @ X.T
+        u2 *= -2.0
+        u2 += q_sq[:, None]
+        u2 += x_sq
+        np.maximum(u2, 0.0, out=u2)
         self._rescale(u2, q_scale, s_scale)
-        return self.profile.log_k(u2), np.zeros(len(Q), dtype=Q.dtype)
+        return self.profile.log_k(u2), zero
 
     @staticmethod
     def _rescale(u2, q_scale, s_scale):
+        if q_scale is None and s_scale is None:
+            return
         with np.errstate(divide="ignore", invalid="ignore"):
             if q_scale is not None:
                 u2 /= (q_scale * q_scale)[:, None]
@@ -186,3 +192,17 @@ class Kernel:
                 raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
             self._rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1], None)
         return np.exp(self.profile.log_k(u2))
+
+
+def exact_sq_distances(Q, X, metric="euclidean", u2_exponent=0):
+    """``u^2`` from coordinate differences (no cancellation), times ``2^u2_exponent``: a huge
+    factor gives ``inf`` and a tiny one ``0``, never NaN."""
+    if metric == "euclidean":
+        u2 = cdist(Q, X, metric="sqeuclidean")
+    else:
+        D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(metric, metric))
+        u2 = D * D
+    if u2_exponent:
+        with np.errstate(over="ignore"):
+            u2 = np.ldexp(u2, u2_exponent)
+    return u2.astype(Q.dtype, copy=False)

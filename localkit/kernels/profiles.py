@@ -24,61 +24,126 @@ The ``softmax`` kernel ``exp(<x*, x> / h)`` is not a profile of a distance; it i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import builtins
+import math
+import types
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
 from scipy import integrate, special
 
-
-def _log_poly(a, b):
-    """log of ``(1 - u^a)^b`` on ``u <= 1``, from ``u2 = u^2``."""
-
-    def log_k(u2):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ua = u2 if a == 2 else np.sqrt(u2) ** a
-            inside = u2 <= 1.0
-            return np.where(inside, b * np.log1p(-np.minimum(ua, 1.0)), -np.inf)
-
-    return log_k
+# Each profile is stated ONCE below, as ``log k`` of the squared scaled distance ``u2``, written
+# against an array namespace called ``xp`` that is not bound here: :meth:`Profile.log_k_for`
+# re-binds the very same code to NumPy, to PyTorch (``torch``) or to numba (scalar, compiled).
+# Non-smooth branches take safe inputs (the "double where"), so that autograd sends no NaN
+# back from ``-inf`` log-weights outside a compact support or from ``sqrt`` at ``u = 0``; the
+# supports are open (``k(1) = 0`` anyway) except the uniform profile's.
 
 
-def _log_uniform(u2):
-    return np.where(u2 <= 1.0, 0.0, -np.inf)
+def _safe_sqrt(u2):
+    positive = u2 > 0
+    return xp.where(positive, xp.sqrt(xp.where(positive, u2, 1.0)), 0.0)  # noqa: F821 (xp re-bound)
 
 
-def _log_gaussian(u2):
+def _log_poly_a2_b1(u2):  # 1 - u^2
+    inside = u2 < 1.0
+    return xp.where(inside, xp.log1p(-xp.where(inside, u2, 0.0)), -math.inf)  # noqa: F821
+
+
+def _log_poly_a2_b2(u2):  # (1 - u^2)^2
+    inside = u2 < 1.0
+    return xp.where(inside, 2.0 * xp.log1p(-xp.where(inside, u2, 0.0)), -math.inf)  # noqa: F821
+
+
+def _log_poly_a2_b3(u2):  # (1 - u^2)^3
+    inside = u2 < 1.0
+    return xp.where(inside, 3.0 * xp.log1p(-xp.where(inside, u2, 0.0)), -math.inf)  # noqa: F821
+
+
+def _log_tricube(u2):  # (1 - u^3)^3
+    inside = u2 < 1.0
+    t = xp.where(inside, u2, 0.0)  # noqa: F821
+    return xp.where(inside, 3.0 * xp.log1p(-t * _safe_sqrt(t)), -math.inf)  # noqa: F821
+
+
+def _log_triangular(u2):  # 1 - u
+    inside = u2 < 1.0
+    return xp.where(inside, xp.log1p(-_safe_sqrt(xp.where(inside, u2, 0.0))), -math.inf)  # noqa: F821
+
+
+def _log_uniform(u2):  # 1 on the closed support u <= 1, so a kNN bandwidth keeps the k-th neighbour
+    return xp.where(u2 <= 1.0, 0.0 * u2, -math.inf)  # noqa: F821
+
+
+def _log_cosine(u2):  # cos(pi u / 2)
+    inside = u2 < 1.0
+    return xp.where(inside, xp.log(xp.cos(0.5 * math.pi * _safe_sqrt(xp.where(inside, u2, 0.0)))),  # noqa: F821
+                    -math.inf)
+
+
+def _log_gaussian(u2):  # exp(-u^2 / 2)
     return -0.5 * u2
 
 
-def _log_cosine(u2):
-    with np.errstate(divide="ignore"):
-        u = np.sqrt(np.minimum(u2, 1.0))
-        return np.where(u2 <= 1.0, np.log(np.cos(0.5 * np.pi * u)), -np.inf)
+def _log_laplacian(u2):  # exp(-u)
+    return -_safe_sqrt(u2)
 
 
-def _log_laplacian(u2):
-    return -np.sqrt(u2)
+def _log_cauchy(u2):  # 1 / (1 + u^2)
+    return -xp.log1p(u2)  # noqa: F821
 
 
-def _log_cauchy(u2):
-    return -np.log1p(u2)
+_STATEMENTS = (_safe_sqrt, _log_poly_a2_b1, _log_poly_a2_b2, _log_poly_a2_b3, _log_tricube, _log_triangular,
+               _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy)
+
+
+def _rebind(func, namespace, compile_with=None):
+    """``func`` with the global ``xp`` bound to ``namespace`` (and its helpers re-bound alike)."""
+    env = {"__builtins__": builtins, "math": math, "xp": namespace}
+    for helper in _STATEMENTS:
+        env[helper.__name__] = None
+    for helper in _STATEMENTS:
+        bound = types.FunctionType(helper.__code__, env, helper.__name__)
+        env[helper.__name__] = compile_with(bound) if compile_with else bound
+    return env[func.__name__]
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A radial profile: ``log_k(u2)`` takes the squared scaled distance ``u^2``."""
+    """A radial profile ``k(u)``, stated once as ``log k`` of ``u2 = u^2`` (see the module notes).
+
+    ``log_k`` evaluates it on NumPy arrays; :meth:`log_k_for` on another namespace (``torch``);
+    :attr:`compiled` is the numba scalar version used by the compiled compact pass.
+    """
 
     name: str
-    log_k: Callable[[np.ndarray], np.ndarray]
-    compact: bool
-    radial_moment: Callable[[int], float]  # int_0^inf k(r) r^(d-1) dr, inf if divergent
+    statement: Callable = field(repr=False)
+    compact: bool = False
+    radial_moment: Callable[[int], float] = field(default=None, repr=False)  # int_0^inf k(r) r^(d-1) dr
     # True for profiles with a kink at u = 0 (linear in u there): the matrix-product form of
     # |q - x|^2 carries an absolute error ~1e-16 |x|^2 whose square root (~1e-8) they would show
     exact_distance: bool = False
-    # ``(a, b)`` for the profiles of the form ``(1 - u^a)^b`` (uniform: b = 0), so that compiled
-    # kernels evaluate them from this one statement of the formula
+    # ``(a, b)`` for the profiles of the form ``(1 - u^a)^b`` (uniform: b = 0): the closed-form
+    # moments of the local polynomial's kernels use it
     poly: tuple | None = None
+
+    def log_k(self, u2):
+        """``log k`` of the squared scaled distance (NumPy)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _numpy_statement(self.statement)(np.asarray(u2))
+
+    def log_k_for(self, namespace):
+        """The same statement with ``xp`` bound to ``namespace`` (e.g. ``torch``)."""
+        return _rebind(self.statement, namespace)
+
+    @cached_property
+    def compiled(self):
+        """``log k(u2)`` of one float, compiled by numba (for the compiled compact pass)."""
+        import numba
+
+        return _rebind(self.statement, np, numba.njit(cache=False, inline="always"))
 
     def log_normalizer(self, d):
         """``log c_d`` with ``c_d = int_{R^d} k(|u|) du``, the density normaliser in d dims."""
@@ -100,14 +165,22 @@ class Profile:
         return np.exp(self.log_k(u * u))
 
 
+_NUMPY_CACHE = {}
+
+
+def _numpy_statement(statement):
+    if statement not in _NUMPY_CACHE:
+        _NUMPY_CACHE[statement] = _rebind(statement, np)
+    return _NUMPY_CACHE[statement]
+
+
 def _poly_moment(a, b):
     # int_0^1 (1 - r^a)^b r^(d-1) dr = B(d/a, b+1) / a
     return lambda d: float(special.beta(d / a, b + 1) / a)
 
 
-def _poly_profile(name, a, b, **kwargs):
-    log_k = _log_uniform if b == 0 else _log_poly(a, b)
-    return Profile(name, log_k, True, _poly_moment(a, b), poly=(a, b), **kwargs)
+def _poly_profile(name, statement, a, b, **kwargs):
+    return Profile(name, statement, True, _poly_moment(a, b), poly=(a, b), **kwargs)
 
 
 def _cosine_moment(d):
@@ -122,12 +195,12 @@ PROFILES = {
     p.name: p
     for p in [
         Profile("gaussian", _log_gaussian, False, lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d)),
-        _poly_profile("epanechnikov", 2, 1),
-        _poly_profile("tricube", 3, 3),
-        _poly_profile("biweight", 2, 2),
-        _poly_profile("triweight", 2, 3),
-        _poly_profile("triangular", 1, 1, exact_distance=True),
-        _poly_profile("uniform", 2, 0),
+        _poly_profile("epanechnikov", _log_poly_a2_b1, 2, 1),
+        _poly_profile("tricube", _log_tricube, 3, 3),
+        _poly_profile("biweight", _log_poly_a2_b2, 2, 2),
+        _poly_profile("triweight", _log_poly_a2_b3, 2, 3),
+        _poly_profile("triangular", _log_triangular, 1, 1, exact_distance=True),
+        _poly_profile("uniform", _log_uniform, 2, 0),
         Profile("cosine", _log_cosine, True, _cosine_moment),
         Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True),
         Profile("cauchy", _log_cauchy, False, _cauchy_moment),

@@ -13,98 +13,68 @@ from __future__ import annotations
 
 from numbers import Integral
 
-import warnings
-
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import PROFILE_CONSTRAINT, non_negative, positive
+from .._progress import warn_max_iter
 from .._validation import check_points
-from ..engine import local_sums
-from ..engine.compact import CompactIndex, supports
+from ..engine import BoundKernel, EngineOptions, local_sums
+from ..engine.planner import compiled_applies
 from ..engine.iteration import iterate, row_norm_change
-from ..engine.neighbors import knn_bandwidth, kneighbors, make_index
+from ..engine.neighbors import kneighbors, make_index
 from ..kernels import Kernel
-from ._base import FLOATS
+from ._base import FLOATS, check_sample_weight
 
 
-def estimate_bandwidth(X, quantile=0.3, batch_size=500):
-    """scikit-learn's ``estimate_bandwidth``: the mean distance to the ``int(quantile * n)``-th
-    nearest sample (the sample itself counts as the first), over all samples."""
-    X = check_points(X, "X")
-    if not 0 <= quantile <= 1:
-        raise ValueError(f"quantile must be in [0, 1], got {quantile!r}")
-    k = max(1, int(len(X) * quantile))
-    index = make_index(X, "euclidean")
-    total = 0.0
-    for start in range(0, len(X), batch_size):  # batches bound the (batch, k) distance block
-        total += knn_bandwidth(index, X[start:start + batch_size], k).sum()
-    return total / len(X)
-
-
-def get_bin_seeds(X, bin_size, min_bin_freq=1):
-    """scikit-learn's ``get_bin_seeds``: the centres ``bin_size * round(x / bin_size)`` of the grid
-    cells holding at least ``min_bin_freq`` points, in order of first appearance (as float32,
-    as scikit-learn does); the data itself when every point has its own cell."""
-    if bin_size == 0:
-        return X
-    cells, first, counts = np.unique(np.round(X / bin_size), axis=0, return_index=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    seeds = cells[order][counts[order] >= min_bin_freq].astype(np.float32)
-    if len(seeds) == len(X):
-        warnings.warn(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds.",
-                      stacklevel=2)
-        return X
-    return seeds * bin_size
-
-
-def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False):
+def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
+                verbose=None):
     """Move ``seeds`` (all at once) to the fixed points of the local mean of ``X``.
 
     Each seed stops on its own when its move is at most ``1e-3 * h`` (scikit-learn's rule) or
     after ``max_iter + 1`` updates, or when its neighbourhood is empty. With ``blurring=True`` the
     data moves too (``X_{t+1} = local mean of X_t``, seeds = data) and stops as a whole.
+    ``sample_weight`` ``c_i`` multiplies the kernel: ``x <- sum_i c_i K_i x_i / sum_j c_j K_j``.
+    ``verbose`` drives the progress bar (:mod:`localkit._progress`).
 
     Returns ``(fixed_point, intensity)``: the driver's result and each seed's weight sum at its
-    last update (the number of points within ``h`` for the uniform kernel; 0 for a seed whose
-    neighbourhood emptied).
+    last update (the number of points within ``h`` for the uniform kernel, their total weight
+    with ``sample_weight``; 0 for a seed whose neighbourhood emptied).
     """
     h = float(kernel.bandwidth)
     # the compiled pass decides ties at distance h with scikit-learn's arithmetic
-    algorithm = "compiled" if supports(kernel) else "auto"
+    bound = BoundKernel(kernel, X, sample_weight=sample_weight)
+    algorithm = "compiled" if compiled_applies(bound, None, False) else "auto"
+    bound.options = EngineOptions(algorithm=algorithm)
     intensity = np.zeros(len(seeds))
     tol = 1e-3 * h
     # the uniform kernel's weight sum is a count; exp(log(count)) is off by an ulp, and ties in
     # intensity are broken by the coordinates, so it must be the exact integer
-    exact = np.rint if kernel.profile.name == "uniform" else (lambda w: w)
+    exact = np.rint if kernel.profile.name == "uniform" and sample_weight is None else (lambda w: w)
     if blurring:
         def step(Y):
-            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm)
+            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm, sample_weight=sample_weight)
             intensity[:] = np.where(out.empty, 0.0, exact(out.weight_sum))
             return np.where(out.empty[:, None], Y, out.mean)
 
         fp = iterate(step, X, tol=tol, max_iter=max_iter + 1, change=lambda a, b: row_norm_change(a, b).max(),
-                     inclusive=True, history=history, name="blurring mean shift")
+                     inclusive=True, history=history, progress=verbose, warn=False, name="blurring mean shift")
+        if not fp.converged:
+            warn_max_iter("blurring mean shift", max_iter)
         return fp, intensity
 
-    if supports(kernel):  # the samples stay put: sort them for the compiled pass once
-        index = CompactIndex(X, X, kernel)
-
-        def step(Y, rows):
-            S = index.sums(Y)
-            w = S[:, -1]
-            intensity[rows] = w  # a count for the uniform profile, exactly
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.where(w[:, None] > 0, S[:, :-1] / w[:, None], Y)  # empty: the seed stops
-    else:
-        def step(Y, rows):
-            out = local_sums(Y, X, X, kernel, empty="nearest")
-            intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
-            return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
+    # the samples stay put: bound once, so the compiled pass sorts them once for every iteration
+    def step(Y, rows):
+        out = bound.sums(Y, X)
+        intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
+        return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
 
     fp = iterate(step, seeds, tol=tol, max_iter=max_iter + 1, change=row_norm_change, per_row=True,
-                 inclusive=True, history=history, name="mean shift")
+                 inclusive=True, history=history, progress=verbose, warn=False, name="mean shift")
+    if not fp.converged.all():  # counted as scikit-learn counts: max_iter beyond the first update
+        warn_max_iter("mean shift", max_iter, f" ({int(np.sum(~fp.converged))} of {len(seeds)} seeds still moving)")
     return fp, intensity
 
 
@@ -170,6 +140,9 @@ class MeanShift(ClusterMixin, BaseEstimator):
         point ends. It stops when no point moves more than ``1e-3 h``: with a compact kernel
         the collapsed clusters then sit still; with the Gaussian they keep attracting each
         other, so a small ``max_iter`` is the usual stopping rule there.
+    verbose : None, bool or int, default=None
+        A progress bar of the iterations on stderr: True shows it, False never, None on a
+        terminal for fits longer than 2 s.
 
     Attributes
     ----------
@@ -193,7 +166,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
     """
 
     def __init__(self, kernel="uniform", bandwidth=None, seeds=None, bin_seeding=False, min_bin_freq=1,
-                 cluster_all=True, max_iter=300, blurring=False):
+                 cluster_all=True, max_iter=300, blurring=False, verbose=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.seeds = seeds
@@ -202,6 +175,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         self.cluster_all = cluster_all
         self.max_iter = max_iter
         self.blurring = blurring
+        self.verbose = verbose
 
     _parameter_constraints: dict = {
         "kernel": PROFILE_CONSTRAINT,  # mean shift needs a profile of a distance, not softmax
@@ -212,6 +186,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         "cluster_all": ["boolean"],
         "max_iter": non_negative(Integral),
         "blurring": ["boolean"],
+        "verbose": ["verbose", None],
     }
 
     def _check_params(self):
@@ -220,12 +195,25 @@ class MeanShift(ClusterMixin, BaseEstimator):
             raise ValueError("blurring=True moves the data itself: seeds must be None and bin_seeding False")
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
-        """Find the modes and label the points. Returns ``self``."""
+    def fit(self, X, y=None, sample_weight=None):
+        """Find the modes and label the points. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
+        ``x <- sum_i c_i K_i x_i / sum_j c_j K_j`` (integer weights act as repeated points). Seeds
+        default to the points of positive weight; with ``bin_seeding`` a cell's count is the total
+        weight of its points, so ``min_bin_freq > 1`` needs integer weights.
+        """
         X = validate_data(self, X, dtype=FLOATS)
         self._check_params()
         data = X.astype(np.float64)
-        h = float(self.bandwidth) if self.bandwidth is not None else estimate_bandwidth(data)
+        weighted = data
+        if sample_weight is not None:
+            sample_weight = check_sample_weight(sample_weight, data)
+            weighted = data[sample_weight > 0]  # zero weight: not a point of the density
+        if self.bandwidth is not None:
+            h = float(self.bandwidth)
+        else:
+            h = float(estimate_bandwidth(self._repeated(data, sample_weight, "bandwidth=None"), quantile=0.3))
         if h <= 0:
             raise ValueError(f"the estimated bandwidth is 0 (n_samples={len(X)}, or too many duplicate points); "
                              "give bandwidth > 0")
@@ -234,11 +222,14 @@ class MeanShift(ClusterMixin, BaseEstimator):
         if self.seeds is not None:
             seeds = check_points(self.seeds, "seeds", n_features=X.shape[1])
         elif self.bin_seeding:
-            seeds = get_bin_seeds(data, h, self.min_bin_freq)
+            integral = sample_weight is None or np.all(np.rint(sample_weight) == sample_weight)
+            source = weighted if self.min_bin_freq == 1 and not integral else self._repeated(
+                data, sample_weight, "bin_seeding with min_bin_freq > 1")
+            seeds = get_bin_seeds(source, h, self.min_bin_freq)
         else:
-            seeds = data
+            seeds = weighted
         fp, intensity = shift_seeds(data, seeds.astype(np.float64), self.kernel_, self.max_iter,
-                                    blurring=self.blurring)
+                                    blurring=self.blurring, sample_weight=sample_weight, verbose=self.verbose)
         self.n_iter_ = int(fp.n_iter) - 1
         centers = merge_modes(fp.state, intensity, h)
         if len(centers) == 0:
@@ -249,6 +240,17 @@ class MeanShift(ClusterMixin, BaseEstimator):
         dist, idx = kneighbors(make_index(centers, "euclidean"), ends, 1)  # as scikit-learn labels
         self.labels_ = idx[:, 0] if self.cluster_all else np.where(dist[:, 0] <= h, idx[:, 0], -1)
         return self
+
+    @staticmethod
+    def _repeated(data, sample_weight, purpose):
+        """The points, each repeated by its integer weight: scikit-learn's bandwidth estimate and
+        bin counts then see the weighted sample (they count points)."""
+        if sample_weight is None:
+            return data
+        if np.any(np.rint(sample_weight) != sample_weight):
+            raise ValueError(f"sample_weight must hold integers (repeat counts) for {purpose}, which counts "
+                             "points; got non-integer weights")
+        return np.repeat(data, sample_weight.astype(np.intp), axis=0)
 
     def predict(self, X):
         """The index of the nearest cluster centre for each row of ``X``."""

@@ -1,0 +1,292 @@
+"""A kernel bound to its samples: the one object every model computes through.
+
+:class:`BoundKernel` does, once per set of samples, everything that does not depend on the
+queries: it resolves the bandwidth (rules, per-feature arrays), centres and scales the samples,
+checks the sample weights and per-sample bandwidth factors, and builds the neighbour index and
+the compiled compact index on first use. It then offers the few operations every model needs:
+
+* :meth:`~BoundKernel.sums` — local means and log weight sums, streamed (the planner picks the
+  path; :mod:`localkit.engine.paths`);
+* :meth:`~BoundKernel.log_weights` / :meth:`~BoundKernel.weights` — blocks of (normalised)
+  weights, for models that fit per query (the localization trick, metric learning);
+* :meth:`~BoundKernel.nearest` — the nearest sample of each query.
+
+Coordinates. Distance kernels work on ``x_s = (x - c) / h`` with ``c`` the samples' centre. The
+samples are stored as ``x_n = x_s / 2^E``, with ``2^E`` the power of two just above
+``max |x_s|``, so that ``|x_n| <= 1`` whatever the bandwidth: for ``1e-300 <= h <= 1e300`` nothing
+overflows, and ``u^2 = 2^(2E) |q_n - x_n|^2`` is formed exactly by :func:`numpy.ldexp` (``inf``
+for a tiny bandwidth, ``0`` for a huge one — the nearest sample's value and the global mean).
+When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._validation import check_array, check_points
+from ..kernels import Kernel
+from . import neighbors as nb
+from .options import EngineOptions
+from .stream import augment
+
+#: Largest ``E`` (``max |x_s| <= 2^E``) for which the engine works on ``x_s`` itself: the squared
+#: norms of the matrix-product form then stay far from overflow (float32 reaches 2^128).
+SAFE_EXPONENT = {np.dtype(np.float32): 48, np.dtype(np.float64): 480}
+
+
+def make_kernel(kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean"):
+    """A :class:`~localkit.Kernel` from a name and its parameters, or the instance given."""
+    if isinstance(kernel, Kernel):
+        return kernel
+    return Kernel(kernel, bandwidth=bandwidth, n_neighbors=n_neighbors, metric=metric)
+
+
+class BoundKernel:
+    """A localization kernel bound to its samples.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The kernel (see :func:`make_kernel` to build one from a name).
+    samples : array of shape (n_samples, n_features)
+    sample_weight : array of shape (n_samples,), optional
+        Non-negative weights ``c_j`` that multiply the kernel: the local mean becomes
+        ``sum_j c_j K(x*, x_j) v_j / sum_j c_j K(x*, x_j)`` (integer weights = repeated samples).
+    sample_scale : array of shape (n_samples,), optional
+        Per-sample bandwidth factors (sample-point adaptive bandwidths):
+        ``u = d(x*, x_j) / (h s_j)``.
+    options : EngineOptions, optional
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import Kernel
+    >>> from localkit.engine import BoundKernel
+    >>> x = np.linspace(0, 1, 5)[:, None]
+    >>> bound = BoundKernel(Kernel("epanechnikov", bandwidth=0.3), x)
+    >>> bound.sums([[0.5]], x.ravel() ** 2).mean.round(4)
+    array([0.2738])
+    """
+
+    def __init__(self, kernel, samples, *, sample_weight=None, sample_scale=None, options=None):
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
+        self.kernel = kernel
+        self.options = EngineOptions() if options is None else options
+        samples = check_points(samples, "samples")
+        self.samples = samples
+        self.dtype = samples.dtype
+        self.n_samples, self.n_features = samples.shape
+        k = kernel.n_neighbors
+        if k is not None and k > self.n_samples:
+            raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
+        self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
+        self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
+        if self.sample_scale is not None and k is not None and kernel.compact:
+            raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
+        self.h = kernel.resolve_bandwidth(samples)
+        if not np.all(np.isfinite(self.h)):
+            raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
+                             "for these samples; give the bandwidth explicitly")
+        if kernel.is_softmax:  # inner products: neither centred nor scaled; h is the temperature
+            self.centre, self.exponent, self.scaled = None, 0, True
+            self.X = samples
+        else:
+            self.centre = _centre(samples)
+            self.exponent, self._factor = _exponent(samples - self.centre, self.h)
+            # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
+            self.scaled = self.exponent <= SAFE_EXPONENT[self.dtype]
+            self.X = self._transform(samples)
+        self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
+        self._index = None
+        self._compact = None
+
+    # -- coordinates ---------------------------------------------------------------------
+    @property
+    def u2_exponent(self):
+        """``u^2 = 2^u2_exponent |q - x|^2`` in the engine's coordinates."""
+        return 0 if self.scaled else 2 * self.exponent
+
+    def coordinates(self, queries, name="queries"):
+        """Validated queries in the engine's coordinates (``None``: the samples)."""
+        if queries is None:
+            return self.X
+        Q = check_points(queries, name, n_features=self.n_features, dtype=self.dtype)
+        return Q if self.kernel.is_softmax else self._transform(Q)
+
+    def _transform(self, points):
+        centred = points - self.centre
+        if self.scaled:
+            return self.kernel.scale(centred, self.h).astype(self.dtype, copy=False)
+        with np.errstate(over="ignore", under="ignore"):  # far queries may leave the range: inf, no NaN
+            return (centred.astype(np.float64) * self._factor).astype(self.dtype)
+
+    @property
+    def index(self):
+        """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest)."""
+        if self._index is None:
+            self._index = nb.make_index(self.X, self.kernel.metric)
+        return self._index
+
+    @property
+    def compact_index(self):
+        """The samples sorted into strips for the compiled pass, built on first use."""
+        if self._compact is None:
+            from .compact import CompactIndex
+
+            self._compact = CompactIndex(self.samples, self.kernel)
+        return self._compact
+
+    def knn_scale(self, Q, *, exclude_self=False, row_offset=0):
+        """The balloon bandwidth of each query: distance to its k-th nearest sample."""
+        return nb.knn_bandwidth(self.index, Q, self.kernel.n_neighbors, exclude_self=exclude_self,
+                                row_offset=row_offset)
+
+    # -- operations ------------------------------------------------------------------------
+    def sums(self, queries=None, values=None, *, exclude_self=False, query_scale=None):
+        """Local means of ``values`` (optional) and log weight sums at ``queries``.
+
+        ``queries=None`` evaluates at the samples; ``exclude_self`` drops sample ``i``'s weight
+        at query ``i`` (leave-one-out). ``query_scale`` (n_queries,) are per-query bandwidth
+        factors (``u = d / (h q_i)``). Returns :class:`~localkit.engine.LocalSums`.
+        """
+        from .paths import run_path
+        from .planner import plan
+        from .results import finish
+
+        if not isinstance(exclude_self, (bool, np.bool_)):
+            raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
+        Q = self.coordinates(queries)
+        n_q = len(Q)
+        if exclude_self and n_q != self.n_samples:
+            raise ValueError(
+                f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
+                f"got {n_q} queries for {self.n_samples} samples"
+            )
+        if exclude_self and self.n_samples < 2:
+            raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+        k = self.kernel.n_neighbors
+        if k is not None and k + int(exclude_self) > self.n_samples:
+            raise ValueError(f"n_neighbors must be <= n_samples - 1 (exclude_self)={self.n_samples - 1}, got {k}")
+        q_scale = check_scale(query_scale, n_q, "query_scale")
+        if q_scale is not None and k is not None:
+            raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
+        V, squeeze = self._values(values)
+        V_aug = augment(V)
+        if self.weight is not None:
+            V_aug *= self.weight[:, None]
+        path = plan(self, Q, q_scale, exclude_self)
+        S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
+        return finish(self, Q, S, shift, V, exclude_self, values is None, squeeze)
+
+    def log_weights(self, queries=None, *, exclude_self=False, row_offset=0):
+        """``(n_queries, n_samples)`` log-weights ``log(c_j K(x*, x_j))`` (``K(x, x) = 1``).
+
+        ``exclude_self`` sets the weight of sample ``row_offset + i`` at query ``i`` to zero.
+        Memory is ``n_queries x n_samples``: callers walk blocks of queries.
+        """
+        from .paths import knn_log_weights, log_weight_block
+
+        Q = self.coordinates(queries)
+        k = self.kernel.n_neighbors
+        if k is not None and self.kernel.compact:
+            L = knn_log_weights(self, Q, exclude_self, row_offset)
+        else:
+            q_scale = None if k is None else self.knn_scale(Q, exclude_self=exclude_self, row_offset=row_offset)
+            L, offset = log_weight_block(self, Q, slice(0, self.n_samples), q_scale)
+            L += offset[:, None]
+            if exclude_self:
+                rows = np.arange(len(Q))
+                L[rows, rows + row_offset] = -np.inf
+        if self.weight is not None:
+            with np.errstate(divide="ignore"):
+                L += np.log(self.weight)
+        return L
+
+    def weights(self, queries=None, *, exclude_self=False, row_offset=0):
+        """Normalised weights ``w_ij = c_j K(x*_i, x_j) / sum_l c_l K(x*_i, x_l)`` of a block of
+        queries; rows with an empty neighbourhood are all zero."""
+        L = self.log_weights(queries, exclude_self=exclude_self, row_offset=row_offset)
+        top = L.max(axis=1, keepdims=True)
+        W = np.exp(L - np.where(np.isfinite(top), top, 0.0))
+        total = W.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, W / total, 0.0)
+
+    def nearest(self, queries=None, *, self_rows=None, Q=None):
+        """Index of the nearest sample that carries weight, in the kernel's metric and scaling.
+
+        ``self_rows`` (one per query) excludes sample ``self_rows[i]`` at query ``i`` (the query
+        is that sample: leave-one-out). ``Q`` gives queries already in engine coordinates.
+        """
+        Q = self.coordinates(queries) if Q is None else Q
+        live = np.arange(self.n_samples) if self.weight is None else np.flatnonzero(self.weight > 0)
+        index = self.index if len(live) == self.n_samples else nb.make_index(self.X[live], self.kernel.metric)
+        if self_rows is None:
+            return live[index.kneighbors(Q, n_neighbors=1)[1][:, 0]]
+        near = live[index.kneighbors(Q, n_neighbors=min(2, len(live)))[1]]
+        return np.where(near[:, 0] == self_rows, near[:, -1], near[:, 0])
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _values(self, values):
+        if values is None:
+            return np.zeros((self.n_samples, 0), dtype=self.dtype), False
+        V = check_array(values, "values", ndim=(1, 2))
+        squeeze = V.ndim == 1
+        V = V.reshape(len(V), -1)
+        if len(V) != self.n_samples:
+            raise ValueError(f"values has {len(V)} rows but samples has {self.n_samples}; they must match")
+        # float32 samples keep float32 arithmetic (float64 values would promote every block)
+        return V.astype(self.dtype if self.dtype == np.float32 else np.result_type(self.dtype, V.dtype),
+                        copy=False), squeeze
+
+
+def check_scale(scale, n, name):
+    """``None`` or a non-negative array of shape ``(n,)``."""
+    if scale is None:
+        return None
+    scale = check_array(scale, name, ndim=(1,))
+    if scale.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {scale.shape}")
+    if np.any(scale < 0):
+        raise ValueError(f"{name} must be >= 0")
+    return scale
+
+
+def _check_sample_weight(sample_weight, n_samples, dtype):
+    """``(c / max c, log max c)``, or ``(None, 0)`` without weights: the local mean is invariant
+    to the scale of the weights, and weights in ``[0, 1]`` never overflow the sums."""
+    if sample_weight is None:
+        return None, 0.0
+    c = check_array(sample_weight, "sample_weight", ndim=(1,))
+    if c.shape != (n_samples,):
+        raise ValueError(f"sample_weight must have shape (n_samples,) = ({n_samples},), got {c.shape}")
+    if np.any(c < 0):
+        raise ValueError("sample_weight must be >= 0 everywhere")
+    top = c.max()
+    if top == 0:
+        raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+    return (c / top).astype(dtype, copy=False), float(np.log(top))
+
+
+def _centre(X):
+    """The mean of the samples, computed without overflow for data near the float limits."""
+    scale = np.max(np.abs(X), axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    return (X / scale).mean(axis=0) * scale
+
+
+def _exponent(Xc, h):
+    """``(E, factor)``: ``max |x - c| / h <= 2^E`` per feature, and ``factor = 2^-E / h`` so that
+    ``x_n = (x - c) * factor`` lies in ``[-1, 1]``.
+
+    Both come from the extents in log2, so that neither ``max |x - c| / h`` nor its square needs
+    to be representable.
+    """
+    extent = np.max(np.abs(Xc), axis=0).astype(np.float64)
+    log2_h = np.broadcast_to(np.log2(np.asarray(h, dtype=np.float64)), extent.shape)
+    with np.errstate(divide="ignore"):
+        log2 = np.log2(extent) - log2_h
+    exponent = int(np.ceil(np.max(log2))) if np.any(np.isfinite(log2)) else 0
+    return exponent, np.exp2(-exponent - log2_h)

@@ -1,0 +1,58 @@
+"""Engine options, stated once: what every engine call accepts besides the kernel and the data."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import check_choice
+from .blocks import resolve_n_jobs
+
+EMPTY_POLICIES = ("nearest", "nan", "raise")
+ALGORITHMS = ("auto", "dense", "neighbors", "compiled")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine pass runs; none of these change the result beyond round-off.
+
+    empty : {"nearest", "nan", "raise"}, default="nearest"
+        Policy for a query whose neighbourhood is empty (outside every compact support, or all
+        weights zero): "nearest" gives the value of the nearest sample (the limit of growing
+        the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
+        warning; "raise" raises a ``ValueError``.
+    algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
+        The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose.
+    block_size : int or (int, int), optional
+        Query and sample block sizes; by default chosen from ``memory_budget``.
+    memory_budget : float, optional
+        Bytes that kernel blocks may occupy at once (default 128 MiB).
+    n_jobs : int, optional
+        Threads over query blocks; ``None`` means one unless a joblib context says otherwise,
+        ``-1`` all cores (scikit-learn's convention).
+    """
+
+    empty: str = "nearest"
+    algorithm: str = "auto"
+    block_size: int | tuple | None = None
+    memory_budget: float | None = None
+    n_jobs: int | None = None
+
+    def __post_init__(self):
+        check_choice(self.empty, "empty", EMPTY_POLICIES)
+        check_choice(self.algorithm, "algorithm", ALGORITHMS)
+        if self.block_size is not None:
+            sizes = (self.block_size,) if np.isscalar(self.block_size) else tuple(self.block_size)
+            if len(sizes) not in (1, 2) or not all(
+                    isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in sizes):
+                raise ValueError(f"block_size must be a positive integer or a pair of them, got {self.block_size!r}")
+        if self.memory_budget is not None and (
+                isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, numbers.Real)
+                or not np.isfinite(self.memory_budget) or self.memory_budget <= 0):
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget!r}")
+        resolve_n_jobs(self.n_jobs)  # raises on 0, floats, strings
+
+    @property
+    def threads(self):
+        return resolve_n_jobs(self.n_jobs)

@@ -1,0 +1,172 @@
+"""The engine's paths, one function each with one signature.
+
+``path(bound, queries, Q, V_aug, q_scale, exclude_self) -> (S, shift)``: ``bound`` is the
+:class:`~localkit.engine.BoundKernel`, ``queries`` the caller's points (``None``: the samples),
+``Q`` the same in the engine's coordinates, ``V_aug`` the values with a column of ones (already
+multiplied by the sample weights). The true weighted sums are ``S * exp(shift[:, None])``:
+``S[:, -1]`` is the weight sum, ``S[:, :-1] / S[:, -1:]`` the local mean.
+
+* **dense** — blocks of queries against blocks of samples, log-weights from one matrix product,
+  reduced with the online log-sum-exp (:mod:`localkit.engine.stream`); threads over query blocks.
+* **neighbors** — a tree finds the k nearest samples (compact kNN kernels) or the samples within
+  the support (compact profiles with a fixed bandwidth).
+* **compiled** — one numba pass over samples sorted into strips (:mod:`localkit.engine.compact`).
+
+Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
+distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
+samples that carry weight is also the error of the log-weights. A query block whose points sit
+farther than ``sqrt(LOG_WEIGHT_TOL / (2 eps))`` bandwidths from the centre is therefore recentred
+on its own centre (queries are first sorted along their widest coordinate, so that blocks are
+compact), and if that is not enough its distances are formed exactly, as differences.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import neighbors as nb
+from .blocks import block_sizes, map_blocks
+from .stream import OnlineLogSumExp
+
+#: Largest error of a log-weight that the matrix-product form may carry (relative weight error)
+LOG_WEIGHT_TOL = 2.0 ** -10
+
+
+def run_path(path, bound, queries, Q, V_aug, q_scale, exclude_self):
+    """Dispatch to the path the planner chose."""
+    return PATHS[path](bound, queries, Q, V_aug, q_scale, exclude_self)
+
+
+# -- dense --------------------------------------------------------------------------------------
+def _cancellation_ok(Q):
+    """True when the matrix-product form keeps log-weights within ``LOG_WEIGHT_TOL`` for these
+    queries (in the engine's coordinates, about the point they are measured from)."""
+    if len(Q) == 0:
+        return True
+    eps = np.finfo(Q.dtype).eps
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(2.0 * eps * float(np.max(np.einsum("ij,ij->i", Q, Q))) <= LOG_WEIGHT_TOL)
+
+
+class QueryBlock:
+    """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
+
+    def __init__(self, bound, Q, q_scale=None):
+        self.q_scale = q_scale
+        self.centre = None
+        self.exact = not bound.scaled
+        if self.exact or bound.kernel.is_softmax or _cancellation_ok(Q):
+            self.Q = Q
+            return
+        centre = 0.5 * (Q.min(axis=0) + Q.max(axis=0))
+        if _cancellation_ok(Q - centre):
+            self.Q, self.centre = Q - centre, centre
+        else:
+            self.Q, self.exact = Q, True
+
+    def log_weights(self, bound, cols):
+        """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``."""
+        X = bound.X[cols]
+        x_sq = bound.x_sq[cols]
+        if self.centre is not None:
+            X = X - self.centre
+            x_sq = np.einsum("ij,ij->i", X, X)
+        s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
+        return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
+                                        temperature=bound.h if bound.kernel.is_softmax else 1.0,
+                                        exact=self.exact, u2_exponent=bound.u2_exponent)
+
+
+def log_weight_block(bound, Q, cols, q_scale=None):
+    """``(L, offset)`` of queries ``Q`` (engine coordinates) against the samples ``cols``."""
+    return QueryBlock(bound, Q, q_scale).log_weights(bound, cols)
+
+
+def _spatial_order(Q):
+    """A permutation that makes query blocks compact (sorted along the widest coordinate), or
+    ``None`` when the queries are close enough to the centre not to need it."""
+    if _cancellation_ok(Q):
+        return None
+    return np.argsort(Q[:, int(np.argmax(np.ptp(Q, axis=0)))], kind="stable")
+
+
+def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    opts = bound.options
+    threads = opts.threads
+    n_q, n_s, width = len(Q), bound.n_samples, V_aug.shape[1]
+    bq, bs = block_sizes(n_q, n_s, Q.dtype.itemsize, block_size=opts.block_size,
+                         memory_budget=opts.memory_budget, n_workers=threads)
+    if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
+        q_scale = bound.knn_scale(Q, exclude_self=exclude_self)
+    order = _spatial_order(Q) if bound.scaled and not bound.kernel.is_softmax else None
+    S = np.empty((n_q, width), dtype=V_aug.dtype)
+    shift = np.empty(n_q, dtype=V_aug.dtype)
+
+    def run(rows):
+        idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
+        block = QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx])
+        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype)
+        offset = 0.0
+        for c0 in range(0, n_s, bs):
+            cols = slice(c0, min(c0 + bs, n_s))
+            L, offset = block.log_weights(bound, cols)
+            if exclude_self:
+                _mask_self(L, idx, cols)
+            acc.update(L, V_aug[cols])
+        S[idx] = acc.S
+        shift[idx] = acc.m + offset
+
+    map_blocks(run, n_q, bq, threads)
+    return S, shift
+
+
+def _mask_self(L, idx, cols):
+    """``L[i, j] = -inf`` where query ``idx[i]`` is sample ``cols.start + j``."""
+    hits = np.flatnonzero((idx >= cols.start) & (idx < cols.stop))
+    L[hits, idx[hits] - cols.start] = -np.inf
+
+
+# -- neighbours -----------------------------------------------------------------------------------
+def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    kern, opts = bound.kernel, bound.options
+    n_q = len(Q)
+    S = np.empty((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.empty(n_q, dtype=V_aug.dtype)
+    k = kern.n_neighbors
+    width = k if k is not None else 64
+    bq = opts.block_size if np.isscalar(opts.block_size) else (opts.block_size or (0,))[0]
+    bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
+
+    def run(rows):
+        if k is not None:
+            s, m = nb.knn_block_sums(bound.index, Q[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
+                                     row_offset=rows.start)
+        else:
+            s_scale = bound.sample_scale
+            radius = 1.0 if s_scale is None else float(s_scale.max())
+            s, m = nb.radius_block_sums(bound.index, Q[rows], kern.profile, V_aug, radius=radius,
+                                        s_scale=s_scale, exclude_self=exclude_self, row_offset=rows.start)
+        S[rows], shift[rows] = s, m
+
+    map_blocks(run, n_q, bq, opts.threads)
+    return S, shift
+
+
+def knn_log_weights(bound, Q, exclude_self, row_offset):
+    """Log-weights of a compact kNN kernel: exactly the k nearest samples, with the tree's
+    distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
+    dist, idx = nb.kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
+                              row_offset=row_offset)
+    L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
+    L[np.arange(len(Q))[:, None], idx] = bound.kernel.profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
+    return L
+
+
+# -- compiled ---------------------------------------------------------------------------------------
+def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    raw = bound.samples if queries is None else np.asarray(queries, dtype=bound.dtype).reshape(len(Q), -1)
+    S = bound.compact_index.sums(raw, V_aug)
+    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
+
+
+PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path}
+
