@@ -162,7 +162,10 @@ def test_bad_data(sine):
 def test_check_estimator():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
-        check_estimator(LocalPolynomialRegressor())
+        # a span counts samples (R's loess, statsmodels' lowess), so weights cannot equal repeated
+        # rows there; with a fixed bandwidth they do, and every check runs
+        check_estimator(LocalPolynomialRegressor(), expected_failed_checks={
+            "check_sample_weight_equivalence_on_dense_data": "a span counts samples, not weight"})
         check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
 
 

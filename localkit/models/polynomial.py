@@ -6,12 +6,13 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import validate_data
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, non_negative
 from .._validation import check_n_neighbors, check_regression_target
-from ..engine.polynomial import local_polynomial
+from ..engine.loess_surface import KDSurface
+from ..engine.polynomial import check_design_fits, local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin
 
@@ -63,6 +64,25 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
     algorithm : {"auto", "dense", "neighbors"}, default="auto"
     n_jobs : int or None, default=None
+    surface : {"direct", "interpolate"}, default="direct"
+        ``"direct"``: an exact local fit at every query. ``"interpolate"``: Cleveland and
+        Grosse's surface, R's ``loess`` default (:class:`localkit.engine.loess_surface.KDSurface`):
+        exact fits (values and slopes) only at the vertices of a k-d tree whose cells hold at
+        most ``floor(n * frac * cell)`` samples, cubic Hermite blending inside the cells; queries
+        outside the tree's box are fitted exactly. Needs a span (``frac`` or ``n_neighbors``).
+    cell : float, default=0.2
+        The k-d tree's cell size as a fraction of the span (R's ``loess.control(cell=)``).
+
+    Notes
+    -----
+    R's ``loess(span=f)`` uses ``q = floor(n f)`` neighbours and the tricube profile on
+    ``distance / (distance to the q-th neighbour)``, as here with ``frac=f``; with several
+    features R first divides each by a 10% trimmed standard deviation (``normalize=TRUE``),
+    localkit measures distances in the features as given (scale them first, e.g. with
+    :class:`sklearn.preprocessing.StandardScaler`, or compare with ``normalize=FALSE``). R's
+    robustness weights set ``u < 0.001`` to 1 and ``u > 0.999`` to 0; localkit and statsmodels
+    use the bisquare as is (fits differ by about 1e-9). ``sample_weight`` are R's prior
+    ``weights``: they multiply the kernel weights, and a span still counts samples, not weight.
 
     Attributes
     ----------
@@ -74,6 +94,11 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     kernel_ : Kernel
     robust_weights_ : ndarray of shape (n_samples,)
         The robustness weights of the final fit (ones without ``robust_iters``).
+    sample_weight_ : ndarray of shape (n_samples,) or None
+        The prior weights given to ``fit``.
+    surface_ : KDSurface or None
+        The k-d tree of the interpolated surface, with ``vertex_values_`` and ``vertex_slopes_``
+        the exact fits at its vertices (``surface="interpolate"``).
     X_fit_, y_fit_ : the training data.
 
     Examples
@@ -94,7 +119,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
 
     def __init__(self, degree=1, kernel="tricube", bandwidth=None, frac=None, n_neighbors=None,
                  sample_neighbors=None, robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto",
-                 n_jobs=None):
+                 n_jobs=None, surface="direct", cell=0.2):
         self.degree = degree
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -106,6 +131,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         self.metric = metric
         self.algorithm = algorithm
         self.n_jobs = n_jobs
+        self.surface = surface
+        self.cell = cell
 
     _parameter_constraints: dict = {
         **{k: v for k, v in KERNEL_PARAMS.items() if k != "empty"},  # empty is always "nearest"
@@ -115,6 +142,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
         "robust_iters": non_negative(Integral),
         "ridge": non_negative(),
+        "surface": [StrOptions({"direct", "interpolate"})],
+        "cell": [Interval(Real, 0, None, closed="neither")],
     }
 
     def _check_params(self, n):
@@ -122,6 +151,9 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         given = [name for name in ("bandwidth", "frac", "n_neighbors") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of bandwidth, frac and n_neighbors, not {' and '.join(given)}")
+        if self.surface == "interpolate" and (self.bandwidth is not None or self.sample_neighbors is not None):
+            raise ValueError("surface='interpolate' sizes its cells from the span: give frac or n_neighbors, "
+                             "not bandwidth or sample_neighbors")
         if self.sample_neighbors is not None:
             check_n_neighbors(self.sample_neighbors, n - 1, "sample_neighbors")
             if self.frac is not None or self.n_neighbors is not None:
@@ -135,11 +167,15 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return check_n_neighbors(self.n_neighbors, n)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Resolve the kernel (and the bandwidth), run the robustness iterations. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Resolve the kernel (and the bandwidth), build the interpolation tree, run the robustness
+        iterations. ``sample_weight`` (n_samples,) multiplies every kernel weight. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
         y = check_regression_target(y, X.dtype)
         span = self._check_params(len(X))
+        check_design_fits(X.shape[1], self.degree, X.dtype.itemsize)
+        self.sample_weight_ = None if sample_weight is None else _check_sample_weight(
+            sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         self._fit_sample_scales(X)
         self.n_neighbors_ = None if span is None else min(span, len(X))
@@ -150,31 +186,60 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         else:
             self._fit_kernel(X, y)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
+        self.surface_ = None
+        if self.surface == "interpolate":
+            per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
+            self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
+            self._fit_vertices()
         for _ in range(self.robust_iters):
             residuals = self.y_fit_ - self._fit_at(X, self.kernel_)
-            self.robust_weights_ = bisquare_weights(residuals).astype(X.dtype, copy=False)
+            self.robust_weights_ = bisquare_weights(residuals, self.sample_weight_).astype(X.dtype, copy=False)
+            if self.surface_ is not None:
+                self._fit_vertices()
         return self
 
     def predict(self, X):
-        """The local polynomial fit at each row of ``X``."""
+        """The local polynomial fit at each row of ``X`` (interpolated inside the tree's box with
+        ``surface="interpolate"``)."""
         X = self._validate_queries(X)
         return self._fit_at(X, self.kernel_)
 
+    def _weights(self):
+        """Prior times robustness weights."""
+        rw = getattr(self, "robust_weights_", None)
+        if self.sample_weight_ is None:
+            return rw
+        return self.sample_weight_ if rw is None else self.sample_weight_ * rw
+
+    def _fit_vertices(self):
+        out = self._exact(self.surface_.vertices, self.kernel_, slopes=True)
+        self.vertex_values_, self.vertex_slopes_ = out.values[:, 0], out.slopes[:, :, 0]
+
     def _fit_at(self, X, kernel, exclude_self=False):
-        out = local_polynomial(None if exclude_self else X, self.X_fit_, self.y_fit_, self.degree, kernel,
-                               sample_weight=self.robust_weights_ if hasattr(self, "robust_weights_") else None,
+        if self.surface_ is None or exclude_self:
+            return self._exact(None if exclude_self else X, kernel, exclude_self=exclude_self).values[:, 0]
+        inside = self.surface_.inside(X)
+        out = np.empty(len(X), dtype=self.X_fit_.dtype)
+        out[inside] = self.surface_.blend(X[inside], self.vertex_values_, self.vertex_slopes_)
+        if not inside.all():  # no extrapolation of the tree: fit outside queries exactly
+            out[~inside] = self._exact(X[~inside], kernel).values[:, 0]
+        return out
+
+    def _exact(self, X, kernel, exclude_self=False, slopes=False):
+        out = local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
                                sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
-                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+                               slopes=slopes, algorithm=self.algorithm, n_jobs=self.n_jobs)
         if out.singular.any():
             warnings.warn(
                 f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
                 f"design for degree={self.degree} (too few neighbours or collinear points); they fall "
                 "back to the local mean. Widen the bandwidth or span, or set ridge > 0.",
-                RuntimeWarning, stacklevel=3)
-        return out.values[:, 0]
+                RuntimeWarning, stacklevel=4)
+        return out
 
     def loo_predict(self):
-        """Exact leave-one-out fits at the training points (each sample's own weight dropped)."""
+        """Exact leave-one-out fits at the training points (each sample's own weight dropped;
+        always direct, whatever ``surface``)."""
         return self._fit_at(self.X_fit_, self.kernel_, exclude_self=True)
 
     def _loo_loss(self, X, y, bandwidth):
@@ -185,13 +250,26 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return float(np.mean((out.values[:, 0] - y) ** 2))
 
 
-def bisquare_weights(residuals):
+def bisquare_weights(residuals, sample_weight=None):
     """Cleveland's robustness weights ``(1 - u^2)^2`` with ``u = min(|e| / (6 median|e|), 1)``.
 
-    A zero median keeps the samples fitted exactly (weight 1) and drops all others, as
+    The median is weighted by ``sample_weight`` (integer weights: the median of the repeated
+    rows). A zero median keeps the samples fitted exactly (weight 1) and drops all others, as
     statsmodels' lowess does.
     """
     a = np.abs(residuals)
-    median = np.median(a)
+    median = np.median(a) if sample_weight is None else weighted_median(a, sample_weight)
     u = (a > 0).astype(float) if median == 0 else np.minimum(a / (6.0 * median), 1.0)
     return (1.0 - u * u) ** 2
+
+
+def weighted_median(values, weights):
+    """The median of ``values`` each repeated ``weights`` times (for integer weights exactly
+    ``np.median`` of the repeated values: the mean of the two middle ones when the total is even)."""
+    keep = weights > 0
+    order = np.argsort(values[keep], kind="stable")
+    v, cum = values[keep][order], np.cumsum(weights[keep][order], dtype=np.float64)
+    half = cum[-1] / 2.0
+    low = v[np.searchsorted(cum, half, side="left")]  # the first value reaching half the weight
+    high = v[min(np.searchsorted(cum, half, side="right"), len(v) - 1)]  # the first passing it
+    return 0.5 * (low + high)

@@ -1,0 +1,151 @@
+"""The interpolated LOESS surface of Cleveland and Grosse (1991), as R's ``loess`` builds it by
+default (``surface = "interpolate"``).
+
+Exact local fits are expensive and smooth: so fit them only at the vertices of a k-d tree over
+the samples and interpolate in between.
+
+* **Tree.** The bounding box of the samples, widened by 0.5% of its extent on each side, is
+  split recursively: a cell holding more than ``fc = floor(n * span * cell)`` samples is cut at
+  the median of its samples along the coordinate where they spread most (``cell = 0.2`` as in
+  R). A cell whose samples all share that coordinate is not cut.
+* **Vertices.** The corners of the leaf cells; at each one the exact local fit gives the value
+  ``f_v`` and the slopes ``g_v = grad f`` (the linear coefficients of the local polynomial).
+* **Blending.** Inside a leaf of widths ``D_m``, with ``t_m = (x_m - lo_m) / D_m``, the surface
+  is the tensor-product cubic Hermite interpolant of the corner values and slopes (mixed
+  derivatives taken as zero)::
+
+      f(x) = sum_v [ prod_m H0(t_m; v_m) f_v  +  sum_m D_m H1(t_m; v_m) prod_(m' != m) H0(t_m'; v_m') g_vm ]
+
+  with ``H0(t; 0) = (1 + 2t)(1 - t)^2``, ``H0(t; 1) = H0(1 - t; 0)``, ``H1(t; 0) = t (1 - t)^2``,
+  ``H1(t; 1) = -t^2 (1 - t)``. It reproduces the corner values and slopes, and on a face shared
+  by two leaves with the same corners both sides agree (the face's values depend on its own
+  corners only). Unlike Cleveland and Grosse's blending, a vertex that lies inside a
+  neighbour's edge (a cell split on one side only) is not used by that neighbour, so across
+  such an edge the surface can step by up to the interpolation error.
+* **Outside the box** the surface is not defined; callers fit those queries exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: each side of the bounding box is widened by this fraction of the samples' extent, so that
+#: boundary samples lie strictly inside the tree
+BOX_MARGIN = 0.005
+
+
+class KDSurface:
+    """The k-d tree of an interpolated LOESS surface: cells, vertices, and the blend.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+        The samples.
+    fc : int
+        The largest number of samples a leaf may hold (``floor(n * span * cell)``, at least 1).
+
+    Attributes
+    ----------
+    vertices : ndarray (n_vertices, d)
+    leaf_lo, leaf_hi : ndarray (n_leaves, d) — the leaf boxes
+    leaf_corners : ndarray (n_leaves, 2^d) — vertex index of each corner (bit m of the corner
+        number set: the upper side in coordinate m)
+    """
+
+    def __init__(self, X, fc):
+        X = np.asarray(X)
+        n, d = X.shape
+        lo, hi = X.min(axis=0), X.max(axis=0)
+        mu = BOX_MARGIN * np.maximum(hi - lo, 1e-10 * np.maximum(np.abs(lo), np.abs(hi)) + 1e-30)
+        self.lo, self.hi = lo - mu, hi + mu
+        # nodes in depth-first order (a split node's low child comes next): split dimension
+        # (-1 at a leaf), split value, box
+        dims, values, boxes = [], [], []
+        stack = [(np.arange(n), self.lo.copy(), self.hi.copy())]
+        leaves = []
+        while stack:
+            rows, blo, bhi = stack.pop()
+            node = len(dims)
+            dims.append(-1)
+            values.append(0.0)
+            boxes.append((blo, bhi))
+            cut = None
+            if len(rows) > fc:
+                pts = X[rows]
+                spread = pts.max(axis=0) - pts.min(axis=0)
+                m = int(np.argmax(spread))
+                if spread[m] > 0:
+                    split = float(np.median(pts[:, m]))
+                    if not blo[m] < split < bhi[m]:  # degenerate median on the cell's edge
+                        split = 0.5 * (pts[:, m].min() + pts[:, m].max())
+                    cut = (m, split)
+            if cut is None:
+                leaves.append(node)
+                continue
+            m, split = cut
+            dims[node], values[node] = m, split
+            low = X[rows, m] <= split
+            mid_hi, mid_lo = bhi.copy(), blo.copy()
+            mid_hi[m] = split
+            mid_lo[m] = split
+            stack.append((rows[~low], mid_lo, bhi))  # popped after the low child's subtree
+            stack.append((rows[low], blo, mid_hi))
+        self._link_children(dims)
+        self.split_dim = np.array(dims, dtype=np.intp)
+        self.split_value = np.array(values, dtype=np.float64)
+        self.leaf_of_node = np.full(len(dims), -1, dtype=np.intp)
+        self.leaf_of_node[leaves] = np.arange(len(leaves))
+        self.leaf_lo = np.array([boxes[i][0] for i in leaves])
+        self.leaf_hi = np.array([boxes[i][1] for i in leaves])
+        corners = np.array([[(c >> m) & 1 for m in range(d)] for c in range(2 ** d)], dtype=bool)
+        points = np.where(corners[None], self.leaf_hi[:, None, :], self.leaf_lo[:, None, :])
+        self.vertices, inverse = np.unique(points.reshape(-1, d), axis=0, return_inverse=True)
+        self.leaf_corners = inverse.reshape(len(leaves), 2 ** d)
+        self.corner_bits = corners
+
+    def _link_children(self, dims):
+        """``left``, ``right``: a split node's low child is the next node, its high child
+        follows the low child's whole subtree."""
+        size = np.ones(len(dims), dtype=np.intp)
+        for node in range(len(dims) - 1, -1, -1):
+            if dims[node] >= 0:
+                size[node] = 1 + size[node + 1] + size[node + 1 + size[node + 1]]
+        self.left = np.array([i + 1 if dims[i] >= 0 else -1 for i in range(len(dims))], dtype=np.intp)
+        self.right = np.array([i + 1 + size[i + 1] if dims[i] >= 0 else -1 for i in range(len(dims))],
+                              dtype=np.intp)
+
+    def inside(self, Q):
+        """Rows of ``Q`` inside the tree's box (where the surface is defined)."""
+        return np.all((Q >= self.lo) & (Q <= self.hi), axis=1)
+
+    def leaf(self, Q):
+        """The leaf cell holding each query (queries inside the box)."""
+        node = np.zeros(len(Q), dtype=np.intp)
+        while True:
+            dim = self.split_dim[node]
+            active = dim >= 0
+            if not active.any():
+                return self.leaf_of_node[node]
+            rows = np.flatnonzero(active)
+            go_low = Q[rows, dim[rows]] <= self.split_value[node[rows]]
+            node[rows] = np.where(go_low, self.left[node[rows]], self.right[node[rows]])
+
+    def blend(self, Q, values, slopes):
+        """The surface at queries inside the box from vertex ``values (n_vertices,)`` and
+        ``slopes (n_vertices, d)``: the tensor-product cubic Hermite blend of the leaf's corners."""
+        cell = self.leaf(Q)
+        lo, width = self.leaf_lo[cell], self.leaf_hi[cell] - self.leaf_lo[cell]
+        t = np.clip((Q - lo) / width, 0.0, 1.0)
+        h0 = np.stack([(1 + 2 * t) * (1 - t) ** 2, (3 - 2 * t) * t * t], axis=-1)  # H0(t; 0), H0(t; 1)
+        h1 = np.stack([t * (1 - t) ** 2, -t * t * (1 - t)], axis=-1) * width[..., None]  # D H1(t; 0/1)
+        out = np.zeros(len(Q), dtype=np.result_type(Q.dtype, values.dtype))
+        m_idx = np.arange(Q.shape[1])
+        for c, bits in enumerate(self.corner_bits):
+            v = self.leaf_corners[cell, c]
+            H0 = h0[:, m_idx, bits.astype(np.intp)]  # (n_q, d): this corner's value weights per axis
+            H1 = h1[:, m_idx, bits.astype(np.intp)]
+            prod_all = np.prod(H0, axis=1)
+            out += prod_all * values[v]
+            for m in range(Q.shape[1]):
+                others = np.prod(np.delete(H0, m, axis=1), axis=1)
+                out += H1[:, m] * others * slopes[v, m]
+        return out
