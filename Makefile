@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 # The CPU build of torch lies on disk on our machines; a bare `torch` would pull a CUDA build.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: tour test bench venv clean
+.PHONY: tour test bench docs venv clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ $(VENV)/.test: $(VENV)/.created pyproject.toml
 	$(PIP) install -e ".[test,tour]"
 	touch $@
 
+$(VENV)/.docs: $(VENV)/.created pyproject.toml
+	$(PIP) install -e ".[docs,plot,nn]"
+	touch $@
+
 $(VENV)/.bench: $(VENV)/.test
 	$(PIP) install -e ".[bench]"
 	touch $@
@@ -44,5 +48,9 @@ test: $(VENV)/.test
 bench: $(VENV)/.bench
 	$(VENV)/bin/localkit bench
 
+# the site, offline (no intersphinx), every warning an error; the gallery's examples run here
+docs: $(VENV)/.docs
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) build *.egg-info tour_output
+	rm -rf $(VENV) build *.egg-info tour_output docs/_build docs/auto_examples docs/generated
