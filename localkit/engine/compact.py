@@ -22,6 +22,33 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..kernels import PROFILES
+
+# The compact profiles' compiled statements (:attr:`localkit.kernels.profiles.Profile.compiled`)
+# under fixed names, chosen by a code inside the compiled pass: numba caches the pass on disk
+# only when it calls module-level functions (a function passed as an argument is compiled anew
+# in every process, ~20 s).
+COMPACT = tuple(name for name, p in PROFILES.items() if p.compact)
+(_k0, _k1, _k2, _k3, _k4, _k5, _k6) = (PROFILES[name].compiled for name in COMPACT)
+
+
+@numba.njit(inline="always")
+def _log_k(code, u2):
+    if code == 0:
+        return _k0(u2)
+    if code == 1:
+        return _k1(u2)
+    if code == 2:
+        return _k2(u2)
+    if code == 3:
+        return _k3(u2)
+    if code == 4:
+        return _k4(u2)
+    if code == 5:
+        return _k5(u2)
+    return _k6(u2)
+
+
 #: At most this many strips (a tiny bandwidth would otherwise ask for astronomically many; wider
 #: strips only lengthen the segments, the exact test inside decides)
 MAX_STRIPS = 1 << 20
@@ -34,10 +61,10 @@ PARALLEL_PAIRS = 2_000_000
 
 
 @numba.njit(parallel=True, cache=True)
-def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, log_k):
+def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
-    with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and ``log_k`` the profile's
-    compiled statement;
+    with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
+    statement (``code`` indexes ``COMPACT``);
     samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
     along a segment run over contiguous memory."""
     n_q, d = Q.shape
@@ -59,7 +86,7 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, log_k):
             w = np.zeros(m)
             for j in range(m):
                 if u2[j] <= r2:
-                    w[j] = np.exp(log_k(u2[j] / r2))
+                    w[j] = np.exp(_log_k(code, u2[j] / r2))
             for c in range(p):
                 vc = Vt[c, start:start + m]
                 total = 0.0
@@ -82,7 +109,7 @@ class CompactIndex:
 
     def __init__(self, samples, kern):
         self.kern = kern
-        self.log_k = kern.profile.compiled
+        self.code = COMPACT.index(kern.profile.name)
         self.h = kern.resolve_bandwidth(samples)
         Xs = self._coordinates(samples)
         self.r2 = float(self.h) ** 2 if np.ndim(self.h) == 0 else 1.0
@@ -133,6 +160,6 @@ class CompactIndex:
         threads = numba.get_num_threads()
         numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
         try:
-            return _window_sums(Qs, self.Xt, Vt, seg_lo, seg_hi, self.r2, self.log_k)
+            return _window_sums(Qs, self.Xt, Vt, seg_lo, seg_hi, self.r2, self.code)
         finally:
             numba.set_num_threads(threads)
