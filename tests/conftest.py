@@ -1,8 +1,20 @@
+import os
+
 import matplotlib
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 matplotlib.use("Agg")
+
+# Property-based and fuzz tests: "ci" (the default) is small and reproducible, so that the whole
+# fuzzing suite stays well under a minute on two cores; HYPOTHESIS_PROFILE=long explores far more.
+# Tests that set max_examples themselves keep it; the fuzz tests scale theirs from the profile.
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=_QUIET)
+settings.register_profile("long", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

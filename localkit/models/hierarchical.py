@@ -6,11 +6,11 @@ import numbers
 
 import numpy as np
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._validation import check_positive
+from .._params import PROFILE_CONSTRAINT, positive
 from ..engine import local_mean
 from ..engine.reconstruction import chained_query_gradient, chained_reconstruction_gradient
 from .denoise import FLOATS, LazyAutoencoder, encoder_bandwidth, refine_codes
@@ -97,11 +97,17 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
         self.kernel = kernel
         self.max_iter = max_iter
 
+    _parameter_constraints: dict = {
+        "n_components": [numbers.Integral, "array-like"],  # the levels' sizes: checked in fit (check_n_components)
+        "kernel": PROFILE_CONSTRAINT,
+        "max_iter": positive(numbers.Integral),
+    }
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Learn the codes of every level: greedily, then end to end. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS, ensure_min_samples=3)
         dims = check_n_components(self.n_components, X.shape[1])
-        check_positive(self.max_iter, "max_iter", integer=True)
         codes, level = [], None
         for q in dims:  # greedy: each level a lazy autoencoder of the codes below it
             level = LazyAutoencoder(q, kernel=self.kernel, max_iter=self.max_iter).fit(codes[-1] if codes else X)

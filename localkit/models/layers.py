@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
-from .._validation import check_choice
 from ._base import FLOATS, LocalMeanParams
 
 VALUES = ("inputs", "targets")
@@ -79,11 +79,12 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
         self.values = values
         self.leave_one_out = leave_one_out
 
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "values": [StrOptions(set(VALUES))],
+                                    "leave_one_out": ["boolean"]}
+
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Store the training samples and their values, resolve the kernel. Returns ``self``."""
-        check_choice(self.values, "values", VALUES)
-        if not isinstance(self.leave_one_out, (bool, np.bool_)):
-            raise TypeError(f"leave_one_out must be True or False, got {self.leave_one_out!r}")
         if self.values == "targets":
             if y is None:
                 raise ValueError("values='targets' averages the targets: fit needs y")

@@ -1,0 +1,138 @@
+"""Fuzzing every public estimator of ``localkit.__all__``: random inputs (shapes, dtypes, scales
+1e-300..1e300, NaN/inf, empty and single samples, string and mixed targets) and random
+hyper-parameters inside and outside their domains. Each call either raises a ValueError/TypeError
+naming the argument or parameter at fault (scikit-learn's own validation messages included), or
+fits, and then its predictions are finite and pass a cheap oracle: a local mean lies within the
+targets, probabilities sum to one over ``classes_``, labels are among ``classes_``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import is_classifier, is_regressor
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from test_fuzz_common import arrays, check_floats, examples, outcome, within
+
+import localkit
+from localkit import (HierarchicalAutoencoder, HopfieldNetwork, KernelDensity, LazyAutoencoder, LocalMeanTransformer, LocallyLinearEmbedding, Localized, LocalMeanClassifier,
+                      LocalMeanDenoiser, LocalMeanRegressor, LocalPCA, LocalPolynomialRegressor, MeanShift,
+                      MetricLearningKernelRegressor, NonLocalMeans, RelaxationLabeling, TSKFuzzyClassifier,
+                      TSKFuzzyRegressor)
+
+#: each estimator with settings that keep one fit cheap (the fuzz varies everything else)
+ESTIMATORS = {
+    "LocalMeanRegressor": lambda: LocalMeanRegressor(),
+    "LocalMeanClassifier": lambda: LocalMeanClassifier(),
+    "LocalPolynomialRegressor": lambda: LocalPolynomialRegressor(bandwidth=1.0),
+    "Localized": lambda: Localized(LinearRegression()),
+    "MetricLearningKernelRegressor": lambda: MetricLearningKernelRegressor(max_iter=3),
+    "MeanShift": lambda: MeanShift(bandwidth=1.0, max_iter=20),
+    "RelaxationLabeling": lambda: RelaxationLabeling(max_iter=20),
+    "HopfieldNetwork": lambda: HopfieldNetwork(max_iter=5),
+    "LocallyLinearEmbedding": lambda: LocallyLinearEmbedding(n_neighbors=3, n_components=1, eigen_solver="dense"),
+    "LocalPCA": lambda: LocalPCA(n_components=1),
+    "TSKFuzzyRegressor": lambda: TSKFuzzyRegressor(n_rules=2, random_state=0),
+    "TSKFuzzyClassifier": lambda: TSKFuzzyClassifier(n_rules=2, random_state=0),
+    "LocalMeanDenoiser": lambda: LocalMeanDenoiser(),
+    "LazyAutoencoder": lambda: LazyAutoencoder(n_components=1, max_iter=3),
+    "NonLocalMeans": lambda: NonLocalMeans(patch_size=3, patch_distance=2),
+    "KernelDensity": lambda: KernelDensity(),
+    "HierarchicalAutoencoder": lambda: HierarchicalAutoencoder(n_components=(2, 1), max_iter=3),
+    "LocalMeanTransformer": lambda: LocalMeanTransformer(),
+}
+#: estimators fitted without targets
+UNSUPERVISED = (MeanShift, LocalPCA, LocalMeanDenoiser, LazyAutoencoder, LocallyLinearEmbedding, HopfieldNetwork,
+                NonLocalMeans, KernelDensity, HierarchicalAutoencoder, LocalMeanTransformer)
+#: hyper-parameter values inside and outside every domain
+ODD_VALUES = (-1, 0, 1, 2, 3, 0.5, -0.5, 1.5, 1e-300, 1e300, np.nan, np.inf, True, "bogus", None, [1.0, 2.0],
+              np.array(2.0), "scott", "cv", "gaussian", "softmax", "epanechnikov", "uniform", "euclidean",
+              "manhattan", "nan", "raise", "dense", "full", "diagonal", "loo", -2, "two")
+TARGETS = ("regression", "classes", "strings", "mixed", "huge", "nan", "none")
+
+
+def test_every_public_estimator_is_fuzzed():
+    public = {name for name in localkit.__all__ if isinstance(getattr(localkit, name), type)} - {"Kernel"}
+    assert public <= set(ESTIMATORS), f"not fuzzed: {sorted(public - set(ESTIMATORS))}"
+
+
+def _target(kind, n, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=n)
+    return {
+        "regression": y,
+        "classes": (y > 0).astype(int),
+        "strings": np.array(["a", "b"])[(y > 0).astype(int)],
+        "mixed": np.array([1, "a", None] * n, dtype=object)[:n],
+        "huge": y * 1e300,
+        "nan": np.where(np.arange(n) == 0, np.nan, y),
+        "none": None,
+    }[kind]
+
+
+def _fit_and_check(est, X, y):
+    """Fit and use ``est``; errors must name what is at fault, results must pass the oracles."""
+    names = list(est.get_params(deep=False)) + ["X", "y"]
+    ok, fitted = outcome(lambda: est.fit(X, y) if y is not None else est.fit(X), names)
+    if not ok:
+        return False
+    X = np.asarray(X)
+    if isinstance(est, NonLocalMeans):
+        check_floats(est.transform(X), X.shape)
+    elif is_classifier(est):
+        labels = est.predict(X)
+        assert set(np.unique(labels)) <= set(est.classes_)
+        if hasattr(est, "predict_proba"):
+            p = check_floats(est.predict_proba(X), (len(X), len(est.classes_)), "predict_proba")
+            np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
+            assert np.all(p >= 0)
+    elif is_regressor(est):
+        pred = check_floats(est.predict(X), None, "predict")
+        assert len(pred) == len(X)
+        if isinstance(est, LocalMeanRegressor):
+            within(pred, np.asarray(y, dtype=float).reshape(len(X), -1).squeeze())
+    elif isinstance(est, MeanShift):
+        check_floats(est.cluster_centers_, None, "cluster_centers_")
+        assert est.labels_.shape == (len(X),)
+    elif isinstance(est, HopfieldNetwork):
+        check_floats(est.predict(X), None, "predict")
+    elif isinstance(est, KernelDensity):  # log-densities: -inf outside a compact support, never NaN or +inf
+        log_p = np.asarray(est.score_samples(X))
+        assert log_p.shape == (len(X),) and not np.any(np.isnan(log_p)) and np.all(log_p < np.inf), log_p
+    elif hasattr(est, "transform"):
+        check_floats(est.transform(X), None, "transform")
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@settings(max_examples=examples(0.5))
+@given(X=arrays(rows=(0, 7)), target=st.sampled_from(TARGETS), seed=st.integers(0, 100))
+def test_estimator_inputs(name, X, target, seed):
+    _fit_and_check(ESTIMATORS[name](), X, _target(target, len(X), seed))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@settings(max_examples=examples(0.5))
+@given(draw=st.data(), seed=st.integers(0, 100))
+def test_estimator_hyper_parameters(name, draw, seed):
+    est = ESTIMATORS[name]()
+    params = [p for p in est.get_params(deep=False) if p not in ("estimator", "random_state", "verbose")]
+    chosen = draw.draw(st.lists(st.sampled_from(params), min_size=1, max_size=2, unique=True))
+    values = {p: draw.draw(st.sampled_from(ODD_VALUES)) for p in chosen}
+    est.set_params(**values)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(12, 2))
+    y = X[:, 0] + np.sin(X[:, 1])
+    if isinstance(est, HopfieldNetwork) and est.kind == "classical":
+        X = np.sign(X)
+    if is_classifier(est):
+        y = (y > 0).astype(int)
+    _fit_and_check(est, X, None if isinstance(est, UNSUPERVISED) else y)
+
+
+@pytest.mark.parametrize("n_jobs", [0, "two", 1.5, True])
+@pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov"])
+def test_n_jobs_is_checked_on_every_path(kernel, n_jobs):
+    X, y = np.random.default_rng(0).normal(size=(10, 2)), np.arange(10.0)
+    with pytest.raises((ValueError, TypeError), match="n_jobs"):
+        LocalMeanRegressor(kernel=kernel, n_jobs=n_jobs).fit(X, y).predict(X)
