@@ -32,3 +32,23 @@ ax.plot(grid, scott, "k--", label=f"Scott's rule (max diff vs gaussian_kde {diff
 ax.set(xlabel="petal length (cm)", ylabel="density", title="Iris petal length")
 ax.legend(fontsize=8)
 fig.tight_layout()
+
+# %%
+# :class:`localkit.KernelDensity` has scikit-learn's interface: ``fit`` (with optional
+# ``sample_weight``), ``score_samples`` (log-density), ``score`` and ``sample``. Here in two
+# dimensions, on the iris sepals, with draws from the fitted density.
+from localkit import KernelDensity as LocalKernelDensity
+
+sepals = load_iris().data[:, :2]
+kde = LocalKernelDensity(kernel="epanechnikov", bandwidth=0.5).fit(sepals)
+xx, yy = np.meshgrid(np.linspace(4, 8.2, 150), np.linspace(1.8, 4.6, 150))
+log_density = kde.score_samples(np.c_[xx.ravel(), yy.ravel()]).reshape(xx.shape)
+draws = kde.sample(200, random_state=0)
+
+fig, ax = plt.subplots(figsize=(6, 4.5))
+ax.contourf(xx, yy, np.exp(log_density), levels=12, cmap="Blues")
+ax.scatter(*sepals.T, s=8, c="k", label="iris sepals")
+ax.scatter(*draws.T, s=8, c="C1", marker="x", label="200 draws from the estimate")
+ax.set(xlabel="sepal length (cm)", ylabel="sepal width (cm)", title="Epanechnikov KDE, h=0.5")
+ax.legend(fontsize=8, loc="upper right")
+fig.tight_layout()
