@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .._params import non_negative, positive
+from .._progress import optimizer_progress, warn_optimizer
 from .._validation import check_array, check_regression_target
 from ..engine.prototypes import prototype_weights
 
@@ -67,6 +68,7 @@ class _TSKBase(BaseEstimator):
         "alpha": non_negative(),
         "max_iter": non_negative(Integral),
         "random_state": ["random_state"],
+        "verbose": ["verbose", None],
     }
 
     def _check_params(self, n):
@@ -99,8 +101,11 @@ class _TSKBase(BaseEstimator):
         self.alpha_ = self._choose_alpha(objective.regressors(theta)[1], T, objective.penalty)
         self.n_iter_ = 0
         if self.max_iter > 0:
-            res = optimize.minimize(objective, theta, jac=True, method="L-BFGS-B",
-                                    options={"maxiter": self.max_iter})
+            bar, callback = optimizer_progress(f"{type(self).__name__} refinement", self.max_iter, self.verbose)
+            with bar:
+                res = optimize.minimize(objective, theta, jac=True, method="L-BFGS-B", callback=callback,
+                                        options={"maxiter": self.max_iter})
+            warn_optimizer(res, type(self).__name__, self.max_iter)
             theta, self.n_iter_ = res.x, res.nit
         objective(theta)  # consequents at the final premises
         C, S = objective.premises(theta)
@@ -206,6 +211,9 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         L-BFGS iterations of the joint refinement of centres and widths (0: none).
     random_state : int, RandomState or None
         Seeds k-means.
+    verbose : None, bool or int, default=None
+        A progress bar of the refinement's L-BFGS iterations on stderr: True shows it, False
+        never, None on a terminal for fits longer than 2 s.
 
     Attributes
     ----------
@@ -238,13 +246,14 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     _global_penalty = 0.0  # the shared linear model is not shrunk
 
     def __init__(self, n_rules=5, order=1, membership="gaussian", alpha="loo", max_iter=0,
-                 random_state=None):
+                 random_state=None, verbose=None):
         self.n_rules = n_rules
         self.order = order
         self.membership = membership
         self.alpha = alpha
         self.max_iter = max_iter
         self.random_state = random_state
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -326,7 +335,7 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
 
     Parameters
     ----------
-    n_rules, order, membership, max_iter, random_state :
+    n_rules, order, membership, max_iter, random_state, verbose :
         As in :class:`TSKFuzzyRegressor`.
     alpha : float >= 0, default=1e-3
         Penalty ``alpha/2 |beta|^2`` on the shared logit model and the rules' deviations from
@@ -352,13 +361,14 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
     _global_penalty = 1.0
 
     def __init__(self, n_rules=5, order=1, membership="gaussian", alpha=1e-3, max_iter=0,
-                 random_state=None):
+                 random_state=None, verbose=None):
         self.n_rules = n_rules
         self.order = order
         self.membership = membership
         self.alpha = alpha
         self.max_iter = max_iter
         self.random_state = random_state
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):

@@ -225,7 +225,7 @@ class LocalPCAResult:
     explained_variance_ratio: np.ndarray
 
 
-class LocalPCA(LocalKernelMixin, BaseEstimator):
+class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMixin, BaseEstimator):
     """Local principal component analysis: PCA of the kernel-weighted sample at each query.
 
     **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the samples
@@ -240,6 +240,8 @@ class LocalPCA(LocalKernelMixin, BaseEstimator):
     the local components are the leading columns of ``V``. As the bandwidth grows the weights
     become uniform and this is the global PCA (scikit-learn's ``explained_variance_`` divides
     by ``n - 1`` where the weighted covariance divides by ``n``; the ratios agree).
+    :meth:`transform` projects each point onto the local axes at that point,
+    ``z(x) = V_k(x)^T (x - m(x))``.
 
     Parameters
     ----------
@@ -285,11 +287,36 @@ class LocalPCA(LocalKernelMixin, BaseEstimator):
         self._fit_kernel(X)
         self.X_fit_ = X
         self.center_ = X.mean(axis=0)
+        self._n_features_out = self.n_components
         return self
+
+    def transform(self, X):
+        """Local PCA scores: each point projected onto its own local principal directions.
+
+        .. math::
+
+            z(x) = V_k(x)^T \\big(x - m(x)\\big)
+
+        with ``m(x)`` the kernel-weighted mean and ``V_k(x)`` the ``n_components`` leading axes of
+        the weighted covariance at the point ``x`` itself (:meth:`local_pca` at ``x``). The
+        axes turn with ``x``, so unlike a global PCA the map is not linear: ``z`` is where ``x``
+        sits relative to its neighbourhood's centre, in that neighbourhood's principal frame
+        (signed as :meth:`local_components` signs them). With a bandwidth much larger than the
+        data it is scikit-learn's ``PCA.transform`` up to the signs of the axes.
+
+        Returns
+        -------
+        Z : ndarray of shape (n_samples, n_components)
+        """
+        X = self._validate_queries(X)
+        local = self._local_pca(X)
+        return np.einsum("qkd,qd->qk", local.components, X - local.mean)
 
     def local_pca(self, X):
         """Weighted mean, components and explained variances at each row of ``X``."""
-        X = self._validate_queries(X)
+        return self._local_pca(self._validate_queries(X))
+
+    def _local_pca(self, X):
         # centred features: the covariance M2 - M1 M1^T then loses no digits to a far origin
         mom = local_moments(X, self.X_fit_, self.X_fit_ - self.center_, kernel=self.kernel_,
                             empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs)

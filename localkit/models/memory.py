@@ -62,6 +62,9 @@ class HopfieldNetwork(BaseEstimator):
         sweep (the energy never increases). The modern update is synchronous.
     random_state : int, RandomState or None, default=None
         The order of the asynchronous sweeps.
+    verbose : None, bool or int, default=None
+        A progress bar of the retrieval iterations on stderr: True shows it, False never, None on a
+        terminal for runs longer than 2 s.
 
     Attributes
     ----------
@@ -81,13 +84,15 @@ class HopfieldNetwork(BaseEstimator):
     array([[ 1., -1.,  1., -1.,  1., -1.,  1., -1.]])
     """
 
-    def __init__(self, kind="modern", beta=1.0, max_iter=100, tol=1e-8, update="synchronous", random_state=None):
+    def __init__(self, kind="modern", beta=1.0, max_iter=100, tol=1e-8, update="synchronous", random_state=None,
+                 verbose=None):
         self.kind = kind
         self.beta = beta
         self.max_iter = max_iter
         self.tol = tol
         self.update = update
         self.random_state = random_state
+        self.verbose = verbose
 
     _parameter_constraints: dict = {
         "kind": [StrOptions(set(KINDS))],
@@ -96,6 +101,7 @@ class HopfieldNetwork(BaseEstimator):
         "tol": non_negative(),
         "update": [StrOptions(set(UPDATES))],
         "random_state": ["random_state"],
+        "verbose": ["verbose", None],
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -121,7 +127,7 @@ class HopfieldNetwork(BaseEstimator):
         if self.kind == "modern":
             step = lambda S, rows: local_mean(S, self.patterns_, self.patterns_, "softmax", 1.0 / self.beta)
             return iterate(step, X, tol=self.tol, max_iter=self.max_iter, per_row=True, inclusive=True,
-                           change=row_max_abs_change, history=history, name=name)
+                           change=row_max_abs_change, history=history, progress=self.verbose, name=name)
         if not np.all(np.abs(X) == 1):
             raise ValueError("probes of a classical Hopfield network must be bipolar: every entry +1 or -1")
         W = self.weights_
@@ -136,7 +142,7 @@ class HopfieldNetwork(BaseEstimator):
                     S[:, k] = _sign(S @ W[:, k], S[:, k])
                 return S
         return iterate(step, X, tol=0.0, max_iter=self.max_iter, per_row=True, inclusive=True,
-                       change=row_max_abs_change, history=history, name=name)
+                       change=row_max_abs_change, history=history, progress=self.verbose, name=name)
 
     def predict(self, X):
         """The retrieved states, one row per probe."""

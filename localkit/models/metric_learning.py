@@ -7,12 +7,13 @@ from numbers import Integral
 
 import numpy as np
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, RegressorMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .._params import N_JOBS_CONSTRAINT, non_negative, positive
+from .._progress import optimizer_progress, warn_optimizer
 from .._validation import check_regression_target
 from ..engine import local_mean
 from ..engine.weights import KernelWeights
@@ -23,7 +24,7 @@ MAX_SAMPLES = 5000
 FORMS = ("full", "diagonal")
 
 
-class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstimator):
+class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, RegressorMixin, BaseEstimator):
     """Nadaraya–Watson regression with a learned metric (MLKR).
 
     The kernel is Gaussian in a learned linear map ``A`` (``r x d``), the values are the
@@ -71,6 +72,9 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
         L-BFGS tolerance on the projected gradient.
     n_jobs : int or None, default=None
         Threads of the engine at prediction.
+    verbose : None, bool or int, default=None
+        A progress bar of the L-BFGS iterations (with the loss) on stderr: True shows it, False
+        never, None on a terminal for fits longer than 2 s.
 
     Attributes
     ----------
@@ -94,7 +98,7 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
     """
 
     def __init__(self, n_components=None, form="full", kernel="gaussian", alpha=0.0, max_iter=200, tol=1e-6,
-                 n_jobs=None):
+                 n_jobs=None, verbose=None):
         self.n_components = n_components
         self.form = form
         self.kernel = kernel
@@ -102,6 +106,7 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
         self.max_iter = max_iter
         self.tol = tol
         self.n_jobs = n_jobs
+        self.verbose = verbose
 
     _parameter_constraints: dict = {
         "n_components": positive(Integral) + [None],
@@ -111,6 +116,7 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
         "max_iter": positive(Integral),
         "tol": non_negative(),
         "n_jobs": N_JOBS_CONSTRAINT,
+        "verbose": ["verbose", None],
     }
 
     def _check_params(self, n, d):
@@ -156,15 +162,18 @@ class MetricLearningKernelRegressor(TransformerMixin, RegressorMixin, BaseEstima
 
         # one BLAS thread: the objective is mostly elementwise n x n passes, and its small
         # products lose more to thread hand-offs than they gain (about 9x on 2 busy cores)
-        with threadpool_limits(limits=1, user_api="blas"):
-            res = minimize(objective, A0.ravel(), jac=True, method="L-BFGS-B",
+        bar, callback = optimizer_progress("metric learning", self.max_iter, self.verbose)
+        with threadpool_limits(limits=1, user_api="blas"), bar:
+            res = minimize(objective, A0.ravel(), jac=True, method="L-BFGS-B", callback=callback,
                            options={"maxiter": self.max_iter, "gtol": self.tol})
+        warn_optimizer(res, "MetricLearningKernelRegressor", self.max_iter)
         A = res.x.reshape(shape)
         self.init_components_ = np.diag(A0) if self.form == "diagonal" else A0
         self.components_ = np.diag(A) if self.form == "diagonal" else A
         self.loo_loss_ = loo_objective(Xc, y, A, var, gradient=False)[0]
         self.n_iter_ = int(res.nit)
         self.X_fit_, self.y_fit_ = X, y
+        self._n_features_out = self.components_.shape[0]
         return self
 
     def transform(self, X):

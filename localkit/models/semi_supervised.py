@@ -78,6 +78,9 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     normalization : {"mean", "symmetric"}, default="mean"
     max_iter : int, default=1000
     tol : float, default=1e-3
+    verbose : None, bool or int, default=None
+        A progress bar of the iterations on stderr: True shows it, False never, None on a
+        terminal for runs longer than 2 s.
 
     Attributes
     ----------
@@ -101,7 +104,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, alpha=None, compatibility=None,
-                 normalization="mean", max_iter=1000, tol=1e-3):
+                 normalization="mean", max_iter=1000, tol=1e-3, verbose=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
@@ -110,6 +113,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         self.normalization = normalization
         self.max_iter = max_iter
         self.tol = tol
+        self.verbose = verbose
 
     _parameter_constraints: dict = {
         "kernel": KERNEL_CONSTRAINT,
@@ -120,6 +124,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         "normalization": [StrOptions(set(NORMALIZATIONS))],
         "max_iter": positive(Integral),
         "tol": non_negative(),
+        "verbose": ["verbose", None],
     }
 
     def _check_compatibility(self, n_classes):
@@ -172,7 +177,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         if r is not None:  # a multiplicative update needs every label possible to start with
             P0[unlabelled] = 1.0 / n_classes
         fp = iterate(step, P0, tol=self.tol, max_iter=self.max_iter, change=sum_abs_change,
-                     name="relaxation labeling")
+                     progress=self.verbose, name="relaxation labeling")
         self.n_iter_ = fp.n_iter
         self.label_distributions_ = _normalize_rows(fp.state)
         self.transduction_ = self.classes_[np.argmax(self.label_distributions_, axis=1)]
