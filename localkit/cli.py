@@ -18,9 +18,21 @@ COMMANDS = {
 }
 
 
-def _tour(args):
-    from .tour import run_tour
+class UsageError(Exception):
+    """A bad command line: reported as ``localkit <command>: error: ...`` with exit status 2."""
 
+
+def _tour(args):
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("the tour draws its figures with matplotlib, which is not installed: "
+                         "pip install 'localkit[plot]' (or 'localkit[tour]' for the reference libraries too)")
+    from .tour import run_tour
+    from .tour._core import section_names
+
+    unknown = sorted(set(args.only or ()) - set(section_names()))
+    if unknown:
+        raise UsageError(f"unknown tour section(s) {', '.join(unknown)}; the sections are: "
+                         f"{', '.join(section_names())}")
     _, failures = run_tour(args.out, only=args.only or None)
     if failures:
         print(f"\n{len(failures)} tour item(s) failed: {', '.join(n for n, _ in failures)}", file=sys.stderr)
@@ -29,8 +41,24 @@ def _tour(args):
 
 
 def bench_files(directory, only=None):
-    files = sorted(Path(directory).glob("bench_*.py"))
-    return [f for f in files if not only or f.stem[len("bench_"):] in only]
+    """The benchmark scripts ``bench_<name>.py`` of ``directory`` (those named in ``only``, or all).
+
+    The scripts belong to a source checkout, not to the installed package: an empty or missing
+    directory, or a name that is not there, is a :class:`UsageError` that says what exists.
+    """
+    directory = Path(directory)
+    files = sorted(directory.glob("bench_*.py"))
+    if not files:
+        raise UsageError(f"no benchmark scripts (bench_*.py) in {str(directory.resolve())!r}. The benchmarks are "
+                         "part of localkit's source checkout, not of the installed package: run 'localkit bench' "
+                         "from the repository root, or pass --dir path/to/localkit/benchmarks (their peers come "
+                         "with pip install 'localkit[bench]')")
+    names = [f.stem[len("bench_"):] for f in files]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise UsageError(f"unknown benchmark(s) {', '.join(unknown)}; the benchmarks in {str(directory)!r} are: "
+                         f"{', '.join(names)}")
+    return [f for f, name in zip(files, names) if not only or name in only]
 
 
 def write_section(results, name, markdown, command):
@@ -46,11 +74,7 @@ def write_section(results, name, markdown, command):
 
 
 def _bench(args):
-    files = bench_files(args.dir, args.only)
-    if not files:
-        print(f"no benchmarks bench_*.py found in {args.dir}", file=sys.stderr)
-        return 1
-    for f in files:
+    for f in bench_files(args.dir, args.only):
         name = f.stem[len("bench_"):]
         spec = importlib.util.spec_from_file_location(f"localkit_bench_{name}", f)
         mod = importlib.util.module_from_spec(spec)
@@ -81,12 +105,12 @@ def build_parser():
     p = sub.add_parser("tour", help="reproduce every method of the map against its reference")
     p.add_argument("--out", default="tour_output", help="directory for the figures (default: tour_output)")
     p.add_argument("--only", nargs="*", help="section names to run (default: all)")
-    p.set_defaults(func=_tour)
+    p.set_defaults(func=_tour, parser=p)
     p = sub.add_parser("bench", help="run benchmarks side by side with their peers")
     p.add_argument("--dir", default="benchmarks", help="directory holding bench_*.py and RESULTS.md")
     p.add_argument("--only", nargs="*", help="benchmark names (bench_<name>.py) to run")
     p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
-    p.set_defaults(func=_bench)
+    p.set_defaults(func=_bench, parser=p)
     for name, (module, help_) in COMMANDS.items():  # listed for --help; main() hands them over
         sub.add_parser(name, help=help_)
     return parser
@@ -97,7 +121,10 @@ def main(argv=None):
     if argv and argv[0] in COMMANDS:  # its own parser, with all of its options
         return _delegate(argv[0], argv[1:]) or 0
     args = build_parser().parse_args(argv)
-    return args.func(args) or 0
+    try:
+        return args.func(args) or 0
+    except UsageError as exc:  # as argparse reports a bad option: usage, "error: ...", exit status 2
+        args.parser.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -58,3 +58,52 @@ def test_train_lm_through_the_cli_takes_its_options(capsys):
             "--eval-windows", "4", "--no-progress"]
     assert main(argv) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("val_bpc=")
+
+
+def _usage_error(capsys, argv):
+    """Run the CLI; it must stop with argparse's usage error (exit status 2); return stderr."""
+    from localkit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: localkit") and "Traceback" not in err
+    return err
+
+
+def test_unknown_tour_section_is_a_usage_error_listing_the_sections(capsys, tmp_path):
+    err = _usage_error(capsys, ["tour", "--out", str(tmp_path), "--only", "bogus"])
+    assert "unknown tour section(s) bogus" in err and "foundation" in err and "trick" in err
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_unknown_benchmark_is_a_usage_error_listing_the_benchmarks(capsys, tmp_path):
+    for name in ("alpha", "beta"):
+        (tmp_path / f"bench_{name}.py").write_text("raise AssertionError('must not run')\n")
+    err = _usage_error(capsys, ["bench", "--dir", str(tmp_path), "--only", "bogus", "alpha"])
+    assert "unknown benchmark(s) bogus" in err and "alpha, beta" in err
+
+
+def test_bench_outside_a_source_checkout_says_what_it_needs(capsys, tmp_path):
+    err = _usage_error(capsys, ["bench", "--quick", "--dir", str(tmp_path / "benchmarks")])
+    assert "source checkout" in err and "--dir" in err and "localkit[bench]" in err
+
+
+def test_bench_runs_the_named_script_only(capsys, tmp_path):
+    from localkit.cli import main
+
+    (tmp_path / "bench_alpha.py").write_text("TITLE = 'A'\ndef run(quick):\n    return f'alpha quick={quick}'\n")
+    (tmp_path / "bench_beta.py").write_text("raise AssertionError('must not run')\n")
+    assert main(["bench", "--quick", "--dir", str(tmp_path), "--only", "alpha"]) == 0
+    assert "alpha quick=True" in capsys.readouterr().out
+    assert not (tmp_path / "RESULTS.md").exists()  # --quick leaves RESULTS.md alone
+
+
+def test_tour_without_matplotlib_names_the_extra(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    err = _usage_error(capsys, ["tour"])
+    assert "matplotlib" in err and "pip install 'localkit[plot]'" in err
