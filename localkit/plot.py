@@ -198,7 +198,8 @@ def attention_maps(weights: Mapping[str, np.ndarray], *, tokens: Sequence[str] |
     """Plot attention weight matrices side by side, and the weights of the last query under each.
 
     Row ``i`` of a weight matrix holds the normalised kernel ``w_ij = K(q_i, k_j) / sum_l K(q_i, k_l)``
-    of query ``i`` over the keys ``j``: the weights of a local mean over tokens.
+    of query ``i`` over the keys ``j``: the weights of a local mean over tokens. The maps use a square-root
+    colour scale, so that rows spread over many keys stay visible next to rows with a single key.
 
     Parameters
     ----------
@@ -215,6 +216,8 @@ def attention_maps(weights: Mapping[str, np.ndarray], *, tokens: Sequence[str] |
     """
     if not isinstance(weights, Mapping) or not weights:
         raise ValueError("weights must be a non-empty mapping of panel title -> weight matrix")
+    from matplotlib.colors import PowerNorm
+
     mats = {title: check_array(w, f"weights[{title!r}]", ndim=(2,)) for title, w in weights.items()}
     for title, w in mats.items():
         if np.any(w < 0):
@@ -224,7 +227,9 @@ def attention_maps(weights: Mapping[str, np.ndarray], *, tokens: Sequence[str] |
     axes = _axes_row(axes, len(mats), "axes", rows=2)
     for col, (title, w) in enumerate(mats.items()):
         top, bottom = axes[0, col], axes[1, col]
-        top.imshow(w, cmap="viridis")
+        # a square-root colour scale: the first causal rows (one or two keys, weights near 1)
+        # would otherwise wash out every later row
+        top.imshow(w, cmap="viridis", norm=PowerNorm(0.5, vmin=0.0, vmax=max(float(w.max()), 1e-300)))
         top.set_title(title)
         top.set_xlabel("key position j")
         positions = np.arange(w.shape[1])
