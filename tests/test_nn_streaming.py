@@ -26,6 +26,7 @@ POSITIONS = {
     "tricube-window": {"window": ("tricube", 7.5)},
     "padding": {"padding": True},
     "causal+padding": {"causal": True, "padding": True},
+    "causal+window+padding": {"causal": True, "window": 6, "padding": True},
 }
 B, H, L, D, DV = 2, 2, 41, 8, 3
 BANDWIDTH = {"softmax": None}  # the softmax's default sqrt(d); the profiles take h = 3 (see qkv)

@@ -26,12 +26,14 @@ from torch.utils.checkpoint import checkpoint
 
 from ._profiles import LOG_PROFILES
 
-#: elements of one block of log-weights (16 MiB in float32): bounds the memory of a call
-BLOCK_BUDGET = 1 << 22
-#: key block width; 256 columns keep the products BLAS-sized (128 was 15% slower at L=4096 on CPU)
+#: elements of one block of log-weights (4 MiB in float32): bounds the memory of a call (the
+#: profiles keep ~10 block-sized temporaries: 1 << 22 grew a Laplacian call at L=16384 by 265 MiB)
+BLOCK_BUDGET = 1 << 20
+#: key block width: 256 columns keep the products BLAS-sized
 KEY_BLOCK = 256
-#: query block width when position kernels make the key range depend on the query block
-POSITION_QUERY_BLOCK = 128
+#: query block width when a window bounds the key range of each query block (window 64 at
+#: L=16384, one thread: 64 -> 0.16 s, 128 -> 0.21 s, 256 -> 0.23 s; full SDPA 1.18 s)
+POSITION_QUERY_BLOCK = 64
 
 
 def compute_dtype(dtype):
@@ -110,8 +112,8 @@ class Plan:
         for i0 in range(0, self.L, self.q_block):
             i1 = min(i0 + self.q_block, self.L)
             lo, hi = self.key_range(i0, i1)
-            # key blocks on a fixed grid (the mask's table is per grid block), cut to [lo, hi)
-            grid = range(lo - lo % self.k_block, hi, self.k_block)
+            # with a mask, key blocks on its table's grid, cut to [lo, hi)
+            grid = range(lo - lo % self.k_block if self._table else lo, hi, self.k_block)
             yield i0, i1, [(max(j0, lo), min(j0 + self.k_block, hi)) for j0 in grid if self._visits(i0, j0)]
 
     def logits(self, q, k, c, i0, i1, j0, j1):
@@ -141,7 +143,7 @@ def make_plan(kernel, q, k, causal, window, mask, state_width):
     batch = max(1, math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])))
     k_block = min(KEY_BLOCK, S)
     q_block = max(16, BLOCK_BUDGET // (batch * max(k_block, state_width)))
-    if causal or window is not None:
+    if window is not None:
         q_block = min(q_block, POSITION_QUERY_BLOCK)
     return Plan(kernel, L, S, bool(causal), window, mask, min(q_block, L), k_block)
 
@@ -259,3 +261,56 @@ def streamed_local_linear(plan, q, k, v, c, ridge):
         parts.append(checkpoint(_local_linear_block, *args, use_reentrant=False) if grad
                      else _local_linear_block(*args))
     return torch.cat(parts, -2)
+
+
+def banded_attention(kernel, q, k, v, c, window, causal, keep):
+    """Windowed attention without a loop over blocks: each block of ``b`` queries sees the band
+    of ``b + 2 r`` keys around it (``r``: the window's reach), taken as a strided view
+    (``unfold``), so one batched product covers every block and a window costs ``L (b + 2 r)``.
+
+    ``keep``: None or a key mask (bool True = takes part, or float log-weights) of shape
+    ``(..., 1, S)``. Chunks of blocks bound the memory; with gradients each chunk is
+    checkpointed. Rows without an admissible key give zero.
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    name, width = window
+    reach = math.floor(width)
+    b = min(POSITION_QUERY_BLOCK, L)
+    n_blocks = -(-L // b)
+    band = b + 2 * reach
+    pad = lambda t, value=0.0: torch.nn.functional.pad(t, (0, 0, reach, n_blocks * b + reach - S), value=value)
+    k_band, v_band = (pad(t).unfold(-2, band, b).transpose(-2, -1) for t in (k, v))  # (..., n, band, d)
+    q_blocks = torch.nn.functional.pad(q, (0, 0, 0, n_blocks * b - L)).unflatten(-2, (n_blocks, b))
+    # key j = n b - r + t of block n against query i = n b + a: i - j = a - t + r in every block
+    offset = torch.arange(b, device=q.device)[:, None] - torch.arange(band, device=q.device)[None, :] + reach
+    log_pos = LOG_PROFILES[name]((offset.to(q.dtype) / width) ** 2)
+    if causal:
+        log_pos = log_pos.masked_fill(offset < 0, -math.inf)
+    key = torch.arange(n_blocks, device=q.device)[:, None] * b - reach + torch.arange(band, device=q.device)
+    log_key = torch.zeros(key.shape, dtype=q.dtype, device=q.device).masked_fill((key < 0) | (key >= S), -math.inf)
+    if keep is not None:
+        keep = keep if keep.dtype != torch.bool else torch.zeros(keep.shape, dtype=q.dtype,
+                                                                 device=q.device).masked_fill(~keep, -math.inf)
+        keep = torch.nn.functional.pad(keep.squeeze(-2).to(q.dtype), (reach, n_blocks * b + reach - S),
+                                       value=-math.inf)
+        log_key = log_key + keep.unfold(-1, band, b)  # (..., n, band)
+    log_key = log_key.unsqueeze(-2)  # (..., n, 1, band)
+    c = c.unsqueeze(-1)
+    per_block = 4 * max(1, q_blocks[..., 0, 0, 0].numel()) * b * band
+    step = max(1, BLOCK_BUDGET // per_block)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, c))
+    parts = []
+    for n0 in range(0, n_blocks, step):
+        sl = slice(n0, n0 + step)
+        args = (kernel, q_blocks[..., sl, :, :], k_band[..., sl, :, :], v_band[..., sl, :, :], c, log_pos,
+                log_key[..., sl, :, :])
+        parts.append(checkpoint(_band_chunk, *args, use_reentrant=False) if grad else _band_chunk(*args))
+    return torch.cat(parts, -3).flatten(-3, -2)[..., :L, :]
+
+
+def _band_chunk(kernel, q, k, v, c, log_pos, log_key):
+    logits = block_scores(kernel, q, k, c) + log_pos + log_key
+    top = logits.detach().amax(-1, keepdim=True)
+    p = torch.exp(logits - torch.where(torch.isfinite(top), top, 0.0))
+    total = p.sum(-1, keepdim=True)
+    return (p @ v) / torch.where(total > 0, total, 1.0)

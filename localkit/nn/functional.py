@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
 from ._profiles import LOG_PROFILES
-from ._streaming import StreamedAttention, block_scores, compute_dtype, make_plan, streamed_local_linear
+from ._streaming import StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan, streamed_local_linear
 
 #: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
 FUSED_KERNELS = ("softmax", "gaussian")
@@ -328,6 +328,8 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
         allowed, bias = _position_terms(q, k, mask, False, None)
         return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
+    if window is not None and (mask is None or mask.shape[-2] == 1):  # a band around the diagonal
+        return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)
     plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1])
     return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
 
