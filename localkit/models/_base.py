@@ -70,10 +70,12 @@ class LocalKernelMixin:
         return self.sample_scale_
 
     def _local_sums(self, X, values, *, exclude_self=False, queries_are_samples=False):
-        """One engine pass at the queries ``X`` over the training samples ``X_fit_``."""
+        """One engine pass at the queries ``X`` over the training samples ``X_fit_`` (weighted by
+        ``sample_weight_``, which multiplies the kernel)."""
         return local_sums(None if queries_are_samples else X, self.X_fit_, values, self.kernel_,
                           exclude_self=exclude_self, empty=self.empty, algorithm=self.algorithm,
-                          n_jobs=self.n_jobs, sample_scale=self.sample_scale_)
+                          n_jobs=self.n_jobs, sample_scale=self.sample_scale_,
+                          sample_weight=getattr(self, "sample_weight_", None))
 
     def _validate_queries(self, X):
         check_is_fitted(self)

@@ -6,7 +6,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from ._base import FLOATS, LocalMeanParams
+from ._base import FLOATS, LocalMeanParams, check_sample_weight
 
 
 class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
@@ -26,7 +26,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    bandwidth_, kernel_, X_fit_ : as in :class:`localkit.LocalMeanRegressor`.
+    bandwidth_, kernel_, X_fit_, sample_weight_ : as in :class:`localkit.LocalMeanRegressor`.
 
     Examples
     --------
@@ -39,10 +39,17 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Store the training data and the one-hot labels. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Store the training data and the one-hot labels. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
+        ``p(c | x*) = sum_i c_i K_i [y_i = c] / sum_j c_j K_j`` (as in
+        :meth:`localkit.LocalMeanRegressor.fit`). Classes of zero-weight samples stay in
+        ``classes_`` with probability 0.
+        """
         X, y = validate_data(self, X, y, dtype=FLOATS)
         check_classification_targets(y)
+        self.sample_weight_ = check_sample_weight(sample_weight, X)
         self.classes_, codes = np.unique(y, return_inverse=True)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y)

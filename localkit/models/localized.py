@@ -15,7 +15,7 @@ from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT
 from .._validation import check_regression_target
 from ..engine.blocks import resolve_n_jobs
 from ..engine.weights import KernelWeights
-from ._base import FLOATS
+from ._base import FLOATS, check_sample_weight
 
 BLOCK = 128  # queries whose weights are computed in one engine call
 
@@ -65,7 +65,9 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     bandwidth_ : float or ndarray
     weights_ : KernelWeights
         The kernel bound to the training samples.
-    X_fit_, y_fit_ : the training data.
+    X_fit_, y_fit_ : the training data (samples of positive weight).
+    sample_weight_ : ndarray of shape (n_samples_fit,) or None
+        Their weights ``c_i``, which multiply ``K(x*, x_i)``.
 
     Notes
     -----
@@ -111,8 +113,13 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     }
 
     @_fit_context(prefer_skip_nested_validation=False)  # the inner estimator validates its own
-    def fit(self, X, y):
-        """Check the estimator, bind the kernel to ``X``. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Check the estimator, bind the kernel to ``X``. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel weights, so
+        each query's fit gets ``sample_weight = c_i K(x*, x_i)``; samples of zero weight are
+        dropped here (also from bandwidth rules and kNN distances).
+        """
         if not has_fit_parameter(self.estimator, "sample_weight"):
             raise TypeError(f"estimator {type(self.estimator).__name__} does not accept sample_weight in "
                             "fit, so it cannot be localized")
@@ -120,12 +127,16 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier)
         if classifier:
             check_classification_targets(y)
-            self.classes_ = np.unique(y)
+            self.classes_ = np.unique(y)  # a class seen only with zero weight gets probability 0
         else:  # string targets would fit (no arithmetic yet) and fail at the first prediction
             y = check_regression_target(y, X.dtype)
+        c = check_sample_weight(sample_weight, X)
+        if c is not None:
+            live = c > 0
+            X, y, c = X[live], y[live], c[live]
         self.weights_ = KernelWeights(X, self.kernel, self.bandwidth, self.n_neighbors)
         self.bandwidth_ = self.weights_.h
-        self.X_fit_, self.y_fit_ = X, y
+        self.X_fit_, self.y_fit_, self.sample_weight_ = X, y, c
         return self
 
     def _local(self, X, method):
@@ -140,6 +151,8 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
     def _local_block(self, Q, method):
         W = np.exp(self.weights_.log_weights(Q))
+        if self.sample_weight_ is not None:
+            W *= self.sample_weight_
         return np.array([self._fit_one(q, w, method) for q, w in zip(Q, W)])
 
     def _fit_one(self, q, w, method):

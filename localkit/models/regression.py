@@ -5,7 +5,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import validate_data
 
 from .._validation import check_regression_target
-from ._base import FLOATS, LocalMeanParams
+from ._base import FLOATS, LocalMeanParams, check_sample_weight
 
 
 class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
@@ -47,6 +47,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         The bandwidth used (rules resolved).
     sample_scale_ : ndarray of shape (n_samples,) or None
         The sample-point factors ``h_i`` (with ``sample_neighbors``).
+    sample_weight_ : ndarray of shape (n_samples,) or None
+        The weights ``c_i`` given to ``fit``.
     kernel_ : Kernel
     X_fit_, y_fit_ : the training data.
 
@@ -61,10 +63,17 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Store the training data and resolve the kernel. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Store the training data and resolve the kernel. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
+        ``f(x*) = sum_i c_i K_i y_i / sum_j c_j K_j`` (integer weights act as repeated samples,
+        zero weights drop them). Bandwidth rules ("scott", "silverman", "cv") and the
+        ``n_neighbors`` / ``sample_neighbors`` distances are taken on the samples unweighted.
+        """
         X, y = validate_data(self, X, y, dtype=FLOATS, multi_output=True, y_numeric=True)
         y = check_regression_target(y, X.dtype)
+        self.sample_weight_ = check_sample_weight(sample_weight, X)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y)
         self.X_fit_, self.y_fit_ = X, y
