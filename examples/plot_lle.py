@@ -3,7 +3,8 @@ Locally linear embedding and local PCA
 ======================================
 
 Locally linear embedding reconstructs each point from its neighbours with local least-squares
-weights, then finds low-dimensional coordinates that keep those weights: the swiss roll unrolls.
+weights, then finds low-dimensional coordinates that keep those weights; the colour (the
+position along the roll) runs smoothly across the embedding.
 It agrees with scikit-learn's ``LocallyLinearEmbedding`` up to an orthogonal map (Procrustes
 disparity below 1e-6). Local PCA, the principal axes of the kernel-weighted sample around a
 point, gives the roll's tangent directions.
