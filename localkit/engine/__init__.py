@@ -6,6 +6,7 @@
 * :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
   (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
 * :func:`local_moments`, :func:`local_polynomial` — weighted moments and batched local least squares;
+  :class:`KDSurface` — the k-d tree and cubic blend of the interpolated LOESS surface;
 * :class:`KernelWeights` — normalised weight blocks for models that fit per query (the
   localization trick for arbitrary estimators, metric learning);
 * :func:`iterate` — the fixed-point driver (mean shift, relaxation labeling, Hopfield retrieval);
@@ -17,6 +18,7 @@ from .blocks import block_sizes, map_blocks
 from .bound import BoundKernel
 from .iteration import FixedPoint, iterate
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
+from .loess_surface import KDSurface
 from .options import EngineOptions
 from .moments import LocalMoments, local_moments
 from .patches import patch_local_mean
@@ -26,6 +28,6 @@ from .reconstruction import reconstruction_gradient
 from .stream import OnlineLogSumExp, augment
 from .weights import KernelWeights
 
-__all__ = ["BoundKernel", "EngineOptions", "FixedPoint", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
+__all__ = ["BoundKernel", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
            "augment", "block_sizes", "iterate", "local_mean", "local_moments", "local_polynomial", "local_sums",
            "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]

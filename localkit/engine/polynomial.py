@@ -234,7 +234,9 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
         dist, idx = neighbours(rows)
         radius = dist.max(axis=1)
         w = np.exp(kern.profile.log_k(nb.scaled_sq_distances(dist, radius))).astype(Xs.dtype)
-        G, b, total = _accumulate(Xs, Qs[rows], Y, sw, idx, w, radius, *tree)
+        inv = np.broadcast_to(np.where(radius > 0, 1.0 / np.where(radius > 0, radius, 1.0), 0.0)[:, None],
+                              (len(idx), Xs.shape[1])).astype(Xs.dtype)
+        G, b, total = _accumulate(Xs, Qs[rows], Y, sw, idx, w, inv, *tree)
         return G, b, total, _per_query(radius), idx[np.arange(len(idx)), dist.argmin(axis=1)]
     return list_block, k * (24 + Xs.dtype.itemsize)
 
@@ -279,25 +281,25 @@ def _window_neighbors(x_sorted, order, q, k, exclude_self, row_offset):
 
 
 @njit(nogil=True, cache=True)
-def _accumulate(X, Q, Y, sw, idx, w, radius, parent, var):
+def _accumulate(X, Q, Y, sw, idx, w, inv, parent, var):
     """Unnormalised ``G = sum_j w_j r_j psi psi^T``, ``b = sum_j w_j r_j psi y_j^T`` and the
-    weight sums over neighbour lists, ``psi`` the monomials of ``(x_j - x*) / radius``."""
+    weight sums over the samples ``idx (bq, k)`` of weights ``w (bq, k)``, ``psi`` the monomials
+    of ``(x_j - x*) * inv`` (``inv (bq, d)``: one over the design scale); samples of zero weight
+    cost one comparison."""
     bq, k = idx.shape
     d, P, t = X.shape[1], len(parent), Y.shape[1]
     G = np.zeros((bq, P, P), dtype=X.dtype)
     b = np.zeros((bq, P, t), dtype=X.dtype)
     total = np.zeros(bq, dtype=X.dtype)
     Z, WPsi, Psi, Yv = column_buffers(k, d, P, t, X.dtype)
-    inv = np.empty(d, dtype=X.dtype)
     for i in range(bq):
-        inv[:] = 1.0 / radius[i] if radius[i] > 0 else 0.0
         m = 0
         for j in range(k):
             s = idx[i, j]
             wj = w[i, j] * sw[s]
             if wj == 0.0:
                 continue
-            _column(X, Y, Q[i], s, wj, inv, Z, WPsi, Yv, m)
+            _column(X, Y, Q[i], s, wj, inv[i], Z, WPsi, Yv, m)
             m += 1
         total[i] = column_moments(Z, WPsi, Psi, Yv, m, parent, var, G[i], b[i])
     return G, b, total
@@ -387,38 +389,18 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale):
         s = samples.std(axis=0)
         s = np.where(s > 0, s, 1.0).astype(samples.dtype)
     inv_s = (1.0 / s).astype(samples.dtype)
+    every = np.arange(len(samples))
     tree = monomial_parents(E)
 
     def dense_block(rows):
         L = log_weights(queries[rows], exclude_self=exclude_self, row_offset=rows.start)
         top = L.max(axis=1, keepdims=True)
         W = np.exp(L - np.where(np.isfinite(top), top, 0.0)).astype(samples.dtype, copy=False)
-        G, b, total = _accumulate_dense(samples, queries[rows], Y, sw, W, inv_s, *tree)
+        G, b, total = _accumulate(samples, queries[rows], Y, sw, np.broadcast_to(every, W.shape), W,
+                                  np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)
         none = ~(total > 0)
         if none.any():
             near[none] = nearest(queries[rows][none])
         return G, b, total, s[None, :, None], near
     return dense_block, 3 * len(samples) * samples.dtype.itemsize
-
-
-@njit(nogil=True, cache=True)
-def _accumulate_dense(X, Q, Y, sw, W, inv_s, parent, var):
-    """Unnormalised ``G``, ``b`` and weight sums from a dense block of weights ``W`` (bq, n),
-    ``psi`` the monomials of ``(x_j - x*) / s``; samples of zero weight cost one comparison."""
-    bq, n = W.shape
-    d, P, t = X.shape[1], len(parent), Y.shape[1]
-    G = np.zeros((bq, P, P), dtype=X.dtype)
-    b = np.zeros((bq, P, t), dtype=X.dtype)
-    total = np.zeros(bq, dtype=X.dtype)
-    Z, WPsi, Psi, Yv = column_buffers(n, d, P, t, X.dtype)
-    for i in range(bq):
-        m = 0
-        for s in range(n):
-            wj = W[i, s] * sw[s]
-            if wj == 0.0:
-                continue
-            _column(X, Y, Q[i], s, wj, inv_s, Z, WPsi, Yv, m)
-            m += 1
-        total[i] = column_moments(Z, WPsi, Psi, Yv, m, parent, var, G[i], b[i])
-    return G, b, total
