@@ -100,6 +100,12 @@ def test_documentation_code_runs(page):
         exec(compile(block, page, "exec"), namespace)
 
 
+def test_ci_builds_the_docs_after_the_tests():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci and "make docs" in ci
+    assert ci.index("make test") < ci.index("make docs")
+
+
 def test_wheel_metadata_ships_license_and_py_typed():
     project = PYPROJECT["project"]
     assert project["license"] == "BSD-3-Clause"
