@@ -1,0 +1,119 @@
+"""Fuzzing ``localkit.nn``'s functional entry points with small tensors: random batch and token
+counts, feature widths, float16/32/64, scales, kernels, bandwidths, masks and windows (inside and
+outside their domains). A call raises a ValueError/TypeError naming the argument, or returns a
+finite tensor of the inputs' dtype and shape that passes a cheap oracle: attention weights sum to
+one over the keys, attention is a convex combination of the values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_fuzz_common import check_message, examples, outcome
+
+from localkit.nn import attention_weights, kernel_attention, local_linear_attention
+
+KERNELS = ("softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "uniform")
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16}
+ODD = (None, 1.0, 0.5, 1e-20, 1e20, 0.0, -1.0, float("nan"), float("inf"), True, "wide", 3)
+NAMES = ["q", "k", "v", "kernel", "bandwidth", "mask", "causal", "window", "top_k", "ridge", "dropout_p"]
+
+
+@st.composite
+def qkv(draw, smooth_only=False):
+    """Queries, keys and values: at least one token and one feature (empty sets and zero-width
+    features are pinned by the xfail tests below), scales that keep <q, k> inside float64."""
+    dtype = DTYPES[draw(st.sampled_from(sorted(DTYPES)))]
+    b, length, s, d, dv = (draw(st.integers(1, n)) for n in (2, 4, 5, 4, 3))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    scale = 10.0 ** draw(st.sampled_from([-3, 0, 0, 1] if dtype == torch.float16 else [-20, -3, 0, 0, 3, 20]))
+    q, k = (torch.randn(b, n, d, generator=gen, dtype=torch.float64) * scale for n in (length, s))
+    v = torch.randn(b, s, dv, generator=gen, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _within(out, v, live):
+    """Each output row whose weights sum to one lies between the smallest and largest value of its
+    batch (dropout off); a row whose kernel vanishes everywhere is zero, by the documented policy."""
+    lo, hi = v.min(dim=-2, keepdim=True).values, v.max(dim=-2, keepdim=True).values
+    slack = 1e-2 if v.dtype == torch.float16 else 1e-5
+    inside = (out >= lo - slack) & (out <= hi + slack)
+    assert bool(torch.all(torch.where(live[..., None], inside, out == 0))), (out, lo, hi, live)
+
+
+@settings(max_examples=examples(2))
+@given(tensors=qkv(), kernel=st.sampled_from(KERNELS), bandwidth=st.sampled_from([None, 0.5, 1.0, 3.0]),
+       causal=st.booleans(), window=st.sampled_from([None, 1, ("epanechnikov", 2.0)]))
+def test_kernel_attention_is_a_local_mean(tensors, kernel, bandwidth, causal, window):
+    q, k, v = tensors
+    if causal and q.shape[-2] != k.shape[-2]:
+        k, v = k[..., : q.shape[-2], :], v[..., : q.shape[-2], :]
+        if k.shape[-2] < q.shape[-2]:
+            q = q[..., : k.shape[-2], :]
+    ok, out = outcome(lambda: kernel_attention(q, k, v, kernel=kernel, bandwidth=bandwidth, causal=causal,
+                                               window=window), NAMES)
+    if not ok:
+        return
+    assert out.shape == q.shape[:-1] + v.shape[-1:] and out.dtype == q.dtype
+    assert bool(torch.all(torch.isfinite(out))), out
+    w = attention_weights(q, k, kernel=kernel, bandwidth=bandwidth, causal=causal, window=window)
+    sums = w.double().sum(dim=-1)
+    # a row sums to one, or to zero where its kernel vanishes everywhere (outside a compact window)
+    tol = 1e-2 if q.dtype == torch.float16 else 1e-4
+    assert bool(torch.all(((sums - 1).abs() < tol) | (sums.abs() < tol))), sums
+    _within(out.double(), v.double(), (sums - 1).abs() < tol)
+
+
+@settings(max_examples=examples())
+@given(tensors=qkv(), kernel=st.sampled_from(KERNELS), ridge=st.sampled_from([1e-3, 1.0, 0.0, -1.0, float("nan")]))
+def test_local_linear_attention(tensors, kernel, ridge):
+    q, k, v = tensors
+    ok, out = outcome(lambda: local_linear_attention(q, k, v, kernel=kernel, ridge=ridge), NAMES)
+    if ok:
+        assert out.shape == q.shape[:-1] + v.shape[-1:] and out.dtype == q.dtype
+        assert bool(torch.all(torch.isfinite(out))), out
+
+
+@settings(max_examples=examples(2))
+@given(tensors=qkv(), name=st.sampled_from(NAMES[3:]), value=st.sampled_from(ODD + ("bogus", ("uniform", -1.0), -2)))
+def test_hyper_parameters(tensors, name, value):
+    q, k, v = tensors
+    kwargs = {name: value}
+    ok, out = outcome(lambda: kernel_attention(q, k, v, **kwargs), NAMES)
+    if ok:
+        assert bool(torch.all(torch.isfinite(out))), (kwargs, out)
+
+
+@settings(max_examples=examples())
+@given(q=st.sampled_from([np.zeros((2, 3)), [[1.0]], torch.zeros(3, dtype=torch.int64), torch.zeros(2, 3, 4),
+                          torch.zeros(2, 3, 5, dtype=torch.float64), torch.zeros(2, 3, 4, dtype=torch.float64)]))
+def test_bad_tensors_are_named(q):
+    k = v = torch.zeros(2, 3, 4, dtype=torch.float64)
+    ok, _ = outcome(lambda: kernel_attention(q, k, v), NAMES)
+    assert ok == (isinstance(q, torch.Tensor) and q.dtype == torch.float64 and q.shape[-1] == 4)
+
+
+# The nn helper's area (localkit/nn/functional.py), found by this suite and reported to the lead:
+# an empty key or query set or zero-width features give ZeroDivisionError or "range() arg 3 must not
+# be zero" instead of a result or an error naming q/k; and logits <q, k> / h that overflow float64
+# give NaN. Strict: a fix turns these into failures that ask for the marker's removal.
+@pytest.mark.xfail(strict=True, reason="localkit/nn/functional.py (nn helper): unclear error or NaN")
+@pytest.mark.parametrize("case", ["zero-width features", "no keys, compact kernel", "no queries, compact kernel",
+                                  "no keys, local linear", "overflowing logits"])
+def test_nn_known_failures(case):
+    q = torch.randn(2, 3, 4, dtype=torch.float64)
+    empty = torch.zeros(2, 0, 4, dtype=torch.float64)
+    calls = {
+        "zero-width features": lambda: kernel_attention(q[..., :0], q[..., :0], q),
+        "no keys, compact kernel": lambda: kernel_attention(q, empty, empty, kernel="epanechnikov"),
+        "no queries, compact kernel": lambda: kernel_attention(empty, q, q, kernel="epanechnikov"),
+        "no keys, local linear": lambda: local_linear_attention(q, empty, empty),
+        "overflowing logits": lambda: kernel_attention(q * 1e200, q * 1e200, q),
+    }
+    try:
+        out = calls[case]()
+    except (ValueError, TypeError) as exc:
+        check_message(exc, ["q", "k", "v"])
+        return
+    assert bool(torch.all(torch.isfinite(out)))
