@@ -63,8 +63,9 @@ class QueryBlock:
         else:
             self.Q, self.exact = Q, True
 
-    def log_weights(self, bound, cols):
-        """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``."""
+    def log_weights(self, bound, cols, fold_offset=False):
+        """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
+        (``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`)."""
         X = bound.X[cols]
         x_sq = bound.x_sq[cols]
         if self.centre is not None:
@@ -73,7 +74,8 @@ class QueryBlock:
         s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
         return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
                                         temperature=bound.h if bound.kernel.is_softmax else 1.0,
-                                        exact=self.exact, u2_exponent=bound.u2_exponent)
+                                        exact=self.exact, u2_exponent=bound.u2_exponent,
+                                        fold_offset=fold_offset)
 
 
 def log_weight_block(bound, Q, cols, q_scale=None):
@@ -89,6 +91,11 @@ def _spatial_order(Q):
     return np.argsort(Q[:, int(np.argmax(np.ptp(Q, axis=0)))], kind="stable")
 
 
+#: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
+#: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
+BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
+
+
 def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     opts = bound.options
     threads = opts.threads
@@ -98,20 +105,38 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(Q, exclude_self=exclude_self)
     order = _spatial_order(Q) if bound.scaled and not bound.kernel.is_softmax else None
+    # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
+    # and give the rows whose weights all underflow to the online log-sum-exp
+    bounded = not bound.kernel.is_softmax
+    floor = BOUNDED_FLOOR[np.dtype(V_aug.dtype)]
     S = np.empty((n_q, width), dtype=V_aug.dtype)
-    shift = np.empty(n_q, dtype=V_aug.dtype)
+    shift = np.zeros(n_q, dtype=V_aug.dtype)
+
+    def block_of(idx):
+        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx])
+
+    def blocks(block, idx, fold_offset):
+        for c0 in range(0, n_s, bs):
+            cols = slice(c0, min(c0 + bs, n_s))
+            L, offset = block.log_weights(bound, cols, fold_offset)
+            if exclude_self:
+                _mask_self(L, idx, cols)
+            yield L, offset, V_aug[cols]
 
     def run(rows):
         idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
-        block = QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx])
+        if bounded:
+            sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
+            for L, _, V in blocks(block_of(idx), idx, True):
+                sums += np.exp(L, out=L) @ V
+            S[idx] = sums
+            idx = idx[~(sums[:, -1] >= floor)]
+            if len(idx) == 0:
+                return
         acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype)
         offset = 0.0
-        for c0 in range(0, n_s, bs):
-            cols = slice(c0, min(c0 + bs, n_s))
-            L, offset = block.log_weights(bound, cols)
-            if exclude_self:
-                _mask_self(L, idx, cols)
-            acc.update(L, V_aug[cols])
+        for L, offset, V in blocks(block_of(idx), idx, False):
+            acc.update(L, V)
         S[idx] = acc.S
         shift[idx] = acc.m + offset
 

@@ -110,7 +110,7 @@ class Kernel:
         return points / np.asarray(h, dtype=points.dtype)
 
     def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0,
-                    exact=False, u2_exponent=0):
+                    exact=False, u2_exponent=0, fold_offset=False):
         """Log-weights of a block, ``L`` and a per-query offset ``c`` with ``log K = L + c``.
 
         ``Q`` (b_q, d) and ``X`` (b_s, d) are in scaled coordinates (see :meth:`scale`);
@@ -123,7 +123,9 @@ class Kernel:
 
         ``exact=True`` forms ``u^2`` from differences instead of the matrix product (no
         cancellation far from the origin), scaled by ``2^u2_exponent`` (coordinates stored
-        divided by ``2^(u2_exponent / 2)``, for extreme bandwidths).
+        divided by ``2^(u2_exponent / 2)``, for extreme bandwidths). ``fold_offset=True`` puts
+        the Gaussian's row term into the same matrix product (one more column), so that ``L``
+        is ``log K`` itself (at most 0 for every distance kernel) and the offset is 0.
         """
         zero = np.zeros(len(Q), dtype=Q.dtype)
         if self.is_softmax:
@@ -141,17 +143,21 @@ class Kernel:
             x_sq = np.einsum("ij,ij->i", X, X)
         if self.profile.name == "gaussian" and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
             # one matrix product: [q, -1/2] / h_q^2 . [x, |x|^2]  =  (q.x - |x|^2 / 2) / h_q^2
+            # (folded: [q, -1/2, -|q|^2/2] / h_q^2 . [x, |x|^2, 1] = -|q - x|^2 / (2 h_q^2))
             d = Q.shape[1]
-            Qa = np.empty((len(Q), d + 1), dtype=Q.dtype)
+            width = d + 2 if fold_offset else d + 1
+            Qa = np.empty((len(Q), width), dtype=Q.dtype)
             Qa[:, :d], Qa[:, d] = Q, -0.5
-            Xa = np.empty((len(X), d + 1), dtype=Q.dtype)
+            Xa = np.empty((len(X), width), dtype=Q.dtype)
             Xa[:, :d], Xa[:, d] = X, x_sq
             offset = -0.5 * q_sq
+            if fold_offset:
+                Qa[:, d + 1], Xa[:, d + 1] = offset, 1.0
             if q_scale is not None:
                 inv = (1.0 / (q_scale * q_scale)).astype(Q.dtype, copy=False)
                 Qa *= inv[:, None]
                 offset = offset * inv
-            return Qa @ Xa.T, offset
+            return Qa @ Xa.T, (zero if fold_offset else offset)
         u2 = Q @ X.T
         u2 *= -2.0
         u2 += q_sq[:, None]
