@@ -1,16 +1,20 @@
 """sample_weight in fit: integer weights equal repeated rows, zero weights equal dropped rows,
 bad weights are refused by name, and scikit-learn's metadata routing passes them through."""
+import warnings
+
 import numpy as np
 import pytest
 import sklearn
 import sklearn.cluster as skc
 from sklearn.datasets import load_diabetes, load_iris, make_blobs
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import KFold, cross_validate
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from localkit import (KernelDensity, LocalMeanClassifier, LocalMeanRegressor, Localized, MeanShift)
+from localkit import (KernelDensity, LocalMeanClassifier, LocalMeanRegressor, Localized, MeanShift, TSKFuzzyClassifier,
+                      TSKFuzzyRegressor)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,30 @@ def test_localized_classifier_zero_weights_drop_rows(iris):
     np.testing.assert_allclose(weighted, dropped, rtol=0, atol=1e-10)
 
 
+# -- TSK ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params", [dict(alpha=1e-3), dict(alpha=0.1, order=0), dict(alpha=1e-3, max_iter=3)])
+def test_tsk_regressor_integer_weights_are_repeated_rows(params):
+    # well-separated clusters: k-means finds the same partition from either data set, so the
+    # weighted standardisation, widths and least squares must give the same rules
+    X, _ = make_blobs(n_samples=90, centers=[[2, 2], [-2, -2], [2, -2]], cluster_std=0.5, random_state=0)
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2
+    w = _weights(len(X), seed=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # max_iter=3 stops early on purpose
+        a = TSKFuzzyRegressor(n_rules=3, random_state=0, **params).fit(X, y, sample_weight=w)
+        b = TSKFuzzyRegressor(n_rules=3, random_state=0, **params).fit(*_repeated(w, X, y))
+    np.testing.assert_allclose(a.predict(X), b.predict(X), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(a.centers_, b.centers_, rtol=0, atol=1e-10)
+
+
+def test_tsk_classifier_integer_weights_are_repeated_rows():
+    X, y = load_iris(return_X_y=True)
+    w = _weights(len(X), seed=11, high=3)
+    a = TSKFuzzyClassifier(n_rules=3, random_state=0).fit(X, y, sample_weight=w)
+    b = TSKFuzzyClassifier(n_rules=3, random_state=0).fit(*_repeated(w, X, y))
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), rtol=0, atol=1e-9)
+
+
 # -- density and mean shift -------------------------------------------------------------------
 def test_kernel_density_integer_weights(iris):
     X, _ = iris
@@ -149,7 +177,8 @@ def test_mean_shift_rules_that_count_points_need_integer_weights(blobs):
 
 # -- validation -------------------------------------------------------------------------------
 ESTIMATORS = [lambda: LocalMeanRegressor(), lambda: LocalMeanClassifier(), lambda: Localized(LinearRegression()),
-              lambda: KernelDensity(), lambda: MeanShift(bandwidth=1.0)]
+              lambda: KernelDensity(), lambda: MeanShift(bandwidth=1.0), lambda: TSKFuzzyRegressor(n_rules=2),
+              lambda: TSKFuzzyClassifier(n_rules=2)]
 
 
 @pytest.mark.parametrize("make", ESTIMATORS)

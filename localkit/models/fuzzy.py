@@ -33,6 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
+from ._base import check_sample_weight
 from .._validation import check_array, check_regression_target
 from ..engine.prototypes import prototype_weights
 
@@ -76,29 +77,36 @@ class _TSKBase(BaseEstimator):
         if self.n_rules > n:
             raise ValueError(f"n_rules must be <= n_samples={n}, got {self.n_rules}")
 
-    def _fit_rules(self, X, T):
-        """Fit on ``X`` with targets ``T`` (n, t); returns the coefficients in input units,
-        shape (n_rules, d + 1, t) or (n_rules, 1, t)."""
+    def _fit_rules(self, X, T, w=None):
+        """Fit on ``X`` with targets ``T`` (n, t) and sample weights ``w`` (or None); returns the
+        coefficients in input units, shape (n_rules, d + 1, t) or (n_rules, 1, t)."""
         # small dense problems: BLAS and OpenMP threads only wait on a shared machine
         with threadpool_limits(limits=1):
-            return self._fit_rules_single_thread(X, T)
+            return self._fit_rules_single_thread(X, T, w)
 
-    def _fit_rules_single_thread(self, X, T):
+    def _fit_rules_single_thread(self, X, T, w):
         n, d = X.shape
         self._check_params(n)
-        mu, sd = X.mean(axis=0), X.std(axis=0)
+        # weights scaled to mean 1 multiply each sample's term, so every "/ n" below becomes a
+        # weighted mean (integer weights: the mean over repeated rows)
+        v = np.ones((n, 1)) if w is None else (w * (n / w.sum()))[:, None]
+        mu = np.average(X, axis=0, weights=w)
+        sd = np.sqrt(np.average((X - mu) ** 2, axis=0, weights=w))
         sd[sd == 0] = 1.0
         Z = (X - mu) / sd
-        km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(Z)
+        km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(
+            Z, sample_weight=w)
         C = km.cluster_centers_
         S = np.full_like(C, _MIN_WIDTH)
         for r in range(self.n_rules):
-            members = Z[km.labels_ == r]
-            if len(members) > 1:
-                S[r] = np.maximum(members.std(axis=0), _MIN_WIDTH)
+            members, mw = Z[km.labels_ == r], None if w is None else w[km.labels_ == r]
+            if len(members) > 1 and (mw is None or mw.sum() > 0):
+                spread = np.sqrt(np.average((members - np.average(members, axis=0, weights=mw)) ** 2, axis=0,
+                                            weights=mw))
+                S[r] = np.maximum(spread, _MIN_WIDTH)
         theta = np.concatenate([C.ravel(), np.log(S).ravel()])
-        objective = _HybridObjective(self, Z, T)
-        self.alpha_ = self._choose_alpha(objective.regressors(theta)[1], T, objective.penalty)
+        objective = _HybridObjective(self, Z, T, v)
+        self.alpha_ = self._choose_alpha(objective.regressors(theta)[1], T, objective.penalty, v)
         self.n_iter_ = 0
         if self.max_iter > 0:
             bar, callback = optimizer_progress(f"{type(self).__name__} refinement", self.max_iter, self.verbose)
@@ -118,7 +126,7 @@ class _TSKBase(BaseEstimator):
             beta = np.concatenate([a, b], axis=1)
         return beta
 
-    def _choose_alpha(self, Psi, T, penalty):
+    def _choose_alpha(self, Psi, T, penalty, v):
         return float(self.alpha)
 
     # -- prediction in input units --------------------------------------------------------
@@ -143,8 +151,9 @@ class _HybridObjective:
     """The training loss as a function of the premises ``theta = [centres, log-widths]``, with
     the consequents solved exactly for each ``theta``; returns the loss and its gradient."""
 
-    def __init__(self, model, Z, T):
+    def __init__(self, model, Z, T, v=None):
         self.model, self.Z, self.T = model, Z, T
+        self.v = np.ones((len(Z), 1)) if v is None else v  # sample weights of mean 1, (n, 1)
         self.Z1 = _inputs(Z, model.order)
         self.R, self.p = model.n_rules, self.Z1.shape[1]
         self.penalty = np.r_[np.full(self.p, model._global_penalty), np.ones(self.R * self.p)]
@@ -169,9 +178,9 @@ class _HybridObjective:
         m = self.model
         C, S = self.premises(theta)
         W, Psi = self.regressors(theta)
-        coef = self.coef = m._solve_consequents(Psi, self.T, self.penalty, self.coef)
+        coef = self.coef = m._solve_consequents(Psi, self.T, self.penalty, self.coef, self.v)
         out = Psi @ coef
-        loss, E = m._loss(out, self.T)
+        loss, E = m._loss(out, self.T, self.v)
         loss += 0.5 * m.alpha_ * np.sum(self.penalty[:, None] * coef * coef)
         # d loss / d log mu_ir = w_ir E_i . (f_r(z_i) - out_i); chain rule to c and log s
         F = np.einsum("np,rpt->nrt", self.Z1, self.rule_coefs(coef))
@@ -256,18 +265,26 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit prototypes, widths and consequents. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Fit prototypes, widths and consequents. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` weighs each sample's term in the
+        standardisation, k-means, the cluster widths and the loss
+        ``sum_i c_i (y_i - f(x_i))^2 / sum_i c_i`` (integer weights act as repeated rows, up to
+        k-means' random starts; ``alpha="loo"`` then uses the weighted leave-one-out error,
+        which leaves a whole weighted sample out).
+        """
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         y = check_regression_target(y, np.float64)
+        w = check_sample_weight(sample_weight, X)
         self._n_out = 1
         # the consequents are linear in the targets, so fitting y / scale and scaling back changes
         # nothing but keeps squared errors finite for targets up to the float range (at 1e300 the
         # leave-one-out errors of every alpha overflowed and no alpha was chosen)
         scale = float(np.max(np.abs(y))) or 1.0
         t = y / scale
-        t_mean = t.mean()  # centred targets: no penalty ever pulls the level of y
-        beta = self._fit_rules(X, (t - t_mean)[:, None])
+        t_mean = np.average(t, weights=w)  # centred targets: no penalty ever pulls the level of y
+        beta = self._fit_rules(X, (t - t_mean)[:, None], w)
         beta[:, -1] += t_mean  # sum_r w_r = 1: a shift of every intercept shifts y
         self.coefs_ = beta[:, :, 0] * scale
         return self
@@ -298,30 +315,31 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         """``sum_r w_r(x) f_r(x)``."""
         return self._blend(X)[:, 0]
 
-    def _solve_consequents(self, Psi, T, penalty, _=None):
+    def _solve_consequents(self, Psi, T, penalty, _, v):
         n = len(Psi)
-        A = Psi.T @ Psi / n
+        A = Psi.T @ (v * Psi) / n
         A[np.diag_indices_from(A)] += self.alpha_ * penalty
-        return np.linalg.lstsq(A, Psi.T @ T / n, rcond=None)[0]
+        return np.linalg.lstsq(A, Psi.T @ (v * T) / n, rcond=None)[0]
 
-    def _choose_alpha(self, Psi, T, penalty):
+    def _choose_alpha(self, Psi, T, penalty, v):
         if self.alpha != "loo":
             return float(self.alpha)
         best, best_err = None, np.inf
-        gram = Psi.T @ Psi
+        gram = Psi.T @ (v * Psi)
         for alpha in np.logspace(-6, 4, 21):
-            # leave-one-out residuals of penalised least squares: r_i / (1 - H_ii)
+            # leave-one-out residuals of (weighted) penalised least squares: r_i / (1 - H_ii),
+            # H = Psi A^-1 Psi^T V; the errors weighted as the loss is
             A = gram + np.diag(len(Psi) * alpha * penalty)
-            coef = np.linalg.lstsq(A, Psi.T @ T, rcond=None)[0]
-            h = np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
-            err = np.mean(((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
+            coef = np.linalg.lstsq(A, Psi.T @ (v * T), rcond=None)[0]
+            h = v[:, 0] * np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
+            err = np.mean(v * ((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
             if err < best_err:
                 best, best_err = float(alpha), err
         return best
 
     @staticmethod
-    def _loss(out, T):
-        E = (out - T) / len(T)
+    def _loss(out, T, v):
+        E = v * (out - T) / len(T)
         return 0.5 * np.sum((out - T) * E), E
 
 
@@ -371,13 +389,18 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit prototypes, widths and logistic consequents. Returns ``self``."""
+    def fit(self, X, y, sample_weight=None):
+        """Fit prototypes, widths and logistic consequents. Returns ``self``.
+
+        ``sample_weight`` (n_samples,), optional: as in :meth:`TSKFuzzyRegressor.fit`, with the
+        weighted cross-entropy ``-sum_i c_i log p(y_i | x_i) / sum_i c_i``.
+        """
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
+        w = check_sample_weight(sample_weight, X)
         self.classes_, codes = np.unique(y, return_inverse=True)
         self._n_out = len(self.classes_)
-        self.coefs_ = self._fit_rules(X, np.eye(self._n_out)[codes])
+        self.coefs_ = self._fit_rules(X, np.eye(self._n_out)[codes], w)
         return self
 
     def decision_function(self, X):
@@ -394,12 +417,12 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         codes = np.argmax(self._blend(X), axis=1)
         return self.classes_[codes]
 
-    def _solve_consequents(self, Psi, T, penalty, coef0):
+    def _solve_consequents(self, Psi, T, penalty, coef0, v):
         shape = (Psi.shape[1], T.shape[1])
         pen = np.repeat(penalty, T.shape[1]) * self.alpha_
 
         def fun(b):
-            loss, E = self._loss(Psi @ b.reshape(shape), T)
+            loss, E = self._loss(Psi @ b.reshape(shape), T, v)
             return loss + 0.5 * b @ (pen * b), (Psi.T @ E).ravel() + pen * b
 
         x0 = np.zeros(np.prod(shape)) if coef0 is None else coef0.ravel()
@@ -408,6 +431,6 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         return res.x.reshape(shape)
 
     @staticmethod
-    def _loss(out, T):
+    def _loss(out, T, v):
         logp = log_softmax(out, axis=1)
-        return -np.sum(T * logp) / len(T), (np.exp(logp) - T) / len(T)
+        return -np.sum(v * T * logp) / len(T), v * (np.exp(logp) - T) / len(T)
