@@ -1,0 +1,111 @@
+"""The validation layer: parameters declared once (``_parameter_constraints``, ``validate_params``)
+and checked by scikit-learn, n_jobs as scikit-learn counts it, and the failures of issue 14 that
+were fixed at their root, each pinned by the input that showed it."""
+from __future__ import annotations
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.linear_model import LinearRegression
+from sklearn.utils._param_validation import InvalidParameterError
+
+import localkit
+from localkit import (Kernel, Localized, LocalMeanRegressor, LocalPolynomialRegressor, MetricLearningKernelRegressor,
+                      TSKFuzzyRegressor, kernel_density, local_mean)
+from localkit.engine.blocks import resolve_n_jobs
+
+
+def _estimators():
+    for name in localkit.__all__:
+        cls = getattr(localkit, name)
+        if isinstance(cls, type) and name != "Kernel":
+            yield cls(LinearRegression()) if cls is Localized else cls()
+
+
+@pytest.mark.parametrize("est", list(_estimators()), ids=lambda e: type(e).__name__)
+def test_every_parameter_is_declared(est):
+    """Each estimator states every parameter's allowed values once, for scikit-learn to check."""
+    undeclared = set(est.get_params(deep=False)) - set(type(est)._parameter_constraints)
+    assert not undeclared, f"{type(est).__name__} does not declare {sorted(undeclared)}"
+
+
+@pytest.mark.parametrize("est", list(_estimators()), ids=lambda e: type(e).__name__)
+def test_a_bad_value_is_scikit_learns_error_naming_the_parameter(est):
+    X, y = load_iris(return_X_y=True)
+    params = est.get_params(deep=False)
+    name = next(p for p in ("kernel", "max_iter", "n_rules", "patch_size", "n_components", "kind") if p in params)
+    est.set_params(**{name: "not-a-valid-value"})
+    with pytest.raises(InvalidParameterError, match=f"The '{name}' parameter of {type(est).__name__} must be"):
+        est.fit(X[:40], y[:40])
+
+
+def test_n_jobs_as_scikit_learn_counts_it():
+    assert resolve_n_jobs(None) == 1  # not all cores: no oversubscription inside GridSearchCV(n_jobs=-1)
+    assert resolve_n_jobs(2) == 2
+    assert resolve_n_jobs(-1) == joblib.cpu_count()
+    with joblib.parallel_config(n_jobs=3):
+        assert resolve_n_jobs(None) == 3
+    for bad in (0, "two", 1.5, True, [1]):
+        with pytest.raises(ValueError, match="n_jobs must be None or a non-zero integer"):
+            resolve_n_jobs(bad)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"metric": "manhattan"}, "metric"),  # used to be ignored: the Euclidean result came back
+    ({"n_neighbors": 3}, "n_neighbors"),  # idem
+    ({"log": "yes"}, "log"),  # used to be accepted
+    ({"n_jobs": 0}, "n_jobs"),
+])
+def test_kernel_density_refuses_what_it_cannot_honour(kwargs, name):
+    X = load_iris().data[:, :2]
+    with pytest.raises(InvalidParameterError, match=f"The '{name}' parameter of kernel_density must be"):
+        kernel_density(X[:3], X, **kwargs)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LocalMeanRegressor(), lambda: LocalPolynomialRegressor(bandwidth=0.5),
+    lambda: TSKFuzzyRegressor(n_rules=2, random_state=0), lambda: MetricLearningKernelRegressor(max_iter=2),
+    lambda: Localized(LinearRegression()),
+], ids=["LocalMeanRegressor", "LocalPolynomialRegressor", "TSKFuzzyRegressor", "MLKR", "Localized"])
+def test_string_targets_are_refused_at_fit_by_name(make):
+    """TSK and MLKR failed inside add.reduce, Localized only at predict."""
+    X = load_iris().data[:30]
+    with pytest.raises(ValueError, match="y must hold numbers .* got dtype <U"):
+        make().fit(X, np.array(["a", "b", "c"] * 10))
+
+
+def test_a_target_that_overflows_float32_is_named():
+    X = load_iris().data[:30].astype(np.float32)
+    with pytest.raises(ValueError, match="y contains NaN or infinity, or values too large for float32"):
+        LocalMeanRegressor().fit(X, np.full(30, 1e300))
+
+
+def test_tsk_regression_is_equivariant_to_the_scale_of_the_targets():
+    """At 1e300 the leave-one-out errors overflowed and no alpha was chosen (a NoneType error);
+    the fit is linear in the targets, so 1e300 y gives 1e300 times the predictions."""
+    X, y = load_diabetes(return_X_y=True)
+    X, y = X[:120, :4], y[:120] / 100
+    base = TSKFuzzyRegressor(n_rules=3, random_state=0).fit(X, y)
+    big = TSKFuzzyRegressor(n_rules=3, random_state=0).fit(X, y * 1e300)
+    assert big.alpha_ == base.alpha_
+    np.testing.assert_allclose(big.predict(X[:20]) / 1e300, base.predict(X[:20]), rtol=1e-9)
+
+
+def test_softmax_kernel_takes_a_zero_d_array_temperature():
+    X = load_iris().data[:20]
+    y = np.arange(20.0)
+    np.testing.assert_array_equal(local_mean(X, X, y, kernel="softmax", bandwidth=np.array(7.0)),
+                                  local_mean(X, X, y, kernel="softmax", bandwidth=7.0))
+    assert Kernel("softmax", bandwidth=np.array(2.0)).bandwidth == 2.0
+    with pytest.raises(ValueError, match="temperature"):
+        Kernel("softmax", bandwidth=np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("kwargs, name", [({"d_model": 0, "nhead": 1}, "d_model"), ({"d_model": 4, "nhead": 0}, "nhead"),
+                                          ({"d_model": 4, "nhead": 1, "dim_feedforward": 0}, "dim_feedforward")])
+def test_transformer_layer_names_its_own_parameter(kwargs, name):
+    from localkit.nn import LocalTransformerLayer
+
+    with pytest.raises(ValueError, match=f"^{name} must be a positive integer"):
+        LocalTransformerLayer(**kwargs)
