@@ -1,5 +1,7 @@
 """Every tabular transformer is pipeline-complete: get_feature_names_out and
-set_output(transform="pandas"); LocalPCA.transform against scikit-learn's PCA."""
+set_output(transform="pandas"); LocalPCA.transform against scikit-learn's PCA.
+
+(NonLocalMeans transforms one image, not a table of samples, so it has no column names.)"""
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ from sklearn.decomposition import PCA
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from localkit import (LazyAutoencoder, LocallyLinearEmbedding, LocalMeanDenoiser, LocalPCA,
+from localkit import (LazyAutoencoder, LocallyLinearEmbedding, LocalMeanDenoiser, LocalMeanTransformer, LocalPCA,
                       MetricLearningKernelRegressor)
 
 # (estimator, expected output names for iris' 4 features); names follow scikit-learn's mixins:
@@ -18,6 +20,7 @@ TRANSFORMERS = [
      ["locallylinearembedding0", "locallylinearembedding1"]),
     (LocalPCA(n_components=2, bandwidth=1.0), ["localpca0", "localpca1"]),
     (LocalMeanDenoiser(noise_std=0.3), None),
+    (LocalMeanTransformer(), None),
     (LazyAutoencoder(n_components=1, max_iter=5), ["lazyautoencoder0"]),
     (MetricLearningKernelRegressor(form="diagonal", max_iter=3), [f"metriclearningkernelregressor{i}" for i in range(4)]),
 ]
