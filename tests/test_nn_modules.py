@@ -39,12 +39,15 @@ def test_attention_equals_multihead_attention(batch_first, bias):
     mha = nn.MultiheadAttention(E, H, bias=bias, batch_first=batch_first)
     ours = LocalMeanAttention.from_torch(mha)
     x, padding = inputs(batch_first=batch_first)
-    close(ours(x), mha(x, x, x, need_weights=False)[0])
-    close(ours(x, causal=True), mha(x, x, x, attn_mask=causal_mask(), is_causal=True, need_weights=False)[0])
-    close(ours(x, key_padding_mask=padding), mha(x, x, x, key_padding_mask=padding, need_weights=False)[0])
-    bool_causal = causal_mask() < 0
-    close(ours(x, key_padding_mask=padding, attn_mask=bool_causal),
-          mha(x, x, x, key_padding_mask=padding, attn_mask=bool_causal, need_weights=False)[0])
+    for kwargs in ({}, {"attn_mask": causal_mask(), "is_causal": True}, {"key_padding_mask": padding},
+                   {"key_padding_mask": padding, "attn_mask": causal_mask() < 0}):
+        for need_weights in (False, True):  # the same call, the same (output, weights) pair
+            out, w = ours(x, x, x, need_weights=need_weights, **kwargs)
+            ref, ref_w = mha(x, x, x, need_weights=need_weights, **kwargs)
+            close(out, ref)
+            assert (w is None) == (ref_w is None)
+            if w is not None:
+                close(w, ref_w)
 
 
 def test_attention_cross_float_and_per_head_masks():
@@ -54,12 +57,12 @@ def test_attention_cross_float_and_per_head_masks():
     x, _ = inputs()
     memory = torch.randn(B, 7, E)
     float_mask = torch.randn(L, 7)
-    close(ours(x, memory, attn_mask=float_mask), mha(x, memory, memory, attn_mask=float_mask)[0])
+    close(ours(x, memory, memory, attn_mask=float_mask)[0], mha(x, memory, memory, attn_mask=float_mask)[0])
     per_head = torch.rand(B * H, L, 7) > 0.5
     per_head[..., 0] = False
-    close(ours(x, memory, attn_mask=per_head), mha(x, memory, memory, attn_mask=per_head)[0])
+    close(ours(x, memory, memory, attn_mask=per_head)[0], mha(x, memory, memory, attn_mask=per_head)[0])
     # gradients flow to the same parameters with the same values
-    ours(x, memory).sum().backward()
+    ours(x, memory, memory)[0].sum().backward()
     mha(x, memory, memory)[0].sum().backward()
     close(ours.in_proj_weight.grad, mha.in_proj_weight.grad)
 
@@ -77,7 +80,7 @@ def test_other_kernels_run_and_learn_bandwidth(kernel):
     torch.manual_seed(3)
     attn = LocalMeanAttention(E, H, kernel=kernel, learn_bandwidth=True)
     x, padding = inputs()
-    out = attn(x, key_padding_mask=padding, causal=True)
+    out, _ = attn(x, key_padding_mask=padding, need_weights=False, is_causal=True)
     assert out.shape == x.shape and torch.all(torch.isfinite(out))
     out.square().sum().backward()
     assert attn.log_bandwidth.grad is not None and torch.all(torch.isfinite(attn.log_bandwidth.grad))
@@ -89,10 +92,10 @@ def test_local_linear_attention_module():
     mha = nn.MultiheadAttention(E, H, batch_first=True)
     lin = LocalLinearAttention.from_torch(mha, ridge=1e6)  # huge ridge: back to the local mean
     x, padding = inputs()
-    close(lin(x, key_padding_mask=padding, causal=True),
+    close(lin(x, x, x, key_padding_mask=padding, need_weights=False, is_causal=True)[0],
           mha(x, x, x, key_padding_mask=padding, attn_mask=causal_mask() < 0, is_causal=True)[0])
     lin = LocalLinearAttention.from_torch(mha, ridge=1e-2)
-    out = lin(x, causal=True)
+    out = lin(x, x, x, need_weights=False, is_causal=True)[0]
     assert torch.all(torch.isfinite(out)) and (out - mha(x, x, x)[0]).abs().max() > 1e-3
 
 
@@ -109,11 +112,9 @@ def test_layer_equals_transformer_encoder_layer(norm_first, mode, activation):
     getattr(ours, mode)()
     x, padding = inputs()
     with torch.set_grad_enabled(mode == "train"):
-        close(ours(x), ref(x))
-        close(ours(x, causal=True), ref(x, src_mask=causal_mask(), is_causal=True))
-        close(ours(x, key_padding_mask=padding), ref(x, src_key_padding_mask=padding))
-        close(ours(x, causal=True, key_padding_mask=padding),
-              ref(x, src_mask=causal_mask() < 0, src_key_padding_mask=padding, is_causal=True))
+        for kwargs in ({}, {"src_mask": causal_mask(), "is_causal": True}, {"src_key_padding_mask": padding},
+                       {"src_mask": causal_mask() < 0, "src_key_padding_mask": padding, "is_causal": True}):
+            close(ours(x, **kwargs), ref(x, **kwargs))
 
 
 def test_layer_not_batch_first_and_kernel_choice():
@@ -121,7 +122,7 @@ def test_layer_not_batch_first_and_kernel_choice():
     ref = nn.TransformerEncoderLayer(E, H, 64, dropout=0.0, norm_first=True)
     ours = LocalTransformerLayer.from_torch(ref)
     x, _ = inputs(batch_first=False)
-    close(ours(x, causal=True), ref(x, src_mask=causal_mask(), is_causal=True))
+    close(ours(x, src_mask=causal_mask(), is_causal=True), ref(x, src_mask=causal_mask(), is_causal=True))
     gauss = LocalTransformerLayer.from_torch(ref, kernel="gaussian")
     assert gauss.self_attn.kernel == "gaussian"
     assert torch.allclose(gauss.linear1.weight, ref.linear1.weight)

@@ -13,7 +13,8 @@ import numbers
 import torch
 from torch import nn
 
-from .functional import check_bandwidth, default_bandwidth, kernel_attention, local_linear_attention, resolve_kernel
+from .functional import (attention_weights, check_bandwidth, default_bandwidth, kernel_attention,
+                         local_linear_attention, resolve_kernel)
 
 
 def _module_mask(attn_mask, key_padding_mask, batch, dtype):
@@ -69,6 +70,14 @@ class LocalMeanAttention(nn.Module):
         Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``.
     window, top_k : optional
         Kernels in position and kNN kernels, see :func:`localkit.nn.kernel_attention`.
+    device, dtype : optional
+        Where and in which precision the parameters are created, as for torch's modules.
+
+    The call follows ``nn.MultiheadAttention`` (masks, ``need_weights``, ``is_causal``) and
+    returns its ``(output, weights or None)`` pair, so an instance can replace the ``self_attn``
+    of an existing model, ``nn.TransformerEncoderLayer`` included: ``_qkv_same_embed_dim`` is
+    False so that the layer's native fast path (which would run torch's own softmax kernel on
+    our weights) is never taken in eval mode.
 
     Examples
     --------
@@ -79,12 +88,16 @@ class LocalMeanAttention(nn.Module):
     >>> mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
     >>> x = torch.randn(2, 5, 16)
     >>> ours = LocalMeanAttention.from_torch(mha)
-    >>> bool(torch.allclose(ours(x), mha(x, x, x, need_weights=False)[0], atol=1e-6))
+    >>> bool(torch.allclose(ours(x, x, x)[0], mha(x, x, x)[0], atol=1e-6))
     True
     """
 
+    #: read by nn.TransformerEncoderLayer / nn.TransformerEncoder: False disables their native fast
+    #: path, which calls torch's fused softmax attention on our projections and bypasses the kernel
+    _qkv_same_embed_dim = False
+
     def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
-                 dropout=0.0, batch_first=True, window=None, top_k=None):
+                 dropout=0.0, batch_first=True, window=None, top_k=None, device=None, dtype=None):
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -98,14 +111,16 @@ class LocalMeanAttention(nn.Module):
         self.bandwidth = check_bandwidth(bandwidth)
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
         self.options = {"window": window, "top_k": top_k}
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim)) if bias else None
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        factory = {"device": device, "dtype": dtype}
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim, **factory)) if bias else None
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
         if bias:
             nn.init.zeros_(self.out_proj.bias)
         h0 = self.bandwidth or default_bandwidth(self.kernel, self.head_dim)
-        self.log_bandwidth = nn.Parameter(torch.full((num_heads, 1, 1), math.log(h0))) if learn_bandwidth else None
+        self.log_bandwidth = (nn.Parameter(torch.full((num_heads, 1, 1), math.log(h0), **factory))
+                              if learn_bandwidth else None)
 
     @classmethod
     def from_torch(cls, mha, **kwargs):
@@ -145,13 +160,19 @@ class LocalMeanAttention(nn.Module):
         return kernel_attention(q, k, v, self.kernel, self.current_bandwidth, mask=mask, causal=causal,
                                 dropout_p=self.dropout if self.training else 0.0, **self.options)
 
-    def forward(self, query, key=None, value=None, key_padding_mask=None, attn_mask=None, causal=False):
-        """Attention output, shaped like ``query``.
+    def forward(self, query, key=None, value=None, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        """``(output, weights)`` as ``nn.MultiheadAttention`` returns them.
 
         ``key`` and ``value`` default to ``query`` (self-attention). Masks follow
         ``nn.MultiheadAttention``: ``key_padding_mask`` (batch, S) and a bool ``attn_mask`` (L, S)
         or (batch * heads, L, S) are True where a key must be ignored; a float mask is added to
-        the log-weights. ``causal=True`` multiplies by the causal kernel ``[j <= i]``.
+        the log-weights. ``is_causal=True`` multiplies the kernel by ``[j <= i]`` (as in torch, it
+        says that ``attn_mask``, if given, is the causal mask, which is then not read; unlike
+        torch, no mask is needed with it). ``output`` is shaped like ``query``; ``weights`` is
+        None unless ``need_weights``: then the localization weights ``(batch, L, S)``, averaged
+        over heads, or ``(batch, heads, L, S)`` if not ``average_attn_weights`` (before dropout).
+        Asking for them forms the ``(L, S)`` matrix; the output never does.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -161,16 +182,20 @@ class LocalMeanAttention(nn.Module):
             raise ValueError(f"query, key and value must share the batch size and key/value the length, got "
                              f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
         q, k, v = self._heads(q_in, 0), self._heads(k_in, 1), self._heads(v_in, 2)
-        mask = _module_mask(attn_mask, key_padding_mask, q_in.shape[0], q.dtype)
+        causal = bool(is_causal)
+        mask = _module_mask(None if causal else attn_mask, key_padding_mask, q_in.shape[0], q.dtype)
         out = self.attend(q, k, v, mask, causal)
         out = self.out_proj(out.transpose(1, 2).flatten(-2))
-        return out if self.batch_first else out.transpose(0, 1)
+        out = out if self.batch_first else out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        weights = attention_weights(q, k, self.kernel, self.current_bandwidth, mask=mask, causal=causal,
+                                    **self.options)
+        return out, weights.mean(1) if average_attn_weights else weights
 
     @torch.no_grad()
     def attention_weights(self, query, key=None, causal=False):
         """The localization weights per head, ``(batch, heads, L, S)`` (for figures)."""
-        from .functional import attention_weights
-
         key = query if key is None else key
         q, k = self._heads(self._check_input("query", query), 0), self._heads(self._check_input("key", key), 1)
         return attention_weights(q, k, self.kernel, self.current_bandwidth, causal=causal, **self.options)
@@ -193,14 +218,14 @@ class LocalLinearAttention(LocalMeanAttention):
     >>> import torch
     >>> from localkit.nn import LocalLinearAttention
     >>> attn = LocalLinearAttention(16, 4, ridge=1e-2)
-    >>> attn(torch.randn(2, 5, 16), causal=True).shape
+    >>> attn(torch.randn(2, 5, 16), need_weights=False, is_causal=True)[0].shape
     torch.Size([2, 5, 16])
     """
 
     def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
-                 dropout=0.0, batch_first=True, window=None, top_k=None, ridge=1e-3):
+                 dropout=0.0, batch_first=True, window=None, top_k=None, ridge=1e-3, device=None, dtype=None):
         super().__init__(embed_dim, num_heads, kernel, bandwidth, learn_bandwidth, bias, dropout, batch_first,
-                         window, top_k)
+                         window, top_k, device, dtype)
         if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
             raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
         self.ridge = float(ridge)

@@ -42,8 +42,13 @@ class LocalTransformerLayer(nn.Module):
     bias : bool, default=True
     local_model : {"mean", "linear"}, default="mean"
         :class:`LocalMeanAttention` or :class:`LocalLinearAttention` over tokens.
+    device, dtype : optional
+        Where and in which precision the parameters are created, as for torch's modules.
     **attention_options
         ``bandwidth``, ``learn_bandwidth``, ``window``, ``top_k`` (and ``ridge`` for "linear").
+
+    ``forward(src, src_mask, src_key_padding_mask, is_causal)`` is ``nn.TransformerEncoderLayer``'s,
+    so ``nn.TransformerEncoder`` stacks this layer like its own.
 
     Examples
     --------
@@ -60,8 +65,9 @@ class LocalTransformerLayer(nn.Module):
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, kernel="softmax", norm_first=False, dropout=0.0,
                  activation="relu", layer_norm_eps=1e-5, batch_first=True, bias=True, local_model="mean",
-                 **attention_options):
+                 device=None, dtype=None, **attention_options):
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         if local_model not in LOCAL_MODELS:
             raise ValueError(f"local_model must be one of {sorted(LOCAL_MODELS)}, got {local_model!r}")
         # checked here, under the layer's own names (the attention would report d_model as embed_dim)
@@ -75,11 +81,11 @@ class LocalTransformerLayer(nn.Module):
         elif not callable(activation):
             raise TypeError(f"activation must be a string or a callable, got {activation!r}")
         self.self_attn = LOCAL_MODELS[local_model](d_model, nhead, kernel=kernel, bias=bias, dropout=dropout,
-                                                   batch_first=batch_first, **attention_options)
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
-        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+                                                   batch_first=batch_first, **factory, **attention_options)
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.dropout, self.dropout1, self.dropout2 = (nn.Dropout(dropout) for _ in range(3))
         self.activation, self.norm_first = activation, bool(norm_first)
 
@@ -98,20 +104,24 @@ class LocalTransformerLayer(nn.Module):
             raise ValueError(f"could not copy nn.TransformerEncoderLayer: {result}")
         return module
 
-    def forward(self, x, causal=False, mask=None, key_padding_mask=None):
-        """``x`` (batch, seq, d_model) (or (seq, batch, d_model) if not batch_first).
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        """``src`` (batch, seq, d_model) (or (seq, batch, d_model) if not batch_first).
 
-        ``causal`` multiplies the attention kernel by ``[j <= i]``; ``mask`` (L, S) and
-        ``key_padding_mask`` (batch, S) follow PyTorch (bool True = ignore; float = added).
+        As ``nn.TransformerEncoderLayer``: ``src_mask`` (L, S) or (batch * heads, L, S) and
+        ``src_key_padding_mask`` (batch, S), bool True = ignore, float = added to the log-weights;
+        ``is_causal=True`` multiplies the attention kernel by ``[j <= i]`` (``src_mask``, if
+        given, is then taken to be the causal mask and not read).
         """
         if self.norm_first:
-            x = x + self._attention(self.norm1(x), causal, mask, key_padding_mask)
-            return x + self._pointwise(self.norm2(x))
-        x = self.norm1(x + self._attention(x, causal, mask, key_padding_mask))
-        return self.norm2(x + self._pointwise(x))
+            src = src + self._attention(self.norm1(src), src_mask, src_key_padding_mask, is_causal)
+            return src + self._pointwise(self.norm2(src))
+        src = self.norm1(src + self._attention(src, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(src + self._pointwise(src))
 
-    def _attention(self, x, causal, mask, key_padding_mask):
-        return self.dropout1(self.self_attn(x, key_padding_mask=key_padding_mask, attn_mask=mask, causal=causal))
+    def _attention(self, x, mask, key_padding_mask, is_causal):
+        out, _ = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=mask,
+                                is_causal=is_causal)
+        return self.dropout1(out)
 
     def _pointwise(self, x):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -129,7 +139,7 @@ class LocalTransformer(nn.Module):
     vocab_size, max_len : int
     d_model, nhead, num_layers : int, default=128, 4, 4
     dim_feedforward : int or None, default=None (``4 * d_model``)
-    kernel, local_model, dropout, **attention_options
+    kernel, local_model, dropout, device, dtype, **attention_options
         Passed to every :class:`LocalTransformerLayer`.
 
     Examples
@@ -142,22 +152,24 @@ class LocalTransformer(nn.Module):
     """
 
     def __init__(self, vocab_size, max_len, d_model=128, nhead=4, num_layers=4, dim_feedforward=None,
-                 kernel="softmax", local_model="mean", dropout=0.0, **attention_options):
+                 kernel="softmax", local_model="mean", dropout=0.0, device=None, dtype=None, **attention_options):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("num_layers", num_layers)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.max_len = max_len
-        self.token = nn.Embedding(vocab_size, d_model)
-        self.position = nn.Embedding(max_len, d_model)
+        factory = {"device": device, "dtype": dtype}
+        self.token = nn.Embedding(vocab_size, d_model, **factory)
+        self.position = nn.Embedding(max_len, d_model, **factory)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             LocalTransformerLayer(d_model, nhead, dim_feedforward or 4 * d_model, kernel=kernel, norm_first=True,
-                                  dropout=dropout, activation="gelu", local_model=local_model, **attention_options)
+                                  dropout=dropout, activation="gelu", local_model=local_model, **factory,
+                                  **attention_options)
             for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.norm = nn.LayerNorm(d_model, **factory)
+        self.head = nn.Linear(d_model, vocab_size, bias=False, **factory)
         self.head.weight = self.token.weight  # tied
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2: scale the residual projections by depth
@@ -179,5 +191,5 @@ class LocalTransformer(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_len={self.max_len}")
         x = self.drop(self.token(idx) + self.position(torch.arange(T, device=idx.device)))
         for layer in self.layers:
-            x = layer(x, causal=causal)
+            x = layer(x, is_causal=causal)
         return self.head(self.norm(x))
