@@ -258,3 +258,18 @@ def test_bad_parameters(params, fit_kw, match):
     X, y = surface_data(50)
     with pytest.raises(ValueError, match=match):
         LocalPolynomialRegressor(**params).fit(X, y, **fit_kw)
+
+
+def test_known_balls_give_the_same_fit():
+    """Robustness iterations reuse the squared radii of the first pass (only weights change)."""
+    X, y = surface_data(1500)
+    first = local_polynomial(None, X, y, 2, "tricube", n_neighbors=90)
+    w = np.random.default_rng(13).uniform(size=len(X))
+    again = local_polynomial(None, X, y, 2, "tricube", n_neighbors=90, sample_weight=w, balls=first.balls)
+    fresh = local_polynomial(None, X, y, 2, "tricube", n_neighbors=90, sample_weight=w)
+    np.testing.assert_array_equal(again.values, fresh.values)
+    np.testing.assert_array_equal(again.balls, first.balls)
+    # the balls are the squared distances to the 90th neighbour
+    np.testing.assert_allclose(first.balls, cKDTree(X).query(X, k=90)[0][:, -1] ** 2, rtol=1e-12)
+    with pytest.raises(ValueError, match="balls"):
+        local_polynomial(None, X, y, 2, "tricube", n_neighbors=90, balls=first.balls[:-1])

@@ -49,18 +49,21 @@ class GridIndex:
         self.points = np.ascontiguousarray(Xs[self.order])
 
 
-def grid_moments(index, Q, Y, weights, k, E, a, p):
+def grid_moments(index, Q, Y, weights, k, E, a, p, known=None):
     """Unnormalised centred moments over the k-nearest-neighbour ball of each query.
 
-    Returns ``G (n_q, P, P)``, ``b (n_q, P, t)``, the weight sums, the radii ``h`` and the
-    nearest sample of each query (for queries whose weights are all zero). ``Y`` and
-    ``weights`` are in sample order; the profile is ``(1 - u^a)^p``.
+    Returns ``G (n_q, P, P)``, ``b (n_q, P, t)``, the weight sums, the radii ``h``, their
+    squares in float64 (pass them back as ``known`` to skip the search when only the weights
+    change: robustness iterations) and the nearest sample of each query (for queries whose
+    weights are all zero). ``Y`` and ``weights`` are in sample order; the profile is
+    ``(1 - u^a)^p``.
     """
     Ys, ws = np.ascontiguousarray(Y[index.order]), np.ascontiguousarray(weights[index.order])
     args = (index.points, Ys, ws, index.start, index.lo, index.width, index.shape, index.stride,
             np.ascontiguousarray(Q), k)
-    G, b, total, radius, near = _grid_accumulate(*args, *monomial_parents(E), a, p)
-    return G, b, total, radius, index.order[near]
+    known = np.full(len(Q), -1.0) if known is None else np.ascontiguousarray(known, dtype=np.float64)
+    G, b, total, radius, ball, near = _grid_accumulate(*args, *monomial_parents(E), a, p, known)
+    return G, b, total, radius, ball, index.order[near]
 
 
 @njit(nogil=True, cache=True)
@@ -114,10 +117,11 @@ def _ring(points, start, lo, width, shape, stride, q, qc, r, cand, dist, n_cand)
 
 
 @njit(nogil=True, cache=True)
-def _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scratch):
+def _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scratch, known):
     """Candidates (sorted positions ``cand[:n]``, squared distances ``dist[:n]``) that include
     every sample within the k-th-neighbour distance of ``q``; returns ``n``, that squared
-    distance ``h2`` and the position of the nearest candidate."""
+    distance ``h2`` and the position of the nearest candidate. ``known >= 0`` is ``h2`` from an
+    earlier search: the cells covering that ball are visited, nothing is counted or selected."""
     d = len(q)
     for m in range(d):
         qc[m] = np.int64(np.floor((q[m] - lo[m]) / width))
@@ -126,7 +130,11 @@ def _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scr
     kth = 0.0
     while True:
         n_cand, guard = _ring(points, start, lo, width, shape, stride, q, qc, r, cand, dist, n_cand)
-        if n_cand >= k:
+        if known >= 0.0:
+            if known <= guard * guard:
+                kth = known
+                break
+        elif n_cand >= k:
             # enough candidates inside the visited ball: the k-th of them is exact; a single
             # selection per query, over those candidates only
             g2 = guard * guard
@@ -147,7 +155,7 @@ def _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scr
 
 
 @njit(nogil=True, cache=True)
-def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, parent, var, a, p):
+def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, parent, var, a, p, known):
     n, d = points.shape
     n_q, t = Q.shape[0], Y.shape[1]
     P = len(parent)
@@ -155,6 +163,7 @@ def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, paren
     b = np.zeros((n_q, P, t), dtype=points.dtype)
     total = np.zeros(n_q, dtype=points.dtype)
     radius = np.zeros(n_q, dtype=points.dtype)
+    ball = np.zeros(n_q, dtype=np.float64)
     near = np.zeros(n_q, dtype=np.int64)
     cand = np.empty(n, dtype=np.int64)
     dist = np.empty(n, dtype=np.float64)
@@ -163,7 +172,9 @@ def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, paren
     Z, WPsi, Psi, Yv = column_buffers(n, d, P, t, points.dtype)
     for i in range(n_q):
         q = Q[i]
-        n_cand, h2, near[i] = _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scratch)
+        n_cand, h2, near[i] = _knn_ball(points, start, lo, width, shape, stride, q, k, qc, cand, dist, scratch,
+                                        known[i])
+        ball[i] = h2
         h = np.sqrt(h2)
         inv = 1.0 / h if h > 0 else 0.0
         radius[i] = h
@@ -182,7 +193,7 @@ def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, paren
                 Yv[u, m] = Y[s, u]
             m += 1
         total[i] = column_moments(Z, WPsi, Psi, Yv, m, parent, var, G[i], b[i])
-    return G, b, total, radius, near
+    return G, b, total, radius, ball, near
 
 
 def monomial_parents(exponents):

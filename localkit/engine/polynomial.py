@@ -50,12 +50,15 @@ from .weights import KernelWeights
 class LocalPolynomialFit:
     """values (n_queries, t): the fits at the queries; singular (n_queries,) bool: queries that
     fell back to the local mean; empty (n_queries,) bool: queries without weight (nearest target);
-    slopes (n_queries, n_features, t) or None: the fitted gradient ``df/dx`` at the queries."""
+    slopes (n_queries, n_features, t) or None: the fitted gradient ``df/dx`` at the queries;
+    balls (n_queries,) or None: the squared kNN radii found by the grid path (give them back as
+    ``balls=`` for the same queries, samples and span to skip the neighbour search)."""
 
     values: np.ndarray
     singular: np.ndarray
     empty: np.ndarray
     slopes: np.ndarray | None = None
+    balls: np.ndarray | None = None
 
 
 def n_monomials(n_features, degree):
@@ -107,7 +110,7 @@ def design(Z, exponents):
 
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
-                     ridge=0.0, rcond=1e-10, slopes=False, algorithm="auto", block_size=None,
+                     ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
                      memory_budget=None, n_jobs=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples).
 
@@ -115,7 +118,8 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
     multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
     bandwidth factor (sample-point adaptive kernel, dense path); ``slopes=True`` also returns the
-    fitted gradient. The computation runs in the samples' float type (float32 kept). Returns
+    fitted gradient; ``balls`` are the squared radii of an earlier fit at the same queries (only
+    the weights changed, as in robustness iterations: the search is skipped). The computation runs in the samples' float type (float32 kept). Returns
     :class:`LocalPolynomialFit`.
     """
     samples = check_points(samples, "samples")
@@ -135,8 +139,9 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     kern = make_kernel(kernel, bandwidth, n_neighbors)
     E = monomial_exponents(d, degree)
     gathered = kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
+    found = None
     if gathered:
-        block, row_bytes = _gathered(queries, samples, Y, sw, kern, E, exclude_self)
+        block, row_bytes, found = _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
     else:
         block, row_bytes = _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
@@ -163,7 +168,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
             grad[rows][bad] = 0.0
 
     map_blocks(run, n_q, bq, workers)
-    return LocalPolynomialFit(values, singular, empty, grad)
+    return LocalPolynomialFit(values, singular, empty, grad, found)
 
 
 def _solve(G, b, ridge, rcond):
@@ -187,9 +192,10 @@ def _solve(G, b, ridge, rcond):
 POLY_PROFILES = {name: p.poly for name, p in PROFILES.items() if p.poly is not None}
 
 
-def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
+def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
-    design centred at each query and scaled by its radius; and the extra bytes per query."""
+    design centred at each query and scaled by its radius; the extra bytes per query; and the
+    array the grid path fills with the squared radii (None on the other paths)."""
     k = kern.n_neighbors
     if k + int(exclude_self) > len(samples):
         raise ValueError(f"n_neighbors must be <= n_samples{' - 1' if exclude_self else ''}"
@@ -201,11 +207,15 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
     euclid = kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and not exclude_self
     if euclid and Xs.shape[1] > 1:
         index = GridIndex(Xs, k)
+        found = np.empty(len(Qs))
+        if balls is not None and np.shape(balls) != (len(Qs),):
+            raise ValueError(f"balls must have shape ({len(Qs)},), got {np.shape(balls)}")
 
         def grid_block(rows):
-            G, b, total, radius, near = grid_moments(index, Qs[rows], Y, sw, k, E, a, p)
+            G, b, total, radius, found[rows], near = grid_moments(
+                index, Qs[rows], Y, sw, k, E, a, p, None if balls is None else balls[rows])
             return G, b, total, _per_query(radius), near
-        return grid_block, 0
+        return grid_block, 0, found
     if Xs.shape[1] == 1 and kern.metric == "euclidean":  # sorted order: neighbourhoods are windows
         order = np.argsort(Xs[:, 0], kind="stable")
         x, Ys, ws = np.ascontiguousarray(Xs[order, 0]), Y[order], sw[order]
@@ -218,7 +228,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
                 pos = lo[:, None] + np.arange(k)
                 near = order[pos[np.arange(len(q)), np.abs(x[pos] - q[:, None]).argmin(axis=1)]]
                 return S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0], _per_query(radius), near
-            return window_block, 16 * k
+            return window_block, 16 * k, None
 
         def sorted_lists(rows):
             dist, pos = _window_neighbors(x, order, Qs[rows, 0], k, exclude_self, rows.start)
@@ -238,7 +248,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self):
                               (len(idx), Xs.shape[1])).astype(Xs.dtype)
         G, b, total = _accumulate(Xs, Qs[rows], Y, sw, idx, w, inv, *tree)
         return G, b, total, _per_query(radius), idx[np.arange(len(idx)), dist.argmin(axis=1)]
-    return list_block, k * (24 + Xs.dtype.itemsize)
+    return list_block, k * (24 + Xs.dtype.itemsize), None
 
 
 def _per_query(radius):

@@ -186,13 +186,13 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         else:
             self._fit_kernel(X, y)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
-        self.surface_ = None
+        self.surface_ = self._vertex_balls = self._sample_balls = None
         if self.surface == "interpolate":
             per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
             self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
             self._fit_vertices()
         for _ in range(self.robust_iters):
-            residuals = self.y_fit_ - self._fit_at(X, self.kernel_)
+            residuals = self.y_fit_ - self._fit_at(X, self.kernel_, at_samples=True)
             self.robust_weights_ = bisquare_weights(residuals, self.sample_weight_).astype(X.dtype, copy=False)
             if self.surface_ is not None:
                 self._fit_vertices()
@@ -212,12 +212,19 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return self.sample_weight_ if rw is None else self.sample_weight_ * rw
 
     def _fit_vertices(self):
-        out = self._exact(self.surface_.vertices, self.kernel_, slopes=True)
+        out = self._exact(self.surface_.vertices, self.kernel_, slopes=True, balls=self._vertex_balls)
         self.vertex_values_, self.vertex_slopes_ = out.values[:, 0], out.slopes[:, :, 0]
+        self._vertex_balls = out.balls  # robustness iterations change weights, not neighbourhoods
 
-    def _fit_at(self, X, kernel, exclude_self=False):
-        if self.surface_ is None or exclude_self:
-            return self._exact(None if exclude_self else X, kernel, exclude_self=exclude_self).values[:, 0]
+    def _fit_at(self, X, kernel, exclude_self=False, at_samples=False):
+        if exclude_self:
+            return self._exact(None, kernel, exclude_self=True).values[:, 0]
+        if self.surface_ is None:
+            if not at_samples:
+                return self._exact(X, kernel).values[:, 0]
+            out = self._exact(X, kernel, balls=self._sample_balls)
+            self._sample_balls = out.balls  # the next robustness iteration skips the search
+            return out.values[:, 0]
         inside = self.surface_.inside(X)
         out = np.empty(len(X), dtype=self.X_fit_.dtype)
         out[inside] = self.surface_.blend(X[inside], self.vertex_values_, self.vertex_slopes_)
@@ -225,10 +232,10 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             out[~inside] = self._exact(X[~inside], kernel).values[:, 0]
         return out
 
-    def _exact(self, X, kernel, exclude_self=False, slopes=False):
+    def _exact(self, X, kernel, exclude_self=False, slopes=False, balls=None):
         out = local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
                                sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
-                               slopes=slopes, algorithm=self.algorithm, n_jobs=self.n_jobs)
+                               slopes=slopes, balls=balls, algorithm=self.algorithm, n_jobs=self.n_jobs)
         if out.singular.any():
             warnings.warn(
                 f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
