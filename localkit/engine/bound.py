@@ -20,12 +20,11 @@ When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .._validation import check_array, check_points
 from ..kernels import Kernel
+from ..kernels.bandwidth import safe_mean
 from . import neighbors as nb
 from .options import EngineOptions
 from .stream import augment
@@ -93,7 +92,7 @@ class BoundKernel:
             self.centre, self.exponent, self.scaled = None, 0, True
             self.X = samples
         else:
-            self.centre = _centre(samples)
+            self.centre = safe_mean(samples)
             self.exponent, self._factor = _exponent(samples - self.centre, self.h)
             # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
             self.scaled = self.exponent <= SAFE_EXPONENT[self.dtype]
@@ -268,13 +267,6 @@ def _check_sample_weight(sample_weight, n_samples, dtype):
     if top == 0:
         raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
     return (c / top).astype(dtype, copy=False), float(np.log(top))
-
-
-def _centre(X):
-    """The mean of the samples, computed without overflow for data near the float limits."""
-    scale = np.max(np.abs(X), axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
-    return (X / scale).mean(axis=0) * scale
 
 
 def _exponent(Xc, h):

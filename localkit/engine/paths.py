@@ -107,7 +107,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     order = _spatial_order(Q) if bound.scaled and not bound.kernel.is_softmax else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
-    bounded = not bound.kernel.is_softmax
+    bounded = bound.scaled and not bound.kernel.is_softmax
     floor = BOUNDED_FLOOR[np.dtype(V_aug.dtype)]
     S = np.empty((n_q, width), dtype=V_aug.dtype)
     shift = np.zeros(n_q, dtype=V_aug.dtype)

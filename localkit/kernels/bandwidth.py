@@ -26,6 +26,24 @@ def rule_factor(rule, n, d):
     raise ValueError(f"bandwidth rule must be one of {RULES}, got {rule!r}")
 
 
+def spread(samples):
+    """Per-feature standard deviations (ddof=1), computed scale-free: ``s * std(x / s)`` with
+    ``s = max |x - mean|``, so that data near the float limits (1e155, 1e-162) neither overflow
+    nor underflow in the squares."""
+    centred = samples - safe_mean(samples)
+    scale = np.max(np.abs(centred), axis=0)
+    safe = np.where(scale > 0, scale, 1.0)
+    with np.errstate(over="ignore"):  # beyond the float range: inf, refused by the caller
+        return (centred / safe).std(axis=0, ddof=1) * scale
+
+
+def safe_mean(X):
+    """The column means, computed on ``X / max |X|`` so that the sum cannot overflow."""
+    scale = np.max(np.abs(X), axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    return (X / scale).mean(axis=0) * scale
+
+
 def resolve_bandwidth(bandwidth, samples, name="bandwidth"):
     """Return a positive float or a float array of shape ``(d,)``.
 
@@ -47,13 +65,16 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth"):
             )
         if n < 2:
             raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
-        sigma = samples.std(axis=0, ddof=1)
+        sigma = spread(samples)
         if np.any(sigma <= 0):
             raise ValueError(
                 f"{name}={bandwidth!r}: feature(s) {np.flatnonzero(sigma <= 0).tolist()} have zero "
                 "spread, so the rule gives a zero bandwidth; give the bandwidth explicitly"
             )
         h = rule_factor(bandwidth, n, d) * sigma
+        if not np.all(np.isfinite(h) & (h > 0)):
+            raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples, beyond the "
+                             "float range; give the bandwidth explicitly")
         return float(h[0]) if d == 1 else h
     if isinstance(bandwidth, bool):
         raise TypeError(f"{name} must be a number, an array or a rule name, got {bandwidth!r}")

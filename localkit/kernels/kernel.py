@@ -107,7 +107,9 @@ class Kernel:
         """Points in the kernel's coordinates: divided by ``h`` (distance kernels)."""
         if self.is_softmax:
             return points
-        return points / np.asarray(h, dtype=points.dtype)
+        # in float64: a bandwidth beyond float32's range must not become 0 or inf first
+        with np.errstate(over="ignore", under="ignore"):
+            return (points / np.asarray(h, dtype=np.float64)).astype(points.dtype, copy=False)
 
     def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0,
                     exact=False, u2_exponent=0, fold_offset=False):
@@ -134,9 +136,10 @@ class Kernel:
         # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
         degenerate = any(s is not None and not np.all(s > 0) for s in (q_scale, s_scale))
         if exact or degenerate or self.metric != "euclidean" or self.profile.exact_distance:
-            u2 = exact_sq_distances(Q, X, self.metric, u2_exponent)
+            u2 = exact_sq_distances(Q, X, self.metric)
             self._rescale(u2, q_scale, s_scale)
-            return self.profile.log_k(u2), zero
+            L, c = self.profile.log_k_scaled(u2, u2_exponent)
+            return L, zero + Q.dtype.type(c)
         if q_sq is None:
             q_sq = np.einsum("ij,ij->i", Q, Q)
         if x_sq is None:
@@ -200,15 +203,11 @@ class Kernel:
         return np.exp(self.profile.log_k(u2))
 
 
-def exact_sq_distances(Q, X, metric="euclidean", u2_exponent=0):
-    """``u^2`` from coordinate differences (no cancellation), times ``2^u2_exponent``: a huge
-    factor gives ``inf`` and a tiny one ``0``, never NaN."""
+def exact_sq_distances(Q, X, metric="euclidean"):
+    """Squared distances from coordinate differences (no cancellation far from the origin)."""
     if metric == "euclidean":
         u2 = cdist(Q, X, metric="sqeuclidean")
     else:
         D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(metric, metric))
         u2 = D * D
-    if u2_exponent:
-        with np.errstate(over="ignore"):
-            u2 = np.ldexp(u2, u2_exponent)
     return u2.astype(Q.dtype, copy=False)

@@ -128,6 +128,19 @@ class Profile:
     # ``(a, b)`` for the profiles of the form ``(1 - u^a)^b`` (uniform: b = 0): the closed-form
     # moments of the local polynomial's kernels use it
     poly: tuple | None = None
+    # a polynomial tail ``k(u) ~ u^-2`` keeps relative weights when ``u^2`` overflows:
+    # ``log k(2^e t) = -log(2^-e + t) - e log 2`` (only the Cauchy profile has one)
+    polynomial_tail: bool = False
+
+    def log_k_scaled(self, t, exponent):
+        """``(L, c)`` with ``log k(2^exponent t) = L + c`` (``c`` the same for every ``t``), for
+        squared distances ``t`` stored divided by ``2^exponent`` (extreme bandwidths)."""
+        if exponent <= 0 or not self.polynomial_tail:
+            with np.errstate(over="ignore"):
+                return self.log_k(np.ldexp(t, exponent)), 0.0
+        # 2^-e, kept above 0 so that a coinciding sample (t = 0) outweighs all others, finitely
+        floor = np.maximum(np.ldexp(t.dtype.type(1.0), -exponent), np.finfo(t.dtype).smallest_subnormal)
+        return -np.log(floor + t), -exponent * math.log(2.0)
 
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
@@ -203,7 +216,7 @@ PROFILES = {
         _poly_profile("uniform", _log_uniform, 2, 0),
         Profile("cosine", _log_cosine, True, _cosine_moment),
         Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True),
-        Profile("cauchy", _log_cauchy, False, _cauchy_moment),
+        Profile("cauchy", _log_cauchy, False, _cauchy_moment, polynomial_tail=True),
     ]
 }
 

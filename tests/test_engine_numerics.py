@@ -1,0 +1,132 @@
+"""Engine numerics: one statement per profile, data far from the origin, extreme bandwidths,
+scale-free bandwidth rules, float32 kept."""
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import cdist
+
+from localkit import local_mean, local_sums
+from localkit.kernels import PROFILES
+from localkit.kernels.bandwidth import resolve_bandwidth
+from localkit.nn._profiles import LOG_PROFILES
+
+U2 = np.array([0.0, 1e-300, 1e-12, 0.09, 0.25, 0.81, 0.999999, 1.0, 1.000001, 4.0, 1e6, np.inf])
+
+
+def exact_local_mean(Q, X, v, name, h):
+    """The definition, in float64 with exact (difference) distances and a row-max shift."""
+    u2 = cdist(np.asarray(Q, dtype=float), np.asarray(X, dtype=float), "sqeuclidean") / h**2
+    L = PROFILES[name].log_k(u2)
+    L -= L.max(axis=1, keepdims=True)
+    W = np.exp(L)
+    return (W @ np.asarray(v, dtype=float)) / W.sum(axis=1)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_the_three_evaluations_of_a_profile_agree(name):
+    p = PROFILES[name]
+    ref = p.log_k(U2)
+    compiled = np.array([p.compiled(float(u)) for u in U2])
+    via_torch = p.log_k_for(torch)(torch.tensor(U2)).numpy()
+    # the same statement; the libraries' sqrt/log1p may differ by an ulp, which log(1 - u^a)
+    # amplifies by its condition number 1 / (1 - u^a) ~ 1e6 next to the edge of the support
+    for other in (compiled, via_torch, LOG_PROFILES[name](torch.tensor(U2)).numpy()):
+        np.testing.assert_allclose(other, ref, rtol=1e-9, atol=0)
+    # and the values are the documented formulas
+    u = np.sqrt(U2[:8])  # inside every support (u <= 1)
+    formula = {"gaussian": np.exp(-u**2 / 2), "epanechnikov": 1 - u**2, "tricube": (1 - u**3) ** 3,
+               "biweight": (1 - u**2) ** 2, "triweight": (1 - u**2) ** 3, "triangular": 1 - u,
+               "uniform": np.ones_like(u), "cosine": np.cos(np.pi * u / 2), "laplacian": np.exp(-u),
+               "cauchy": 1 / (1 + u**2)}[name]
+    np.testing.assert_allclose(np.exp(ref[:8]), formula, rtol=1e-12, atol=1e-15)
+    # gradients stay finite everywhere, also on the boundary of a compact support
+    t = torch.tensor(U2[:-1], requires_grad=True)
+    p.log_k_for(torch)(t).sum().backward()
+    assert torch.isfinite(t.grad).all()
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 1e-4), (np.float64, 1e-9)])
+@pytest.mark.parametrize("name", ["gaussian", "epanechnikov", "laplacian", "tricube"])
+def test_far_from_the_centre_matches_the_exact_definition(dtype, tol, name):
+    """A sine sampled on [-50, 50] with h = 0.02 (2,500 bandwidths from the centre)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-50, 50, 3000)
+    q = rng.uniform(-50, 50, 400)
+    h = 0.05 if PROFILES[name].compact else 0.02
+    ref = exact_local_mean(q[:, None], x[:, None], np.sin(x), name, h)
+    got = local_mean(q.astype(dtype)[:, None], x.astype(dtype)[:, None], np.sin(x).astype(dtype), name, h)
+    assert got.dtype == dtype
+    finite = np.isfinite(ref)  # compact kernels: empty neighbourhoods take the nearest value
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=0, atol=tol)
+
+
+def test_two_clusters_far_apart_with_a_tiny_bandwidth_float64():
+    rng = np.random.default_rng(1)
+    X = np.r_[rng.normal(0, 1e-6, (150, 2)), rng.normal(0, 1e-6, (150, 2)) + 1e3]
+    v = rng.normal(size=300)
+    Q = X[::5] + rng.normal(0, 1e-6, X[::5].shape)
+    ref = exact_local_mean(Q, X, v, "gaussian", 1e-6)
+    # the inputs themselves are known to 1e3 * 2^-52 = 2e-13, i.e. 2e-7 bandwidths
+    np.testing.assert_allclose(local_mean(Q, X, v, bandwidth=1e-6), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("shift", [0.0, 1e4, 1e8])
+def test_results_do_not_depend_on_where_the_data_sit(shift):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(500, 3))
+    Q = rng.normal(size=(60, 3))
+    v = np.cos(X[:, 0])
+    ref = local_mean(Q, X, v, bandwidth=0.3)
+    # translated inputs are themselves rounded to shift * 2^-53, i.e. that many bandwidths off
+    quantum = shift * 2.0**-53 / 0.3
+    np.testing.assert_allclose(local_mean(Q + shift, X + shift, v, bandwidth=0.3), ref, atol=1e-12 + 10 * quantum)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("h", [1e-300, 1e-200, 1e-19, 1e19, 1e155, 1e300])
+def test_any_finite_bandwidth_tiny_gives_the_nearest_value_huge_the_global_mean(dtype, name, h):
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, (40, 2)).astype(dtype)
+    v = rng.normal(size=40).astype(dtype)
+    Q = (X[:7] + dtype(1e-3)).astype(dtype)
+    out = local_sums(Q, X, v, name, h)
+    assert out.mean.dtype == dtype and np.all(np.isfinite(out.mean))
+    if h < 1 and name == "cauchy":  # a polynomial tail: the limit weighs samples by 1 / |x* - x|^2
+        d2 = cdist(Q.astype(float), X.astype(float), "sqeuclidean")
+        np.testing.assert_allclose(out.mean, (v / d2).sum(axis=1) / (1 / d2).sum(axis=1),
+                                   rtol=1e-4 if dtype == np.float32 else 1e-10)
+    elif h < 1:
+        nearest = np.argmin(cdist(Q, X), axis=1)
+        np.testing.assert_array_equal(out.mean, v[nearest])
+    else:
+        np.testing.assert_allclose(out.mean, np.full(7, v.astype(float).mean()), rtol=1e-5 if dtype == np.float32
+                                   else 1e-12)
+
+
+def test_bandwidth_rules_are_scale_free():
+    X = np.random.default_rng(4).normal(size=(60, 2))
+    base = resolve_bandwidth("scott", X)
+    for scale in (1e155, 1e-162, 1e300):
+        np.testing.assert_allclose(resolve_bandwidth("silverman", X * scale) / scale,
+                                   resolve_bandwidth("silverman", X), rtol=1e-12)
+        np.testing.assert_allclose(resolve_bandwidth("scott", X * scale) / scale, base, rtol=1e-12)
+    got = local_mean(X[:5] * 1e155, X * 1e155, X[:, 0], bandwidth="scott")
+    np.testing.assert_allclose(got, local_mean(X[:5], X, X[:, 0], bandwidth="scott"), rtol=1e-10)
+
+
+def test_a_rule_beyond_the_float_range_is_an_error_not_a_global_mean():
+    X = np.array([[1.7e308], [-1.7e308]])  # spread 1.7e308 * sqrt(2): no float holds it
+    with pytest.raises(ValueError, match="bandwidth='scott'.*beyond the float range"):
+        local_mean(X, X, [1.0, 2.0], bandwidth="scott")
+
+
+@pytest.mark.parametrize("name", ["gaussian", "epanechnikov", "softmax"])
+def test_float32_is_computed_and_returned(name):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 3)).astype(np.float32)
+    v = rng.normal(size=(300, 2))  # float64 values do not promote the pass
+    out = local_sums(X[:20], X, v, name, 1.0 if name != "softmax" else 2.0)
+    assert out.mean.dtype == np.float32 and out.log_weight_sum.dtype == np.float32
+    ref = local_mean(X[:20].astype(float), X.astype(float), v, name, 1.0 if name != "softmax" else 2.0)
+    np.testing.assert_allclose(out.mean, ref, rtol=0, atol=1e-5)
