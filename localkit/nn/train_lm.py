@@ -2,28 +2,42 @@
 
 A :class:`~localkit.nn.LocalTransformer` learns to predict the next character of Python source
 (:mod:`localkit.nn.data`: a sorted, documented selection of the stdlib's files, held-out files for
-validation). The attention's localization kernel is the choice under test: ``softmax``,
-``gaussian``, or ``local-linear`` (a local linear model with softmax weights in place of the local
-mean). Prints validation bits per character as it goes, and ends with ``val_bpc=<float>``.
+validation) or of the user's own text (``--data FILE_OR_FOLDER``). The attention's localization
+kernel is the choice under test: ``softmax``, ``gaussian``, ``laplacian``, ``epanechnikov``, or
+``local-linear`` (a local linear model with softmax weights in place of the local mean). Prints
+validation bits per character as it goes, and ends with ``val_bpc=<float>``.
+
+Runs on ``--device`` (CUDA when available), in ``--dtype`` (bfloat16 autocast by default on a
+GPU), optionally ``--compile``-d. ``--checkpoint PATH`` saves the model, optimiser, step, curve
+and random states at every evaluation, at the end and on Ctrl-C; ``--resume`` continues from it
+(same step count, same batches as an uninterrupted run). Options and output paths are checked
+before training starts.
 
     localkit train-lm --kernel softmax --steps 3000 --max-minutes 5
+    localkit train-lm --data my_texts/ --device cuda --checkpoint run.pt --resume
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import VOCAB_SIZE, stdlib_corpus
+from .data import stdlib_corpus, text_corpus
 from .transformer import LocalTransformer
 
 #: command-line kernel -> (attention kernel, local model over tokens)
-KERNELS = {"softmax": ("softmax", "mean"), "gaussian": ("gaussian", "mean"), "local-linear": ("softmax", "linear")}
+KERNELS = {"softmax": ("softmax", "mean"), "gaussian": ("gaussian", "mean"), "laplacian": ("laplacian", "mean"),
+           "epanechnikov": ("epanechnikov", "mean"), "local-linear": ("softmax", "linear")}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: settings that fix the model and the data: a checkpoint resumes only with the same ones
+MODEL_SETTINGS = ("kernel", "context", "d_model", "heads", "layers", "ridge", "data", "max_files", "batch_size")
 
 
 def add_arguments(parser):
@@ -46,106 +60,222 @@ def add_arguments(parser):
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log", default=None, help="write the curve and final figures to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--data", default=None,
+                        help="train on this UTF-8 text file or folder instead of the stdlib's source")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                        help="autocast precision (default: bfloat16 on a GPU, float32 on the CPU)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--checkpoint", default=None,
+                        help="save training state here (at every evaluation, at the end, on Ctrl-C)")
+    parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    parser.set_defaults(error=parser.error)  # usage errors from main(), argparse-style
+
+
+def _error(args, message):
+    """An argparse-style usage error (exit status 2), before any training."""
+    error = getattr(args, "error", None)
+    if error is None:
+        sys.exit(f"localkit train-lm: error: {message}")
+    error(message)
+
+
+def _writable(path):
+    """Why ``path`` cannot be written (None if it can): a folder, a missing or read-only parent."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"its folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "is not writable"
+    return None
 
 
 def _check(args):
+    """Every option and path, before the corpus is read or a model built."""
     for name in ("steps", "batch_size", "context", "d_model", "heads", "layers", "eval_every", "eval_windows"):
         if getattr(args, name) < 1:
-            sys.exit(f"localkit train-lm: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            _error(args, f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.d_model % args.heads:
-        sys.exit(f"localkit train-lm: --d-model {args.d_model} must be divisible by --heads {args.heads}")
+        _error(args, f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
     if not args.ridge > 0:
-        sys.exit(f"localkit train-lm: --ridge must be > 0, got {args.ridge}")
+        _error(args, f"--ridge must be > 0, got {args.ridge}")
     if args.max_minutes is not None and args.max_minutes <= 0:
-        sys.exit(f"localkit train-lm: --max-minutes must be > 0, got {args.max_minutes}")
+        _error(args, f"--max-minutes must be > 0, got {args.max_minutes}")
+    if args.max_files is not None and args.max_files < 1:
+        _error(args, f"--max-files must be >= 1, got {args.max_files}")
+    for option in ("log", "checkpoint"):
+        path = getattr(args, option)
+        why = None if path is None else _writable(path)
+        if why:
+            _error(args, f"--{option} {path}: {why}")
+    if args.resume and not (args.checkpoint and Path(args.checkpoint).is_file()):
+        _error(args, f"--resume needs an existing --checkpoint file, got {args.checkpoint!r}")
+    if args.data is not None and not Path(args.data).exists():
+        _error(args, f"--data {args.data}: no such file or folder")
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as exc:
+        _error(args, f"--device {args.device}: {exc}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _error(args, f"--device {args.device}: CUDA is not available on this machine")
+    dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    return device, DTYPES[dtype]
 
 
-def _windows(data, starts, context):
+def _windows(data, starts, context, device="cpu"):
     idx = starts[:, None] + np.arange(context + 1)
-    chunk = torch.from_numpy(data[idx].astype(np.int64))
+    chunk = torch.from_numpy(data[idx].astype(np.int64)).to(device)
     return chunk[:, :-1], chunk[:, 1:]
 
 
 @torch.no_grad()
-def evaluate(model, data, starts, context, batch_size=64):
+def evaluate(model, data, starts, context, batch_size=64, device="cpu", dtype=torch.float32):
     """Mean bits per character over fixed held-out windows (every position of each window)."""
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(starts), batch_size):
-        x, y = _windows(data, starts[i:i + batch_size], context)
-        total += F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+        x, y = _windows(data, starts[i:i + batch_size], context, device)
+        with _autocast(device, dtype):
+            logits = model(x)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
         count += y.numel()
     model.train()
     return total / count / math.log(2)
 
 
-def _progress(step, steps, loss, elapsed, enabled):
+def _autocast(device, dtype):
+    return torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype != torch.float32)
+
+
+def _progress(step, steps, loss, tokens_per_s, elapsed, enabled):
     if not enabled:
         return
     done = int(30 * step / steps)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.3f} nats  {elapsed:.0f} s")
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.3f} nats  "
+                     f"{tokens_per_s:,.0f} tokens/s  {elapsed:.0f} s")
     sys.stderr.flush()
 
 
-def train(args, echo=print):
+def _settings(args):
+    return {name: getattr(args, name) for name in MODEL_SETTINGS}
+
+
+def _save(path, state):
+    """Write ``state`` to ``path`` atomically (a crash mid-write leaves the last checkpoint intact)."""
+    tmp = f"{path}.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(args):
+    try:
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated or foreign file
+        _error(args, f"--checkpoint {args.checkpoint}: not a train-lm checkpoint ({exc})")
+    if not isinstance(state, dict) or state.get("settings") != _settings(args):
+        found = state.get("settings") if isinstance(state, dict) else None
+        _error(args, f"--resume: the checkpoint was made with other settings {found}, not {_settings(args)}")
+    return state
+
+
+def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
     """Train; return ``({"curve": [...], "val_bpc": ..., ...}, model)``."""
+    state = _load_checkpoint(args) if args.resume else None
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
-    corpus = stdlib_corpus(max_files=args.max_files)
+    try:
+        corpus = text_corpus(args.data) if args.data else stdlib_corpus(max_files=args.max_files)
+    except (ValueError, OSError) as exc:  # not text, an empty folder, too few files
+        _error(args, f"{'--data ' + args.data if args.data else 'corpus'}: {exc}")
     if min(len(corpus.train), len(corpus.val)) <= args.context + 1:
-        sys.exit(f"localkit train-lm: the corpus is shorter than --context {args.context}")
+        _error(args, f"the corpus is shorter than --context {args.context}")
     entropy, unigram_val = corpus.unigram_bits()
     kernel, local_model = KERNELS[args.kernel]
     options = {"ridge": args.ridge} if local_model == "linear" else {}
-    model = LocalTransformer(VOCAB_SIZE, args.context, args.d_model, args.heads, args.layers,
-                             kernel=kernel, local_model=local_model, **options)
+    model = LocalTransformer(corpus.vocab_size, args.context, args.d_model, args.heads, args.layers,
+                             kernel=kernel, local_model=local_model, device=device, **options)
     n_params = sum(p.numel() for p in model.parameters())
-    echo(f"corpus: stdlib source, {len(corpus.train_files)} train files ({len(corpus.train):,} chars), "
+    echo(f"corpus: {corpus.source}, {len(corpus.train_files)} train files ({len(corpus.train):,} chars), "
          f"{len(corpus.val_files)} held-out files ({len(corpus.val):,} chars)")
     echo(f"unigram entropy {entropy:.3f} bits/char (held-out unigram cross-entropy {unigram_val:.3f})")
     echo(f"model: {args.layers} layers, d_model {args.d_model}, {args.heads} heads, kernel {args.kernel}, "
-         f"{n_params:,} parameters")
+         f"{n_params:,} parameters; device {device}, {str(dtype).replace('torch.', '')}")
     rng = np.random.default_rng(args.seed)
     eval_starts = np.random.default_rng(12345).integers(0, len(corpus.val) - args.context - 1, args.eval_windows)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1)
+    curve, step, spent = [], 0, 0.0
+    if state is not None:  # everything that decides the next batch and update
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        rng.bit_generator.state = state["numpy_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        curve, step, spent = state["curve"], state["step"], state["seconds"]
+        echo(f"resumed from {args.checkpoint} at step {step}")
+    net = torch.compile(model) if args.compile else model
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16 and device.type == "cuda")
+
+    def checkpoint():
+        if args.checkpoint:
+            _save(args.checkpoint, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                                    "curve": curve, "seconds": spent + time.perf_counter() - t0,
+                                    "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                                    "settings": _settings(args)})
+
     budget = None if args.max_minutes is None else 60.0 * args.max_minutes
     warmup = max(1, min(100, args.steps // 10))
-    curve, t0, step, show = [], time.perf_counter(), 0, not args.no_progress
-    while step < args.steps:
-        elapsed = time.perf_counter() - t0
-        if budget is not None and elapsed >= budget:
-            break
-        # cosine schedule over the steps, or over the time budget if that runs out first
-        progress = max(step / args.steps, elapsed / budget if budget else 0.0)
-        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = _windows(corpus.train, rng.integers(0, len(corpus.train) - args.context - 1, args.batch_size),
-                        args.context)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        _progress(step, args.steps, loss.item(), time.perf_counter() - t0, show)
-        if step % args.eval_every == 0 and step < args.steps:
-            bpc = evaluate(model, corpus.val, eval_starts, args.context)
-            curve.append({"step": step, "seconds": time.perf_counter() - t0, "val_bpc": bpc})
-            if show:
-                sys.stderr.write("\n")
-            echo(f"step {step}: val {bpc:.3f} bits/char")
-    seconds = time.perf_counter() - t0
-    bpc = evaluate(model, corpus.val, eval_starts, args.context)
+    t0, first_step, show = time.perf_counter(), step, not args.no_progress
+    try:
+        while step < args.steps:
+            elapsed = spent + time.perf_counter() - t0
+            if budget is not None and elapsed >= budget:
+                break
+            # cosine schedule over the steps, or over the time budget if that runs out first
+            progress = max(step / args.steps, elapsed / budget if budget else 0.0)
+            cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+            lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * cosine)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            x, y = _windows(corpus.train, rng.integers(0, len(corpus.train) - args.context - 1, args.batch_size),
+                            args.context, device)
+            with _autocast(device, dtype):
+                loss = F.cross_entropy(net(x).float().flatten(0, 1), y.flatten())
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+            step += 1
+            run_time = time.perf_counter() - t0
+            _progress(step, args.steps, loss.item(), (step - first_step) * x.numel() / run_time, spent + run_time,
+                      show)
+            if step % args.eval_every == 0 and step < args.steps:
+                bpc = evaluate(net, corpus.val, eval_starts, args.context, device=device, dtype=dtype)
+                curve.append({"step": step, "seconds": spent + time.perf_counter() - t0, "val_bpc": bpc})
+                if show:
+                    sys.stderr.write("\n")
+                echo(f"step {step}: val {bpc:.3f} bits/char")
+                checkpoint()
+    except KeyboardInterrupt:
+        checkpoint()
+        echo(f"interrupted at step {step}" + (f"; resume with --checkpoint {args.checkpoint} --resume"
+                                              if args.checkpoint else ""))
+        raise
+    seconds = spent + time.perf_counter() - t0
+    bpc = evaluate(net, corpus.val, eval_starts, args.context, device=device, dtype=dtype)
     curve.append({"step": step, "seconds": seconds, "val_bpc": bpc})
+    checkpoint()
     if show:
         sys.stderr.write("\n")
     echo(f"step {step}: val {bpc:.3f} bits/char after {seconds:.0f} s "
          f"(unigram entropy {entropy:.3f}, {entropy - bpc:+.3f} bits better)")
     return {"kernel": args.kernel, "steps": step, "seconds": seconds, "val_bpc": bpc, "unigram_entropy": entropy,
             "unigram_val_bpc": unigram_val, "parameters": n_params, "curve": curve,
-            "config": {k: v for k, v in vars(args).items() if k not in ("func", "command")}}, model
+            "config": {k: v for k, v in vars(args).items() if k not in ("func", "command", "error")}}, model
 
 
 def _parse(argv=None):
@@ -157,8 +287,11 @@ def _parse(argv=None):
 
 
 def main(args):
-    _check(args)
-    result, _ = train(args)
+    device, dtype = _check(args)
+    try:
+        result, _ = train(args, device=device, dtype=dtype)
+    except KeyboardInterrupt:  # the checkpoint is saved; no traceback
+        return 130
     if args.log:
         with open(args.log, "w") as f:
             json.dump(result, f, indent=1)
