@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localkit.engine import local_sums
-from localkit.engine.compact import FORMS
+from localkit.engine.compact import COMPACT
 from localkit.engine.iteration import (ConvergenceWarning, iterate, row_norm_change, sum_abs_change)
 from localkit.kernels import PROFILES
 
@@ -94,7 +94,7 @@ def test_bad_parameters(kwargs, match):
 
 # -- the compiled compact pass agrees with the engine's dense path ---------------------------
 @pytest.mark.parametrize("bandwidth", [0.9, [0.9, 1.3, 0.7]])
-@pytest.mark.parametrize("name", sorted(FORMS))
+@pytest.mark.parametrize("name", sorted(COMPACT))
 def test_compact_pass_equals_dense_engine(name, bandwidth, rng):
     assert PROFILES[name].compact
     X = rng.normal(size=(400, 3))
@@ -128,10 +128,10 @@ def test_compact_pass_rejects_what_it_cannot_do():
 
 
 def test_auto_takes_the_compiled_pass_in_few_dimensions(rng, monkeypatch):
-    lm = importlib.import_module("localkit.engine.local_mean")
+    paths = importlib.import_module("localkit.engine.paths")
 
-    calls = []
-    monkeypatch.setattr(lm, "compact_sums", lambda *a, f=lm.compact_sums: calls.append(1) or f(*a))
+    calls = []  # the planner dispatches through the PATHS table
+    monkeypatch.setitem(paths.PATHS, "compiled", lambda *a, f=paths.PATHS["compiled"]: calls.append(1) or f(*a))
     X = rng.normal(size=(300, 3))
     auto = local_sums(X, X, X[:, 0], "epanechnikov", 0.8)
     assert calls
