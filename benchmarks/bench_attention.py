@@ -1,33 +1,25 @@
-"""Attention as a local mean against PyTorch's fused ``scaled_dot_product_attention`` (CPU), and
-the language-model curves of ``localkit train-lm`` for three kernels (read from the JSON logs in
-``benchmarks/lm_runs/``; the runs themselves take ~5 minutes each and are not repeated here)."""
+"""Attention kernels against PyTorch's fused ``scaled_dot_product_attention``: on the CPU (always)
+time ratios, the window's block sparsity and the memory of one streamed call; on a CUDA GPU (when
+there is one) every kernel in bfloat16, forward and forward+backward, time and peak memory next to
+SDPA. Plus the language-model curves of ``localkit train-lm`` for three kernels (read from the
+JSON logs in ``benchmarks/lm_runs/``; the runs take ~5 minutes each and are not repeated here)."""
 import json
 import math
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from localkit._timing import interleaved
+from localkit.kernels.profiles import PROFILES
 from localkit.nn import kernel_attention, local_linear_attention
 
-TITLE = "Attention kernels vs torch scaled_dot_product_attention; LM curves of three kernels"
+TITLE = "Attention kernels vs torch scaled_dot_product_attention (CPU; GPU when present); LM curves"
 HERE = Path(__file__).resolve().parent
 LM_KERNELS = ("softmax", "gaussian", "local-linear")
-
-
-def _interleaved(funcs, repeat):
-    """Median seconds of each function, the functions alternating within each repeat (a shared
-    machine's load then falls on all of them alike)."""
-    for f in funcs:
-        f()  # warm-up
-    times = [[] for _ in funcs]
-    for _ in range(repeat):
-        for i, f in enumerate(funcs):
-            t0 = time.perf_counter()
-            f()
-            times[i].append(time.perf_counter() - t0)
-    return [sorted(t)[len(t) // 2] for t in times]
+GPU_KERNELS = ("softmax", "gaussian") + tuple(sorted(set(PROFILES) - {"gaussian"}))
 
 
 def _reference(q, k, v, kernel, h):
@@ -36,39 +28,137 @@ def _reference(q, k, v, kernel, h):
     if kernel == "softmax":
         logits = q @ k.transpose(-2, -1) / h
     else:
-        dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
-        logits = -dist ** 2 / (2 * h * h) if kernel == "gaussian" else -dist / h
+        d2 = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist") ** 2
+        logits = torch.as_tensor(PROFILES[kernel].log_k((d2 / h ** 2).numpy()))
     return torch.softmax(logits, dim=-1) @ v
 
 
-def _attention_table(B, H, L, d, repeat):
+def _qkv(B, H, L, d, device="cpu", dtype=torch.float32, grad=False):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, H, L, d, generator=g) for _ in range(3))
+    return [torch.randn(B, H, L, d, generator=g).to(device, dtype).requires_grad_(grad) for _ in range(3)]
+
+
+def _bandwidth(kernel, d):
+    """The default ``d^(1/4)``; compact kernels get ``1.2 sqrt(2d)``, about the distance between two
+    standard normal vectors, so that their supports are not empty."""
+    return 1.2 * math.sqrt(2 * d) if PROFILES[kernel].compact else d ** 0.25
+
+
+def _cpu_ratio_table(B, H, L, d, repeat):
+    """Forward times against SDPA in one process, interleaved; errors against float64 formulas."""
+    q, k, v = _qkv(B, H, L, d)
     rows = []
+    fold_q = torch.cat([q / math.sqrt(d), torch.ones_like(q[..., :1])], -1)
+    fold_k = torch.cat([k, -0.5 * (k * k).sum(-1, keepdim=True) / math.sqrt(d)], -1)
+    fold_v = torch.cat([v, torch.zeros_like(v[..., :1])], -1)  # SDPA's CPU flash kernel wants one head dim
+    cases = [("softmax", {}, "fused SDPA"), ("gaussian", {}, "fused SDPA + (.., 1, S) key bias"),
+             ("softmax", {"causal": True}, "SDPA is_causal"), ("gaussian", {"causal": True}, "streamed, causal blocks"),
+             ("laplacian", {}, "streamed key blocks"), ("epanechnikov", {}, "streamed key blocks")]
     with torch.no_grad():
-        for kernel, path in (("softmax", "fused SDPA"), ("gaussian", "fused SDPA + key bias"),
-                             ("laplacian", "dense weights")):
-            peer = lambda: F.scaled_dot_product_attention(q, k, v)
-            ours = lambda kernel=kernel: kernel_attention(q, k, v, kernel)
-            t_peer, t_ours = _interleaved([peer, ours], repeat)
-            h = math.sqrt(d) if kernel == "softmax" else d ** 0.25
-            diff = (ours().double() - _reference(q, k, v, kernel, h)).abs().max().item()
-            rows.append((kernel, path, t_peer, t_ours, diff))
-        # local linear attention costs O(L^2 d^2): a smaller head dimension
+        for kernel, opts, path in cases:
+            peer = lambda opts=opts: F.scaled_dot_product_attention(q, k, v, is_causal=opts.get("causal", False))
+            h = math.sqrt(d) if kernel == "softmax" else _bandwidth(kernel, d)
+            ours = lambda kernel=kernel, opts=opts, h=h: kernel_attention(q, k, v, kernel, bandwidth=h, **opts)
+            (t_peer, t_ours), (_, out) = interleaved([peer, ours], repeat, warmup=True)
+            diff = "-"
+            if not opts:
+                diff = f"{(out.double() - _reference(q, k, v, kernel, h)).abs().max().item():.1e}"
+            name = kernel + (", causal" if opts else "")
+            rows.append(f"| {name} | {path} | {t_peer * 1e3:.1f} ms | {t_ours * 1e3:.1f} ms | "
+                        f"{t_peer / t_ours:.2f}x | {diff} |")
+        # the Gaussian's key bias folded into one more head dimension of plain SDPA, for comparison
+        bias = lambda: kernel_attention(q, k, v, "gaussian")
+        fold = lambda: F.scaled_dot_product_attention(fold_q, fold_k, fold_v, scale=1.0)[..., :d]
+        (t_bias, t_fold), (a, b) = interleaved([bias, fold], repeat, warmup=True)
+        rows.append(f"| gaussian, bias folded into d+1 | plain SDPA, q' = [q/h^2, 1], k' = [k, -&#124;k&#124;^2/2h^2], v' = [v, 0] | "
+                    f"{t_bias * 1e3:.1f} ms (our bias path) | {t_fold * 1e3:.1f} ms | {t_bias / t_fold:.2f}x | "
+                    f"{(a - b).abs().max().item():.1e} |")
         ql, kl, vl = (t[..., :16].contiguous() for t in (q, k, v))
         peer = lambda: F.scaled_dot_product_attention(ql, kl, vl)
         ours = lambda: local_linear_attention(ql, kl, vl)
-        t_peer, t_ours = _interleaved([peer, ours], max(3, repeat // 2))
-        rows.append(("local-linear (d=16)", "weights + moments + solve", t_peer, t_ours, float("nan")))
-    lines = [f"Attention forward, float32, B={B}, H={H}, L={L}, d={d}, {torch.get_num_threads()} threads; "
-             f"medians of {repeat} interleaved repeats. max |diff|: against the kernel's formula in float64.",
-             "", "| kernel | localkit path | SDPA (softmax) | localkit | ratio | max abs diff |",
-             "|---|---|---|---|---|---|"]
-    for kernel, path, t_peer, t_ours, diff in rows:
-        diff_s = "-" if math.isnan(diff) else f"{diff:.1e}"
-        lines.append(f"| {kernel} | {path} | {t_peer * 1e3:.1f} ms | {t_ours * 1e3:.1f} ms | "
-                     f"{t_ours / t_peer:.2f}x | {diff_s} |")
-    return "\n".join(lines)
+        (t_peer, t_ours), _ = interleaved([peer, ours], max(3, repeat // 2), warmup=True)
+        rows.append(f"| local-linear (d=16) | streamed moments + float32 solve | {t_peer * 1e3:.1f} ms | "
+                    f"{t_ours * 1e3:.1f} ms | {t_peer / t_ours:.2f}x | - |")
+    head = [f"CPU forward, float32, B={B}, H={H}, L={L}, d={d}, {torch.get_num_threads()} thread(s); medians of "
+            f"{repeat} interleaved repeats; speed = SDPA time / localkit time (>= 1: localkit as fast or "
+            "faster). max abs diff: against the kernel's formula in float64.", "",
+            "| kernel | localkit path | SDPA (softmax) | localkit | speed vs SDPA | max abs diff |",
+            "|---|---|---|---|---|---|"]
+    return "\n".join(head + rows)
+
+
+def _window_row(L, d, repeat):
+    q, k, v = _qkv(1, 1, L, d)
+    with torch.no_grad():
+        full = lambda: F.scaled_dot_product_attention(q, k, v)
+        window = lambda: kernel_attention(q, k, v, window=64)
+        (t_full, t_window), _ = interleaved([full, window], repeat, warmup=True)
+    return (f"Window of 64 (softmax kernel, `window=64`) against full softmax attention (SDPA), B=1, H=1, "
+            f"L={L}, d={d}, float32, medians of {repeat} interleaved repeats: full {t_full * 1e3:.0f} ms, "
+            f"window {t_window * 1e3:.0f} ms, **{t_full / t_window:.1f}x cheaper** (bar: >= 5x).")
+
+
+_MEMORY_PROBE = """
+import resource, sys, torch
+from localkit.nn import kernel_attention
+kernel, L, d, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+q, k, v = (torch.randn(1, 1, L, d) for _ in range(3))
+opts = {"window": window} if window else {}
+with torch.no_grad():
+    kernel_attention(q[..., :512, :], k[..., :512, :], v[..., :512, :], kernel, **opts)  # warm-up
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kernel_attention(q, k, v, kernel, **opts)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+"""
+
+
+def _memory_rows(L, d):
+    """Peak resident memory growth of one call, each in a fresh process (ru_maxrss only grows)."""
+    rows = [f"Memory of one call, B=1, H=1, L={L}, d={d}, float32: growth of the peak resident set of a fresh "
+            f"process over the call (a dense (L, S) float32 matrix alone would be {L * L * 4 / 2 ** 20:.0f} MiB; "
+            "bar: < 200 MiB).", "", "| call | path | peak memory growth |", "|---|---|---|"]
+    for kernel, window, path in (("laplacian", 0, "streamed key blocks"), ("epanechnikov", 0, "streamed key blocks"),
+                                 ("softmax", 64, "banded key view")):
+        out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, kernel, str(L), str(d), str(window)],
+                             capture_output=True, text=True, check=True).stdout
+        name = f"{kernel}" + (f", window={window}" if window else "")
+        rows.append(f"| {name} | {path} | {float(out.strip().splitlines()[-1]):.0f} MiB |")
+    return "\n".join(rows)
+
+
+def _gpu_table():
+    """bfloat16 on CUDA, every kernel, forward and forward+backward, time and peak memory vs SDPA."""
+    if not torch.cuda.is_available():
+        return ("GPU table: skipped, no CUDA device in this run (the table times every kernel in bfloat16, "
+                "forward and forward+backward, at B=4 H=8 L=4096 d=64 and B=1 H=8 L=16384, next to SDPA).")
+    rows = ["| shape | kernel | fwd | fwd vs SDPA | fwd+bwd | fwd+bwd vs SDPA | peak memory | memory vs SDPA |",
+            "|---|---|---|---|---|---|---|---|"]
+    for B, H, L, d in ((4, 8, 4096, 64), (1, 8, 16384, 64)):
+        q, k, v = _qkv(B, H, L, d, "cuda", torch.bfloat16, grad=True)
+        cases = [("SDPA", lambda: F.scaled_dot_product_attention(q, k, v))]
+        cases += [(kernel, lambda kernel=kernel: kernel_attention(q, k, v, kernel)) for kernel in GPU_KERNELS]
+        if L == 16384:
+            cases.append(("softmax, window=256", lambda: kernel_attention(q, k, v, window=256)))
+        base = None
+        for name, f in cases:
+            fwd_bwd = lambda f=f: f().sum().backward()
+            (t_fwd, t_both), _ = interleaved([lambda f=f: _synced(f), lambda: _synced(fwd_bwd)], 10, warmup=True)
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            fwd_bwd()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - before
+            base = base or (t_fwd, t_both, peak)
+            rows.append(f"| B={B} H={H} L={L} | {name} | {t_fwd * 1e3:.2f} ms | {t_fwd / base[0]:.2f}x | "
+                        f"{t_both * 1e3:.2f} ms | {t_both / base[1]:.2f}x | {peak / 2 ** 20:.0f} MiB | "
+                        f"{peak / base[2]:.2f}x |")
+    return f"GPU ({torch.cuda.get_device_name()}), bfloat16, medians of 10 interleaved repeats.\n\n" + "\n".join(rows)
+
+
+def _synced(f):
+    out = f()
+    torch.cuda.synchronize()
+    return out
 
 
 def _lm_section(figure):
@@ -113,9 +203,21 @@ def _lm_section(figure):
 
 
 def run(quick=False):
-    B, H, L, d = (4, 8, 256, 64) if quick else (4, 8, 1024, 64)
-    text = _attention_table(B, H, L, d, repeat=3 if quick else 9)
+    # one thread: on the shared 2-core machine (load ~10), two threads per op mostly wait on each
+    # other, which penalises many small ops (the streamed paths) far more than SDPA's single call
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(quick)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(quick):
+    parts = [_cpu_ratio_table(*((2, 4, 256, 64) if quick else (4, 8, 1024, 64)), repeat=3 if quick else 7),
+             _window_row(2048 if quick else 16384, 32, 3 if quick else 5),
+             _memory_rows(2048 if quick else 16384, 32), _gpu_table()]
     if not quick:
-        text += "\n\n" + _lm_section(HERE / "lm_curves.png")
-    return text + ("\n\nThe machine is shared with other jobs: timings are indicative; the ratios come from "
-                   "interleaved runs in one process.")
+        parts.append(_lm_section(HERE / "lm_curves.png"))
+    return "\n\n".join(parts) + ("\n\nThe 2-core machine is shared with other jobs (load ~10 while this ran): timings "
+                                  "are indicative; every ratio comes from runs interleaved in one process.")
