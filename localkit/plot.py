@@ -182,10 +182,11 @@ def mean_shift_trajectories(model, X, seeds=None, *, max_iter: int = 300, ax=Non
     path = np.stack(fixed_point.history)  # (steps, seeds, 2)
     if ax is None:
         _, ax = _pyplot().subplots(figsize=(5, 4.6))
-    ax.scatter(X[:, 0], X[:, 1], s=3, c=model.labels_, cmap="Pastel1", alpha=0.6)
+    # one fixed colour per label (tab10 indexed, not stretched over the labels present)
+    ax.scatter(X[:, 0], X[:, 1], s=3, c=model.labels_ % 10, cmap="tab10", vmin=0, vmax=9, alpha=0.35)
     for k in range(len(seeds)):
         ax.plot(path[:, k, 0], path[:, k, 1], "-", lw=0.8, color="0.25")
-    ax.plot(seeds[:, 0], seeds[:, 1], "o", ms=3, color="tab:blue", label="seeds")
+    ax.plot(seeds[:, 0], seeds[:, 1], "o", ms=3, color="k", label="seeds")
     ax.plot(*model.cluster_centers_.T, "r*", ms=14, label="modes")
     ax.set_title(f"{model.kernel_.profile.name} mean shift (h={model.bandwidth_:.2f}): "
                  f"{len(model.cluster_centers_)} modes")
