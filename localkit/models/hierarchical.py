@@ -11,6 +11,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import PROFILE_CONSTRAINT, positive
+from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
 from ..engine.reconstruction import chained_query_gradient, chained_reconstruction_gradient
 from .denoise import FLOATS, LazyAutoencoder, encoder_bandwidth, refine_codes
@@ -67,6 +68,9 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
     max_iter : int, default=200
         L-BFGS iterations of each greedy level and of the end-to-end refinement, and refinement
         steps per code in ``transform``.
+    verbose : None, bool or int, default=None
+        Progress bars of the L-BFGS iterations on stderr, as in ``LazyAutoencoder``: True shows
+        them, False never, None on a terminal for fits longer than 2 s.
 
     Attributes
     ----------
@@ -92,15 +96,17 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
     ((2, 1), (2, 4))
     """
 
-    def __init__(self, n_components=(16, 2), kernel="gaussian", max_iter=200):
+    def __init__(self, n_components=(16, 2), kernel="gaussian", max_iter=200, verbose=None):
         self.n_components = n_components
         self.kernel = kernel
         self.max_iter = max_iter
+        self.verbose = verbose
 
     _parameter_constraints: dict = {
         "n_components": [numbers.Integral, "array-like"],  # the levels' sizes: checked in fit (check_n_components)
         "kernel": PROFILE_CONSTRAINT,
         "max_iter": positive(numbers.Integral),
+        "verbose": ["verbose", None],
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -110,7 +116,8 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
         dims = check_n_components(self.n_components, X.shape[1])
         codes, level = [], None
         for q in dims:  # greedy: each level a lazy autoencoder of the codes below it
-            level = LazyAutoencoder(q, kernel=self.kernel, max_iter=self.max_iter).fit(codes[-1] if codes else X)
+            level = LazyAutoencoder(q, kernel=self.kernel, max_iter=self.max_iter,
+                                    verbose=self.verbose).fit(codes[-1] if codes else X)
             codes.append(level.embedding_)
         self.kernel_ = level.kernel_
         Xd = X.astype(np.float64)
@@ -137,7 +144,11 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
             return error, np.concatenate([g.ravel() for g in grads])
 
         start = np.concatenate([z.astype(np.float64).ravel() for z in codes])
-        res = minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter})
+        bar, callback = optimizer_progress("hierarchical autoencoder, end to end", self.max_iter, self.verbose)
+        with bar:
+            res = minimize(objective, start, jac=True, method="L-BFGS-B", callback=callback,
+                           options={"maxiter": self.max_iter})
+        warn_optimizer(res, "HierarchicalAutoencoder (end to end)", self.max_iter)
         self.reconstruction_error_, self.n_iter_ = float(res.fun), int(res.nit)
         return unpack(res.x), objective(start)[0]
 
