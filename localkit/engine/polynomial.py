@@ -99,15 +99,6 @@ def monomial_exponents(n_features, degree):
     return np.array(rows, dtype=np.intp).reshape(len(rows), n_features)
 
 
-def design(Z, exponents):
-    """Monomials ``psi(Z)`` of shape ``Z.shape[:-1] + (P,)``."""
-    out = np.ones(Z.shape[:-1] + (len(exponents),), dtype=Z.dtype)
-    for k in range(Z.shape[-1]):
-        powers = Z[..., k, None] ** np.arange(exponents[:, k].max() + 1, dtype=Z.dtype)
-        out *= powers[..., exponents[:, k]]
-    return out
-
-
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
@@ -119,8 +110,8 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
     bandwidth factor (sample-point adaptive kernel, dense path); ``slopes=True`` also returns the
     fitted gradient; ``balls`` are the squared radii of an earlier fit at the same queries (only
-    the weights changed, as in robustness iterations: the search is skipped). The computation runs in the samples' float type (float32 kept). Returns
-    :class:`LocalPolynomialFit`.
+    the weights changed, as in robustness iterations: the search is skipped). The computation
+    runs in the samples' float type (float32 kept). Returns :class:`LocalPolynomialFit`.
     """
     samples = check_points(samples, "samples")
     dtype = samples.dtype
@@ -163,9 +154,8 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
         beta[none] = 0.0
         beta[none, 0] = Y[nearest[none]]
         values[rows], singular[rows], empty[rows] = beta[:, 0], bad & ~none, none
-        if slopes:
+        if slopes:  # zero where the fit fell back to the local mean
             grad[rows] = beta[:, 1:d + 1] / scale
-            grad[rows][bad] = 0.0
 
     map_blocks(run, n_q, bq, workers)
     return LocalPolynomialFit(values, singular, empty, grad, found)
@@ -225,8 +215,10 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                 lo = _window_starts(x, q, k)
                 S, T = _window_accumulate(x, Ys, ws, lo, q, k, E.shape[0] - 1, a, p)
                 radius = np.maximum(q - x[lo], x[lo + k - 1] - q)
-                pos = lo[:, None] + np.arange(k)
-                near = order[pos[np.arange(len(q)), np.abs(x[pos] - q[:, None]).argmin(axis=1)]]
+                near = np.zeros(len(q), dtype=np.intp)
+                for i in np.flatnonzero(~(S[:, 0] > 0)):  # only queries without weight need it
+                    pos = lo[i] + np.arange(k)
+                    near[i] = order[pos[np.abs(x[pos] - q[i]).argmin()]]
                 return S[:, E[:, 0, None] + E[None, :, 0]], T, S[:, 0], _per_query(radius), near
             return window_block, 16 * k, None
 
