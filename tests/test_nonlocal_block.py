@@ -123,3 +123,22 @@ def test_bad_inputs():
         block(torch.ones(1, 4, 5, 5, dtype=torch.long))
     with pytest.raises(TypeError, match="Tensor"):
         block([[0.0]])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu_and_stays_far_below_one_dense_map():
+    torch.manual_seed(0)
+    block = _perturbed(NonLocalBlock(16, dim=2, inter_channels=8, bn_layer=False))
+    x = torch.randn(1, 16, 128, 128)
+    with torch.no_grad():
+        expected = block(x)
+        gpu = block.cuda()
+        xc = x.cuda()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = gpu(xc)
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+    assert peak < 64  # MiB; one dense float32 map of 16,384^2 weights is 1,024 MiB
