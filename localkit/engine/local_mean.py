@@ -11,6 +11,7 @@ constant ``n h^d c_d``, a kernel density estimate.
 from __future__ import annotations
 
 from .bound import BoundKernel, make_kernel
+from .namespace import foreign_namespace, xp_local_sums
 from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
 from .results import LocalSums
 
@@ -113,6 +114,12 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
                                sample_scale=sample_scale)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
                             memory_budget=memory_budget, n_jobs=n_jobs)
+    xp = foreign_namespace(queries, samples, values, sample_weight)
+    if xp is not None:  # torch / CuPy arrays under array-API dispatch: computed on their device
+        if query_scale is not None or sample_scale is not None:
+            raise ValueError("query_scale and sample_scale are not available for array-API inputs; pass NumPy arrays")
+        return xp_local_sums(xp, queries, samples, values, make_kernel(kernel, bandwidth, n_neighbors, metric),
+                             exclude_self=exclude_self, sample_weight=sample_weight, options=options)
     bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric), samples,
                         sample_weight=sample_weight, sample_scale=sample_scale, options=options)
     return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)

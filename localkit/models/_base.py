@@ -3,15 +3,25 @@ options (empty-neighbourhood policy, algorithm, threads)."""
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils._array_api import get_namespace
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
 from .._validation import check_n_neighbors
 from ..engine import local_sums
+from ..engine.distributed import is_dask_collection
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
+from ._dask import dask_queries
 
 FLOATS = [np.float64, np.float32]
+
+
+def float_dtypes(*arrays):
+    """``[float64, float32]`` of the arrays' namespace: NumPy's, or (under scikit-learn's
+    ``array_api_dispatch``) PyTorch's or CuPy's, so that tensors stay on their device."""
+    xp, _ = get_namespace(*arrays)
+    return [xp.float64, xp.float32]
 
 
 def check_sample_weight(sample_weight, X):
@@ -78,8 +88,10 @@ class LocalKernelMixin:
                           sample_weight=getattr(self, "sample_weight_", None))
 
     def _validate_queries(self, X):
+        if is_dask_collection(X):
+            return dask_queries(self, X)
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=FLOATS)
+        return validate_data(self, X, reset=False, dtype=float_dtypes(X))
 
 
 class LocalMeanParams(LocalKernelMixin):

@@ -1,12 +1,14 @@
 """Kernel classification: class probabilities are the local mean of one-hot labels."""
 from __future__ import annotations
 
-import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils._array_api import device, get_namespace
 from sklearn.utils.validation import validate_data
 
-from ._base import FLOATS, LocalMeanParams, check_sample_weight
+from ..engine.distributed import is_dask_collection
+from ._base import LocalMeanParams, check_sample_weight, float_dtypes
+from ._dask import fit_local_mean, labels_of
 
 
 class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
@@ -47,14 +49,17 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         :meth:`localkit.LocalMeanRegressor.fit`). Classes of zero-weight samples stay in
         ``classes_`` with probability 0.
         """
-        X, y = validate_data(self, X, y, dtype=FLOATS)
+        if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
+            return fit_local_mean(self, X, y, sample_weight, classify=True)
+        X, y = validate_data(self, X, y, dtype=float_dtypes(X))
         check_classification_targets(y)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
-        self.classes_, codes = np.unique(y, return_inverse=True)
+        xp, _ = get_namespace(X)
+        self.classes_, codes = xp.unique_inverse(y)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y)
         self.X_fit_ = X
-        self.onehot_ = np.eye(len(self.classes_), dtype=X.dtype)[codes]
+        self.onehot_ = xp.take(xp.eye(self.classes_.shape[0], dtype=X.dtype, device=device(X)), codes, axis=0)
         return self
 
     def predict_proba(self, X):
@@ -65,4 +70,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     def predict(self, X):
         """The most probable class at each row of ``X``."""
         proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+        if is_dask_collection(proba):
+            return labels_of(self.classes_, proba)
+        xp, _ = get_namespace(proba)
+        return xp.take(self.classes_, xp.argmax(proba, axis=1), axis=0)

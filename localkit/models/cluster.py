@@ -14,7 +14,9 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from sklearn import config_context
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.utils._array_api import _convert_to_numpy, device
 from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -22,11 +24,14 @@ from .._params import PROFILE_CONSTRAINT, non_negative, positive
 from .._progress import warn_max_iter
 from .._validation import check_points
 from ..engine import BoundKernel, EngineOptions, local_sums
+from ..engine.namespace import foreign_namespace
 from ..engine.planner import compiled_applies
 from ..engine.iteration import iterate, row_norm_change
 from ..engine.neighbors import kneighbors, make_index
 from ..kernels import Kernel
+from ..engine.distributed import is_dask_collection
 from ._base import FLOATS, check_sample_weight
+from ._dask import fit_mean_shift, map_queries
 
 
 def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
@@ -203,6 +208,16 @@ class MeanShift(ClusterMixin, BaseEstimator):
         default to the points of positive weight; with ``bin_seeding`` a cell's count is the total
         weight of its points, so ``min_bin_freq > 1`` needs integer weights.
         """
+        if is_dask_collection(X, sample_weight):  # the points stay on the cluster
+            return fit_mean_shift(self, X, sample_weight)
+        xp = foreign_namespace(X, sample_weight)
+        if xp is not None:  # tensors under array-API dispatch: fitted on the host, returned on X's device
+            with config_context(array_api_dispatch=False):
+                self.fit(_convert_to_numpy(X, xp), None,
+                         None if sample_weight is None else _convert_to_numpy(xp.asarray(sample_weight), xp))
+            self.cluster_centers_ = xp.asarray(self.cluster_centers_, device=device(X))
+            self.labels_ = xp.asarray(self.labels_, device=device(X))
+            return self
         X = validate_data(self, X, dtype=FLOATS)
         self._check_params()
         data = X.astype(np.float64)
@@ -252,8 +267,14 @@ class MeanShift(ClusterMixin, BaseEstimator):
                              "points; got non-integer weights")
         return np.repeat(data, sample_weight.astype(np.intp), axis=0)
 
+    @map_queries
     def predict(self, X):
         """The index of the nearest cluster centre for each row of ``X``."""
         check_is_fitted(self)
+        xp = foreign_namespace(X, self.cluster_centers_)
+        if xp is not None:
+            with config_context(array_api_dispatch=False):
+                labels = self.predict(_convert_to_numpy(xp.asarray(X), xp))
+            return xp.asarray(labels, device=device(self.cluster_centers_))
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        return kneighbors(make_index(self.cluster_centers_, "euclidean"), X, 1)[1][:, 0]
+        return kneighbors(make_index(np.asarray(self.cluster_centers_), "euclidean"), X, 1)[1][:, 0]

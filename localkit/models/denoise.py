@@ -24,8 +24,9 @@ from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
 from ..engine.reconstruction import check_smooth_kernel, reconstruction_gradient
 from ..kernels import Kernel
+from ._base import FLOATS, float_dtypes
+from ._dask import map_queries
 
-FLOATS = [np.float64, np.float32]
 
 
 class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -86,15 +87,16 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Store the clean samples (the prior). Returns ``self``."""
-        X = validate_data(self, X, dtype=FLOATS)
+        X = validate_data(self, X, dtype=float_dtypes(X))  # tensors stay on their device
         self.kernel_ = Kernel(self.kernel, bandwidth=float(self.noise_std))
         self.X_fit_ = X
         return self
 
+    @map_queries
     def transform(self, X):
         """The denoised samples: ``n_iter`` local means of the clean samples, from ``X``."""
         check_is_fitted(self)
-        Y = validate_data(self, X, reset=False, dtype=FLOATS)
+        Y = validate_data(self, X, reset=False, dtype=float_dtypes(X))
         for _ in range(self.n_iter):
             Y = local_mean(Y, self.X_fit_, self.X_fit_, self.kernel_, n_jobs=self.n_jobs)
         return Y
@@ -246,6 +248,7 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         best = int(np.argmin(errors))
         return factors[best] * scores, errors[best]
 
+    @map_queries
     def transform(self, X):
         """Codes of ``X``: the local mean of training codes in data space, refined point by point."""
         check_is_fitted(self)

@@ -1,6 +1,8 @@
 """Kernel density: the local mean's normaliser, made a density."""
 from __future__ import annotations
 
+import math
+
 from numbers import Integral
 
 import numpy as np
@@ -14,6 +16,7 @@ from .._params import (ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, KERNEL_CONSTR
                        PROFILE_CONSTRAINT, positive)
 from .._validation import check_points, check_positive
 from ..engine import local_sums, make_kernel
+from ..engine.namespace import foreign_namespace, xp_bandwidth
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
@@ -99,6 +102,15 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
             raise ValueError("sample_weight is not supported with dask arrays; compute them first")
         return dask_kernel_density(queries, samples, kern, log=log, algorithm=algorithm, block_size=block_size,
                                    memory_budget=memory_budget, n_jobs=n_jobs)
+    xp = foreign_namespace(queries, samples, sample_weight)
+    if xp is not None:  # torch / CuPy under array-API dispatch: on their device, returned alike
+        samples = xp.reshape(samples, (samples.shape[0], -1))
+        log_h = sum(math.log(v) for v in np.atleast_1d(xp_bandwidth(xp, kern, samples)))
+        out = local_sums(queries, samples, None, kern, empty="nearest", block_size=block_size,
+                         memory_budget=memory_budget, sample_weight=sample_weight)
+        total = samples.shape[0] if sample_weight is None else float(xp.sum(xp.asarray(sample_weight)))
+        log_p = out.log_weight_sum - (math.log(total) + log_h + kern.profile.log_normalizer(samples.shape[1]))
+        return log_p if log else xp.exp(log_p)
     samples = check_points(samples, "samples")
     queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
     n, d = samples.shape

@@ -1,11 +1,15 @@
 """Nadaraya–Watson regression: the local mean of the targets."""
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._array_api import get_namespace
 from sklearn.utils.validation import validate_data
 
 from .._validation import check_regression_target
-from ._base import FLOATS, LocalMeanParams, check_sample_weight
+from ..engine.distributed import is_dask_collection
+from ._base import LocalMeanParams, check_sample_weight, float_dtypes
+from ._dask import fit_local_mean
 
 
 class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
@@ -71,8 +75,12 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         zero weights drop them). Bandwidth rules ("scott", "silverman", "cv") and the
         ``n_neighbors`` / ``sample_neighbors`` distances are taken on the samples unweighted.
         """
-        X, y = validate_data(self, X, y, dtype=FLOATS, multi_output=True, y_numeric=True)
-        y = check_regression_target(y, X.dtype)
+        if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
+            return fit_local_mean(self, X, y, sample_weight, classify=False)
+        X, y = validate_data(self, X, y, dtype=float_dtypes(X), multi_output=True, y_numeric=True)
+        xp, _ = get_namespace(X)
+        # targets as finite floats of X's dtype (a tensor's finiteness was checked by validate_data)
+        y = check_regression_target(y, X.dtype) if isinstance(X, np.ndarray) else xp.astype(y, X.dtype)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y)

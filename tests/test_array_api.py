@@ -1,0 +1,103 @@
+"""Array-API dispatch: PyTorch tensors in, computed on their device, the same type out."""
+import numpy as np
+import pytest
+import sklearn
+import torch
+from sklearn.datasets import load_diabetes, load_iris
+
+from localkit import (LocalMeanClassifier, LocalMeanDenoiser, LocalMeanRegressor, MeanShift, kernel_density,
+                      local_mean, local_sums)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture
+def dispatch(monkeypatch):
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # scikit-learn requires it for array-API dispatch
+    with sklearn.config_context(array_api_dispatch=True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return X, y
+
+
+def same(tensor, ref, device, atol):
+    assert isinstance(tensor, torch.Tensor) and tensor.device.type == device
+    np.testing.assert_allclose(tensor.cpu().numpy(), ref, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.1), ("laplacian", 0.05),
+                                     ("uniform", 0.03), ("softmax", 0.01), ("cauchy", 0.05)])
+def test_local_sums_on_tensors_equal_numpy(dispatch, diabetes, device, name, h):
+    X, y = diabetes
+    Xt, yt = torch.tensor(X, device=device), torch.tensor(y, device=device)
+    out = local_sums(Xt[:80], Xt, yt, name, h)
+    ref = local_sums(X[:80], X, y, name, h)
+    same(out.mean, ref.mean, device, 1e-9)
+    same(out.log_weight_sum, ref.log_weight_sum, device, 1e-11)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_leave_one_out_weights_float32_and_empty_neighbourhoods(dispatch, diabetes, device):
+    X, y = diabetes
+    Xt, yt = torch.tensor(X, device=device), torch.tensor(y, device=device)
+    same(local_mean(None, Xt, yt, "gaussian", 0.05, exclude_self=True),
+         local_mean(None, X, y, "gaussian", 0.05, exclude_self=True), device, 1e-9)
+    w = np.random.default_rng(0).integers(0, 3, len(X))  # zeros: empty neighbourhoods fall back
+    same(local_mean(Xt[:60], Xt, yt, "tricube", 0.08, sample_weight=torch.tensor(w, device=device)),
+         local_mean(X[:60], X, y, "tricube", 0.08, sample_weight=w), device, 1e-9)
+    got = local_mean(Xt.float()[:60], Xt.float(), yt.float(), "gaussian", 0.05)
+    assert got.dtype == torch.float32
+    ref = local_mean(X[:60], X, y, "gaussian", 0.05)
+    np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=1e-4)
+
+
+def test_far_from_the_origin_in_float32_on_tensors(dispatch):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-50, 50, 2000)
+    q = rng.uniform(-50, 50, 300)
+    ref = local_mean(q[:, None], x[:, None], np.sin(x), "gaussian", 0.02)
+    got = local_mean(torch.tensor(q, dtype=torch.float32)[:, None], torch.tensor(x, dtype=torch.float32)[:, None],
+                     torch.tensor(np.sin(x), dtype=torch.float32), "gaussian", 0.02)
+    np.testing.assert_allclose(got.numpy(), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_estimators_keep_tensors_on_their_device(dispatch, diabetes, device):
+    X, y = diabetes
+    T = lambda a: torch.tensor(a, device=device)  # noqa: E731
+    same(LocalMeanRegressor(bandwidth=0.05).fit(T(X), T(y)).predict(T(X[:30])),
+         LocalMeanRegressor(bandwidth=0.05).fit(X, y).predict(X[:30]), device, 1e-9)
+    same(kernel_density(T(X[:20, :2]), T(X[:, :2]), bandwidth="scott"),
+         kernel_density(X[:20, :2], X[:, :2], bandwidth="scott"), device, 1e-12)
+    Xi, yi = load_iris(return_X_y=True)
+    clf, ref = LocalMeanClassifier(bandwidth=0.5).fit(T(Xi), T(yi)), LocalMeanClassifier(bandwidth=0.5).fit(Xi, yi)
+    same(clf.predict_proba(T(Xi[::7])), ref.predict_proba(Xi[::7]), device, 1e-12)
+    same(clf.predict(T(Xi[::7])), ref.predict(Xi[::7]), device, 0)
+    ms, ms_ref = MeanShift(bandwidth=1.0).fit(T(Xi)), MeanShift(bandwidth=1.0).fit(Xi)
+    same(ms.cluster_centers_, ms_ref.cluster_centers_, device, 1e-12)
+    same(ms.labels_, ms_ref.labels_, device, 0)
+    same(ms.predict(T(Xi[:5])), ms_ref.predict(Xi[:5]), device, 0)
+    den, den_ref = LocalMeanDenoiser(noise_std=0.5).fit(T(Xi)), LocalMeanDenoiser(noise_std=0.5).fit(Xi)
+    same(den.transform(T(Xi[:10])), den_ref.transform(Xi[:10]), device, 1e-12)
+
+
+def test_without_dispatch_numpy_stays_the_engine(diabetes):
+    X, y = diabetes
+    assert isinstance(local_mean(X[:3], X, y, bandwidth=0.1), np.ndarray)
+
+
+def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
+    X, y = diabetes
+    Xt, yt = torch.tensor(X), torch.tensor(y)
+    with pytest.raises(ValueError, match="n_neighbors.*array-API"):
+        local_mean(Xt[:3], Xt, yt, "uniform", n_neighbors=5)
+    with pytest.raises(ValueError, match="queries has 3 features"):
+        local_mean(Xt[:3, :3], Xt, yt)
+    with pytest.raises(ValueError, match="samples contains NaN"):
+        local_mean(Xt[:3], Xt * float("nan"), yt)
