@@ -28,6 +28,7 @@ Nothing here imports dask at module level: ``import localkit`` never imports it.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from contextlib import contextmanager
@@ -37,7 +38,8 @@ import numpy as np
 
 from .._validation import FLOAT_DTYPES, check_choice
 from ..kernels import Kernel
-from .local_mean import ALGORITHMS, EMPTY_POLICIES, LocalSums, _apply_empty_policy, local_sums, make_kernel
+from ..kernels.bandwidth import RULES, resolve_bandwidth, rule_factor
+from .local_mean import ALGORITHMS, EMPTY_POLICIES, LocalSums, local_sums, make_kernel
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
 from .stream import augment
@@ -74,9 +76,10 @@ def _check_nonnegative(block, param):
     return block
 
 
-def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, rows=None):
-    """``x`` as a dask float array (float32 kept, anything else float64), shape checked now and
-    finiteness checked lazily in every chunk; ``rows`` re-chunks axis 0, columns form one chunk."""
+def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
+    """``x`` as a dask float array (float32 kept, anything else float64), shape checked now
+    (``n_rows`` rows, if given) and finiteness checked lazily in every chunk; ``rows`` re-chunks
+    axis 0, columns form one chunk."""
     da = _require_dask()
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
@@ -91,6 +94,8 @@ def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, rows=None):
         raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() first")
     if x.size == 0:
         raise ValueError(f"{name} is empty (shape {x.shape}); at least one value is needed")
+    if n_rows is not None and x.shape[0] != n_rows:
+        raise ValueError(f"{name} has {x.shape[0]} rows, but {n_rows} are needed (one per point)")
     dtype = dtype or (x.dtype if x.dtype in FLOAT_DTYPES else np.float64)
     x = x.astype(dtype).rechunk((rows or x.chunks[0],) + (-1,) * (x.ndim - 1))
     return x.map_blocks(partial(_check_finite, param=name), dtype=dtype)
@@ -106,20 +111,20 @@ def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
     return x
 
 
-class _Spread:
-    """Stands in for dask samples in :func:`localkit.kernels.bandwidth.resolve_bandwidth`: their
-    shape, and their standard deviations from one dask reduction (computed only if a rule asks)."""
-
-    def __init__(self, samples):
-        self.shape, self._samples = samples.shape, samples
-
-    def std(self, axis, ddof):
-        return np.asarray(self._samples.std(axis=axis, ddof=ddof).compute())
-
-
-def resolve_bandwidth(kernel, samples):
-    """``kernel``'s bandwidth resolved on dask ``samples`` (rules by a dask reduction)."""
-    return kernel.resolve_bandwidth(_Spread(samples))
+def dask_bandwidth(bandwidth, samples, name="bandwidth"):
+    """A bandwidth resolved on dask ``samples``: a rule ("scott", "silverman") from the standard
+    deviations (ddof=1) of one dask reduction (per-chunk moments merged, one pass over the data);
+    numbers and per-feature arrays checked as in memory (only the shape is read)."""
+    if not (isinstance(bandwidth, str) and bandwidth in RULES):
+        return resolve_bandwidth(bandwidth, np.broadcast_to(np.float64(0), samples.shape), name)
+    n, d = samples.shape
+    if n < 2:
+        raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
+    h = rule_factor(bandwidth, n, d) * np.asarray(samples.std(axis=0, ddof=1).compute())
+    if not np.all(np.isfinite(h) & (h > 0)):
+        raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples (a feature "
+                         "without spread?); give the bandwidth explicitly")
+    return float(h[0]) if d == 1 else h
 
 
 # -- per-task settings ----------------------------------------------------------------------------
@@ -128,15 +133,22 @@ def _native_threads(n):
     """One task uses ``n`` native threads (BLAS, OpenMP, numba): a worker runs
     ``threads_per_worker`` tasks at once, so its cores are not oversubscribed."""
     import numba
-    from threadpoolctl import threadpool_limits
 
     before = numba.get_num_threads()
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        with threadpool_limits(limits=n):
+        with _threadpools().limit(limits=n):
             yield
     finally:
         numba.set_num_threads(before)
+
+
+@functools.lru_cache(maxsize=1)
+def _threadpools():
+    """The process's native thread pools, found once (a fresh scan costs ~6 ms per task)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def _offsets(chunks):
@@ -198,13 +210,18 @@ def _merge_states(x, p):
     return out
 
 
-def _finish_states(x, *, p, empty, kernel):
+def _finish_states(x, *, p, empty):
     """``[mean, log weight sum]`` from merged states, the empty-neighbourhood policy applied."""
     mean, ls = x[:, :p].copy(), x[:, p]
     rows = ~(ls > -np.inf)
     if rows.any():
-        if empty != "nearest":  # "raise" and "nan" as in memory (a "nan" warning stays on the worker)
-            mean = _apply_empty_policy(empty, rows, mean, None, None, None, kernel, False)
+        if empty == "raise":
+            raise ValueError(f"{rows.sum()} queries have an empty neighbourhood (no sample inside the kernel's "
+                             "support); widen the bandwidth, or pass empty='nearest' or 'nan'")
+        if empty == "nan":  # the warning is raised where the chunk is computed (a worker, on a cluster)
+            warnings.warn(f"{rows.sum()} queries have an empty neighbourhood; their local means are NaN",
+                          RuntimeWarning, stacklevel=2)
+            mean[rows] = np.nan
         elif np.isinf(x[rows, p + 1]).any():
             raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
         else:
@@ -316,9 +333,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
     p, squeeze, V = 0, False, None
     if values is not None:
-        V = as_dask_array(values, "values", rows=rows)
-        if V.shape[0] != n_s:
-            raise ValueError(f"values has {V.shape[0]} rows but samples has {n_s}; they must match")
+        V = as_dask_array(values, "values", n_rows=n_s, rows=rows)
         squeeze = V.ndim == 1
         V = V.reshape(n_s, -1).astype(np.result_type(dtype, V.dtype))
         p = V.shape[1]
@@ -335,7 +350,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
     if s_scale is not None and k is not None and kern.compact:
         raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
-    h = resolve_bandwidth(kern, S)
+    h = dask_bandwidth(kern.bandwidth, S)
     bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric)  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
@@ -352,7 +367,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
                     options=dict(algorithm=algorithm, block_size=block_size, memory_budget=memory_budget))
     merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale],
                      out_dtype, split_every)
-    final = merged.map_blocks(partial(_finish_states, p=p, empty=empty, kernel=bound),
+    final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
                               chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
     return _result(final, p, values is None, squeeze, dtype, out_dtype)
 
@@ -361,10 +376,8 @@ def _per_point(x, name, n, rows):
     """An optional per-point array (weights, scales): 1-D, ``n`` long, finite, ``>= 0``."""
     if x is None:
         return None
-    x = as_dask_array(x, name, ndim=(1,))
-    if x.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {x.shape}")
-    return x.rechunk((rows,)).map_blocks(partial(_check_nonnegative, param=name), dtype=x.dtype)
+    x = as_dask_array(x, name, ndim=(1,), n_rows=n, rows=rows)
+    return x.map_blocks(partial(_check_nonnegative, param=name), dtype=x.dtype)
 
 
 def _result(final, p, no_values, squeeze, dtype, out_dtype):
@@ -381,7 +394,7 @@ def dask_kernel_density(queries, samples, kern, *, log=False, **options):
     lazily (``kern`` a validated fixed-bandwidth :class:`~localkit.Kernel`)."""
     S = as_dask_points(samples, "samples")
     n, d = S.shape
-    h = np.broadcast_to(resolve_bandwidth(kern, S), (d,))
+    h = np.broadcast_to(dask_bandwidth(kern.bandwidth, S), (d,))
     out = dask_local_sums(queries, S, None, Kernel(kern.name_, bandwidth=h), empty="nearest", **options)
     log_p = out.log_weight_sum - np.log(n) - np.sum(np.log(h)) - kern.profile.log_normalizer(d)
     return log_p if log else np.exp(log_p)
