@@ -17,6 +17,7 @@ from .._progress import optimizer_progress, warn_optimizer
 from .._validation import check_regression_target
 from ..engine import local_mean
 from ..engine.weights import KernelWeights
+from ._dask import map_queries
 from .regression import LocalMeanRegressor
 
 #: the objective holds dense (n, n) matrices: about 4 * 8 * n^2 bytes (0.8 GB at n = 5000)
@@ -140,22 +141,33 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
         X, y = validate_data(self, X, y, dtype=[np.float64], y_numeric=True)
         y = check_regression_target(y, np.float64)
         r = self._check_params(*X.shape)
-        var = float(np.var(y))
+        if np.all(X == X[0]):
+            raise ValueError("X: all samples coincide; there is no metric to learn")
+        # the objective (leave-one-out error / var y) and the bandwidth search do not change when y
+        # is scaled, so they run on y / max|y|: squared errors stay finite for targets up to the
+        # float range (at 1e300 they overflowed into NaN inside the bandwidth search)
+        t = y / (float(np.max(np.abs(y))) or 1.0)
+        var = float(np.var(t))
         if not var > 0:
             raise ValueError("y is constant; there is no metric to learn")
-        h = LocalMeanRegressor(bandwidth="cv").fit(X, y).bandwidth_
+        h = LocalMeanRegressor(bandwidth="cv").fit(X, t).bandwidth_
         if self.form == "diagonal":
             A0 = np.full(X.shape[1], 1.0 / h)
         else:
             Xc = X - X.mean(axis=0)
             A0 = np.linalg.svd(Xc, full_matrices=False)[2][:r] / h if r < X.shape[1] else np.eye(r) / h
         Xc = X - X.mean(axis=0)
+        # data near the ends of the float range (|x| ~ 1e299 overflows the gradient's x x^T terms):
+        # learn A s on X / s, s a power of two (exact); ordinary data are left as they are
+        span = float(np.max(np.abs(Xc)))
+        s = 1.0 if 1e-100 < span < 1e100 else 2.0 ** np.round(np.log2(span))
+        Xc, A0 = Xc / s, A0 * s
         norm0 = float(np.sum(A0 * A0))
         shape = A0.shape
 
         def objective(theta):
             A = theta.reshape(shape)
-            loss, grad = loo_objective(Xc, y, A, var)
+            loss, grad = loo_objective(Xc, t, A, var)
             diff = A - A0
             return (loss + self.alpha * np.sum(diff * diff) / norm0,
                     (grad + 2 * self.alpha * diff / norm0).ravel())
@@ -168,20 +180,23 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
                            options={"maxiter": self.max_iter, "gtol": self.tol})
         warn_optimizer(res, "MetricLearningKernelRegressor", self.max_iter)
         A = res.x.reshape(shape)
+        self.loo_loss_ = loo_objective(Xc, t, A, var, gradient=False)[0]
+        A, A0 = A / s, A0 / s
         self.init_components_ = np.diag(A0) if self.form == "diagonal" else A0
         self.components_ = np.diag(A) if self.form == "diagonal" else A
-        self.loo_loss_ = loo_objective(Xc, y, A, var, gradient=False)[0]
         self.n_iter_ = int(res.nit)
         self.X_fit_, self.y_fit_ = X, y
         self._n_features_out = self.components_.shape[0]
         return self
 
+    @map_queries
     def transform(self, X):
         """The inputs in the learned metric, ``X A^T``."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64])
         return X @ self.components_.T
 
+    @map_queries
     def predict(self, X):
         """The local mean of the training targets under the learned kernel."""
         Z = self.transform(X)
@@ -193,14 +208,12 @@ def loo_objective(X, y, A, var, gradient=True):
     """``(J, dJ/dA)`` without penalty: the leave-one-out squared error over ``var`` and its gradient.
 
     ``A`` is ``(r, d)`` (full or low-rank) or ``(d,)`` (diagonal). The log-weights come from the
-    kernel module on the mapped inputs (one dense ``n x n`` block, self-weights dropped).
+    engine's bound kernel on the mapped inputs (one dense ``n x n`` block of normalised weights,
+    self-weights dropped).
     """
     diagonal = A.ndim == 1
     Z = X * A if diagonal else X @ A.T
-    L = KernelWeights(Z, "gaussian", 1.0).log_weights(Z, exclude_self=True)
-    L -= L.max(axis=1, keepdims=True)
-    W = np.exp(L)
-    W /= W.sum(axis=1, keepdims=True)
+    W = KernelWeights(Z, "gaussian", 1.0).weights(Z, exclude_self=True)
     f = W @ y
     e = f - y
     n = len(y)
