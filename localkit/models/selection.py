@@ -61,7 +61,11 @@ def select_bandwidth(estimator, X, y, grid=GRID):
         raise ValueError("bandwidth='cv' needs the targets y (leave-one-out error)")
     if len(X) < 3:
         raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
-    s = float(np.sqrt(np.sum(np.var(X, axis=0))))
+    # the spread sqrt(sum_k var X_k), computed on X / m so that it neither underflows (data near
+    # 1e-301) nor overflows (near 1e299): the grid below then follows the data at any scale
+    Xc = X - X.mean(axis=0)
+    m = float(np.max(np.abs(Xc)))
+    s = m * float(np.sqrt(np.sum(np.var(Xc / m, axis=0)))) if m > 0 else 0.0
     if not s > 0:
         raise ValueError("bandwidth='cv': all samples coincide, so no bandwidth can be selected")
     tried = {}
