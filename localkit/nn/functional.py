@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
+from ._flex import flex_available, flex_kernel_attention
 from ._profiles import LOG_PROFILES
 from ._streaming import StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan, streamed_local_linear
 
@@ -301,8 +302,10 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     -----
     Paths: the softmax and the Gaussian (a softmax of ``<q, k> / h^2`` plus the key bias
     ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask) run through PyTorch's fused
-    ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built; every other
-    case streams over key blocks (:mod:`localkit.nn._streaming`): memory ``O(L x block)`` in
+    ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
+    case runs, on CUDA, through FlexAttention (:mod:`localkit.nn._flex`, compiled once) unless
+    the mask is more than a key-padding mask, and otherwise streams over key blocks
+    (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
     forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. Only
     ``top_k``, ``dropout_p > 0`` and a float mask that requires grad form the ``(L, S)`` weights.
 
@@ -327,11 +330,27 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     if _sdpa_fits(kernel, q, c, capped, mask, causal, window):
         allowed, bias = _position_terms(q, k, mask, False, None)
         return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
+    keep = _key_mask(mask) if flex_available(q) else None
+    if flex_available(q) and (mask is None or keep is not None):
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        q_, k_, v_ = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
+        c_ = _to_compute(q, k, v, c)[3]
+        return flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window, keep)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
     if window is not None and (mask is None or mask.shape[-2] == 1):  # a band around the diagonal
         return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)
     plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1])
     return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
+
+
+def _key_mask(mask):
+    """A key-padding mask ``(..., 1, S)`` as bool (True takes part), or None if ``mask`` is not one
+    (float padding masks of 0 and -inf, as nn.TransformerEncoderLayer makes them, qualify)."""
+    if mask is None or mask.shape[-2] != 1:
+        return None
+    if mask.dtype == torch.bool:
+        return mask
+    return mask == 0 if bool(torch.all((mask == 0) | torch.isneginf(mask))) else None
 
 
 def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
