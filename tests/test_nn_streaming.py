@@ -102,6 +102,17 @@ def test_forward_matches_dense_float64_reference(kernel, dtype, position):
     np.testing.assert_allclose(out.double().numpy(), ref, atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("L_q,S", [(23, 41), (41, 23)])
+@pytest.mark.parametrize("window", [5, ("biweight", 6.5)])
+def test_window_with_queries_and_keys_of_different_lengths(L_q, S, window):
+    q, k, v = qkv(torch.float32, seed=12, L=L_q, S=S)
+    keep = padding_mask(S)
+    for mask in (None, keep):
+        out = kernel_attention(q, k, v, "gaussian", bandwidth=3.0, window=window, mask=mask, causal=True)
+        ref = reference_weights(q.double(), k.double(), "gaussian", 3.0, True, window, mask) @ v.double().numpy()
+        np.testing.assert_allclose(out.numpy(), ref, atol=2e-5)
+
+
 def dense_reference(q, k, v, kernel, h, causal=False, window=None, keep=None):
     """The same local mean with autograd, dense, float64, distances from differences."""
     if kernel == "softmax":

@@ -29,14 +29,16 @@ _BLOCK_MASKS = {}
 
 
 def flex_available(q):
-    """FlexAttention fuses on CUDA; elsewhere the streamed path is the fused one."""
+    """FlexAttention fuses on CUDA when Triton can compile it; elsewhere (and as the always-correct
+    eager fallback) the streamed path is the fused one."""
     if not q.is_cuda:
         return False
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
+        from torch.utils._triton import has_triton
     except ImportError:
         return False
-    return True
+    return has_triton()
 
 
 def _flex(compiled):
