@@ -2,6 +2,7 @@
 algorithm), local linear regression in d=4 against statsmodels' KernelReg(reg_type='ll'), in one
 process, on the same data; and 2-D LOESS against R's loess (direct and interpolated surfaces,
 R through Rscript, timed inside R; skipped where R is not installed). Fits at the samples."""
+import os
 import time
 import warnings
 
@@ -99,8 +100,9 @@ def r_tables(quick=False):
         f"2-D LOESS (tricube, span in samples, `normalize=FALSE` in R), noisy sin(6x) cos(4y) on the unit "
         f"square, fitted at the n samples; medians of {repeat} runs, R and localkit alternating. R "
         "(single-threaded Fortran) is timed inside R (`loess()` + `fitted()`); localkit is `fit().predict(X)` "
-        "in wall-clock time. The machine has 2 cores and was heavily shared with other work (load ~5-10) "
-        "while this ran, so absolute times are inflated and the 2-thread column gains little.", "",
+        f"in wall-clock time. The machine has {os.cpu_count()} cores; 1-minute load average "
+        f"{os.getloadavg()[0]:.0f} when this ended (other work shares the machine: a load above the core "
+        "count inflates absolute times, and a second thread gains little).", "",
         "Exact fits, R `surface=\"direct\"` vs localkit `surface=\"direct\"` "
         "(max abs diff: between the two exact fits):", "",
         "| n | degree | span | R direct | localkit, 1 thread | localkit, 2 threads | max abs diff |",
