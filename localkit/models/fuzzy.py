@@ -36,6 +36,7 @@ from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
 from .._validation import check_array, check_regression_target
 from ..engine.prototypes import prototype_weights
+from ._dask import map_queries
 
 MEMBERSHIPS = ("gaussian",)
 #: Width floor, in units of each feature's standard deviation (singleton clusters, flat features).
@@ -91,7 +92,10 @@ class _TSKBase(BaseEstimator):
         # weighted mean (integer weights: the mean over repeated rows)
         v = np.ones((n, 1)) if w is None else (w * (n / w.sum()))[:, None]
         mu = np.average(X, axis=0, weights=w)
-        sd = np.sqrt(np.average((X - mu) ** 2, axis=0, weights=w))
+        # the spread of (X - mu) / m, times m: (X - mu)^2 itself overflows for features near 1e300
+        m = np.max(np.abs(X - mu), axis=0)
+        m[m == 0] = 1.0
+        sd = m * np.sqrt(np.average(((X - mu) / m) ** 2, axis=0, weights=w))
         sd[sd == 0] = 1.0
         Z = (X - mu) / sd
         km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(
@@ -140,11 +144,13 @@ class _TSKBase(BaseEstimator):
         return prototype_weights(X, self.centers_, self.sigmas_)[0]
 
     def _blend(self, X):
-        """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``."""
+        """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``
+        (computed in float64, returned in float32 for float32 input)."""
+        dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
         X = self._validate_queries(X)
         W = prototype_weights(X, self.centers_, self.sigmas_)[0]
         coef = np.einsum("nr,rpt->npt", W, self.coefs_.reshape(self.n_rules, -1, self._n_out))
-        return np.einsum("np,npt->nt", _inputs(X, self.order), coef)
+        return np.einsum("np,npt->nt", _inputs(X, self.order), coef).astype(dtype, copy=False)
 
 
 class _HybridObjective:
@@ -311,6 +317,7 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         model.n_features_in_, model._n_out = d, 1
         return model
 
+    @map_queries
     def predict(self, X):
         """``sum_r w_r(x) f_r(x)``."""
         return self._blend(X)[:, 0]
@@ -409,10 +416,12 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         Z = self._blend(X)
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
+    @map_queries
     def predict_proba(self, X):
         """``softmax`` of the blended logits."""
         return np.exp(log_softmax(self._blend(X), axis=1))
 
+    @map_queries
     def predict(self, X):
         codes = np.argmax(self._blend(X), axis=1)
         return self.classes_[codes]

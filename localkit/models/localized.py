@@ -16,6 +16,7 @@ from .._validation import check_regression_target
 from ..engine.blocks import resolve_n_jobs
 from ..engine.weights import KernelWeights
 from ._base import FLOATS, check_sample_weight
+from ._dask import map_queries
 
 BLOCK = 128  # queries whose weights are computed in one engine call
 
@@ -172,6 +173,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         out[np.searchsorted(self.classes_, est.classes_)] = est.predict_proba(q[None])[0]
         return out
 
+    @map_queries
     def predict(self, X):
         """The prediction of each query's local fit at the query."""
         check_is_fitted(self)
@@ -180,9 +182,11 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         return self._local(X, "predict")
 
     @available_if(_inner_has("predict_proba"))
+    @map_queries
     def predict_proba(self, X):
         """Class probabilities of each query's local fit, over the global ``classes_``."""
-        return self._local(X, "predict_proba")
+        proba = self._local(X, "predict_proba")
+        return proba.astype(np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64, copy=False)
 
     def score(self, X, y, sample_weight=None):
         """Accuracy for a classifier, R^2 for a regressor."""

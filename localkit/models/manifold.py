@@ -26,6 +26,7 @@ from ..engine import local_moments, map_blocks
 from ..engine import neighbors as nb
 from ..engine.blocks import resolve_n_jobs
 from ._base import FLOATS, LocalKernelMixin
+from ._dask import map_queries
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 #: Bytes of (neighbours x features) differences one block of Gram solves may hold.
@@ -194,14 +195,15 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         order = np.argsort(vals)
         return vecs[:, order[1:]], float(np.sum(vals[order[1:]]))
 
+    @map_queries
     def transform(self, X):
         """Embed new points: reconstruct each from its ``n_neighbors`` nearest training points
         (same local model) and apply those weights to their embeddings."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         _, ind = nb.kneighbors(self.index_, X, self.n_neighbors)
-        w = barycenter_weights(X, self.X_fit_, ind, self.reg, self.n_jobs)
-        return np.einsum("qk,qkc->qc", w, self.embedding_[ind])
+        w = barycenter_weights(X.astype(np.float64), self.X_fit_, ind, self.reg, self.n_jobs)
+        return np.einsum("qk,qkc->qc", w, self.embedding_[ind]).astype(X.dtype, copy=False)
 
     def fit_transform(self, X, y=None):
         """Fit and return the embedding of the training points."""
@@ -290,6 +292,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         self._n_features_out = self.n_components
         return self
 
+    @map_queries
     def transform(self, X):
         """Local PCA scores: each point projected onto its own local principal directions.
 

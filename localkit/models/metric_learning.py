@@ -193,15 +193,15 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     def transform(self, X):
         """The inputs in the learned metric, ``X A^T``."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64])
-        return X @ self.components_.T
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return (X @ self.components_.T).astype(X.dtype, copy=False)  # float32 in, float32 out
 
     @map_queries
     def predict(self, X):
         """The local mean of the training targets under the learned kernel."""
         Z = self.transform(X)
-        return local_mean(Z, self.X_fit_ @ self.components_.T, self.y_fit_, "gaussian", 1.0,
-                          n_jobs=self.n_jobs)
+        return local_mean(Z, (self.X_fit_ @ self.components_.T).astype(Z.dtype, copy=False), self.y_fit_,
+                          "gaussian", 1.0, n_jobs=self.n_jobs)
 
 
 def loo_objective(X, y, A, var, gradient=True):
