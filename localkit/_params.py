@@ -23,6 +23,17 @@ from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from .kernels import KERNEL_NAMES, METRICS, RULES, Kernel
 from .kernels.profiles import ALIASES
 
+class Count(Interval):
+    """``Interval(Integral, ...)`` without bools: scikit-learn's Interval admits ``True`` as the
+    integer 1, and a count given as ``True`` then fails far from where it was set."""
+
+    def __init__(self, left, right, *, closed):
+        super().__init__(Integral, left, right, closed=closed)
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
 #: a profile name, an alias of one, or "softmax" (functions also take a :class:`~localkit.Kernel`)
 KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
 #: a distance profile (no softmax: the models that need a distance, such as densities and mean shift)
@@ -33,10 +44,9 @@ BANDWIDTH_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(
 BANDWIDTH_CV_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | {"cv"}),
                            "array-like"]
 #: None, or a count of neighbours (the upper bound n_samples is checked in fit)
-N_NEIGHBORS_CONSTRAINT = [Interval(Integral, 1, None, closed="left"), None]
+N_NEIGHBORS_CONSTRAINT = [Count(1, None, closed="left"), None]
 #: scikit-learn's convention: None (1 unless a joblib context says otherwise), -1 all cores, never 0
-N_JOBS_CONSTRAINT = [Interval(Integral, None, -1, closed="right"), Interval(Integral, 1, None, closed="left"),
-                     None]
+N_JOBS_CONSTRAINT = [Count(None, -1, closed="right"), Count(1, None, closed="left"), None]
 METRIC_CONSTRAINT = [StrOptions(set(METRICS))]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
@@ -44,12 +54,12 @@ ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
 
 def positive(kind=Real):
     """A finite number (or integer, ``kind=Integral``) ``> 0``."""
-    return [Interval(kind, 0, np.inf if kind is Real else None, closed="neither")]
+    return [Count(0, None, closed="neither") if kind is Integral else Interval(Real, 0, np.inf, closed="neither")]
 
 
 def non_negative(kind=Real):
     """A finite number (or integer) ``>= 0``."""
-    return [Interval(kind, 0, np.inf if kind is Real else None, closed="left")]
+    return [Count(0, None, closed="left") if kind is Integral else Interval(Real, 0, np.inf, closed="left")]
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

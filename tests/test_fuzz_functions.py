@@ -126,7 +126,7 @@ def test_local_sums_n_jobs(seed, n_jobs, kernel):
     bools are errors naming n_jobs, whichever path (dense, neighbours, compiled) the kernel takes."""
     X, y = _good_data(seed)
     ok, out = outcome(lambda: local_sums(X, X, y, kernel=kernel, n_jobs=n_jobs), ["n_jobs"])
-    valid = n_jobs is None or (isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0)
+    valid = n_jobs is None or (isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0)  # True too
     assert ok == valid, (n_jobs, out)
     if ok:
         within(check_floats(out.mean, (len(X),)), y)

@@ -24,6 +24,7 @@ from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
 from ..engine.reconstruction import check_smooth_kernel, reconstruction_gradient
 from ..kernels import Kernel
+from .selection import spread
 from ._base import FLOATS, float_dtypes
 from ._dask import map_queries
 
@@ -105,8 +106,7 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
 def encoder_bandwidth(X, Z):
     """Data-space bandwidth of an encoder's start ``local_mean(x, X, Z, h)``: the ``h`` on a grid
     (spread of ``X`` times 1e-3 .. 1) with the lowest leave-one-out error of the codes ``Z``."""
-    spread = np.sqrt(np.sum(X.var(axis=0))) or 1.0
-    grid = spread * np.geomspace(1e-3, 1.0, 13)
+    grid = (spread(X) or 1.0) * np.geomspace(1e-3, 1.0, 13)
     errors = [np.sum((local_mean(X, X, Z, bandwidth=h, exclude_self=True) - Z) ** 2) for h in grid]
     return float(grid[int(np.argmin(errors))])
 

@@ -53,6 +53,14 @@ def loo_loss(estimator, X, y, bandwidth):
     return float(np.mean(np.sum((p - values).reshape(len(X), -1) ** 2, axis=1)))
 
 
+def spread(X):
+    """``sqrt(sum_k var X_k)``, computed on ``(X - mean) / m`` and scaled back by ``m``, so that it
+    neither underflows (data near 1e-301) nor overflows (near 1e299); 0 when all samples coincide."""
+    Xc = X - X.mean(axis=0)
+    m = float(np.max(np.abs(Xc)))
+    return m * float(np.sqrt(np.sum(np.var(Xc / m, axis=0)))) if m > 0 else 0.0
+
+
 def select_bandwidth(estimator, X, y, grid=GRID):
     """The isotropic bandwidth minimising ``loo_loss``; the curve is kept in ``cv_results_``."""
     if estimator.n_neighbors is not None:
@@ -61,11 +69,7 @@ def select_bandwidth(estimator, X, y, grid=GRID):
         raise ValueError("bandwidth='cv' needs the targets y (leave-one-out error)")
     if len(X) < 3:
         raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
-    # the spread sqrt(sum_k var X_k), computed on X / m so that it neither underflows (data near
-    # 1e-301) nor overflows (near 1e299): the grid below then follows the data at any scale
-    Xc = X - X.mean(axis=0)
-    m = float(np.max(np.abs(Xc)))
-    s = m * float(np.sqrt(np.sum(np.var(Xc / m, axis=0)))) if m > 0 else 0.0
+    s = spread(X)
     if not s > 0:
         raise ValueError("bandwidth='cv': all samples coincide, so no bandwidth can be selected")
     tried = {}
