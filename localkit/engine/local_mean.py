@@ -76,26 +76,12 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
 
     Parameters beyond :func:`local_mean`:
 
-    empty : {"nearest", "nan", "raise"}, default="nearest"
-        Policy for a query whose neighbourhood is empty (outside every compact support, or all
-        weights zero): "nearest" gives the value of the nearest sample (the limit of growing
-        the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
-        warning; "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
-        "neighbors" needs a compact profile; compact kNN kernels always take it. "compiled" (a numba pass over samples sorted into
-        strips, :mod:`localkit.engine.compact`) needs a compact profile with a fixed bandwidth,
-        the Euclidean metric, no per-point scales and no ``exclude_self``; for a scalar
-        bandwidth it decides the support by ``|x* - x|^2 <= h^2`` in raw coordinates, as
-        scikit-learn's radius queries do. "auto" takes "compiled" where it applies (up to 16
-        features), else "neighbors" for kNN kernels with compact profiles and for compact
-        profiles whose support holds few samples, else "dense".
-    block_size : int or (int, int), optional
-        Query and sample block sizes; by default chosen from ``memory_budget``.
-    memory_budget : float, optional
-        Bytes that kernel blocks may occupy at once (default 128 MiB).
-    n_jobs : int, optional
-        Threads over query blocks: ``None`` means one unless a joblib context says otherwise,
-        ``-1`` all cores (scikit-learn's convention).
+    empty, algorithm, block_size, memory_budget, n_jobs
+        Engine options, described once in :class:`~localkit.engine.EngineOptions`: the policy
+        for an empty neighbourhood ("nearest", "nan", "raise"), the path ("auto", "dense",
+        "neighbors", "compiled"; see :mod:`localkit.engine.planner`), block sizes, the bytes
+        blocks may take (128 MiB), and threads (``None``: one unless a joblib context says
+        otherwise; ``-1``: all cores).
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
