@@ -24,6 +24,7 @@ from .._params import non_negative, positive
 from ..engine import local_mean, local_sums
 from ..engine.iteration import iterate, row_max_abs_change
 from ._base import FLOATS
+from ._dask import map_queries
 
 KINDS = ("modern", "classical")
 UPDATES = ("synchronous", "asynchronous")
@@ -144,6 +145,7 @@ class HopfieldNetwork(BaseEstimator):
         return iterate(step, X, tol=0.0, max_iter=self.max_iter, per_row=True, inclusive=True,
                        change=row_max_abs_change, history=history, progress=self.verbose, name=name)
 
+    @map_queries
     def predict(self, X):
         """The retrieved states, one row per probe."""
         return self.retrieve(X).state

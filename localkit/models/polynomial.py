@@ -15,6 +15,7 @@ from ..engine.loess_surface import KDSurface
 from ..engine.polynomial import check_design_fits, local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin
+from ._dask import map_queries
 
 
 class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
@@ -198,6 +199,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 self._fit_vertices()
         return self
 
+    @map_queries
     def predict(self, X):
         """The local polynomial fit at each row of ``X`` (interpolated inside the tree's box with
         ``surface="interpolate"``)."""

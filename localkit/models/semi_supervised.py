@@ -28,6 +28,7 @@ from ..engine import local_mean, local_sums
 from ..engine.iteration import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
+from ._dask import map_queries
 
 NORMALIZATIONS = ("mean", "symmetric")
 
@@ -192,12 +193,14 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         root = np.sqrt(np.where(d > 0, d, 1.0))[:, None]  # isolated samples: degree 1, as scipy does
         return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True)
 
+    @map_queries
     def predict_proba(self, X):
         """The local mean of the fitted label distributions at each row of ``X``, normalised."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         return _normalize_rows(local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_))
 
+    @map_queries
     def predict(self, X):
         """The most probable class at each row of ``X``."""
         proba = self.predict_proba(X)
