@@ -29,9 +29,9 @@ def run(quick=False):
              "| n | bin_seeding | seeds | clusters | scikit-learn (s) | localkit (s) | ratio | max abs diff centres | labels identical | n_iter_ (sk / lk) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for bin_seeding in (False, True):
-        ref, t_ref = median_time(lambda: SkMeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X),
+        ref, t_ref = median_time(lambda: SkMeanShift(bandwidth=h, bin_seeding=bin_seeding, n_jobs=-1).fit(X),
                                   3 if bin_seeding or quick else 1)
-        ours, t_ours = median_time(lambda: MeanShift(bandwidth=h, bin_seeding=bin_seeding).fit(X), 3)
+        ours, t_ours = median_time(lambda: MeanShift(bandwidth=h, bin_seeding=bin_seeding, n_jobs=-1).fit(X), 3)
         same_shape = ours.cluster_centers_.shape == ref.cluster_centers_.shape
         diff = np.abs(ours.cluster_centers_ - ref.cluster_centers_).max() if same_shape else np.inf
         n_seeds = n if not bin_seeding else len(np.unique(np.round(X / h), axis=0))

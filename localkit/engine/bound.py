@@ -64,8 +64,8 @@ class BoundKernel:
     >>> from localkit.engine import BoundKernel
     >>> x = np.linspace(0, 1, 5)[:, None]
     >>> bound = BoundKernel(Kernel("epanechnikov", bandwidth=0.3), x)
-    >>> bound.sums([[0.5]], x.ravel() ** 2).mean.round(4)
-    array([0.2738])
+    >>> bound.sums([[0.5]], x.ravel() ** 2).mean.round(4)  # (0.0625 k + 0.25 + 0.5625 k) / (1 + 2k), k = 1 - (0.25/0.3)^2
+    array([0.2737])
     """
 
     def __init__(self, kernel, samples, *, sample_weight=None, sample_scale=None, options=None):
@@ -134,7 +134,7 @@ class BoundKernel:
         if self._compact is None:
             from .compact import CompactIndex
 
-            self._compact = CompactIndex(self.samples, self.kernel)
+            self._compact = CompactIndex(self.samples, self.kernel, self.h)
         return self._compact
 
     def knn_scale(self, Q, *, exclude_self=False, row_offset=0):

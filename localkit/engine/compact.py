@@ -107,10 +107,10 @@ class CompactIndex:
     :class:`~localkit.engine.BoundKernel` (``compact_index``) for the kernels the planner sends here.
     """
 
-    def __init__(self, samples, kern):
+    def __init__(self, samples, kern, h):
         self.kern = kern
         self.code = COMPACT.index(kern.profile.name)
-        self.h = kern.resolve_bandwidth(samples)
+        self.h = h
         Xs = self._coordinates(samples)
         self.r2 = float(self.h) ** 2 if np.ndim(self.h) == 0 else 1.0
         spread = np.ptp(Xs, axis=0)
@@ -151,15 +151,16 @@ class CompactIndex:
         seg_hi = np.searchsorted(self.key, strips * self.span + high, side="right")
         return seg_lo, np.where(inside, seg_hi, seg_lo)
 
-    def sums(self, queries, V):
-        """Unnormalised sums ``sum_j k(u_ij) V_j`` (n_queries, V.shape[1]), in float64."""
+    def sums(self, queries, V, threads=1):
+        """Unnormalised sums ``sum_j k(u_ij) V_j`` (n_queries, V.shape[1]), in float64, on at most
+        ``threads`` of numba's threads."""
         Qs = np.ascontiguousarray(self._coordinates(queries))
         Vt = np.ascontiguousarray(np.asarray(V, dtype=np.float64)[self.order].T)
         # widen the search by a hair: the exact test inside decides
         seg_lo, seg_hi = self._segments(Qs, pad=np.sqrt(self.r2) * (1.0 + 1e-9))
-        threads = numba.get_num_threads()
-        numba.set_num_threads(threads if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
+        before = numba.get_num_threads()
+        numba.set_num_threads(min(before, threads) if (seg_hi - seg_lo).sum() > PARALLEL_PAIRS else 1)
         try:
             return _window_sums(Qs, self.Xt, Vt, seg_lo, seg_hi, self.r2, self.code)
         finally:
-            numba.set_num_threads(threads)
+            numba.set_num_threads(before)

@@ -189,7 +189,7 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
 # -- compiled ---------------------------------------------------------------------------------------
 def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     raw = bound.samples if queries is None else np.asarray(queries, dtype=bound.dtype).reshape(len(Q), -1)
-    S = bound.compact_index.sums(raw, V_aug)
+    S = bound.compact_index.sums(raw, V_aug, threads=bound.options.threads)
     return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
 
 

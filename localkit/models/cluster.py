@@ -20,7 +20,7 @@ from sklearn.utils._array_api import _convert_to_numpy, device
 from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._params import PROFILE_CONSTRAINT, non_negative, positive
+from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, non_negative, positive
 from .._progress import warn_max_iter
 from .._validation import check_points
 from ..engine import BoundKernel, EngineOptions, local_sums
@@ -35,7 +35,7 @@ from ._dask import fit_mean_shift, map_queries
 
 
 def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
-                verbose=None):
+                verbose=None, n_jobs=None):
     """Move ``seeds`` (all at once) to the fixed points of the local mean of ``X``.
 
     Each seed stops on its own when its move is at most ``1e-3 * h`` (scikit-learn's rule) or
@@ -52,7 +52,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     # the compiled pass decides ties at distance h with scikit-learn's arithmetic
     bound = BoundKernel(kernel, X, sample_weight=sample_weight)
     algorithm = "compiled" if compiled_applies(bound, None, False) else "auto"
-    bound.options = EngineOptions(algorithm=algorithm)
+    bound.options = EngineOptions(algorithm=algorithm, n_jobs=n_jobs)
     intensity = np.zeros(len(seeds))
     tol = 1e-3 * h
     # the uniform kernel's weight sum is a count; exp(log(count)) is off by an ulp, and ties in
@@ -60,7 +60,8 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     exact = np.rint if kernel.profile.name == "uniform" and sample_weight is None else (lambda w: w)
     if blurring:
         def step(Y):
-            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm, sample_weight=sample_weight)
+            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm, sample_weight=sample_weight,
+                             n_jobs=n_jobs)
             intensity[:] = np.where(out.empty, 0.0, exact(out.weight_sum))
             return np.where(out.empty[:, None], Y, out.mean)
 
@@ -148,6 +149,9 @@ class MeanShift(ClusterMixin, BaseEstimator):
     verbose : None, bool or int, default=None
         A progress bar of the iterations on stderr: True shows it, False never, None on a
         terminal for fits longer than 2 s.
+    n_jobs : int, default=None
+        Threads of the local means: ``None`` one unless a joblib context says otherwise, ``-1``
+        all cores (scikit-learn's convention).
 
     Attributes
     ----------
@@ -171,7 +175,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
     """
 
     def __init__(self, kernel="uniform", bandwidth=None, seeds=None, bin_seeding=False, min_bin_freq=1,
-                 cluster_all=True, max_iter=300, blurring=False, verbose=None):
+                 cluster_all=True, max_iter=300, blurring=False, verbose=None, n_jobs=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.seeds = seeds
@@ -181,6 +185,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         self.max_iter = max_iter
         self.blurring = blurring
         self.verbose = verbose
+        self.n_jobs = n_jobs
 
     _parameter_constraints: dict = {
         "kernel": PROFILE_CONSTRAINT,  # mean shift needs a profile of a distance, not softmax
@@ -192,6 +197,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         "max_iter": non_negative(Integral),
         "blurring": ["boolean"],
         "verbose": ["verbose", None],
+        "n_jobs": N_JOBS_CONSTRAINT,
     }
 
     def _check_params(self):
@@ -244,7 +250,8 @@ class MeanShift(ClusterMixin, BaseEstimator):
         else:
             seeds = weighted
         fp, intensity = shift_seeds(data, seeds.astype(np.float64), self.kernel_, self.max_iter,
-                                    blurring=self.blurring, sample_weight=sample_weight, verbose=self.verbose)
+                                    blurring=self.blurring, sample_weight=sample_weight, verbose=self.verbose,
+                                    n_jobs=self.n_jobs)
         self.n_iter_ = int(fp.n_iter) - 1
         centers = merge_modes(fp.state, intensity, h)
         if len(centers) == 0:
