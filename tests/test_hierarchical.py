@@ -10,6 +10,9 @@ from localkit import HierarchicalAutoencoder, LazyAutoencoder, local_mean
 from localkit.engine.reconstruction import (chained_query_gradient, chained_reconstruction_gradient,
                                             local_mean_vjp, reconstruction_gradient)
 
+# the fits here run a few L-BFGS steps on purpose (fast tests); stopping at max_iter is expected
+pytestmark = pytest.mark.filterwarnings("ignore:.*did not converge:sklearn.exceptions.ConvergenceWarning")
+
 
 @pytest.fixture(scope="module")
 def digits():
