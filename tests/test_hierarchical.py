@@ -117,6 +117,14 @@ def test_decoder_is_the_composition_of_local_means(digits, stack):
     assert stack.transform(train[:3]).shape == (3, 2)
 
 
+def test_float32_is_kept(digits):
+    X = digits[0][:80].astype(np.float32)
+    hae = HierarchicalAutoencoder(n_components=(4, 2), max_iter=5).fit(X)
+    codes = hae.transform(X[:5])
+    assert hae.embedding_.dtype == codes.dtype == hae.inverse_transform(codes).dtype == np.float32
+    assert np.isfinite(hae.inverse_transform(codes)).all()
+
+
 @pytest.mark.parametrize("n_components", [(), [], (5,), (6, 2), (3, 3), (2, 3), (0,), (2.5,), (True,), "ab", None])
 def test_bad_n_components(n_components):
     with pytest.raises(ValueError, match="n_components"):
