@@ -23,12 +23,10 @@ from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from .kernels import KERNEL_NAMES, METRICS, RULES, Kernel
 from .kernels.profiles import ALIASES
 
-class Count(Interval):
-    """``Interval(Integral, ...)`` without bools: scikit-learn's Interval admits ``True`` as the
-    integer 1, and a count given as ``True`` then fails far from where it was set."""
 
-    def __init__(self, left, right, *, closed):
-        super().__init__(Integral, left, right, closed=closed)
+class Number(Interval):
+    """scikit-learn's ``Interval`` without bools: it admits ``True`` as the number 1, and a count or
+    a tolerance given as ``True`` then fails far from where it was set."""
 
     def is_satisfied_by(self, val):
         return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
@@ -39,14 +37,14 @@ KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
 #: a distance profile (no softmax: the models that need a distance, such as densities and mean shift)
 PROFILE_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) - {"softmax"} | set(ALIASES))]
 #: a finite positive number, a per-feature array (checked against the data in fit) or a rule
-BANDWIDTH_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES)), "array-like"]
+BANDWIDTH_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES)), "array-like"]
 #: the estimators that can select it by leave-one-out also take "cv"
-BANDWIDTH_CV_CONSTRAINT = [Interval(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | {"cv"}),
+BANDWIDTH_CV_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | {"cv"}),
                            "array-like"]
 #: None, or a count of neighbours (the upper bound n_samples is checked in fit)
-N_NEIGHBORS_CONSTRAINT = [Count(1, None, closed="left"), None]
+N_NEIGHBORS_CONSTRAINT = [Number(Integral, 1, None, closed="left"), None]
 #: scikit-learn's convention: None (1 unless a joblib context says otherwise), -1 all cores, never 0
-N_JOBS_CONSTRAINT = [Count(None, -1, closed="right"), Count(1, None, closed="left"), None]
+N_JOBS_CONSTRAINT = [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None]
 METRIC_CONSTRAINT = [StrOptions(set(METRICS))]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
@@ -54,12 +52,12 @@ ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
 
 def positive(kind=Real):
     """A finite number (or integer, ``kind=Integral``) ``> 0``."""
-    return [Count(0, None, closed="neither") if kind is Integral else Interval(Real, 0, np.inf, closed="neither")]
+    return [Number(kind, 0, None if kind is Integral else np.inf, closed="neither")]
 
 
 def non_negative(kind=Real):
     """A finite number (or integer) ``>= 0``."""
-    return [Count(0, None, closed="left") if kind is Integral else Interval(Real, 0, np.inf, closed="left")]
+    return [Number(kind, 0, None if kind is Integral else np.inf, closed="left")]
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

@@ -23,11 +23,13 @@ NAMES = ["q", "k", "v", "kernel", "bandwidth", "mask", "causal", "window", "top_
 @st.composite
 def qkv(draw, smooth_only=False):
     """Queries, keys and values: at least one token and one feature (empty sets and zero-width
-    features are pinned by the xfail tests below), scales that keep <q, k> inside float64."""
+    features are pinned by the xfail tests below), scales that keep <q, k> inside the dtype's range
+    (overflowing logits give NaN: pinned below; the long profile found it at |q|, |k| ~ 1e20 in float32)."""
     dtype = DTYPES[draw(st.sampled_from(sorted(DTYPES)))]
     b, length, s, d, dv = (draw(st.integers(1, n)) for n in (2, 4, 5, 4, 3))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
-    scale = 10.0 ** draw(st.sampled_from([-3, 0, 0, 1] if dtype == torch.float16 else [-20, -3, 0, 0, 3, 20]))
+    scale = 10.0 ** draw(st.sampled_from({torch.float16: [-3, 0, 0, 1], torch.float32: [-20, -3, 0, 0, 3, 8]}.get(
+        dtype, [-20, -3, 0, 0, 3, 20])))
     q, k = (torch.randn(b, n, d, generator=gen, dtype=torch.float64) * scale for n in (length, s))
     v = torch.randn(b, s, dv, generator=gen, dtype=torch.float64)
     return q.to(dtype), k.to(dtype), v.to(dtype)
