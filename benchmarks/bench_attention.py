@@ -99,29 +99,38 @@ def _window_row(L, d, repeat):
 
 
 _MEMORY_PROBE = """
-import resource, sys, torch
+import sys, torch
 from localkit.nn import kernel_attention
-kernel, L, d, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-q, k, v = (torch.randn(1, 1, L, d) for _ in range(3))
+
+def status(field):  # kB, from the kernel's own accounting of this process
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
+
+kernel, L, d, window, backward = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+q, k, v = (torch.randn(1, 1, L, d, requires_grad=backward == "1") for _ in range(3))
 opts = {"window": window} if window else {}
-with torch.no_grad():
-    kernel_attention(q[..., :512, :], k[..., :512, :], v[..., :512, :], kernel, **opts)  # warm-up
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kernel_attention(q, k, v, kernel, **opts)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+call = lambda n: kernel_attention(q[..., :n, :], k[..., :n, :], v[..., :n, :], kernel, **opts).sum()
+with torch.set_grad_enabled(backward == "1"):
+    call(512).backward() if backward == "1" else call(512)  # warm-up
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current size
+    base = status("VmRSS:")
+    call(L).backward() if backward == "1" else call(L)
+print((status("VmHWM:") - base) / 1024)
 """
 
 
 def _memory_rows(L, d):
-    """Peak resident memory growth of one call, each in a fresh process (ru_maxrss only grows)."""
+    """Peak resident memory growth of one call, each in a fresh process whose peak (VmHWM) is reset
+    just before the call (``ru_maxrss`` would include the parent's peak, inherited over exec)."""
     rows = [f"Memory of one call, B=1, H=1, L={L}, d={d}, float32: growth of the peak resident set of a fresh "
-            f"process over the call (a dense (L, S) float32 matrix alone would be {L * L * 4 / 2 ** 20:.0f} MiB; "
+            f"process over the call (Linux VmHWM, reset before the call; a dense (L, S) float32 matrix alone would be {L * L * 4 / 2 ** 20:.0f} MiB; "
             "bar: < 200 MiB).", "", "| call | path | peak memory growth |", "|---|---|---|"]
-    for kernel, window, path in (("laplacian", 0, "streamed key blocks"), ("epanechnikov", 0, "streamed key blocks"),
-                                 ("softmax", 64, "banded key view")):
-        out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, kernel, str(L), str(d), str(window)],
+    for kernel, window, backward, path in (
+            ("laplacian", 0, 0, "streamed key blocks"), ("epanechnikov", 0, 0, "streamed key blocks"),
+            ("softmax", 64, 0, "banded key view"), ("laplacian", 0, 1, "streamed, flash-style backward"),
+            ("softmax", 64, 1, "banded, checkpointed chunks")):
+        out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, kernel, str(L), str(d), str(window), str(backward)],
                              capture_output=True, text=True, check=True).stdout
-        name = f"{kernel}" + (f", window={window}" if window else "")
+        name = f"{kernel}" + (f", window={window}" if window else "") + (", forward + backward" if backward else "")
         rows.append(f"| {name} | {path} | {float(out.strip().splitlines()[-1]):.0f} MiB |")
     return "\n".join(rows)
 

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from ..kernels.profiles import PROFILES, get_profile
 from ._flex import flex_available, flex_kernel_attention
 from ._profiles import LOG_PROFILES
-from ._streaming import StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan, streamed_local_linear
+from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan,
+                         streamed_local_linear)
 
 #: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
 FUSED_KERNELS = ("softmax", "gaussian")
@@ -355,10 +356,10 @@ def _key_mask(mask):
 
 def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
     """SDPA when it needs no (L, S) mask of ours: softmax or Gaussian, no window, and a causal
-    kernel only as SDPA's own ``is_causal`` (the Gaussian's key bias is a mask, so not with it)."""
+    kernel only as SDPA's own ``is_causal`` (which takes no mask besides)."""
     if kernel not in FUSED_KERNELS or window is not None or capped:
         return False
-    if causal and (mask is not None or kernel == "gaussian"):
+    if causal and mask is not None:
         return False
     # float16 cannot hold q / h for a tiny per-head bandwidth: stream in float32 instead
     return not (isinstance(c, torch.Tensor) and q.dtype == torch.float16)
@@ -391,6 +392,8 @@ def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
         q, scale = q * c.to(q.dtype), 1.0
     else:
         scale = c
+    if kernel == "gaussian" and is_causal:  # is_causal takes no mask: fold the key bias instead
+        return _folded_gaussian(q * scale, k, v, c, dropout_p)
     if kernel == "gaussian":
         key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * c)
         bias = key_bias if bias is None else bias + key_bias
@@ -412,6 +415,18 @@ def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                          scale=scale)
     return out if empty is None else out.masked_fill(empty, 0.0)
+
+
+def _folded_gaussian(cq, k, v, c, dropout_p):
+    """The causal Gaussian as plain causal SDPA on one more head dimension: ``q' = [c q, 1]``
+    (``cq`` is ``c q``), ``k' = [k, -c |k|^2 / 2]`` give ``q' . k' = c (q . k - |k|^2 / 2)``; q, k
+    and v are zero-padded to one head dimension, which SDPA's CPU flash kernel needs."""
+    dim = max(cq.shape[-1] + 1, v.shape[-1])
+    pad = lambda t: F.pad(t, (0, dim - t.shape[-1]))
+    q = pad(torch.cat([cq, torch.ones_like(cq[..., :1])], -1))
+    k = pad(torch.cat([k, (torch.linalg.vecdot(k, k).unsqueeze(-1) * (-0.5 * c)).to(k.dtype)], -1))
+    out = F.scaled_dot_product_attention(q, k, pad(v), dropout_p=dropout_p, is_causal=True, scale=1.0)
+    return out[..., :v.shape[-1]]
 
 
 def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None, mask=None, causal=False,
