@@ -30,7 +30,7 @@ MEMORY_LIMIT = 600e6
 @pytest.fixture(scope="module")
 def client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=MEMORY_LIMIT,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
         yield c
 
 
@@ -93,7 +93,8 @@ def test_fixed_bandwidth_leave_one_out_and_sample_weight(client, wine, kernel):
     w = np.random.default_rng(0).uniform(0, 3, len(X))
     w[:30] = 0  # a whole chunk without weight
     want = local_sums(None, X, y, kernel, 2.5, exclude_self=True, sample_weight=w)
-    got = local_sums(None, chunked(X, 30), y, kernel, 2.5, exclude_self=True, sample_weight=chunked(w, 30))
+    # queries chunked unlike the samples: re-chunked so that only diagonal pairs drop a weight
+    got = local_sums(chunked(X, 45), chunked(X, 30), y, kernel, 2.5, exclude_self=True, sample_weight=chunked(w, 30))
     mean, log_sum = dask.compute(got.mean, got.log_weight_sum)
     close(mean, want.mean)
     close(log_sum[np.isfinite(log_sum)], want.log_weight_sum[np.isfinite(want.log_weight_sum)])
@@ -224,6 +225,8 @@ def test_bad_input_is_refused_by_name(client, wine):
         local_mean(Xd, Xd, y, sample_weight=np.ones(3))
     with pytest.raises(ValueError, match="samples is empty"):
         local_mean(Xd, Xd[:0], y[:0])
+    with pytest.raises(ValueError, match="queries must be the samples"):
+        local_mean(Xd[:10], Xd, y, exclude_self=True)
     with pytest.raises(ValueError, match="empty must be one of"):
         local_mean(Xd, Xd, y, empty="zero")
     with pytest.raises(ValueError, match="unknown chunk sizes"):

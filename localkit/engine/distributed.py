@@ -325,12 +325,14 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     if queries is None:
         Q = S
     else:
-        Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype, rows=rows if exclude_self else None)
-    if exclude_self and Q.shape[0] != n_s:
-        raise ValueError(f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
-                         f"got {Q.shape[0]} queries for {n_s} samples")
-    if exclude_self and n_s < 2:
-        raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+        Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype)
+    if exclude_self:
+        if Q.shape[0] != n_s:
+            raise ValueError(f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
+                             f"got {Q.shape[0]} queries for {n_s} samples")
+        if n_s < 2:
+            raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+        Q = Q.rechunk((rows, -1))  # aligned with the samples: only diagonal pairs hold a query's own sample
     p, squeeze, V = 0, False, None
     if values is not None:
         V = as_dask_array(values, "values", n_rows=n_s, rows=rows)
