@@ -17,21 +17,24 @@ RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 FIGURE = ROOT / "docs" / "_static" / "speedups.png"
 
 
-def section_table(text: str, name: str) -> list[dict[str, str]]:
-    """The first markdown table of RESULTS.md's section ``name``, one dict per row."""
+def section_table(text: str, name: str, column: str) -> list[dict[str, str]]:
+    """The first markdown table of RESULTS.md's section ``name`` with a ``column``, one dict per row."""
     match = re.search(rf"<!-- begin {name} -->(.*?)<!-- end {name} -->", text, flags=re.S)
     if match is None:
         raise ValueError(f"RESULTS.md has no section {name!r}")
-    lines = [line.strip() for line in match.group(1).splitlines() if line.strip().startswith("|")]
-    if len(lines) < 3:
-        raise ValueError(f"section {name!r} of RESULTS.md has no table")
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in lines[2:]]
+    # tables are runs of lines starting with "|", separated by prose
+    for table in re.findall(r"(?:^\|.*\n?)+", match.group(1), flags=re.M):
+        lines = table.strip().splitlines()
+        header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+        if column in header:
+            return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+                    for line in lines[2:]]
+    raise ValueError(f"section {name!r} of RESULTS.md has no table with a column {column!r}")
 
 
 def seconds(cell: str) -> float:
-    """``"0.231 s"`` or ``"49.5 ms"`` in seconds."""
-    value, unit = cell.split()
+    """``"0.231 s"``, ``"49.5 ms"`` or ``"3.09 s (5.0x)"`` in seconds."""
+    value, unit = cell.split()[:2]
     return float(value) * {"s": 1.0, "ms": 1e-3}[unit]
 
 
@@ -43,21 +46,24 @@ def ratio(cell: str) -> float:
 def speedups(text: str) -> list[tuple[str, float]]:
     """(label, reference time / localkit time) for the headline rows of RESULTS.md."""
     bars = []
-    for row in section_table(text, "mean_shift"):
+    for row in section_table(text, "mean_shift", "ratio"):
         seeding = "bin seeding" if row["bin_seeding"] == "True" else "every point a seed"
         bars.append((f"mean shift, {row['n']} points, {seeding}\nvs scikit-learn MeanShift", ratio(row["ratio"])))
-    for row in section_table(text, "local_mean"):
+    for row in section_table(text, "local_mean", "localkit speed-up"):
         if row["implementation"].startswith(("KeOps", "statsmodels")):  # a ratio of pairs per second
             bars.append((f"Nadaraya-Watson, kernel pairs per second\nvs {row['implementation']} (n={row['n']})",
                          ratio(row["localkit speed-up"])))
-    for row in section_table(text, "loess"):
+    for row in section_table(text, "loess", "task"):
         if row["task"].startswith(("LOESS 1-D, frac=0.3, it=3", "local linear")):
             bars.append((f"{row['task']}, {row['size']}\nvs {row['peer']}",
                          seconds(row["peer time"]) / seconds(row["localkit time"])))
-    lle = section_table(text, "lle")[-1]
+    r_loess = section_table(text, "loess", "R direct")[-1]
+    bars.append((f"2-D LOESS, n={r_loess['n']}, degree {r_loess['degree']}\nvs R loess (exact fits)",
+                 seconds(r_loess["R direct"]) / seconds(r_loess["localkit, 1 thread"])))
+    lle = section_table(text, "lle", "scikit-learn")[-1]
     bars.append((f"locally linear embedding, n={lle['n']}\nvs scikit-learn",
                  seconds(lle["scikit-learn"]) / seconds(lle["localkit"])))
-    for row in section_table(text, "nl_means"):
+    for row in section_table(text, "nl_means", "peer time"):
         if row["image"] in ("512x512", "128x128"):
             bars.append((f"non-local means, {row['image']}\nvs {row['peer']}",
                          seconds(row["peer time"]) / seconds(row["localkit time"])))

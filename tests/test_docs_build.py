@@ -151,4 +151,6 @@ def test_speedup_figure_reads_the_benchmark_results():
     assert all(value > 0 for _, value in bars)
     assert figure.FIGURE.is_file()
     with pytest.raises(ValueError, match="no section 'nonsense'"):
-        figure.section_table("", "nonsense")
+        figure.section_table("", "nonsense", "ratio")
+    with pytest.raises(ValueError, match="no table with a column 'nonsense'"):
+        figure.section_table((ROOT / "benchmarks" / "RESULTS.md").read_text(), "loess", "nonsense")
