@@ -21,6 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from .kernels import KERNEL_NAMES, METRICS, RULES, Kernel
+from .kernels.kernel import NORM_METRICS
 from .kernels.profiles import ALIASES
 
 
@@ -45,7 +46,10 @@ BANDWIDTH_CV_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions
 N_NEIGHBORS_CONSTRAINT = [Number(Integral, 1, None, closed="left"), None]
 #: scikit-learn's convention: None (1 unless a joblib context says otherwise), -1 all cores, never 0
 N_JOBS_CONSTRAINT = [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None]
-METRIC_CONSTRAINT = [StrOptions(set(METRICS))]
+#: the norms of x* - x (models that need coordinates: local polynomials, local PCA)
+METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
+#: any distance the engine takes (local means): also cosine, precomputed and callables
+ANY_METRIC_CONSTRAINT = [StrOptions(set(METRICS)), callable]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
 

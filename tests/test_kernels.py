@@ -109,7 +109,7 @@ def test_bandwidth_rules_match_scipy(rng):
     (dict(bandwidth=np.nan), ValueError, "bandwidth"),
     (dict(n_neighbors=0), ValueError, "n_neighbors must be >= 1"),
     (dict(n_neighbors=2.5), TypeError, "n_neighbors must be an integer"),
-    (dict(metric="cosine"), ValueError, "metric must be one of"),
+    (dict(metric="mahalanobis"), ValueError, "metric must be one of"),
     (dict(name="softmax", n_neighbors=3), ValueError, "softmax"),
     (dict(name="softmax", bandwidth="scott"), ValueError, "temperature"),
 ])

@@ -117,7 +117,11 @@ def test_bad_cv_requests(diabetes):
 
 @pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
 def test_check_estimator_with_cv(Est):
-    check_estimator(Est(bandwidth="cv"))
+    # leave-one-out differs by definition between a repeated row (its copy stays when it is left
+    # out) and a weighted one, so the bandwidth chosen by cv does too; weights are tested without cv
+    why = "leave-one-out bandwidth selection: a repeated row's copy stays in when it is left out"
+    check_estimator(Est(bandwidth="cv"), expected_failed_checks={
+        "check_sample_weight_equivalence_on_dense_data": why, "check_sample_weight_equivalence_on_sparse_data": why})
 
 
 def test_sample_point_local_linear_equals_weighted_least_squares(diabetes):

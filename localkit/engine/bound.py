@@ -34,11 +34,11 @@ from .stream import augment
 SAFE_EXPONENT = {np.dtype(np.float32): 48, np.dtype(np.float64): 480}
 
 
-def make_kernel(kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean"):
+def make_kernel(kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean", p=2):
     """A :class:`~localkit.Kernel` from a name and its parameters, or the instance given."""
     if isinstance(kernel, Kernel):
         return kernel
-    return Kernel(kernel, bandwidth=bandwidth, n_neighbors=n_neighbors, metric=metric)
+    return Kernel(kernel, bandwidth=bandwidth, n_neighbors=n_neighbors, metric=metric, p=p)
 
 
 class BoundKernel:
@@ -88,7 +88,12 @@ class BoundKernel:
         if not np.all(np.isfinite(self.h)):
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")
-        if kernel.is_softmax:  # inner products: neither centred nor scaled; h is the temperature
+        if kernel.metric == "precomputed" and samples.shape[0] != samples.shape[1]:
+            raise ValueError(f"metric='precomputed' takes the samples' distances to each other, a square "
+                             f"(n_samples, n_samples) array; got shape {samples.shape}")
+        # ``raw_h``: a distance that is not a norm of x* - x is taken as it is, then divided by h
+        self.raw_h = None if kernel.norm_metric or k is not None else float(self.h)
+        if kernel.is_softmax or not kernel.norm_metric:  # inner products / raw distances: no centring
             self.centre, self.exponent, self.scaled = None, 0, True
             self.X = samples
         else:
@@ -112,7 +117,7 @@ class BoundKernel:
         if queries is None:
             return self.X
         Q = check_points(queries, name, n_features=self.n_features, dtype=self.dtype)
-        return Q if self.kernel.is_softmax else self._transform(Q)
+        return Q if self.centre is None else self._transform(Q)
 
     def _transform(self, points):
         centred = points - self.centre
@@ -125,7 +130,7 @@ class BoundKernel:
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest)."""
         if self._index is None:
-            self._index = nb.make_index(self.X, self.kernel.metric)
+            self._index = nb.make_index(self.X, self.kernel.metric, self.kernel.p)
         return self._index
 
     @property
@@ -221,7 +226,11 @@ class BoundKernel:
         """
         Q = self.coordinates(queries) if Q is None else Q
         live = np.arange(self.n_samples) if self.weight is None else np.flatnonzero(self.weight > 0)
-        index = self.index if len(live) == self.n_samples else nb.make_index(self.X[live], self.kernel.metric)
+        index = self.index
+        if len(live) < self.n_samples:  # precomputed: the distances to the live samples only
+            X = self.X[np.ix_(live, live)] if self.kernel.metric == "precomputed" else self.X[live]
+            Q = Q[:, live] if self.kernel.metric == "precomputed" else Q
+            index = nb.make_index(X, self.kernel.metric, self.kernel.p)
         if self_rows is None:
             return live[index.kneighbors(Q, n_neighbors=1)[1][:, 0]]
         near = live[index.kneighbors(Q, n_neighbors=min(2, len(live)))[1]]

@@ -19,7 +19,7 @@ __all__ = ["ALGORITHMS", "EMPTY_POLICIES", "LocalSums", "local_mean", "local_sum
 
 
 def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", sample_weight=None, return_weight_sum=False,
+               exclude_self=False, *, metric="euclidean", p=2, sample_weight=None, return_weight_sum=False,
                **options):
     """The local mean of ``values`` at each query: ``m(x*) = sum_i K(x*, x_i) v_i / sum_j K(x*, x_j)``.
 
@@ -37,6 +37,9 @@ def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_nei
         Adaptive kNN bandwidth ``h(x*)`` = distance to the k-th nearest sample.
     exclude_self : bool, default=False
         Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped.
+    metric, p : the distance (see :class:`~localkit.Kernel`), default "euclidean"
+        Also "manhattan", "chebyshev", "minkowski" (with ``p``), "cosine", a callable, or
+        "precomputed" (``queries`` and ``samples`` are then distances to the samples).
     sample_weight : array of shape (n_samples,), optional
         Non-negative weights ``c_i`` that multiply the kernel:
         ``m(x*) = sum_i c_i K(x*, x_i) v_i / sum_j c_j K(x*, x_j)``; integer weights equal
@@ -64,12 +67,12 @@ def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_nei
     if values is None:
         raise ValueError("values must be an array of shape (n_samples,) or (n_samples, p), got None")
     out = local_sums(queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self,
-                     metric=metric, sample_weight=sample_weight, **options)
+                     metric=metric, p=p, sample_weight=sample_weight, **options)
     return (out.mean, out.weight_sum) if return_weight_sum else out.mean
 
 
 def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", sample_weight=None, empty="nearest",
+               exclude_self=False, *, metric="euclidean", p=2, sample_weight=None, empty="nearest",
                algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
                sample_scale=None):
     """One engine pass: local means of ``values`` (optional) and log weight sums.
@@ -104,8 +107,8 @@ def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, 
     if xp is not None:  # torch / CuPy arrays under array-API dispatch: computed on their device
         if query_scale is not None or sample_scale is not None:
             raise ValueError("query_scale and sample_scale are not available for array-API inputs; pass NumPy arrays")
-        return xp_local_sums(xp, queries, samples, values, make_kernel(kernel, bandwidth, n_neighbors, metric),
+        return xp_local_sums(xp, queries, samples, values, make_kernel(kernel, bandwidth, n_neighbors, metric, p),
                              exclude_self=exclude_self, sample_weight=sample_weight, options=options)
-    bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric), samples,
+    bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples,
                         sample_weight=sample_weight, sample_scale=sample_scale, options=options)
     return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)

@@ -8,9 +8,10 @@ from scipy import sparse
 from sklearn.neighbors import NearestNeighbors
 
 
-def make_index(Xs, metric):
-    """A scikit-learn neighbour index over the scaled samples."""
-    return NearestNeighbors(metric=metric, algorithm="auto").fit(Xs)
+def make_index(Xs, metric, p=2):
+    """A scikit-learn neighbour index over the scaled samples (for ``metric="precomputed"``,
+    their distances to each other; queries then give theirs to the samples)."""
+    return NearestNeighbors(metric=metric, p=p, algorithm="auto").fit(Xs)
 
 
 def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0):

@@ -51,9 +51,11 @@ class QueryBlock:
     """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
 
     def __init__(self, bound, Q, q_scale=None):
+        if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth
+            q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype)
         self.q_scale = q_scale
         self.centre = None
-        self.exact = not bound.scaled
+        self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
         if self.exact or bound.kernel.is_softmax or _cancellation_ok(Q):
             self.Q = Q
             return
@@ -66,6 +68,9 @@ class QueryBlock:
     def log_weights(self, bound, cols, fold_offset=False):
         """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
         (``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`)."""
+        if bound.kernel.metric == "precomputed":  # the queries are their distances to the samples
+            return bound.kernel.log_weights(self.Q[:, cols], None, q_scale=self.q_scale, s_scale=None
+                                            if bound.sample_scale is None else bound.sample_scale[cols])
         X = bound.X[cols]
         x_sq = bound.x_sq[cols]
         if self.centre is not None:
@@ -104,7 +109,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                          memory_budget=opts.memory_budget, n_workers=threads)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(Q, exclude_self=exclude_self)
-    order = _spatial_order(Q) if bound.scaled and not bound.kernel.is_softmax else None
+    order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
     bounded = bound.scaled and not bound.kernel.is_softmax

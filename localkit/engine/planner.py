@@ -41,7 +41,7 @@ def plan(bound, Q, q_scale, exclude_self):
         raise ValueError("algorithm='neighbors' needs a compact profile (or a compact kNN kernel)")
     if kern.compact and kern.n_neighbors is not None:
         return "neighbors"
-    radius_ok = kern.compact and bound.scaled and q_scale is None
+    radius_ok = kern.compact and bound.scaled and q_scale is None and kern.norm_metric
     if algorithm == "neighbors":
         if not radius_ok:
             raise ValueError("algorithm='neighbors' with a fixed bandwidth cannot take per-query scales "

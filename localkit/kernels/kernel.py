@@ -18,7 +18,11 @@ from .._validation import check_points
 from .bandwidth import resolve_bandwidth
 from .profiles import get_profile
 
-METRICS = ("euclidean", "manhattan", "chebyshev")
+#: Norms of ``x* - x`` (translation invariant, homogeneous: the engine centres and scales by ``h``)
+NORM_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski")
+#: Also accepted (besides a callable ``metric(a, b) -> float``): distances the engine takes as
+#: they are, ``u = d(x*, x) / h`` with a scalar ``h`` ("precomputed": the inputs are distances)
+METRICS = NORM_METRICS + ("cosine", "precomputed")
 
 
 class Kernel:
@@ -37,7 +41,14 @@ class Kernel:
     n_neighbors : int or None, default=None
         Adaptive (balloon) bandwidth: ``h(x*)`` is the distance from ``x*`` to its k-th
         nearest sample. With the uniform profile this is exactly k-nearest-neighbours.
-    metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
+    metric : {"euclidean", "manhattan", "chebyshev", "minkowski", "cosine", "precomputed"} or callable, \
+            default="euclidean"
+        The distance ``d``. Norms (the first four; "minkowski" with ``p``) take any bandwidth;
+        "cosine" (``1 - cos`` of the angle), a callable ``metric(a, b) -> float`` and
+        "precomputed" (queries and samples given as distances to the samples, as in
+        scikit-learn) take a scalar bandwidth, or ``n_neighbors``.
+    p : float, default=2
+        The power of the "minkowski" metric, ``d = (sum_k |dx_k|^p)^(1/p)``, ``p >= 1``.
 
     Examples
     --------
@@ -48,19 +59,25 @@ class Kernel:
     array([[1.  , 0.75, 0.  ]])
     """
 
-    def __init__(self, name="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean"):
+    def __init__(self, name="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean", p=2):
         self.name = name
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
         self.metric = metric
+        self.p = p
         self._validate()
 
     # -- description ---------------------------------------------------------------------
     def _validate(self):
         self.is_softmax = self.name == "softmax"
         self.profile = None if self.is_softmax else get_profile(self.name)
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {list(METRICS)}, got {self.metric!r}")
+        if not callable(self.metric) and self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {self.metric!r}")
+        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not (1 <= self.p < np.inf):
+            raise ValueError(f"p (the power of the minkowski metric) must be a finite number >= 1, got {self.p!r}")
+        if not self.norm_metric and not isinstance(self.bandwidth, numbers.Real) and self.n_neighbors is None:
+            raise ValueError(f"metric={self.metric!r} takes a scalar bandwidth (distances are not scaled per "
+                             f"feature, and rules need coordinates), got bandwidth={self.bandwidth!r}")
         if self.n_neighbors is not None:
             if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, numbers.Integral):
                 raise TypeError(f"n_neighbors must be an integer or None, got {self.n_neighbors!r}")
@@ -82,6 +99,18 @@ class Kernel:
                 raise ValueError(f"bandwidth must be finite and > 0, got {self.bandwidth!r}")
 
     @property
+    def norm_metric(self):
+        """True for the norms of ``x* - x``; False for cosine, callables and precomputed distances."""
+        return not callable(self.metric) and self.metric in NORM_METRICS
+
+    @property
+    def scipy_metric(self):
+        """``(metric, kwargs)`` for :func:`scipy.spatial.distance.cdist` (and scikit-learn)."""
+        if self.metric == "minkowski":
+            return "minkowski", {"p": float(self.p)}
+        return {"manhattan": "cityblock"}.get(self.metric, self.metric) if not callable(self.metric) else self.metric, {}
+
+    @property
     def compact(self):
         """True when the profile vanishes outside ``u <= 1``."""
         return self.profile is not None and self.profile.compact
@@ -96,6 +125,8 @@ class Kernel:
             args.append(f"n_neighbors={self.n_neighbors}")
         if self.metric != "euclidean":
             args.append(f"metric={self.metric!r}")
+        if self.metric == "minkowski":
+            args.append(f"p={self.p!r}")
         return f"Kernel({', '.join(args)})"
 
     # -- binding to samples ------------------------------------------------------------
@@ -136,7 +167,7 @@ class Kernel:
         # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
         degenerate = any(s is not None and not np.all(s > 0) for s in (q_scale, s_scale))
         if exact or degenerate or self.metric != "euclidean" or self.profile.exact_distance:
-            u2 = exact_sq_distances(Q, X, self.metric)
+            u2 = exact_sq_distances(Q, X, self)
             self._rescale(u2, q_scale, s_scale)
             L, c = self.profile.log_k_scaled(u2, u2_exponent)
             return L, zero + Q.dtype.type(c)
@@ -194,7 +225,13 @@ class Kernel:
         if self.is_softmax:
             return np.exp(X @ Y.T / h)
         # exact distances (small inputs): the k-th neighbour then sits exactly at u = 1
-        D = cdist(self.scale(X, h), self.scale(Y, h), metric={"manhattan": "cityblock"}.get(self.metric, self.metric))
+        metric, kwargs = self.scipy_metric
+        if self.metric == "precomputed":
+            D = X / (1.0 if self.n_neighbors is not None else h)
+        elif self.norm_metric:
+            D = cdist(self.scale(X, h), self.scale(Y, h), metric=metric, **kwargs)
+        else:
+            D = cdist(X, Y, metric=metric, **kwargs) / (1.0 if self.n_neighbors is not None else h)
         u2 = D * D
         if self.n_neighbors is not None:
             if self.n_neighbors > len(Y):
@@ -203,11 +240,16 @@ class Kernel:
         return np.exp(self.profile.log_k(u2))
 
 
-def exact_sq_distances(Q, X, metric="euclidean"):
-    """Squared distances from coordinate differences (no cancellation far from the origin)."""
-    if metric == "euclidean":
+def exact_sq_distances(Q, X, kernel):
+    """Squared distances of ``kernel``'s metric from coordinate differences (no cancellation far
+    from the origin); for "precomputed", ``Q`` holds the distances themselves."""
+    if kernel.metric == "precomputed":
+        D = np.asarray(Q, dtype=np.float64)
+        return (D * D).astype(Q.dtype, copy=False)
+    if kernel.metric == "euclidean":
         u2 = cdist(Q, X, metric="sqeuclidean")
     else:
-        D = cdist(Q, X, metric={"manhattan": "cityblock"}.get(metric, metric))
+        metric, kwargs = kernel.scipy_metric
+        D = cdist(Q, X, metric=metric, **kwargs)
         u2 = D * D
     return u2.astype(Q.dtype, copy=False)

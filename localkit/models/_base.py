@@ -2,11 +2,14 @@
 options (empty-neighbourhood policy, algorithm, threads)."""
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 from sklearn.utils._array_api import get_namespace
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
+from .._params import ANY_METRIC_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
 from .._validation import check_n_neighbors
 from ..engine import local_sums
 from ..engine.distributed import is_dask_collection
@@ -47,7 +50,7 @@ class LocalKernelMixin:
         check_n_neighbors(self.n_neighbors, len(X))  # the types were checked by _parameter_constraints
         self.bandwidth_ = self._choose_bandwidth(X, y)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
-                              metric=self.metric)
+                              metric=self.metric, p=getattr(self, "p", 2))
         return self.kernel_
 
     def _choose_bandwidth(self, X, y):
@@ -97,15 +100,17 @@ class LocalKernelMixin:
 class LocalMeanParams(LocalKernelMixin):
     """The parameters of the local-mean estimators (regression and classification alike)."""
 
-    _parameter_constraints: dict = {**KERNEL_PARAMS, "sample_neighbors": N_NEIGHBORS_CONSTRAINT}
+    _parameter_constraints: dict = {**KERNEL_PARAMS, "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
+                                    "metric": ANY_METRIC_CONSTRAINT, "p": [Interval(Real, 1, None, closed="left")]}
 
     def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, sample_neighbors=None,
-                 metric="euclidean", empty="nearest", algorithm="auto", n_jobs=None):
+                 metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
         self.sample_neighbors = sample_neighbors
         self.metric = metric
+        self.p = p
         self.empty = empty
         self.algorithm = algorithm
         self.n_jobs = n_jobs

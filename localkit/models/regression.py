@@ -36,7 +36,13 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         Sample-point adaptive bandwidth: sample ``i`` gets ``h * h_i``, ``h_i`` the distance of
         ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``
         (``bandwidth="cv"`` then selects ``h`` with the ``h_i`` fixed).
-    metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
+    metric : {"euclidean", "manhattan", "chebyshev", "minkowski", "cosine", "precomputed"} or callable, \
+            default="euclidean"
+        The distance (see :class:`localkit.Kernel`). "cosine", callables and "precomputed"
+        (``X`` holds distances to the training samples, as in scikit-learn) take a scalar
+        bandwidth or ``n_neighbors``.
+    p : float, default=2
+        The power of the "minkowski" metric.
     empty : {"nearest", "nan", "raise"}, default="nearest"
         What to predict where no training sample lies in the support of a compact kernel
         ("nearest": the target of the nearest training sample).
