@@ -9,7 +9,9 @@ TITLE = "Non-local means, 2-D grayscale, patch_size=7, patch_distance=11"
 
 
 def _psnr(clean, img):
-    return 10 * np.log10(1.0 / np.mean((clean - img) ** 2))
+    from skimage.metrics import peak_signal_noise_ratio
+
+    return peak_signal_noise_ratio(clean, img, data_range=1.0)
 
 
 def run(quick=False):

@@ -23,7 +23,9 @@ def run(ctx):
 
 
 def _psnr(clean, img):
-    return 10 * np.log10(1.0 / np.mean((clean - img) ** 2))
+    from skimage.metrics import peak_signal_noise_ratio
+
+    return peak_signal_noise_ratio(clean, img, data_range=1.0)
 
 
 def _nl_means_rows(ctx):
