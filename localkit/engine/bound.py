@@ -208,15 +208,17 @@ class BoundKernel:
                 L += np.log(self.weight)
         return L
 
-    def weights(self, queries=None, *, exclude_self=False, row_offset=0):
+    def weights(self, queries=None, *, exclude_self=False, row_offset=0, return_log_weights=False):
         """Normalised weights ``w_ij = c_j K(x*_i, x_j) / sum_l c_l K(x*_i, x_l)`` of a block of
-        queries; rows with an empty neighbourhood are all zero."""
+        queries; rows with an empty neighbourhood are all zero. ``return_log_weights`` also
+        returns the block of :meth:`log_weights` they came from."""
         L = self.log_weights(queries, exclude_self=exclude_self, row_offset=row_offset)
         top = L.max(axis=1, keepdims=True)
         W = np.exp(L - np.where(np.isfinite(top), top, 0.0))
         total = W.sum(axis=1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(total > 0, W / total, 0.0)
+            W = np.where(total > 0, W / total, 0.0)
+        return (W, L) if return_log_weights else W
 
     def nearest(self, queries=None, *, self_rows=None, Q=None):
         """Index of the nearest sample that carries weight, in the kernel's metric and scaling.

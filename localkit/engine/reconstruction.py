@@ -11,22 +11,23 @@ Write ``W`` for the normalised weights, ``r_q = f(q) - t_q`` and
 ``B_qj = c W_qj (r_q . x_j - r_q . f(q)) 2 phi'(u2_qj) / h^2`` (``c`` = 2/n or 2). Then
 ``dE/dq = sum_j B_qj (q - z_j)`` and, when the queries are the points, each ``z_j`` also gets
 ``-sum_q B_qj (z_q - z_j)``. ``B`` needs the weights of a whole row, so rows of queries are taken
-in blocks of ``b x n`` log-weights from the kernel profile: memory ``O(b n)``, time ``O(n_q n (d + p))``
+in blocks of ``b x n`` log-weights from the engine's bound kernel: memory ``O(b n)``, time ``O(n_q n (d + p))``
 per evaluation (``O(n^2)`` for the leave-one-out error).
 """
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
-from ..kernels import get_profile
+from ..kernels import Kernel, get_profile
 from .blocks import DEFAULT_MEMORY_BUDGET
+from .bound import BoundKernel
 from .local_mean import local_mean
 
-#: ``d log k / d u^2`` of the profiles whose log is differentiable everywhere.
+#: ``d log k / d u^2`` of the profiles whose log is differentiable everywhere, as a function of
+#: ``log k`` itself (Gaussian: ``-1/2``; Cauchy ``log k = -log(1 + u^2)``: ``-1 / (1 + u^2) = -k``)
 LOG_PROFILE_SLOPES = {
-    "gaussian": lambda u2: -0.5,
-    "cauchy": lambda u2: -1.0 / (1.0 + u2),
+    "gaussian": lambda log_k: -0.5,
+    "cauchy": lambda log_k: -np.exp(log_k),
 }
 
 
@@ -41,18 +42,11 @@ def check_smooth_kernel(kernel):
     return name
 
 
-def _weight_block(Q, Z, rows, profile, inv_h2, exclude_self):
-    """``(u2, W)``: scaled squared distances and normalised weights of the queries ``Q[rows]``
-    against every point (query ``i`` drops point ``i`` when ``exclude_self``)."""
-    u2 = cdist(Q[rows], Z, "sqeuclidean") * inv_h2
-    L = profile.log_k(u2)
-    if exclude_self:
-        i = np.arange(rows.start, rows.stop)
-        L[i - rows.start, i] = -np.inf
-    L -= L.max(axis=1, keepdims=True)
-    W = np.exp(L)
-    W /= W.sum(axis=1, keepdims=True)
-    return u2, W
+def _weight_block(bound, Q, rows, exclude_self):
+    """``(log K, W)``: log-weights and normalised weights of the queries ``Q[rows]`` against every
+    point, from the engine's bound kernel (query ``i`` drops point ``i`` when ``exclude_self``)."""
+    W, L = bound.weights(Q[rows], exclude_self=exclude_self, row_offset=rows.start, return_log_weights=True)
+    return L, W
 
 
 def _row_block(m, n, memory_budget):
@@ -78,7 +72,7 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
         ``q`` of the gradient depends on query ``q`` only, so each query can take its own steps.
     """
     name = check_smooth_kernel(kernel)
-    profile, slope = get_profile(name), LOG_PROFILE_SLOPES[name]
+    slope = LOG_PROFILE_SLOPES[name]
     Z = np.asarray(points, dtype=np.float64)
     X = np.asarray(values, dtype=np.float64)
     loo = queries is None
@@ -90,18 +84,19 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     scale = (2.0 / n) if loo else 2.0
     block = _row_block(m, n, memory_budget)
     inv_h2 = 1.0 / (bandwidth * bandwidth)
+    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z)
     errors = np.zeros(m)
     grad = np.zeros_like(Q)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
-        u2, W = _weight_block(Q, Z, rows, profile, inv_h2, loo)
+        log_k, W = _weight_block(bound, Q, rows, loo)
         F = W @ X
         R = F - T[rows]
         errors[rows] = np.einsum("ij,ij->i", R, R)
         B = R @ X.T
         B -= np.einsum("ij,ij->i", R, F)[:, None]
         B *= W
-        B *= slope(u2) * (2.0 * scale * inv_h2)
+        B *= slope(log_k) * (2.0 * scale * inv_h2)
         grad[rows] += B.sum(axis=1)[:, None] * Q[rows] - B @ Z
         if loo:  # each point z_j is also a kernel centre in the other rows
             grad += B.sum(axis=0)[:, None] * Z - B.T @ Q[rows]
@@ -138,7 +133,7 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
     (grad_queries, grad_points, grad_values) of shapes (m, d), (n, d), (n, p).
     """
     name = check_smooth_kernel(kernel)
-    profile, slope = get_profile(name), LOG_PROFILE_SLOPES[name]
+    slope = LOG_PROFILE_SLOPES[name]
     Q, Z, V, G = (np.asarray(a, dtype=np.float64) for a in (queries, points, values, upstream))
     m, n = len(Q), len(Z)
     if exclude_self and m != n:
@@ -146,15 +141,16 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
                          f"got {m} queries and {n} points")
     inv_h2 = 1.0 / (bandwidth * bandwidth)
     grad_q, grad_z, grad_v = np.zeros_like(Q), np.zeros_like(Z), np.zeros_like(V)
+    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z)
     block = _row_block(m, n, memory_budget)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
-        u2, W = _weight_block(Q, Z, rows, profile, inv_h2, exclude_self)
+        log_k, W = _weight_block(bound, Q, rows, exclude_self)
         g = G[rows]
         B = g @ V.T
         B -= np.einsum("ij,ij->i", g, W @ V)[:, None]
         B *= W
-        B *= slope(u2) * (2.0 * inv_h2)
+        B *= slope(log_k) * (2.0 * inv_h2)
         grad_q[rows] = B.sum(axis=1)[:, None] * Q[rows] - B @ Z
         grad_z += B.T @ Q[rows]
         grad_z -= B.sum(axis=0)[:, None] * Z
