@@ -89,7 +89,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     label_distributions_ : ndarray of shape (n_samples, n_classes)
     transduction_ : ndarray of shape (n_samples,)
     n_iter_ : int
-    X_fit_ : ndarray, kernel_ : Kernel
+    X_fit_ : ndarray
+    kernel_ : Kernel
 
     Examples
     --------

@@ -434,7 +434,7 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     """Local linear attention: a weighted linear model of the values around each query.
 
     With the localization weights ``w_ij`` of ``kernel`` (as in :func:`kernel_attention`), the
-    output is the intercept ``a_i`` of
+    output is the intercept ``a_i`` of ::
 
         (a_i, B_i) = argmin_{a, B} sum_j w_ij |v_j - a - B (k_j - q_i)|^2 + ridge |B|_F^2,
 
