@@ -50,10 +50,11 @@ def _cancellation_ok(Q):
 class QueryBlock:
     """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
 
-    def __init__(self, bound, Q, q_scale=None):
+    def __init__(self, bound, Q, q_scale=None, logit_scale=1.0):
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype)
         self.q_scale = q_scale
+        self.temperature = bound.h * logit_scale if bound.kernel.is_softmax else 1.0
         self.centre = None
         self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
         if self.exact or bound.kernel.is_softmax or _cancellation_ok(Q):
@@ -78,7 +79,7 @@ class QueryBlock:
             x_sq = np.einsum("ij,ij->i", X, X)
         s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
         return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
-                                        temperature=bound.h if bound.kernel.is_softmax else 1.0,
+                                        temperature=self.temperature,
                                         exact=self.exact, u2_exponent=bound.u2_exponent,
                                         fold_offset=fold_offset)
 
@@ -86,6 +87,15 @@ class QueryBlock:
 def log_weight_block(bound, Q, cols, q_scale=None):
     """``(L, offset)`` of queries ``Q`` (engine coordinates) against the samples ``cols``."""
     return QueryBlock(bound, Q, q_scale).log_weights(bound, cols)
+
+
+def _logit_exponent(bound, Q):
+    """``k >= 0`` with ``|<q, x>| / (T 2^k) <= 2^500`` for every pair (a bound from the largest
+    entries, in log2, so that nothing overflows on the way)."""
+    with np.errstate(divide="ignore"):
+        top = (np.log2(np.abs(Q).max()) + np.log2(np.abs(bound.X).max()) + np.log2(bound.n_features)
+               - np.log2(bound.h))
+    return max(0, int(np.ceil(top - 500))) if np.isfinite(top) else 0
 
 
 def _spatial_order(Q):
@@ -117,8 +127,11 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     S = np.empty((n_q, width), dtype=V_aug.dtype)
     shift = np.zeros(n_q, dtype=V_aug.dtype)
 
+    # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
+    logit_scale = 2.0 ** _logit_exponent(bound, Q) if bound.kernel.is_softmax else 1.0
+
     def block_of(idx):
-        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx])
+        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx], logit_scale)
 
     def blocks(block, idx, fold_offset):
         for c0 in range(0, n_s, bs):
@@ -138,12 +151,13 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
             idx = idx[~(sums[:, -1] >= floor)]
             if len(idx) == 0:
                 return
-        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype)
+        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype, scale=logit_scale)
         offset = 0.0
         for L, offset, V in blocks(block_of(idx), idx, False):
             acc.update(L, V)
         S[idx] = acc.S
-        shift[idx] = acc.m + offset
+        with np.errstate(over="ignore"):
+            shift[idx] = acc.m * logit_scale + offset
 
     map_blocks(run, n_q, bq, threads)
     return S, shift
