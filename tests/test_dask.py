@@ -87,6 +87,17 @@ def test_knn_kernel_and_leave_one_out_equal_in_memory(client, wine, kernel, excl
     close(got.compute(), want)
 
 
+@pytest.mark.parametrize("metric", [dict(metric="minkowski", p=3), dict(metric="cosine"), dict(metric="manhattan")])
+def test_other_metrics_equal_in_memory(client, wine, metric):
+    X, y = wine
+    for kernel, kw in [("uniform", dict(n_neighbors=6)), ("gaussian", dict(bandwidth=0.8))]:
+        want = LocalMeanRegressor(kernel, **kw, **metric).fit(X, y).predict(X[::4])
+        got = LocalMeanRegressor(kernel, **kw, **metric).fit(chunked(X, 50), chunked(y * 1.0, 50)).predict(X[::4])
+        close(got.compute(), want)
+    with pytest.raises(ValueError, match="not available on dask arrays"):
+        local_mean(chunked(X, 50), chunked(X, 50), y, metric="precomputed")
+
+
 @pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov"])
 def test_fixed_bandwidth_leave_one_out_and_sample_weight(client, wine, kernel):
     X, y = wine

@@ -185,7 +185,7 @@ def _nearest(q, rows, s, v, live, kernel, exclude, p):
     """Distance to and value of the nearest live sample (another than itself with ``exclude``)."""
     h = kernel.bandwidth
     idx = np.flatnonzero(live)
-    index = nb.make_index(kernel.scale(s[idx], h), kernel.metric)
+    index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p)
     dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
     pick = (idx[near[:, 0]] == rows) if exclude else np.zeros(len(q), dtype=bool)
     col = np.where(pick, dist.shape[1] - 1, 0)
@@ -240,7 +240,7 @@ def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads)
     if kk > 0:
         h = kernel.bandwidth
         with _native_threads(threads):
-            index = nb.make_index(kernel.scale(s, h), kernel.metric)
+            index = nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p)
             dist[:, :kk], idx = nb.kneighbors(index, kernel.scale(q, h), kk, exclude_self=exclude)
         aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
         vals[:, :kk] = (aug if c is None else aug * c[:, None])[idx]
@@ -342,6 +342,9 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     out_dtype = dtype if V is None else V.dtype
     c = _per_point(sample_weight, "sample_weight", n_s, rows)
     kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
+    if callable(kern.metric) or kern.metric == "precomputed":
+        raise ValueError(f"metric={kern.metric!r} is not available on dask arrays (chunks need coordinates); "
+                         "use a named metric of coordinates")
     k = kern.n_neighbors
     if k is not None and k + int(exclude_self) > n_s:
         raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}"
@@ -353,7 +356,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     if s_scale is not None and k is not None and kern.compact:
         raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
     h = dask_bandwidth(kern.bandwidth, S)
-    bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric)  # fixed from here on
+    bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
                       threads=threads)

@@ -49,7 +49,8 @@ def fit_local_mean(est, X, y, sample_weight, *, classify):
     est.sample_scale_ = None
     check_n_neighbors(est.n_neighbors, X.shape[0])
     est.bandwidth_ = dask_bandwidth(est.bandwidth, X)  # a rule: one dask reduction
-    est.kernel_ = Kernel(est.kernel, bandwidth=est.bandwidth_, n_neighbors=est.n_neighbors, metric=est.metric)
+    est.kernel_ = Kernel(est.kernel, bandwidth=est.bandwidth_, n_neighbors=est.n_neighbors, metric=est.metric,
+                         p=getattr(est, "p", 2))
     est.X_fit_ = X
     return est
 
