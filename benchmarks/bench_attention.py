@@ -52,7 +52,7 @@ def _cpu_ratio_table(B, H, L, d, repeat):
     fold_k = torch.cat([k, -0.5 * (k * k).sum(-1, keepdim=True) / math.sqrt(d)], -1)
     fold_v = torch.cat([v, torch.zeros_like(v[..., :1])], -1)  # SDPA's CPU flash kernel wants one head dim
     cases = [("softmax", {}, "fused SDPA"), ("gaussian", {}, "fused SDPA + (.., 1, S) key bias"),
-             ("softmax", {"causal": True}, "SDPA is_causal"), ("gaussian", {"causal": True}, "streamed, causal blocks"),
+             ("softmax", {"causal": True}, "SDPA is_causal"), ("gaussian", {"causal": True}, "SDPA is_causal, key bias folded into d+1"),
              ("laplacian", {}, "streamed key blocks"), ("epanechnikov", {}, "streamed key blocks")]
     with torch.no_grad():
         for kernel, opts, path in cases:
