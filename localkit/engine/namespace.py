@@ -174,7 +174,8 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options):
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
             Q = Q - centre
             # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.paths)
-            exact = exact or 2 * eps * float(xp.max(xp.sum(Q * Q, axis=1))) > LOG_WEIGHT_TOL
+            tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
+            exact = exact or 2 * eps * float(xp.max(xp.sum(Q * Q, axis=1))) > tol
         q_sq = xp.sum(Q * Q, axis=1)
         m = xp.full((Q.shape[0],), -math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
         S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
