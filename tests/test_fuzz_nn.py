@@ -96,13 +96,13 @@ def test_bad_tensors_are_named(q):
     assert ok == (isinstance(q, torch.Tensor) and q.dtype == torch.float64 and q.shape[-1] == 4)
 
 
-# The nn helper's area (localkit/nn/functional.py), found by this suite and reported to the lead:
-# an empty key or query set or zero-width features give ZeroDivisionError or "range() arg 3 must not
-# be zero" instead of a result or an error naming q/k; and logits <q, k> / h that overflow float64
-# give NaN. Strict: a fix turns these into failures that ask for the marker's removal.
-@pytest.mark.xfail(strict=True, reason="localkit/nn/functional.py (nn helper): unclear error or NaN")
-@pytest.mark.parametrize("case", ["zero-width features", "no keys, compact kernel", "no queries, compact kernel",
-                                  "no keys, local linear", "overflowing logits"])
+# Found by this suite in localkit/nn/functional.py: an empty key or query set or zero-width features
+# gave ZeroDivisionError or "range() arg 3 must not be zero" (now an error naming q or k); logits
+# <q, k> / h that overflow float64 still give NaN. Strict: a fix must remove the marker.
+@pytest.mark.parametrize("case", [
+    "zero-width features", "no keys, compact kernel", "no queries, compact kernel", "no keys, local linear",
+    pytest.param("overflowing logits", marks=pytest.mark.xfail(
+        strict=True, reason="localkit/nn/functional.py: logits beyond float64 give NaN"))])
 def test_nn_known_failures(case):
     q = torch.randn(2, 3, 4, dtype=torch.float64)
     empty = torch.zeros(2, 0, 4, dtype=torch.float64)

@@ -85,6 +85,12 @@ def _check_qkv(q, k, v):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same last dimension, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k need at least one feature (dim -1), got q {tuple(q.shape)}")
+    for name, t in (("q", q), ("k", k)):  # a local mean at no query, or over no key, is undefined
+        if t.shape[-2] == 0:
+            raise ValueError(f"{name} needs at least one {'query' if name == 'q' else 'key'} (dim -2), "
+                             f"got {name} {tuple(t.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length (dim -2), got k {tuple(k.shape)} and v {tuple(v.shape)}")
     try:
