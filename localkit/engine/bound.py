@@ -21,12 +21,14 @@ When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._validation import check_array, check_points
 from ..kernels import Kernel
 from ..kernels.bandwidth import safe_mean
 from . import neighbors as nb
 from .options import EngineOptions
+from .results import LocalSums
 from .stream import augment
 
 #: Largest ``E`` (``max |x_s| <= 2^E``) for which the engine works on ``x_s`` itself: the squared
@@ -68,7 +70,8 @@ class BoundKernel:
     array([0.2737])
     """
 
-    def __init__(self, kernel, samples, *, sample_weight=None, sample_scale=None, options=None):
+    def __init__(self, kernel: Kernel, samples: ArrayLike, *, sample_weight: ArrayLike | None = None,
+                 sample_scale: ArrayLike | None = None, options: EngineOptions | None = None):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
         self.kernel = kernel
@@ -148,7 +151,8 @@ class BoundKernel:
                                 row_offset=row_offset)
 
     # -- operations ------------------------------------------------------------------------
-    def sums(self, queries=None, values=None, *, exclude_self=False, query_scale=None):
+    def sums(self, queries: ArrayLike | None = None, values: ArrayLike | None = None, *, exclude_self: bool = False,
+             query_scale: ArrayLike | None = None) -> LocalSums:
         """Local means of ``values`` (optional) and log weight sums at ``queries``.
 
         ``queries=None`` evaluates at the samples; ``exclude_self`` drops sample ``i``'s weight
@@ -184,7 +188,8 @@ class BoundKernel:
         S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
         return finish(self, Q, S, shift, V, exclude_self, values is None, squeeze)
 
-    def log_weights(self, queries=None, *, exclude_self=False, row_offset=0):
+    def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
+                    row_offset: int = 0) -> np.ndarray:
         """``(n_queries, n_samples)`` log-weights ``log(c_j K(x*, x_j))`` (``K(x, x) = 1``).
 
         ``exclude_self`` sets the weight of sample ``row_offset + i`` at query ``i`` to zero.

@@ -10,6 +10,12 @@ constant ``n h^d c_d``, a kernel density estimate.
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..kernels import Kernel
 from .bound import BoundKernel, make_kernel
 from .namespace import foreign_namespace, xp_local_sums
 from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
@@ -18,9 +24,10 @@ from .results import LocalSums
 __all__ = ["ALGORITHMS", "EMPTY_POLICIES", "LocalSums", "local_mean", "local_sums", "make_kernel"]
 
 
-def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", p=2, sample_weight=None, return_weight_sum=False,
-               **options):
+def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike, kernel: str | Kernel = "gaussian",
+               bandwidth: float | str | ArrayLike = 1.0, n_neighbors: int | None = None, exclude_self: bool = False,
+               *, metric: str | Callable = "euclidean", p: float = 2, sample_weight: ArrayLike | None = None,
+               return_weight_sum: bool = False, **options) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """The local mean of ``values`` at each query: ``m(x*) = sum_i K(x*, x_i) v_i / sum_j K(x*, x_j)``.
 
     Parameters
@@ -71,10 +78,13 @@ def local_mean(queries, samples, values, kernel="gaussian", bandwidth=1.0, n_nei
     return (out.mean, out.weight_sum) if return_weight_sum else out.mean
 
 
-def local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-               exclude_self=False, *, metric="euclidean", p=2, sample_weight=None, empty="nearest",
-               algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
-               sample_scale=None):
+def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike | None = None,
+               kernel: str | Kernel = "gaussian", bandwidth: float | str | ArrayLike = 1.0,
+               n_neighbors: int | None = None, exclude_self: bool = False, *, metric: str | Callable = "euclidean",
+               p: float = 2, sample_weight: ArrayLike | None = None, empty: str = "nearest", algorithm: str = "auto",
+               block_size: int | tuple[int, int] | None = None, memory_budget: float | None = None,
+               n_jobs: int | None = None, query_scale: ArrayLike | None = None,
+               sample_scale: ArrayLike | None = None) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
     Parameters beyond :func:`local_mean`:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numbers
 
+from typing import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.spatial.distance import cdist
 
 from .._validation import check_points
@@ -59,7 +62,8 @@ class Kernel:
     array([[1.  , 0.75, 0.  ]])
     """
 
-    def __init__(self, name="gaussian", bandwidth=1.0, n_neighbors=None, metric="euclidean", p=2):
+    def __init__(self, name: str = "gaussian", bandwidth: float | str | np.ndarray = 1.0,
+                 n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2):
         self.name = name
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
@@ -213,7 +217,7 @@ class Kernel:
         np.nan_to_num(u2, copy=False, nan=0.0, posinf=np.inf)
 
     # -- dense evaluation --------------------------------------------------------------
-    def __call__(self, X, Y=None):
+    def __call__(self, X: ArrayLike, Y: ArrayLike | None = None) -> np.ndarray:
         """The dense kernel matrix ``K[i, j] = K(X_i, Y_j)`` (``Y`` defaults to ``X``).
 
         Rules and kNN bandwidths are resolved on ``Y``, the samples. Meant for small inputs

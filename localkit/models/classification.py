@@ -1,6 +1,8 @@
 """Kernel classification: class probabilities are the local mean of one-hot labels."""
 from __future__ import annotations
 
+import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils._array_api import device, get_namespace
@@ -41,7 +43,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and the one-hot labels. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
@@ -62,12 +64,12 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         self.onehot_ = xp.take(xp.eye(self.classes_.shape[0], dtype=X.dtype, device=device(X)), codes, axis=0)
         return self
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities: the local mean of the one-hot training labels."""
         X = self._validate_queries(X)
         return self._local_sums(X, self.onehot_).mean
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class at each row of ``X``."""
         proba = self.predict_proba(X)
         if is_dask_collection(proba):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn import config_context
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils._array_api import _convert_to_numpy, device
@@ -206,7 +207,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
             raise ValueError("blurring=True moves the data itself: seeds must be None and bin_seeding False")
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(self, X: ArrayLike, y: None = None, sample_weight: ArrayLike | None = None):
         """Find the modes and label the points. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
@@ -275,7 +276,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
         return np.repeat(data, sample_weight.astype(np.intp), axis=0)
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The index of the nearest cluster centre for each row of ``X``."""
         check_is_fitted(self)
         xp = foreign_namespace(X, self.cluster_centers_)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, OneToOneFeatureMixin, TransformerMixin, _fit_context
 from sklearn.decomposition import PCA
@@ -86,7 +87,7 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Store the clean samples (the prior). Returns ``self``."""
         X = validate_data(self, X, dtype=float_dtypes(X))  # tensors stay on their device
         self.kernel_ = Kernel(self.kernel, bandwidth=float(self.noise_std))
@@ -94,7 +95,7 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         return self
 
     @map_queries
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """The denoised samples: ``n_iter`` local means of the clean samples, from ``X``."""
         check_is_fitted(self)
         Y = validate_data(self, X, reset=False, dtype=float_dtypes(X))
@@ -210,7 +211,7 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Learn the codes ``Z`` of the training data. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS, ensure_min_samples=3)
         if self.n_components > X.shape[1]:
@@ -249,7 +250,7 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         return factors[best] * scores, errors[best]
 
     @map_queries
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Codes of ``X``: the local mean of training codes in data space, refined point by point."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)

@@ -6,6 +6,7 @@ import math
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
@@ -182,7 +183,7 @@ class KernelDensity(BaseEstimator):
         self.n_jobs = n_jobs
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(self, X: ArrayLike, y: None = None, sample_weight: ArrayLike | None = None):
         """Store the samples and their weights, resolve the bandwidth. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0``; integer weights act as repeated
@@ -196,7 +197,7 @@ class KernelDensity(BaseEstimator):
         self.X_fit_ = X
         return self
 
-    def score_samples(self, X):
+    def score_samples(self, X: ArrayLike) -> np.ndarray:
         """``log p(x)`` at each row of ``X`` (``-inf`` outside every compact support)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize
 from scipy.special import log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
@@ -271,7 +272,7 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit prototypes, widths and consequents. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` weighs each sample's term in the
@@ -318,7 +319,7 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         return model
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """``sum_r w_r(x) f_r(x)``."""
         return self._blend(X)[:, 0]
 
@@ -396,7 +397,7 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit prototypes, widths and logistic consequents. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: as in :meth:`TSKFuzzyRegressor.fit`, with the
@@ -417,12 +418,12 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     @map_queries
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """``softmax`` of the blended logits."""
         return np.exp(log_softmax(self._blend(X), axis=1))
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         codes = np.argmax(self._blend(X), axis=1)
         return self.classes_[codes]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array
@@ -110,7 +111,7 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Learn the codes of every level: greedily, then end to end. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS, ensure_min_samples=3)
         dims = check_n_components(self.n_components, X.shape[1])
@@ -155,7 +156,7 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
     def _codes(self):
         return [z.astype(np.float64) for z in self.embeddings_]
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Top-level codes of ``X``: the local mean of the training codes in data space, refined
         code by code through the whole decoder."""
         check_is_fitted(self)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
@@ -83,7 +84,7 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
                                     "leave_one_out": ["boolean"]}
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Store the training samples and their values, resolve the kernel. Returns ``self``."""
         if self.values == "targets":
             if y is None:
@@ -98,12 +99,12 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
         self.X_fit_, self.values_fit_ = X, V
         return self
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training values at each row of ``X`` (every training sample weighs)."""
         X = self._validate_queries(X)
         return self._local_sums(X, self.values_fit_).mean
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: None = None) -> np.ndarray:
         """Fit, then the training rows' local means: leave-one-out with ``leave_one_out=True``."""
         self.fit(X, y)
         if not self.leave_one_out:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from joblib import Parallel, delayed
 from sklearn.base import (BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, _fit_context, clone,
                           is_classifier)
@@ -114,7 +115,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     }
 
     @_fit_context(prefer_skip_nested_validation=False)  # the inner estimator validates its own
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Check the estimator, bind the kernel to ``X``. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel weights, so
@@ -174,7 +175,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         return out
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The prediction of each query's local fit at the query."""
         check_is_fitted(self)
         if is_classifier(self.estimator) and hasattr(self.estimator, "predict_proba"):
@@ -183,7 +184,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
     @available_if(_inner_has("predict_proba"))
     @map_queries
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities of each query's local fit, over the global ``classes_``."""
         proba = self._local(X, "predict_proba")
         return proba.astype(np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64, copy=False)

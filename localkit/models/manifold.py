@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import linalg, sparse
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
@@ -153,7 +154,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         _check_n_components(self.n_components, min(d, n - 1))
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Compute the reconstruction weights and the embedding. Returns ``self``."""
         X = validate_data(self, X, dtype=np.float64)
         n, d = X.shape
@@ -196,7 +197,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         return vecs[:, order[1:]], float(np.sum(vals[order[1:]]))
 
     @map_queries
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Embed new points: reconstruct each from its ``n_neighbors`` nearest training points
         (same local model) and apply those weights to their embeddings."""
         check_is_fitted(self)
@@ -205,7 +206,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         w = barycenter_weights(X.astype(np.float64), self.X_fit_, ind, self.reg, self.n_jobs)
         return np.einsum("qk,qkc->qc", w, self.embedding_[ind]).astype(X.dtype, copy=False)
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: None = None) -> np.ndarray:
         """Fit and return the embedding of the training points."""
         return self.fit(X).embedding_
 
@@ -282,7 +283,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
     _parameter_constraints: dict = {**KERNEL_PARAMS, "n_components": positive(Integral)}
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Store the samples and resolve the kernel. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)
         _check_n_components(self.n_components, X.shape[1])
@@ -293,7 +294,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         return self
 
     @map_queries
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Local PCA scores: each point projected onto its own local principal directions.
 
         .. math::

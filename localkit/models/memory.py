@@ -15,6 +15,7 @@ from numbers import Integral
 
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
@@ -106,7 +107,7 @@ class HopfieldNetwork(BaseEstimator):
     }
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Store the patterns ``X`` (n_patterns, n_features). Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)
         if self.kind == "classical":
@@ -146,7 +147,7 @@ class HopfieldNetwork(BaseEstimator):
                        change=row_max_abs_change, history=history, progress=self.verbose, name=name)
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The retrieved states, one row per probe."""
         return self.retrieve(X).state
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, RegressorMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
@@ -136,7 +137,7 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
         return r
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike):
         """Learn ``A`` by L-BFGS on the leave-one-out objective. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=[np.float64], y_numeric=True)
         y = check_regression_target(y, np.float64)
@@ -190,14 +191,14 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
         return self
 
     @map_queries
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """The inputs in the learned metric, ``X A^T``."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return (X @ self.components_.T).astype(X.dtype, copy=False)  # float32 in, float32 out
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets under the learned kernel."""
         Z = self.transform(X)
         return local_mean(Z, (self.X_fit_ @ self.components_.T).astype(Z.dtype, copy=False), self.y_fit_,

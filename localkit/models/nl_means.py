@@ -30,6 +30,7 @@ from __future__ import annotations
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 
 from sklearn.utils import check_array as sk_check_array
@@ -166,12 +167,12 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
     _parameter_constraints: dict = NL_MEANS_PARAMS
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None):
         """Check the parameters and the image. Returns ``self``."""
         _as_float_image(X, self.channel_axis)
         return self
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """The denoised image, of ``X``'s shape."""
         return denoise_nl_means(X, self.patch_size, self.patch_distance, self.h, self.sigma,
                                 self.channel_axis, n_jobs=self.n_jobs)

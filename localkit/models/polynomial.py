@@ -5,6 +5,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, validate_data
@@ -168,7 +169,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return check_n_neighbors(self.n_neighbors, n)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Resolve the kernel (and the bandwidth), build the interpolation tree, run the robustness
         iterations. ``sample_weight`` (n_samples,) multiplies every kernel weight. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
@@ -200,7 +201,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return self
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The local polynomial fit at each row of ``X`` (interpolated inside the tree's box with
         ``surface="interpolate"``)."""
         X = self._validate_queries(X)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._array_api import get_namespace
 from sklearn.utils.validation import validate_data
@@ -73,7 +74,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and resolve the kernel. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
@@ -93,7 +94,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         self.X_fit_, self.y_fit_ = X, y
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets at each row of ``X``."""
         X = self._validate_queries(X)
         return self._local_sums(X, self.y_fit_).mean

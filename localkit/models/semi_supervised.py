@@ -17,6 +17,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
@@ -141,7 +142,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         return r
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS)
         check_classification_targets(y)
@@ -195,14 +196,14 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True)
 
     @map_queries
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the fitted label distributions at each row of ``X``, normalised."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         return _normalize_rows(local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_))
 
     @map_queries
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class at each row of ``X``."""
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
