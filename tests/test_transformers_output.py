@@ -10,8 +10,8 @@ from sklearn.decomposition import PCA
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from localkit import (LazyAutoencoder, LocallyLinearEmbedding, LocalMeanDenoiser, LocalMeanTransformer, LocalPCA,
-                      MetricLearningKernelRegressor)
+from localkit import (HierarchicalAutoencoder, LazyAutoencoder, LocallyLinearEmbedding, LocalMeanDenoiser,
+                      LocalMeanTransformer, LocalPCA, MetricLearningKernelRegressor)
 
 # (estimator, expected output names for iris' 4 features); names follow scikit-learn's mixins:
 # a one-to-one transformer keeps the input names, the others are "<classname><i>"
@@ -22,6 +22,7 @@ TRANSFORMERS = [
     (LocalMeanDenoiser(noise_std=0.3), None),
     (LocalMeanTransformer(), None),
     (LazyAutoencoder(n_components=1, max_iter=5), ["lazyautoencoder0"]),
+    (HierarchicalAutoencoder(n_components=(2, 1), max_iter=5), ["hierarchicalautoencoder0"]),
     (MetricLearningKernelRegressor(form="diagonal", max_iter=3), [f"metriclearningkernelregressor{i}" for i in range(4)]),
 ]
 

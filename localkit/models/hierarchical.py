@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -36,7 +36,7 @@ def check_n_components(n_components, n_features):
     return dims[1:]
 
 
-class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
+class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Lazy autoencoders stacked: level ``l`` learns codes ``Z_l`` of the codes ``Z_{l-1}`` (``Z_0 = X``).
 
     Each level's decoder is a local mean (unsupervised kernel regression, as in
@@ -130,6 +130,7 @@ class HierarchicalAutoencoder(TransformerMixin, BaseEstimator):
             Z, self.init_error_ = self._refine_end_to_end(codes, Xd)
         self.embeddings_ = [z.astype(X.dtype) for z in Z]
         self.embedding_ = self.embeddings_[-1]
+        self._n_features_out = self.embedding_.shape[1]  # get_feature_names_out, set_output
         self.X_fit_ = X
         self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z[-1])
         return self
