@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._progress import progress as progress_bar
 from .data import stdlib_corpus, text_corpus
 from .transformer import LocalTransformer
 
@@ -150,13 +151,10 @@ def _autocast(device, dtype):
     return torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype != torch.float32)
 
 
-def _progress(step, steps, loss, tokens_per_s, elapsed, enabled):
-    if not enabled:
-        return
-    done = int(30 * step / steps)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step}/{steps} loss {loss:.3f} nats  "
-                     f"{tokens_per_s:,.0f} tokens/s  {elapsed:.0f} s")
-    sys.stderr.flush()
+def _progress(step, steps, loss, tokens_per_s, elapsed, bar):
+    """Advance the run's bar (the library's one progress facility) to ``step`` of ``steps``."""
+    bar.set_postfix_str(f"loss {loss:.3f} nats, {tokens_per_s:,.0f} tokens/s, {elapsed:.0f} s", refresh=False)
+    bar.update(step - bar.n)
 
 
 def _settings(args):
@@ -228,6 +226,8 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
     budget = None if args.max_minutes is None else 60.0 * args.max_minutes
     warmup = max(1, min(100, args.steps // 10))
     t0, first_step, show = time.perf_counter(), step, not args.no_progress
+    bar = progress_bar(args.steps, "train-lm", verbose=show, unit="step")
+    bar.update(step)  # a resumed run starts where it stopped
     try:
         while step < args.steps:
             elapsed = spent + time.perf_counter() - t0
@@ -252,15 +252,16 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
             step += 1
             run_time = time.perf_counter() - t0
             _progress(step, args.steps, loss.item(), (step - first_step) * x.numel() / run_time, spent + run_time,
-                      show)
+                      bar)
             if step % args.eval_every == 0 and step < args.steps:
                 bpc = evaluate(net, corpus.val, eval_starts, args.context, device=device, dtype=dtype)
                 curve.append({"step": step, "seconds": spent + time.perf_counter() - t0, "val_bpc": bpc})
-                if show:
-                    sys.stderr.write("\n")
+                bar.clear()
                 echo(f"step {step}: val {bpc:.3f} bits/char")
+                bar.refresh()
                 checkpoint()
     except KeyboardInterrupt:
+        bar.close()
         checkpoint()
         echo(f"interrupted at step {step}" + (f"; resume with --checkpoint {args.checkpoint} --resume"
                                               if args.checkpoint else ""))
@@ -269,8 +270,7 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
     bpc = evaluate(net, corpus.val, eval_starts, args.context, device=device, dtype=dtype)
     curve.append({"step": step, "seconds": seconds, "val_bpc": bpc})
     checkpoint()
-    if show:
-        sys.stderr.write("\n")
+    bar.close()
     echo(f"step {step}: val {bpc:.3f} bits/char after {seconds:.0f} s "
          f"(unigram entropy {entropy:.3f}, {entropy - bpc:+.3f} bits better)")
     return {"kernel": args.kernel, "steps": step, "seconds": seconds, "val_bpc": bpc, "unigram_entropy": entropy,
