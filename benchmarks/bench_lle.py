@@ -23,7 +23,7 @@ SETTINGS = dict(n_neighbors=10, n_components=2, reg=1e-3, eigen_solver="arpack",
 
 def run(quick=False):
     sizes = [(1000, 3), (2000, 3)] if quick else [(5000, 5), (20000, 3)]
-    lines = [f"Swiss roll (`make_swiss_roll(n, random_state=0)`), n_neighbors=10, n_components=2, reg=1e-3, "
+    lines = ["Swiss roll (`make_swiss_roll(n, random_state=0)`), n_neighbors=10, n_components=2, reg=1e-3, "
              "both with their sparse eigensolver (`eigen_solver=\"arpack\"`, tol=1e-6); medians of interleaved "
              "repeats, one process, on a 2-core machine shared with other jobs. Agreement: Procrustes "
              "disparity and max |diff| after the best orthogonal map of ours onto scikit-learn's.",

@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
-from .kernels import KERNEL_NAMES, METRICS, RULES, Kernel
+from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.kernel import NORM_METRICS
 from .kernels.profiles import ALIASES
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import is_classifier, is_regressor
-from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.linear_model import LinearRegression
 from test_fuzz_common import SCALES, arrays, check_floats, examples, outcome, within
 
 import localkit

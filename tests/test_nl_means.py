@@ -33,7 +33,7 @@ def reference_nl_means(image, s, d, h, sigma, skimage_approximations=False):
     s += 1 - s % 2
     o = s // 2
     spatial = image.shape[:-1]
-    nd, n_ch = len(spatial), image.shape[-1]
+    nd = len(spatial)
     big = np.pad(image, [(o + d, o + d)] * nd + [(0, 0)], mode="reflect")
     a = (s - 1) / 4
     grid = np.meshgrid(*[np.arange(-o, o + 1)] * nd, indexing="ij")

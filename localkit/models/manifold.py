@@ -25,7 +25,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._params import KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import local_moments, map_blocks
 from ..engine import neighbors as nb
-from ..engine.blocks import resolve_n_jobs
 from ._base import FLOATS, LocalKernelMixin
 from ._dask import map_queries
 
