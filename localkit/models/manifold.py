@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._params import KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import local_moments, map_blocks
 from ..engine import neighbors as nb
+from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
 from ._dask import map_queries
 
@@ -288,7 +289,12 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         _check_n_components(self.n_components, X.shape[1])
         self._fit_kernel(X)
         self.X_fit_ = X
-        self.center_ = X.mean(axis=0)
+        self.center_ = safe_mean(X)
+        # local covariances hold squares of the spread: refuse what no float of X's dtype can hold
+        spread = float(np.max(np.abs(X - self.center_)))
+        if not spread * spread * X.shape[1] < np.finfo(X.dtype).max:
+            raise ValueError(f"X spreads {spread:.3g} around its mean: its local covariances (squares of that) "
+                             f"exceed the {X.dtype} range; rescale X")
         self._n_features_out = self.n_components
         return self
 
