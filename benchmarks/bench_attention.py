@@ -135,8 +135,9 @@ def _memory_rows(L, d):
     return "\n".join(rows)
 
 
-def _gpu_table():
-    """bfloat16 on CUDA, every kernel, forward and forward+backward, time and peak memory vs SDPA."""
+def _gpu_table(emit=None):
+    """bfloat16 on CUDA, every kernel, forward and forward+backward, time and peak memory vs SDPA;
+    ``emit`` (optional) receives each row as soon as it is measured."""
     if not torch.cuda.is_available():
         return ("GPU table: skipped, no CUDA device in this run (the table times every kernel in bfloat16, "
                 "forward and forward+backward, at B=4 H=8 L=4096 d=64 and B=1 H=8 L=16384, next to SDPA).")
@@ -161,6 +162,8 @@ def _gpu_table():
             rows.append(f"| B={B} H={H} L={L} | {name} | {t_fwd * 1e3:.2f} ms | {t_fwd / base[0]:.2f}x | "
                         f"{t_both * 1e3:.2f} ms | {t_both / base[1]:.2f}x | {peak / 2 ** 20:.0f} MiB | "
                         f"{peak / base[2]:.2f}x |")
+            if emit is not None:
+                emit(rows[-1])
     return f"GPU ({torch.cuda.get_device_name()}), bfloat16, medians of 10 interleaved repeats.\n\n" + "\n".join(rows)
 
 

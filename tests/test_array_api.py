@@ -101,3 +101,60 @@ def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
         local_mean(Xt[:3, :3], Xt, yt)
     with pytest.raises(ValueError, match="samples contains NaN"):
         local_mean(Xt[:3], Xt * float("nan"), yt)
+
+
+@pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("cauchy", 0.05),
+                                     ("softmax", 0.01)])
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_flexattention_formulation_equals_numpy(diabetes, name, h, exclude_self, weighted):
+    """The CUDA path's one FlexAttention call (run eagerly here, on the CPU) in float32 against the
+    float64 engine: means and log weight sums of every row that has a neighbour, with leave-one-out
+    and log sample weights, within float32's error budget of the log weights."""
+    import warnings
+
+    from localkit.engine.namespace import flex_sums
+    from localkit.engine.paths import LOG_WEIGHT_TOL
+    from localkit.kernels import Kernel
+
+    X64, y64 = diabetes
+    w64 = np.random.default_rng(1).uniform(0, 2, len(X64)) if weighted else None
+    ref = local_sums(X64, X64, y64, name, h, exclude_self=exclude_self, sample_weight=w64, empty="nan")
+    X, y = X64.astype(np.float32), y64.astype(np.float32)
+    w = None if w64 is None else w64.astype(np.float32)
+    centre = 0 if name == "softmax" else X.mean(0)
+    Xs = torch.tensor(X - centre) / (1 if name == "softmax" else h)
+    Qs = torch.tensor(X - centre) / h
+    weight = None if w is None else torch.tensor(w / w.max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not fused
+        S, shift = flex_sums(Qs, Xs, torch.tensor(y)[:, None], weight, Kernel(name, bandwidth=h), exclude_self,
+                             compiled=False)
+    log_sum = (shift + torch.log(S[:, -1])).numpy() + (0 if w is None else np.log(w.max()))
+    alive = np.isfinite(ref.log_weight_sum)
+    assert alive.sum() > 0.9 * len(X)
+    np.testing.assert_array_equal(np.isfinite(log_sum), alive)
+    np.testing.assert_allclose((S[:, 0] / S[:, 1]).numpy()[alive], ref.mean[alive], rtol=1e-4)
+    np.testing.assert_allclose(log_sum[alive], ref.log_weight_sum[alive], rtol=0,
+                               atol=LOG_WEIGHT_TOL[np.dtype(np.float32)])
+
+
+@cuda
+@pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("softmax", 0.01)])
+def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, diabetes, name, h):
+    from localkit.engine.namespace import _flex_fits
+    from localkit.engine.options import EngineOptions
+    from localkit.kernels import Kernel
+
+    X, y = diabetes
+    w = np.random.default_rng(1).uniform(0, 2, len(X))
+    Xt, yt, wt = (torch.tensor(a, dtype=torch.float32, device="cuda") for a in (X, y, w))
+    centre = 0 if name == "softmax" else Xt.mean(0)
+    assert _flex_fits(torch, (Xt - centre) / h, (Xt - centre) / (1 if name == "softmax" else h),
+                      Kernel(name, bandwidth=h), EngineOptions())
+    for exclude_self in (False, True):
+        got = local_sums(None, Xt, yt, name, h, exclude_self=exclude_self, sample_weight=wt)
+        ref = local_sums(None, X, y, name, h, exclude_self=exclude_self, sample_weight=w)
+        assert got.mean.dtype == torch.float32 and got.mean.is_cuda
+        np.testing.assert_allclose(got.mean.cpu().numpy(), ref.mean, rtol=1e-4)
+        np.testing.assert_allclose(got.log_weight_sum.cpu().numpy(), ref.log_weight_sum, rtol=0, atol=1e-4)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from localkit.nn import kernel_attention
-from localkit.nn._flex import flex_kernel_attention
+from localkit.engine.flex import flex_kernel_attention
 
 CASES = [("softmax", {"causal": True}), ("gaussian", {"causal": True, "padding": True}),
          ("epanechnikov", {"window": 5, "padding": True}), ("laplacian", {"window": ("tricube", 7.5), "padding": True})]

@@ -94,8 +94,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         V = xp.astype(xp.reshape(V, (V.shape[0], -1)), dtype)
         if V.shape[0] != n:
             raise ValueError(f"values has {V.shape[0]} rows but samples has {n}; they must match")
-    V_aug = xp.concat([V, xp.ones((n, 1), dtype=dtype, device=_device(xp, X))], axis=1)
-    log_weight_max, dead = 0.0, None
+    weight, log_weight_max, dead = None, 0.0, None
     if sample_weight is not None:
         c = _as_float(xp, sample_weight, "sample_weight", like=X, ndim=(1,))
         if c.shape[0] != n:
@@ -105,8 +104,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         top = float(xp.max(c))
         if top == 0:
             raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
-        V_aug = V_aug * xp.astype(c / top, dtype)[:, None]
-        log_weight_max, dead = math.log(top), c == 0
+        weight, log_weight_max, dead = xp.astype(c / top, dtype), math.log(top), c == 0
 
     h = xp_bandwidth(xp, kernel, X)
     if kernel.is_softmax:
@@ -115,7 +113,13 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         centre = xp.mean(X, axis=0)
         hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
         Qs, Xs = (Q - centre) / hh, (X - centre) / hh
-    S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options)
+    if _flex_fits(xp, Qs, Xs, kernel, options):
+        S, shift = flex_sums(Qs, Xs, V, weight, kernel, exclude_self)
+    else:
+        V_aug = xp.concat([V, xp.ones((n, 1), dtype=dtype, device=_device(xp, X))], axis=1)
+        if weight is not None:
+            V_aug = V_aug * weight[:, None]
+        S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options)
     mean = S[:, :-1] / S[:, -1:]
     log_sum = shift + xp.log(S[:, -1]) + log_weight_max
     empty = ~(log_sum > -math.inf)
@@ -146,6 +150,42 @@ def xp_bandwidth(xp, kernel, X):
         return h[0] if d == 1 else h
     h = kernel.resolve_bandwidth(np.zeros((2, X.shape[1])))  # numbers and per-feature arrays: validated
     return float(h) if np.ndim(h) == 0 else [float(v) for v in h]
+
+
+def _flex_fits(xp, Qs, Xs, kernel, options):
+    """FlexAttention fuses the whole local mean on CUDA in float32 (one kernel, no ``n x m``
+    block in memory; ~2x the streamed blocks on an H200, see benchmarks/RESULTS.md) when its
+    features keep the engine's error budget: the matrix-product form of ``u^2`` errs by about
+    ``eps (|q|^2 + |x|^2)`` (no per-block recentring there), and the kinked profiles want exact
+    differences."""
+    from .flex import flex_available
+
+    if options.block_size is not None or Qs.dtype != xp.float32 or not flex_available(Qs):
+        return False
+    if kernel.is_softmax:  # the logits q . x / h must stay finite in float32
+        return float(xp.max(xp.abs(Qs))) * float(xp.max(xp.abs(Xs))) * Qs.shape[1] < 1e37
+    if kernel.profile.exact_distance:
+        return False
+    reach = float(xp.max(xp.sum(Qs * Qs, axis=1))) + float(xp.max(xp.sum(Xs * Xs, axis=1)))
+    return 2 * float(xp.finfo(Qs.dtype).eps) * reach <= LOG_WEIGHT_TOL[np.dtype(np.float32)]
+
+
+def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
+    """``(S, shift)`` as :func:`_stream` returns them (the last column of ``S`` the weight sum),
+    from one FlexAttention call: the normalised means and the log-sum-exp of the log-weights;
+    sample weights enter as log weights added to the scores. Torch tensors, scaled coordinates."""
+    import torch
+
+    from .flex import flex_kernel_attention
+
+    width = V.shape[1]
+    values = torch.nn.functional.pad(V, (0, max(16, -(-width // 16) * 16) - width))  # Triton's tiles
+    one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
+    out, lse = flex_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
+                                     values[None], one, False, None, None, compiled, exclude_self=exclude_self,
+                                     log_weight=None if weight is None else torch.log(weight), return_lse=True)
+    S = torch.cat([out[0, :, :width], torch.ones_like(out[0, :, :1])], dim=1)
+    return S, lse[0].to(Qs.dtype)
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options):

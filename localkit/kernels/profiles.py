@@ -100,8 +100,12 @@ _STATEMENTS = (_safe_sqrt, _log_poly_a2_b1, _log_poly_a2_b2, _log_poly_a2_b3, _l
                _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy)
 
 
+@functools.lru_cache(maxsize=None)
 def _rebind(func, namespace, compile_with=None):
-    """``func`` with the global ``xp`` bound to ``namespace`` (and its helpers re-bound alike)."""
+    """``func`` with the global ``xp`` bound to ``namespace`` (and its helpers re-bound alike).
+
+    Cached: one function object per (statement, namespace), so that ``torch.compile`` guards on
+    a ``score_mod`` that calls it see the same object each time and do not recompile."""
     env = {"__builtins__": builtins, "math": math, "xp": namespace}
     for helper in _STATEMENTS:
         env[helper.__name__] = None

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
-from ._flex import flex_available, flex_kernel_attention
+from ..engine.flex import flex_available, flex_kernel_attention
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan,
                          streamed_local_linear)
@@ -310,7 +310,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     Paths: the softmax and the Gaussian (a softmax of ``<q, k> / h^2`` plus the key bias
     ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask) run through PyTorch's fused
     ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
-    case runs, on CUDA, through FlexAttention (:mod:`localkit.nn._flex`, compiled once) unless
+    case runs, on CUDA, through FlexAttention (:mod:`localkit.engine.flex`, compiled once) unless
     the mask is more than a key-padding mask, and otherwise streams over key blocks
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
     forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. Only

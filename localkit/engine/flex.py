@@ -1,4 +1,8 @@
-"""Every attention kernel through PyTorch's FlexAttention (the CUDA path; compiled once, cached).
+"""Every localization kernel through PyTorch's FlexAttention (the CUDA path; compiled once, cached).
+
+Used by :func:`localkit.nn.kernel_attention` (attention heads) and by the engine's array-API path
+(:mod:`localkit.engine.namespace`: local means of torch CUDA tensors), so that a local mean on a
+GPU is one fused kernel that never forms the ``n x m`` weights.
 
 FlexAttention fuses ``softmax(score_mod(q . k)) V`` with a block mask that skips whole tiles. Each
 kernel's log-weight is made a *dot product* of augmented features, so that the only tensors it
@@ -15,6 +19,10 @@ constant) and keeps ``|q|^2``,
 ``|k|^2`` small against ``2 q . k``. Causal, window and padding kernels are the block mask
 (``mask_mod``); a compact window's profile is added by ``score_mod``. Rows whose kernel vanishes
 everywhere give zero (from the returned log-sum-exp).
+
+The engine also asks for the log-sum-exp itself (``log sum_j k_ij``, the local sums' log weight
+sum), for the exclusion of ``j = i`` (leave-one-out, in the block mask) and for log sample
+weights added to every score.
 """
 from __future__ import annotations
 
@@ -22,8 +30,11 @@ import math
 
 import torch
 
-from ._profiles import LOG_PROFILES
+from ..kernels.profiles import PROFILES
 
+#: Distinct ``score_mod``s (ten profiles, windows) and shapes each compile once; torch's default
+#: recompile limit (8 per function) would silently send the rest to the eager, dense fallback
+RECOMPILE_LIMIT = 256
 _COMPILED = {}
 _BLOCK_MASKS = {}
 
@@ -46,7 +57,11 @@ def _flex(compiled):
 
     if not compiled:
         return flex_attention
-    if "flex" not in _COMPILED:  # compiled once per process; recompiles only for new shapes
+    if "flex" not in _COMPILED:  # compiled once per process; recompiles only for new shapes/kernels
+        config = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):  # renamed in torch 2.6
+            if hasattr(config, name):
+                setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
         _COMPILED["flex"] = torch.compile(flex_attention, dynamic=False)
     return _COMPILED["flex"]
 
@@ -71,10 +86,10 @@ def _pad16(t):
     return torch.nn.functional.pad(t, (0, -t.shape[-1] % 16))
 
 
-def _block_mask(L, S, causal, window, keep, device):
+def _block_mask(L, S, causal, window, keep, device, exclude_self=False):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    key = (L, S, causal, window, str(device))
+    key = (L, S, causal, window, str(device), exclude_self)
     if keep is None and key in _BLOCK_MASKS:
         return _BLOCK_MASKS[key]
     reach = None if window is None else math.floor(window[1])
@@ -87,6 +102,8 @@ def _block_mask(L, S, causal, window, keep, device):
             ok = ok & ((qi - ki).abs() <= reach)
         if keep is not None:
             ok = ok & keep[b, ki]
+        if exclude_self:
+            ok = ok & (qi != ki)
         return ok
 
     mask = create_block_mask(mask_mod, B=None if keep is None else keep.shape[0], H=None, Q_LEN=L, KV_LEN=S,
@@ -96,29 +113,46 @@ def _block_mask(L, S, causal, window, keep, device):
     return mask
 
 
-def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=True):
+def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=True, *, exclude_self=False,
+                          log_weight=None, return_lse=False):
     """``kernel_attention`` through FlexAttention; ``q, k, v`` share their batch shape, ``c`` is
-    ``batch + (1, 1)``, ``keep`` None or a bool key mask ``(..., 1, S)`` (True takes part)."""
-    batch, L, S = q.shape[:-2], q.shape[-2], k.shape[-2]
-    qf, kf = _features(kernel, q.float(), k.float(), c.float())
-    flat = lambda t: t.reshape(-1, 1, *t.shape[-2:]).to(q.dtype)  # (N, 1, length, dim)
+    ``batch + (1, 1)``, ``keep`` None or a bool key mask ``(..., 1, S)`` (True takes part).
+
+    ``exclude_self`` removes the pairs ``i = j``; ``log_weight`` (shape ``(S,)``) is added to every
+    score (log sample weights); ``return_lse`` also returns ``log sum_j exp(score_ij)`` in float32
+    (``-inf`` for rows without any admissible key) with the rows' scores as the kernel's log
+    weights: for the Gaussian, ``-c |q - k|^2 / 2`` exactly (the row constant added back)."""
+    batch, L, S, dtype = q.shape[:-2], q.shape[-2], k.shape[-2], q.dtype
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q, k = q.to(compute), k.to(compute)
+    qf, kf = _features(kernel, q, k, c.to(compute))
+    flat = lambda t: t.reshape(-1, 1, *t.shape[-2:]).to(dtype)  # (N, 1, length, dim)
     if keep is not None:
         keep = keep.expand(batch + (1, S)).reshape(-1, S)
-    profile = None if kernel in ("softmax", "gaussian") else LOG_PROFILES[kernel]
+    profile = None if kernel in ("softmax", "gaussian") else PROFILES[kernel].log_k_for(torch)
     position = None if window is None or window[0] == "uniform" else window
+    position_profile = None if position is None else PROFILES[position[0]].log_k_for(torch)
 
     def score_mod(score, b, h, qi, ki):
         if profile is not None:
             score = profile(torch.clamp(score, min=0.0))  # rounding can make u^2 slightly negative
         if position is not None:
-            score = score + LOG_PROFILES[position[0]](((qi - ki).to(torch.float32) / position[1]) ** 2)
+            score = score + position_profile(((qi - ki).to(torch.float32) / position[1]) ** 2)
+        if log_weight is not None:
+            score = score + log_weight[ki]
         return score
 
-    mod = None if profile is None and position is None else score_mod
+    mod = None if profile is None and position is None and log_weight is None else score_mod
     block_mask = None
-    if causal or window is not None or keep is not None:
-        block_mask = _block_mask(L, S, causal, window, keep, q.device)
+    if causal or window is not None or keep is not None or exclude_self:
+        block_mask = _block_mask(L, S, causal, window, keep, q.device, exclude_self)
     out, lse = _flex(compiled)(flat(qf), flat(kf), flat(v), score_mod=mod, block_mask=block_mask, scale=1.0,
                                return_lse=True)
-    out = out.masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0)
-    return out.reshape(batch + (L, v.shape[-1]))
+    out = out.masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, v.shape[-1]))
+    if not return_lse:
+        return out
+    lse = lse.reshape(batch + (L,))
+    if kernel == "gaussian":  # the features' score is -c |q - k|^2 / 2 + c |q|^2 / 2
+        centred = q - k.mean(-2, keepdim=True)
+        lse = lse - 0.5 * c.reshape(batch + (1,)) * (centred * centred).sum(-1)
+    return out, lse
