@@ -1,0 +1,65 @@
+"""Every check that needs a CUDA device, in one run: the GPU local-mean benchmark, the CUDA tests
+and the GPU attention table (written row by row, so that a run cut short keeps what it measured).
+
+    python benchmarks/run_gpu_checks.py OUT_DIR [--budget SECONDS]
+
+Each step runs in its own process with its share of the budget; outputs go to ``OUT_DIR``
+(``env.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_TESTS = ["tests/test_array_api.py", "tests/test_nn_flex.py", "tests/test_nn_dropin.py",
+              "tests/test_nonlocal_block.py"]
+
+ENV = """
+import platform, torch, triton, sklearn, numpy, numba
+print(platform.python_version(), 'torch', torch.__version__, 'triton', triton.__version__, 'sklearn',
+      sklearn.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)
+print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+import localkit; print('localkit imports from', localkit.__file__)
+"""
+LOCAL_MEAN = "import bench_gpu_local_mean as b; print(b.run(), flush=True)"
+ATTENTION = ("import bench_attention as b; b.torch.set_num_threads(8); "
+             "print(b._gpu_table(emit=lambda row: print(row, flush=True)).split(chr(10))[0])")
+
+
+def step(name, argv, out, seconds, cwd=ROOT):
+    """Run ``argv`` for at most ``seconds``, its output streamed to ``out``; returns its status."""
+    print(f"== {name} (at most {seconds:.0f} s)", flush=True)
+    start = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}", PYTHONUNBUFFERED="1",
+               SCIPY_ARRAY_API="1")
+    with open(out, "w") as log:
+        try:
+            status = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    timeout=max(1.0, seconds)).returncode
+        except subprocess.TimeoutExpired:
+            status = "timed out"
+    print(f"   {status} after {time.perf_counter() - start:.0f} s -> {out.name}", flush=True)
+    print("   " + "\n   ".join(Path(out).read_text().splitlines()[-25:]), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all steps together")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.perf_counter() + args.budget
+    left = lambda: deadline - time.perf_counter()  # noqa: E731
+    py = sys.executable
+    step("environment", [py, "-c", ENV], args.out / "env.txt", 60)
+    step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
+    step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS],
+         args.out / "pytest_cuda.log", min(170, left() - 200))
+    step("GPU attention table", [py, "-c", ATTENTION], args.out / "gpu_attention.md", left())
+
+
+if __name__ == "__main__":
+    main()
