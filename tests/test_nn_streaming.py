@@ -167,6 +167,65 @@ def test_low_precision_backward_runs_and_matches(kernel, dtype):
         np.testing.assert_allclose(a.double().numpy(), b.numpy(), atol=8 * torch.finfo(dtype).eps * scale)
 
 
+def causal_gaussian_qkv(dtype, dv, S, seed):
+    """Keys ~ 0.5 N(0, I) with h = 3, one key far out (``|k|^2 / 2h^2`` ~ 1e4: ``exp`` of the key
+    bias alone underflows even float64) and a query next to it, so that row is one-hot on it."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (0.5 * torch.randn(B, H, n, m, generator=g, dtype=torch.float64) for n, m in ((L, D), (S, D), (S, dv)))
+    k[..., 7, :] += 150.0
+    q[..., 10, :] = k[..., 7, :] + 0.01
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+@pytest.mark.parametrize("S", [L, 23])
+@pytest.mark.parametrize("dv", [D, DV], ids=["dv=d", "dv!=d"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_causal_gaussian_fused_paths_match_dense_reference(dtype, dv, S):
+    """The causal Gaussian's fused paths (CPU flash kernel with the key bias when ``d_v = d``,
+    otherwise the bias folded into one more head dimension) in forward and backward."""
+    from localkit.nn import functional
+
+    assert functional._cpu_flash_fits(*causal_gaussian_qkv(dtype, dv, S, 0), 0.0) == (dv == D)
+    q, k, v = (t.requires_grad_(True) for t in causal_gaussian_qkv(dtype, dv, S, seed=13))
+    out = kernel_attention(q, k, v, "gaussian", bandwidth=3.0, causal=True)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = dense_reference(q64, k64, v64, "gaussian", 3.0, causal=True)
+    assert torch.all(torch.isfinite(out))
+    # logits are c (<q, k> - |k|^2 / 2): absolute error ~ eps c |k|^2 on a logit, relative on a weight
+    tol = 4 * torch.finfo(dtype).eps * float(k64.detach().square().sum(-1).max()) / 9.0
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol * float(v64.abs().max()), rtol=0)
+    np.testing.assert_allclose(out[..., 10, :].detach().double(), v64[..., 7, :].detach(), atol=tol)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    ours = torch.autograd.grad((out * g.to(dtype)).sum(), (q, k, v))
+    refs = torch.autograd.grad((ref * g).sum(), (q64, k64, v64))
+    for name, a, b in zip("qkv", ours, refs):
+        np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max() + 1), rtol=0, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_causal_gaussian_per_head_bandwidth_and_broadcast_batch(dtype):
+    """A learned per-head bandwidth through the CPU flash path, with batch dimensions that are
+    not (B, H) and broadcast between q and k, v."""
+    g = torch.Generator().manual_seed(15)
+    q = (0.5 * torch.randn(3, B, H, 19, D, generator=g, dtype=torch.float64)).requires_grad_(True)
+    k, v = ((0.5 * torch.randn(B, H, 19, D, generator=g, dtype=torch.float64)).requires_grad_(True) for _ in range(2))
+    h = torch.tensor([3.0, 2.5], dtype=torch.float64).view(2, 1, 1).requires_grad_(True)
+    ref = dense_reference(q, k, v, "gaussian", h, causal=True)
+    g_out = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    refs = torch.autograd.grad((ref * g_out).sum(), (q, k, v, h))
+    args = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    h_ = h.detach().to(dtype).requires_grad_(True)
+    out = kernel_attention(*args, "gaussian", bandwidth=h_, causal=True)
+    ours = torch.autograd.grad((out.double() * g_out).sum(), (*args, h_))
+    if dtype == torch.float64:
+        tol_out, tol_grad = 1e-13, 1e-11
+    else:  # inputs rounded to dtype: relative error ~ eps on every weight
+        tol_out = tol_grad = 8 * torch.finfo(dtype).eps
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol_out * float(ref.abs().max()), rtol=0)
+    for name, a, b in zip("qkvh", ours, refs):
+        np.testing.assert_allclose(a.double(), b, atol=tol_grad * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
 def test_results_do_not_depend_on_block_size(monkeypatch):
     q, k, v = qkv(torch.float64, seed=4)
     mask = torch.rand(L, L, generator=torch.Generator().manual_seed(5)) > 0.2
