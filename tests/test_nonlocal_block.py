@@ -130,6 +130,8 @@ def test_cuda_matches_cpu_and_stays_far_below_one_dense_map():
     torch.manual_seed(0)
     block = _perturbed(NonLocalBlock(16, dim=2, inter_channels=8, bn_layer=False))
     x = torch.randn(1, 16, 128, 128)
+    # cuDNN runs float32 convolutions in TF32 by default (a 10-bit mantissa); compare IEEE float32
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False
     with torch.no_grad():
         expected = block(x)
         gpu = block.cuda()
@@ -140,5 +142,6 @@ def test_cuda_matches_cpu_and_stays_far_below_one_dense_map():
         out = gpu(xc)
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
     assert peak < 64  # MiB; one dense float32 map of 16,384^2 weights is 1,024 MiB

@@ -146,9 +146,14 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=Tru
     block_mask = None
     if causal or window is not None or keep is not None or exclude_self:
         block_mask = _block_mask(L, S, causal, window, keep, q.device, exclude_self)
-    out, lse = _flex(compiled)(flat(qf), flat(kf), flat(v), score_mod=mod, block_mask=block_mask, scale=1.0,
-                               return_lse=True)
-    out = out.masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, v.shape[-1]))
+    width = v.shape[-1]
+    values = torch.nn.functional.pad(v, (0, max(0, 16 - width)))  # Triton's tiles: 16 columns at least
+    # float32 stays IEEE float32 in both products (TF32's 10-bit mantissa would cost ~1e-3 in the
+    # log weights, far beyond the engine's float32 budget)
+    options = {"FLOAT32_PRECISION": "'ieee'"} if compute == torch.float32 and q.is_cuda else None
+    out, lse = _flex(compiled)(flat(qf), flat(kf), flat(values), score_mod=mod, block_mask=block_mask, scale=1.0,
+                               return_lse=True, kernel_options=options)
+    out = out[..., :width].masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, width))
     if not return_lse:
         return out
     lse = lse.reshape(batch + (L,))
