@@ -95,8 +95,12 @@ def test_without_dispatch_numpy_stays_the_engine(diabetes):
 def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
     X, y = diabetes
     Xt, yt = torch.tensor(X), torch.tensor(y)
-    with pytest.raises(ValueError, match="n_neighbors.*array-API"):
-        local_mean(Xt[:3], Xt, yt, "uniform", n_neighbors=5)
+    with pytest.raises(ValueError, match="metric='precomputed' is not available for array-API"):
+        local_mean(Xt[:3], Xt, yt, "uniform", 0.1, metric="precomputed")
+    with pytest.raises(ValueError, match="metric=<function.*is not available for array-API"):
+        local_mean(Xt[:3], Xt, yt, "uniform", 0.1, metric=lambda a, b: 0.0)
+    with pytest.raises(ValueError, match="n_neighbors must be <= n_samples=442"):
+        local_mean(Xt[:3], Xt, yt, "uniform", n_neighbors=443)
     with pytest.raises(ValueError, match="queries has 3 features"):
         local_mean(Xt[:3, :3], Xt, yt)
     with pytest.raises(ValueError, match="samples contains NaN"):
@@ -158,3 +162,67 @@ def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, dia
         assert got.mean.dtype == torch.float32 and got.mean.is_cuda
         np.testing.assert_allclose(got.mean.cpu().numpy(), ref.mean, rtol=1e-4)
         np.testing.assert_allclose(got.log_weight_sum.cpu().numpy(), ref.log_weight_sum, rtol=0, atol=1e-4)
+
+
+@pytest.fixture
+def host_engine_off(monkeypatch):
+    """Call it after the NumPy references: from then on MeanShift must not call the NumPy engine
+    (its passes run on the tensors' device)."""
+    import localkit.models.cluster as cluster
+
+    def host(*args, **kwargs):
+        raise AssertionError("the NumPy engine was called for tensors")
+
+    def off():
+        monkeypatch.setattr(cluster, "BoundKernel", host)
+        monkeypatch.setattr(cluster, "local_sums", host)
+    return off
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("params", [
+    dict(bandwidth=1.0, bin_seeding=True), dict(bandwidth=0.8, bin_seeding=True, min_bin_freq=3),
+    dict(bandwidth=0.7, cluster_all=False), dict(bandwidth=None), dict(kernel="gaussian", bandwidth=0.6),
+    dict(kernel="epanechnikov", bandwidth=1.2, bin_seeding=True), dict(bandwidth=0.9, max_iter=3),
+    dict(bandwidth=0.5, blurring=True, max_iter=20), dict(kernel="gaussian", bandwidth=0.4, blurring=True, max_iter=5),
+    dict(bandwidth=1.0, seeds=load_iris().data[::10])])
+def test_mean_shift_on_tensors_equals_numpy(dispatch, host_engine_off, device, params):
+    import warnings
+
+    X = load_iris().data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_iter reached: warned alike
+        ref = MeanShift(**params).fit(X)
+        host_engine_off()
+        seeds = params.get("seeds")
+        params = params if seeds is None else dict(params, seeds=torch.tensor(seeds, device=device))
+        got = MeanShift(**params).fit(torch.tensor(X, device=device))
+    same(got.cluster_centers_, ref.cluster_centers_, device, 1e-10)
+    same(got.labels_, ref.labels_, device, 0)
+    assert got.n_iter_ == ref.n_iter_ and got.bandwidth_ == pytest.approx(ref.bandwidth_, rel=1e-14)
+    same(got.predict(torch.tensor(X[::3], device=device)), ref.predict(X[::3]), device, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mean_shift_on_tensors_with_sample_weight_and_float32(dispatch, host_engine_off, device):
+    X = load_iris().data
+    w = np.random.default_rng(0).integers(0, 4, len(X))
+    cases = [dict(bandwidth=0.9), dict(bandwidth=None), dict(bandwidth=1.0, bin_seeding=True, min_bin_freq=2),
+             dict(kernel="gaussian", bandwidth=0.5)]
+    refs = [MeanShift(**params).fit(X, sample_weight=w) for params in cases]
+    ref32 = MeanShift(kernel="gaussian", bandwidth=0.5).fit(X)
+    host_engine_off()
+    for params, ref in zip(cases, refs):
+        got = MeanShift(**params).fit(torch.tensor(X, device=device), sample_weight=torch.tensor(w, device=device))
+        same(got.cluster_centers_, ref.cluster_centers_, device, 1e-10)
+        same(got.labels_, ref.labels_, device, 0)
+    got = MeanShift(kernel="gaussian", bandwidth=0.5).fit(torch.tensor(X, dtype=torch.float32, device=device))
+    ref = ref32
+    assert got.cluster_centers_.dtype == torch.float32
+    # seeds stop once they move less than 1e-3 h: float32 round-off moves the stop within that
+    np.testing.assert_allclose(got.cluster_centers_.cpu().numpy(), ref.cluster_centers_, rtol=0, atol=1e-3 * 0.5)
+    same(got.labels_, ref.labels_, device, 0)
+    with pytest.raises(ValueError, match="X contains NaN"):
+        MeanShift(bandwidth=1.0).fit(torch.tensor(X * np.nan, device=device))
+    with pytest.raises(ValueError, match="X has 2 features, but MeanShift is expecting 4"):
+        got.predict(torch.tensor(X[:, :2], device=device))

@@ -10,6 +10,8 @@ samples, the log-weights of each block from one matrix product (queries recentre
 that float32 keeps its digits far from the origin), an online log-sum-exp across sample blocks
 (as flash attention does). Memory is one block, never ``n_queries x n_samples``. The kernel's
 profile is the very statement of :mod:`localkit.kernels.profiles`, bound to the namespace.
+kNN bandwidths sort whole rows of distances (the array API has no partial sort), a block of
+queries at a time.
 """
 from __future__ import annotations
 
@@ -61,17 +63,23 @@ def _as_float(xp, a, name, like=None, ndim=(1, 2)):
     return a
 
 
-def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, sample_weight=None, options=None):
-    """:func:`localkit.local_sums` for arrays of the namespace ``xp`` (fixed bandwidths, every
-    profile and the softmax kernel, ``exclude_self``, ``sample_weight``, the empty policy)."""
+def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, sample_weight=None, options=None,
+                  query_scale=None, sample_scale=None):
+    """:func:`localkit.local_sums` for arrays of the namespace ``xp``: every profile and the
+    softmax kernel (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature
+    and rule bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm
+    metrics and "cosine", ``exclude_self``, ``sample_weight``, the empty policy.
+
+    ``options.algorithm="compiled"`` takes the compiled compact pass's arithmetic: raw
+    coordinates, the support ``|q - x|^2 <= h^2`` summed feature by feature, so that points at
+    distance ``h`` are decided as on the host (and as scikit-learn's radius queries decide them).
+    """
     from .options import EngineOptions
 
     options = EngineOptions() if options is None else options
-    if kernel.n_neighbors is not None:
-        raise ValueError("n_neighbors (kNN bandwidths) is not available for array-API inputs yet; pass "
-                         "NumPy arrays, or a fixed bandwidth")
-    if kernel.metric != "euclidean":
-        raise ValueError(f"metric={kernel.metric!r} is not available for array-API inputs; use 'euclidean'")
+    if callable(kernel.metric) or kernel.metric == "precomputed":
+        raise ValueError(f"metric={kernel.metric!r} is not available for array-API inputs; use a named metric "
+                         f"({', '.join(XP_METRICS)}), or pass NumPy arrays")
     X = _as_float(xp, samples, "samples")
     if X.ndim == 1:
         X = xp.reshape(X, (-1, 1))
@@ -105,8 +113,44 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         if top == 0:
             raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
         weight, log_weight_max, dead = xp.astype(c / top, dtype), math.log(top), c == 0
+    k = kernel.n_neighbors
+    if k is not None and k + int(exclude_self) > n:
+        raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}="
+                         f"{n - int(exclude_self)}, got {k}")
+    q_scale = _check_scale(xp, query_scale, Q.shape[0], "query_scale", X)
+    s_scale = _check_scale(xp, sample_scale, n, "sample_scale", X)
+    if q_scale is not None and k is not None:
+        raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
+    if s_scale is not None and k is not None and kernel.compact:
+        raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
 
     h = xp_bandwidth(xp, kernel, X)
+    logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
+    if (options.algorithm == "compiled" or k is not None or kernel.metric != "euclidean" or q_scale is not None
+            or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
+        V_aug = _augment(xp, V, weight)
+        support, logit_scale = None, 2.0 ** logit_exponent
+        if options.algorithm == "compiled":
+            _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
+            Qs, Xs, support = Q, X, h * h
+        elif kernel.is_softmax:  # the temperature times 2^k first: Q / h alone may overflow
+            Qs, Xs = Q / (h * logit_scale), X
+        elif kernel.norm_metric:
+            centre = xp.mean(X, axis=0)
+            hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
+            Qs, Xs = (Q - centre) / hh, (X - centre) / hh
+        else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
+            Qs, Xs = Q, X
+            if k is None:
+                q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
+        if k is not None and kernel.compact:
+            S, shift = _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self)
+        else:
+            if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
+                q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
+            S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
+                               s_scale=s_scale, logit_scale=logit_scale)
+        return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
     if kernel.is_softmax:
         Qs, Xs = Q / h, X
     else:
@@ -120,14 +164,63 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         if weight is not None:
             V_aug = V_aug * weight[:, None]
         S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options)
+    return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
+
+
+#: Metrics of the array-API path (callables and precomputed distances need NumPy arrays)
+XP_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
+
+
+def _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze):
+    """Normalise ``S * exp(shift)``, apply the empty-neighbourhood policy, shape the result."""
     mean = S[:, :-1] / S[:, -1:]
     log_sum = shift + xp.log(S[:, -1]) + log_weight_max
     empty = ~(log_sum > -math.inf)
     if bool(xp.any(empty)):
-        mean, log_sum = _empty_policy(xp, options.empty, Qs, Xs, V, mean, log_sum, empty, exclude_self, dead)
+        mean = _empty_policy(xp, options.empty, kernel, Qs, Xs, V, mean, empty, exclude_self, dead)
     if values is None:
         return LocalSums(None, log_sum, empty)
     return LocalSums(mean[:, 0] if squeeze else mean, log_sum, empty)
+
+
+def _augment(xp, V, weight):
+    """The values with a column of ones, times the sample weights."""
+    V_aug = xp.concat([V, xp.ones((V.shape[0], 1), dtype=V.dtype, device=_device(xp, V))], axis=1)
+    return V_aug if weight is None else V_aug * weight[:, None]
+
+
+def _check_scale(xp, scale, n, name, like):
+    """``None`` or a non-negative array of shape ``(n,)`` on ``like``'s device, in its dtype."""
+    if scale is None:
+        return None
+    scale = _as_float(xp, scale, name, like=like, ndim=(1,))
+    if scale.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},), got {tuple(scale.shape)}")
+    if bool(xp.any(scale < 0)):
+        raise ValueError(f"{name} must be >= 0")
+    return xp.astype(scale, like.dtype)
+
+
+def _check_compiled(kernel, h, exclude_self, q_scale, s_scale):
+    from .planner import COMPILED_BANDWIDTHS
+
+    lo, hi = COMPILED_BANDWIDTHS
+    if not (kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean" and not exclude_self
+            and q_scale is None and s_scale is None and isinstance(h, float) and lo < h < hi):
+        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
+                         f"{lo:g} and {hi:g}), the euclidean metric, no per-point scales and exclude_self=False; "
+                         f"got {kernel!r}")
+
+
+def _logit_exponent(xp, Q, X, h):
+    """``k >= 0`` with ``|<q, x>| / (h 2^k) <= 2^limit`` for every pair (``limit`` 500 in float64,
+    as the NumPy engine, 60 in float32), from the largest entries in log2 (nothing overflows)."""
+    top_q, top_x = float(xp.max(xp.abs(Q))), float(xp.max(xp.abs(X)))
+    if top_q == 0 or top_x == 0:
+        return 0
+    limit = 60 if Q.dtype == xp.float32 else 500
+    top = math.log2(top_q) + math.log2(top_x) + math.log2(Q.shape[1]) - math.log2(h)
+    return max(0, math.ceil(top - limit))
 
 
 def xp_bandwidth(xp, kernel, X):
@@ -178,18 +271,23 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
 
     from .flex import flex_kernel_attention
 
-    width = V.shape[1]
-    values = torch.nn.functional.pad(V, (0, max(16, -(-width // 16) * 16) - width))  # Triton's tiles
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
     out, lse = flex_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
-                                     values[None], one, False, None, None, compiled, exclude_self=exclude_self,
+                                     V[None], one, False, None, None, compiled, exclude_self=exclude_self,
                                      log_weight=None if weight is None else torch.log(weight), return_lse=True)
-    S = torch.cat([out[0, :, :width], torch.ones_like(out[0, :, :1])], dim=1)
+    S = torch.cat([out[0], torch.ones_like(out[0, :, :1])], dim=1)
     return S, lse[0].to(Qs.dtype)
 
 
-def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options):
-    """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp."""
+def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
+            logit_scale=1.0):
+    """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp.
+
+    ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample. ``support`` (raw coordinates):
+    ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
+    ``logit_scale``: softmax logits arrive divided by it (``2^k``); differences from the running
+    maximum are multiplied back before ``exp``, so the weights are exact.
+    """
     n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
     on_cpu = "cpu" in str(_device(xp, Qs))
     if options.block_size is not None or on_cpu:
@@ -201,16 +299,22 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options):
     log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)
     gaussian = not kernel.is_softmax and kernel.profile.name == "gaussian"
     eps = float(xp.finfo(Qs.dtype).eps)
+    # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
+    degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, s_scale))
+    always_exact = (not kernel.is_softmax and (kernel.profile.exact_distance or kernel.metric != "euclidean"
+                                               or support is not None or degenerate))
+    recentre = not kernel.is_softmax and kernel.norm_metric and support is None
     order = xp.arange(n_q, device=_device(xp, Qs))
-    if not kernel.is_softmax:  # compact query blocks (sorted along the widest coordinate)
+    if recentre:  # compact query blocks (sorted along the widest coordinate)
         widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
         order = xp.argsort(Qs[:, widest])
         Qs = xp.take(Qs, order, axis=0)
+        q_scale = None if q_scale is None else xp.take(q_scale, order)
     S_blocks, shift_blocks = [], []
     for r0 in range(0, n_q, bq):
         Q = Qs[r0:r0 + bq, ...]
-        exact = kernel.profile.exact_distance if not kernel.is_softmax else False
-        if not kernel.is_softmax:  # recentred per block: cancellation independent of the origin
+        exact, centre = always_exact, None
+        if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
             Q = Q - centre
             # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.paths)
@@ -224,35 +328,107 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options):
             if kernel.is_softmax:
                 L = Q @ xp.permute_dims(X, (1, 0))
             else:
-                X = X - centre
-                u2 = _sq_distances(xp, Q, q_sq, X, exact)
-                L = -0.5 * u2 if gaussian else log_k(u2)
+                if centre is not None:
+                    X = X - centre
+                u2 = _sq_distances(xp, Q, q_sq, X, exact, kernel)
+                if support is not None:
+                    inside = u2 <= support
+                    L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
+                else:
+                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + bq, None],
+                                  None if s_scale is None else s_scale[None, c0:c0 + bs])
+                    L = -0.5 * u2 if gaussian else log_k(u2)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
                 cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))
                 L = xp.where(rows[:, None] == cols[None, :], -math.inf, L)
             new = xp.maximum(m, xp.max(L, axis=1))
             safe = xp.where(new > -math.inf, new, xp.zeros_like(new))
-            S = S * xp.exp(m - safe)[:, None] + xp.exp(L - safe[:, None]) @ V_aug[c0:c0 + bs, ...]
+            if logit_scale == 1.0:
+                S = S * xp.exp(m - safe)[:, None] + xp.exp(L - safe[:, None]) @ V_aug[c0:c0 + bs, ...]
+            else:
+                S = (S * xp.exp((m - safe) * logit_scale)[:, None]
+                     + xp.exp((L - safe[:, None]) * logit_scale) @ V_aug[c0:c0 + bs, ...])
             m = new
         S_blocks.append(S)
-        shift_blocks.append(xp.where(m > -math.inf, m, xp.zeros_like(m)))
+        shift_blocks.append(xp.where(m > -math.inf, m * logit_scale, xp.zeros_like(m)))
     inverse = xp.argsort(order)
     return xp.take(xp.concat(S_blocks, axis=0), inverse, axis=0), xp.take(xp.concat(shift_blocks, axis=0), inverse)
 
 
-def _sq_distances(xp, Q, q_sq, X, exact):
-    """``|q - x|^2`` of a block: one matrix product, or differences for the profiles with a kink
-    at 0 (Laplacian, triangular), whose square root would show the product's ~1e-8 error."""
-    if not exact:
+def _rescale(xp, u2, q_scale, s_scale):
+    """``u^2 / (q_i s_j)^2``; a zero per-point bandwidth counts distance 0 fully, others not at all."""
+    if q_scale is None and s_scale is None:
+        return u2
+    if q_scale is not None:
+        u2 = u2 / (q_scale * q_scale)
+    if s_scale is not None:
+        u2 = u2 / (s_scale * s_scale)
+    return xp.where(xp.isnan(u2), 0.0, u2)
+
+
+def _sq_distances(xp, Q, q_sq, X, exact, kernel):
+    """Squared distances of ``kernel``'s metric for a block: for the euclidean metric one matrix
+    product, or (``exact``: profiles with a kink at 0, whose square root would show the
+    product's ~1e-8 error, far blocks, the compiled pass's ties) differences summed feature by
+    feature, in the order of the compiled pass; the other norms from differences; cosine
+    ``(1 - <q, x> / (|q| |x|))^2``."""
+    metric = kernel.metric
+    if metric == "cosine":
+        norms = xp.sqrt(xp.sum(Q * Q, axis=1))[:, None] * xp.sqrt(xp.sum(X * X, axis=1))[None, :]
+        D = xp.clip(1 - (Q @ xp.permute_dims(X, (1, 0))) / norms, min=0.0, max=2.0)
+        return D * D
+    if metric == "euclidean" and not exact:
         inner = Q @ xp.permute_dims(X, (1, 0))
         return xp.clip(q_sq[:, None] + xp.sum(X * X, axis=1)[None, :] - 2 * inner, min=0)
-    step = max(1, ACCELERATOR_BLOCK_CELLS // max(1, X.shape[0] * Q.shape[1]) // 8)
-    return xp.concat([xp.sum((Q[i:i + step, None, :] - X[None, :, :]) ** 2, axis=2)
-                      for i in range(0, Q.shape[0], step)], axis=0)
+    acc = xp.zeros((Q.shape[0], X.shape[0]), dtype=Q.dtype, device=_device(xp, Q))
+    for j in range(Q.shape[1]):
+        t = Q[:, j:j + 1] - X[None, :, j]
+        if metric == "euclidean":
+            acc = acc + t * t
+        elif metric == "chebyshev":
+            acc = xp.maximum(acc, xp.abs(t))
+        elif metric == "manhattan" or kernel.p == 1:
+            acc = acc + xp.abs(t)
+        else:
+            acc = acc + xp.abs(t) ** kernel.p
+    if metric == "euclidean":
+        return acc
+    if metric == "minkowski" and kernel.p != 1:
+        return acc ** (2.0 / kernel.p)
+    return acc * acc
 
 
-def _empty_policy(xp, policy, Qs, Xs, V, mean, log_sum, empty, exclude_self, dead):
+def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
+    """``(dist, idx)`` of the ``k`` nearest samples of a block of queries at a time (nearest
+    first, ties in sample order), by whole rows of exact distances sorted on the device;
+    ``exclude_self``: query ``i`` is sample ``i`` and is not its own neighbour."""
+    n_q, n_s = Q.shape[0], X.shape[0]
+    cells = 2**22 if "cpu" in str(_device(xp, Q)) else ACCELERATOR_BLOCK_CELLS
+    step = max(1, min(n_q, cells // max(1, n_s)))
+    for r0 in range(0, n_q, step):
+        D = _sq_distances(xp, Q[r0:r0 + step, ...], None, X, True, kernel)
+        if exclude_self:
+            rows = xp.arange(r0, r0 + D.shape[0], device=_device(xp, Q))
+            D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(xp, Q))[None, :], math.inf, D)
+        idx = xp.argsort(D, axis=1, stable=True)[:, :k]
+        yield xp.sqrt(xp.take_along_axis(D, idx, axis=1)), idx
+
+
+def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
+    """``(S, shift)`` over exactly the k nearest samples of each query, ``u = d / d_k`` (a zero
+    ``d_k``, k duplicates: distance 0 counts fully), as the NumPy engine's neighbour path."""
+    log_k = kernel.profile.log_k_for(xp)
+    parts = []
+    for dist, idx in xp_kneighbors(xp, Qs, Xs, kernel.n_neighbors, kernel, exclude_self):
+        W = xp.exp(log_k(_rescale(xp, dist * dist, dist[:, -1:], None)))
+        gathered = xp.reshape(xp.take(V_aug, xp.reshape(idx, (-1,)), axis=0), (*idx.shape, V_aug.shape[1]))
+        parts.append(xp.sum(W[:, :, None] * gathered, axis=1))
+    S = xp.concat(parts, axis=0)
+    return S, xp.zeros((S.shape[0],), dtype=S.dtype, device=_device(xp, S))
+
+
+def _empty_policy(xp, policy, kernel, Qs, Xs, V, mean, empty, exclude_self, dead):
     count = int(xp.sum(xp.astype(empty, xp.int64)))
     if policy == "raise":
         raise ValueError(f"{count} queries have an empty neighbourhood (no sample inside the kernel's support); "
@@ -262,20 +438,30 @@ def _empty_policy(xp, policy, Qs, Xs, V, mean, log_sum, empty, exclude_self, dea
 
         warnings.warn(f"{count} queries have an empty neighbourhood; their local means are NaN (empty='nan')",
                       RuntimeWarning, stacklevel=4)
-        return xp.where(empty[:, None], math.nan, mean), log_sum
-    # the nearest sample that carries weight: an argmin of exact squared distances, streamed
-    parts = []
-    for r0 in range(0, Qs.shape[0], 256):
-        Q = Qs[r0:r0 + 256, ...]
-        best = xp.full((Q.shape[0],), math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
-        arg = xp.zeros((Q.shape[0],), dtype=xp.int64, device=_device(xp, Qs))
-        for c0 in range(0, Xs.shape[0], 1024):
-            X = Xs[c0:c0 + 1024, ...]
-            D = xp.sum((Q[:, None, :] - X[None, :, :]) ** 2, axis=2)
-            if exclude_self:
-                rows = xp.arange(r0, r0 + Q.shape[0], device=_device(xp, Qs))
-                cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))
-                D = xp.where(rows[:, None] == cols[None, :], math.inf, D)
+        return xp.where(empty[:, None], math.nan, mean)
+    # the nearest sample that carries weight, for the empty queries only
+    rows = xp.nonzero(empty)[0]
+    arg, _ = xp_nearest(xp, xp.take(Qs, rows, axis=0), Xs, kernel, rows=rows if exclude_self else None, dead=dead)
+    at = xp.cumulative_sum(xp.astype(empty, xp.int64)) - 1  # row i's place among the empty ones
+    nearest = xp.take(V, xp.take(arg, xp.clip(at, min=0)), axis=0)
+    return xp.where(empty[:, None], nearest, mean)
+
+
+def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
+    """``(index, sq_distance)`` of the nearest sample of each query in ``kernel``'s metric, an
+    argmin of exact distances streamed over blocks (first index on ties); ``rows[i]`` is not a
+    neighbour of query ``i`` (leave-one-out), nor are the ``dead`` samples (zero weight)."""
+    parts, dists = [], []
+    for r0 in range(0, Q.shape[0], 256):
+        q = Q[r0:r0 + 256, ...]
+        best = xp.full((q.shape[0],), math.inf, dtype=Q.dtype, device=_device(xp, Q))
+        arg = xp.zeros((q.shape[0],), dtype=xp.int64, device=_device(xp, Q))
+        for c0 in range(0, X.shape[0], 1024):
+            x = X[c0:c0 + 1024, ...]
+            D = _sq_distances(xp, q, None, x, True, kernel)
+            if rows is not None:
+                cols = xp.arange(c0, c0 + x.shape[0], device=_device(xp, Q))
+                D = xp.where(rows[r0:r0 + 256, None] == cols[None, :], math.inf, D)
             if dead is not None:
                 D = xp.where(dead[None, c0:c0 + 1024], math.inf, D)
             d = xp.min(D, axis=1)
@@ -283,5 +469,5 @@ def _empty_policy(xp, policy, Qs, Xs, V, mean, log_sum, empty, exclude_self, dea
             best = xp.where(better, d, best)
             arg = xp.where(better, xp.argmin(D, axis=1) + c0, arg)
         parts.append(arg)
-    nearest = xp.take(V, xp.concat(parts, axis=0), axis=0)
-    return xp.where(empty[:, None], nearest, mean), log_sum
+        dists.append(best)
+    return xp.concat(parts, axis=0), xp.concat(dists, axis=0)

@@ -8,6 +8,7 @@ until it stops moving; the places where seeds stop are the modes of the kernel d
 whose normaliser is ``sum_j K(x, x_j)``. Kernel: any profile of :mod:`localkit.kernels`; values:
 the points; local model: the constant (the local mean). All seeds still moving go through one
 engine pass per iteration, converged seeds are frozen (:func:`localkit.engine.iteration.iterate`).
+On tensors under array-API dispatch every engine pass runs on the tensors' device.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from numbers import Integral
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn import config_context
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils._array_api import _convert_to_numpy, device
 from sklearn.cluster import estimate_bandwidth
@@ -26,8 +26,9 @@ from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, non_negative, posit
 from .._progress import warn_max_iter
 from .._validation import check_points
 from ..engine import BoundKernel, EngineOptions, local_sums
-from ..engine.namespace import foreign_namespace
-from ..engine.planner import compiled_applies
+from ..engine.namespace import _as_float, foreign_namespace, xp_kneighbors, xp_local_sums, xp_nearest
+from ..engine.planner import COMPILED_BANDWIDTHS, compiled_applies
+from ..engine.results import LocalSums
 from ..engine.iteration import iterate, row_norm_change
 from ..engine.neighbors import kneighbors, make_index
 from ..kernels import Kernel
@@ -37,24 +38,37 @@ from ._dask import fit_mean_shift, map_queries
 
 
 def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
-                verbose=None, n_jobs=None):
+                verbose=None, n_jobs=None, xp=None):
     """Move ``seeds`` (all at once) to the fixed points of the local mean of ``X``.
 
     Each seed stops on its own when its move is at most ``1e-3 * h`` (scikit-learn's rule) or
     after ``max_iter + 1`` updates, or when its neighbourhood is empty. With ``blurring=True`` the
     data moves too (``X_{t+1} = local mean of X_t``, seeds = data) and stops as a whole.
     ``sample_weight`` ``c_i`` multiplies the kernel: ``x <- sum_i c_i K_i x_i / sum_j c_j K_j``.
-    ``verbose`` drives the progress bar (:mod:`localkit._progress`).
+    ``verbose`` drives the progress bar (:mod:`localkit._progress`). With ``xp`` (an array
+    namespace), ``X`` and ``sample_weight`` are arrays of it and every engine pass runs on their
+    device (:func:`~localkit.engine.namespace.xp_local_sums`); the driver keeps the seeds on the
+    host (``n_seeds x d`` each way per iteration, against ``n_seeds x n_samples`` pairs computed there).
 
     Returns ``(fixed_point, intensity)``: the driver's result and each seed's weight sum at its
     last update (the number of points within ``h`` for the uniform kernel, their total weight
     with ``sample_weight``; 0 for a seed whose neighbourhood emptied).
     """
     h = float(kernel.bandwidth)
-    # the compiled pass decides ties at distance h with scikit-learn's arithmetic
-    bound = BoundKernel(kernel, X, sample_weight=sample_weight)
-    algorithm = "compiled" if compiled_applies(bound, None, False) else "auto"
-    bound.options = EngineOptions(algorithm=algorithm, n_jobs=n_jobs)
+    if xp is None:
+        # the compiled pass decides ties at distance h with scikit-learn's arithmetic
+        bound = BoundKernel(kernel, X, sample_weight=sample_weight)
+        algorithm = "compiled" if compiled_applies(bound, None, False) else "auto"
+        bound.options = EngineOptions(algorithm=algorithm, n_jobs=n_jobs)
+
+        def blur(Y):
+            return local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm, sample_weight=sample_weight,
+                              n_jobs=n_jobs)
+
+        def shift(Y):  # the samples stay put: bound once, so the compiled pass sorts them once for every iteration
+            return bound.sums(Y, X)
+    else:
+        blur, shift = _device_passes(xp, X, kernel, sample_weight)
     intensity = np.zeros(len(seeds))
     tol = 1e-3 * h
     # the uniform kernel's weight sum is a count; exp(log(count)) is off by an ulp, and ties in
@@ -62,8 +76,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     exact = np.rint if kernel.profile.name == "uniform" and sample_weight is None else (lambda w: w)
     if blurring:
         def step(Y):
-            out = local_sums(None, Y, Y, kernel, empty="nearest", algorithm=algorithm, sample_weight=sample_weight,
-                             n_jobs=n_jobs)
+            out = blur(Y)
             intensity[:] = np.where(out.empty, 0.0, exact(out.weight_sum))
             return np.where(out.empty[:, None], Y, out.mean)
 
@@ -73,9 +86,8 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
             warn_max_iter("blurring mean shift", max_iter)
         return fp, intensity
 
-    # the samples stay put: bound once, so the compiled pass sorts them once for every iteration
     def step(Y, rows):
-        out = bound.sums(Y, X)
+        out = shift(Y)
         intensity[rows] = np.where(out.empty, 0.0, exact(out.weight_sum))
         return np.where(out.empty[:, None], Y, out.mean)  # an empty neighbourhood stops the seed
 
@@ -84,6 +96,22 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     if not fp.converged.all():  # counted as scikit-learn counts: max_iter beyond the first update
         warn_max_iter("mean shift", max_iter, f" ({int(np.sum(~fp.converged))} of {len(seeds)} seeds still moving)")
     return fp, intensity
+
+
+def _device_passes(xp, X, kernel, sample_weight):
+    """The two passes of :func:`shift_seeds` (blurring: the points against themselves; else the
+    seeds against ``X``) on ``X``'s device, returning NumPy sums. A compact profile takes the
+    compiled pass's arithmetic there too (ties at distance ``h`` decided as on the host)."""
+    lo, hi = COMPILED_BANDWIDTHS
+    options = EngineOptions(algorithm="compiled" if kernel.compact and lo < kernel.bandwidth < hi else "auto")
+    on_device = device(X)
+
+    def run(Y, samples):
+        out = xp_local_sums(xp, Y, samples, samples, kernel, sample_weight=sample_weight, options=options)
+        return LocalSums(*(_convert_to_numpy(a, xp) for a in (out.mean, out.log_weight_sum, out.empty)))
+
+    return (lambda Y: run(None, xp.asarray(Y, dtype=X.dtype, device=on_device)),
+            lambda Y: run(xp.asarray(Y, dtype=X.dtype, device=on_device), X))
 
 
 def bin_seeds(X, bin_size, min_bin_freq=1):
@@ -132,6 +160,14 @@ def merge_modes(modes, intensity, bandwidth):
             unique[np.linalg.norm(modes - modes[i], axis=1) <= bandwidth] = False
             unique[i] = True
     return modes[unique]
+
+
+def _estimate_bandwidth(xp, X, quantile=0.3):
+    """scikit-learn's ``estimate_bandwidth`` on ``X``'s device: the mean over the points of the
+    distance to their ``int(quantile n)``-th nearest point (the point itself counted)."""
+    k = max(1, int(X.shape[0] * quantile))
+    far = [d[:, -1] for d, _ in xp_kneighbors(xp, X, X, k, Kernel("uniform"))]
+    return float(xp.sum(xp.concat(far))) / X.shape[0]
 
 
 class MeanShift(ClusterMixin, BaseEstimator):
@@ -245,31 +281,38 @@ class MeanShift(ClusterMixin, BaseEstimator):
         if is_dask_collection(X, sample_weight):  # the points stay on the cluster
             return fit_mean_shift(self, X, sample_weight)
         xp = foreign_namespace(X, sample_weight)
-        if xp is not None:  # tensors under array-API dispatch: fitted on the host, returned on X's device
-            with config_context(array_api_dispatch=False):
-                self.fit(_convert_to_numpy(X, xp), None,
-                         None if sample_weight is None else _convert_to_numpy(xp.asarray(sample_weight), xp))
-            self.cluster_centers_ = xp.asarray(self.cluster_centers_, device=device(X))
-            self.labels_ = xp.asarray(self.labels_, device=device(X))
-            return self
-        X = validate_data(self, X, dtype=FLOATS)
+        if xp is None:
+            X = validate_data(self, X, dtype=FLOATS)
+            data = X.astype(np.float64)
+        else:  # tensors under array-API dispatch: the engine passes run on X's device; the seeds
+            # (and the bins, from a host copy of the points: O(n d)) live on the host
+            X = _as_float(xp, X, "X", ndim=(2,))
+            self.n_features_in_ = X.shape[1]
+            data = _convert_to_numpy(X, xp).astype(np.float64)
+            if sample_weight is not None:
+                sample_weight = _convert_to_numpy(xp.asarray(sample_weight), xp)
         self._check_params()
-        data = X.astype(np.float64)
         weighted = data
         if sample_weight is not None:
             sample_weight = check_sample_weight(sample_weight, data)
             weighted = data[sample_weight > 0]  # zero weight: not a point of the density
         if self.bandwidth is not None:
             h = float(self.bandwidth)
-        else:
+        elif xp is None:
             h = float(estimate_bandwidth(self._repeated(data, sample_weight, "bandwidth=None"), quantile=0.3))
+        else:
+            rows = self._repeated(np.arange(len(data))[:, None], sample_weight, "bandwidth=None")[:, 0]
+            h = _estimate_bandwidth(xp, X if sample_weight is None else xp.take(X, xp.asarray(rows, device=device(X)),
+                                                                                   axis=0))
         if h <= 0:
             raise ValueError(f"the estimated bandwidth is 0 (n_samples={len(X)}, or too many duplicate points); "
                              "give bandwidth > 0")
         self.bandwidth_ = h
         self.kernel_ = Kernel(self.kernel, bandwidth=h)
         if self.seeds is not None:
-            seeds = check_points(self.seeds, "seeds", n_features=X.shape[1])
+            seeds = self.seeds if xp is None or foreign_namespace(self.seeds) is None else _convert_to_numpy(
+                self.seeds, xp)
+            seeds = check_points(seeds, "seeds", n_features=X.shape[1])
         elif self.bin_seeding:
             integral = sample_weight is None or np.all(np.rint(sample_weight) == sample_weight)
             source = weighted if self.min_bin_freq == 1 and not integral else self._repeated(
@@ -277,14 +320,22 @@ class MeanShift(ClusterMixin, BaseEstimator):
             seeds = bin_seeds(source, h, self.min_bin_freq)
         else:
             seeds = weighted
-        fp, intensity = shift_seeds(data, seeds.astype(np.float64), self.kernel_, self.max_iter,
+        if xp is not None and sample_weight is not None:
+            sample_weight = xp.asarray(sample_weight, dtype=X.dtype, device=device(X))
+        fp, intensity = shift_seeds(data if xp is None else X, seeds.astype(np.float64), self.kernel_, self.max_iter,
                                     blurring=self.blurring, sample_weight=sample_weight, verbose=self.verbose,
-                                    n_jobs=self.n_jobs)
+                                    n_jobs=self.n_jobs, xp=xp)
         self.n_iter_ = int(fp.n_iter) - 1
         centers = merge_modes(fp.state, intensity, h)
         if len(centers) == 0:
             raise ValueError(f"No point was within bandwidth={h:f} of any seed; try other seeds or a "
                              "larger bandwidth")
+        if xp is not None:  # each point's nearest mode, on X's device
+            self.cluster_centers_ = xp.asarray(centers, dtype=X.dtype, device=device(X))
+            ends = xp.asarray(fp.state, dtype=X.dtype, device=device(X)) if self.blurring else X
+            idx, d2 = xp_nearest(xp, ends, self.cluster_centers_, self.kernel_)
+            self.labels_ = idx if self.cluster_all else xp.where(xp.sqrt(d2) <= h, idx, -1)
+            return self
         self.cluster_centers_ = centers.astype(X.dtype, copy=False)
         ends = fp.state if self.blurring else data  # blurring: where each point ended up
         dist, idx = kneighbors(make_index(centers, "euclidean"), ends, 1)  # as scikit-learn labels
@@ -307,9 +358,13 @@ class MeanShift(ClusterMixin, BaseEstimator):
         """The index of the nearest cluster centre for each row of ``X``."""
         check_is_fitted(self)
         xp = foreign_namespace(X, self.cluster_centers_)
-        if xp is not None:
-            with config_context(array_api_dispatch=False):
-                labels = self.predict(_convert_to_numpy(xp.asarray(X), xp))
-            return xp.asarray(labels, device=device(self.cluster_centers_))
+        if xp is not None:  # on the device of X (or of the centres, for NumPy X)
+            like = X if foreign_namespace(X) is not None else self.cluster_centers_
+            X = _as_float(xp, X, "X", like=like, ndim=(2,))
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but MeanShift is expecting {self.n_features_in_} "
+                                 "features as input.")
+            centers = xp.asarray(self.cluster_centers_, dtype=X.dtype, device=device(X))
+            return xp_nearest(xp, X, centers, self.kernel_)[0]
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         return kneighbors(make_index(np.asarray(self.cluster_centers_), "euclidean"), X, 1)[1][:, 0]
