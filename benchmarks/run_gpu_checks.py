@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CUDA_TESTS = ["tests/test_array_api.py", "tests/test_nn_flex.py", "tests/test_nn_dropin.py",
+CUDA_TESTS = ["tests/test_array_api.py", "tests/test_nn_cuda.py", "tests/test_nn_flex.py", "tests/test_nn_dropin.py",
               "tests/test_nonlocal_block.py"]
 
 ENV = """
