@@ -226,3 +226,79 @@ def test_mean_shift_on_tensors_with_sample_weight_and_float32(dispatch, host_eng
         MeanShift(bandwidth=1.0).fit(torch.tensor(X * np.nan, device=device))
     with pytest.raises(ValueError, match="X has 2 features, but MeanShift is expecting 4"):
         got.predict(torch.tensor(X[:, :2], device=device))
+
+
+@pytest.mark.parametrize("name", ["gaussian", "epanechnikov", "uniform", "tricube", "laplacian"])
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("metric, p", [("euclidean", 2), ("minkowski", 3), ("minkowski", 1.5), ("manhattan", 2),
+                                       ("chebyshev", 2), ("cosine", 2)])
+def test_knn_bandwidths_and_metrics_on_tensors_equal_numpy(dispatch, diabetes, name, exclude_self, metric, p):
+    if metric == "chebyshev" and name == "uniform":
+        pytest.skip("ties at the k-th chebyshev distance (discrete features): the tree and the sort keep "
+                    "different samples among equals")
+    X, y = diabetes
+    w = np.random.default_rng(2).uniform(0.5, 2, len(X))
+    Xt, yt, wt = torch.tensor(X), torch.tensor(y), torch.tensor(w)
+    Q, Qt = (None, None) if exclude_self else (X[:70], Xt[:70])
+    got = local_sums(Qt, Xt, yt, name, n_neighbors=15, exclude_self=exclude_self, metric=metric, p=p, sample_weight=wt)
+    ref = local_sums(Q, X, y, name, n_neighbors=15, exclude_self=exclude_self, metric=metric, p=p, sample_weight=w)
+    same(got.mean, ref.mean, "cpu", 1e-9)  # values ~1e2: 1e-11 relative
+    same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-12)
+
+
+@pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("triangular", 0.1),
+                                     ("cauchy", 0.05)])
+@pytest.mark.parametrize("metric, p", [("minkowski", 3), ("manhattan", 2), ("chebyshev", 2), ("cosine", 2)])
+def test_fixed_bandwidth_metrics_on_tensors_equal_numpy(dispatch, diabetes, name, h, metric, p):
+    X, y = diabetes
+    h = 3 * h if metric == "cosine" else h  # cosine distances are in [0, 2]
+    got = local_sums(torch.tensor(X[:90]), torch.tensor(X), torch.tensor(y), name, h, metric=metric, p=p)
+    ref = local_sums(X[:90], X, y, name, h, metric=metric, p=p)
+    same(got.mean, ref.mean, "cpu", 1e-9)
+    same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-12)
+
+
+@pytest.mark.parametrize("name", ["gaussian", "epanechnikov", "laplacian", "uniform"])
+def test_per_point_scales_on_tensors_equal_numpy(dispatch, diabetes, name):
+    """``u = d / (h q_i s_j)`` through the array-API engine itself (local_sums still refuses
+    scales for tensors), zero scales included: distance 0 counts fully, others not at all."""
+    from sklearn.utils._array_api import get_namespace
+
+    from localkit.engine.namespace import xp_local_sums
+    from localkit.kernels import Kernel
+
+    X, y = diabetes
+    xp, _ = get_namespace(torch.tensor(X))
+    rng = np.random.default_rng(3)
+    qs, ss = rng.uniform(0.5, 2, 80), rng.uniform(0.5, 2, len(X))
+    qs[3], ss[5] = 0.0, 0.0
+    Q = np.vstack([X[:79], X[5:6]])  # the last query sits on the sample of zero scale
+    got = xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, bandwidth=0.08),
+                        query_scale=torch.tensor(qs), sample_scale=torch.tensor(ss))
+    ref = local_sums(Q, X, y, name, 0.08, query_scale=qs, sample_scale=ss)
+    same(got.mean, ref.mean, "cpu", 1e-9)
+    same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-12)
+    with pytest.raises(ValueError, match="query_scale cannot be combined with n_neighbors"):
+        xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, n_neighbors=3),
+                      query_scale=torch.tensor(qs))
+    with pytest.raises(ValueError, match=r"sample_scale must have shape \(442,\)"):
+        xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, bandwidth=0.08),
+                      sample_scale=torch.tensor(qs))
+
+
+@pytest.mark.parametrize("scale", [1e154, 1e200])
+def test_softmax_logits_beyond_the_float_range_on_tensors(dispatch, scale):
+    """Logits ``<q, x> / h`` past float64's range: the local mean is the limit (the values of
+    the samples that maximise ``<q, x>``), as the NumPy engine streams it, not NaN."""
+    rng = np.random.default_rng(4)
+    X, y = rng.normal(size=(300, 3)) * scale, rng.normal(size=300)
+    got = local_sums(torch.tensor(X[:40]), torch.tensor(X), torch.tensor(y), "softmax", 1e-3)
+    ref = local_sums(X[:40], X, y, "softmax", 1e-3)
+    assert np.all(np.isfinite(ref.mean))
+    same(got.mean, ref.mean, "cpu", 1e-12)
+    np.testing.assert_allclose(got.log_weight_sum.numpy(), ref.log_weight_sum, rtol=1e-12)
+    # against the limit itself: each query's softmax picks the sample of largest <q, x>
+    np.testing.assert_allclose(got.mean.numpy(), y[np.argmax(X[:40] / scale @ (X / scale).T, axis=1)], rtol=0,
+                               atol=1e-12)
+    beyond = local_sums(torch.tensor(X[:40] * 1e100), torch.tensor(X), torch.tensor(y), "softmax", 1e-3)
+    same(beyond.mean, got.mean, "cpu", 1e-12)  # 2^k beyond the float range itself (the NumPy engine overflows)

@@ -129,12 +129,12 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     if (options.algorithm == "compiled" or k is not None or kernel.metric != "euclidean" or q_scale is not None
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
         V_aug = _augment(xp, V, weight)
-        support, logit_scale = None, 2.0 ** logit_exponent
+        support = None
         if options.algorithm == "compiled":
             _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
             Qs, Xs, support = Q, X, h * h
-        elif kernel.is_softmax:  # the temperature times 2^k first: Q / h alone may overflow
-            Qs, Xs = Q / (h * logit_scale), X
+        elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
+            Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
         elif kernel.norm_metric:
             centre = xp.mean(X, axis=0)
             hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
@@ -149,7 +149,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
                 q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
             S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
-                               s_scale=s_scale, logit_scale=logit_scale)
+                               s_scale=s_scale, logit_exponent=logit_exponent)
         return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
     if kernel.is_softmax:
         Qs, Xs = Q / h, X
@@ -223,6 +223,16 @@ def _logit_exponent(xp, Q, X, h):
     return max(0, math.ceil(top - limit))
 
 
+def _times_power_of_two(a, k):
+    """``a * 2^k`` in steps of at most ``2^1000`` (``2^k`` itself may be beyond the float range;
+    the product then overflows to ``-inf`` or underflows to 0, as it should)."""
+    while k != 0:
+        step = max(-1000, min(1000, k))
+        a = a * 2.0 ** step
+        k -= step
+    return a
+
+
 def xp_bandwidth(xp, kernel, X):
     """The bandwidth as a float or a per-feature tuple; rules from the samples' spread (computed
     on the device, scale-free)."""
@@ -280,13 +290,13 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
-            logit_scale=1.0):
+            logit_exponent=0):
     """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp.
 
     ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample. ``support`` (raw coordinates):
     ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
-    ``logit_scale``: softmax logits arrive divided by it (``2^k``); differences from the running
-    maximum are multiplied back before ``exp``, so the weights are exact.
+    ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k``; differences from the
+    running maximum are multiplied back before ``exp``, so the weights are exact.
     """
     n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
     on_cpu = "cpu" in str(_device(xp, Qs))
@@ -344,14 +354,11 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                 L = xp.where(rows[:, None] == cols[None, :], -math.inf, L)
             new = xp.maximum(m, xp.max(L, axis=1))
             safe = xp.where(new > -math.inf, new, xp.zeros_like(new))
-            if logit_scale == 1.0:
-                S = S * xp.exp(m - safe)[:, None] + xp.exp(L - safe[:, None]) @ V_aug[c0:c0 + bs, ...]
-            else:
-                S = (S * xp.exp((m - safe) * logit_scale)[:, None]
-                     + xp.exp((L - safe[:, None]) * logit_scale) @ V_aug[c0:c0 + bs, ...])
+            S = (S * xp.exp(_times_power_of_two(m - safe, logit_exponent))[:, None]
+                 + xp.exp(_times_power_of_two(L - safe[:, None], logit_exponent)) @ V_aug[c0:c0 + bs, ...])
             m = new
         S_blocks.append(S)
-        shift_blocks.append(xp.where(m > -math.inf, m * logit_scale, xp.zeros_like(m)))
+        shift_blocks.append(xp.where(m > -math.inf, _times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
     inverse = xp.argsort(order)
     return xp.take(xp.concat(S_blocks, axis=0), inverse, axis=0), xp.take(xp.concat(shift_blocks, axis=0), inverse)
 
