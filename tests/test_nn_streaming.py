@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from localkit.kernels.profiles import PROFILES
-from localkit.nn import kernel_attention, local_linear_attention
+from localkit.nn import attention_weights, kernel_attention, local_linear_attention
 from localkit.nn import _streaming
 from localkit.nn._profiles import LOG_PROFILES
 
@@ -224,6 +224,58 @@ def test_causal_gaussian_per_head_bandwidth_and_broadcast_batch(dtype):
     np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol_out * float(ref.abs().max()), rtol=0)
     for name, a, b in zip("qkvh", ours, refs):
         np.testing.assert_allclose(a.double(), b, atol=tol_grad * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("route", ["none", "causal", "tricube-window", "padding", "causal+padding", "top_k"])
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian"])
+@pytest.mark.parametrize("dtype,big", [(torch.float64, 2.0 ** 660), (torch.float32, 2.0 ** 66)], ids=str)
+def test_logits_beyond_the_float_range_give_the_limit(dtype, big, kernel, route):
+    """``|q|, |k| ~ big``: ``<q, k>`` overflows, yet every row's weights are the exact ones: one-hot
+    on the best admissible key for rows at that scale, and for query 0, scaled by ``1 / big``
+    (softmax logits ``<q_0, k_j> / sqrt(d)`` of order one), the ordinary softmax weights (no
+    tempering by a global factor). Reference: float64 logits of the unscaled tensors, with the
+    rows at scale ``big`` multiplied by 1e300 (one-hot in float64 too)."""
+    q0, k0, v = (t.to(dtype) for t in qkv(torch.float64, seed=16))
+    row = torch.full((L, 1), big, dtype=torch.float64)
+    row[0] = 1 / big
+    q, k = (q0.double() * row).to(dtype), (k0.double() * big).to(dtype)  # powers of two: exact
+    _, keep, opts = options(kernel, route if route in POSITIONS else "none")
+    if route == "top_k":
+        opts = {"top_k": 7}
+    h = math.sqrt(D) if kernel == "softmax" else 3.0
+    qr, kr = q0.double().numpy(), k0.double().numpy()
+    if kernel == "softmax":
+        logw = qr @ np.swapaxes(kr, -1, -2) / h
+    else:
+        logw = -((qr[..., :, None, :] - kr[..., None, :, :]) ** 2).sum(-1) / (2 * h * h)
+        logw[..., 0, :] = -(kr * kr).sum(-1)[..., None, :].squeeze(-2) / (2 * h * h)  # q_0 ~ 0 next to k ~ big
+    logw[..., 1:, :] *= 1e300
+    if kernel == "gaussian":
+        logw[..., 0, :] *= 1e300
+    offset = np.arange(L)[:, None] - np.arange(L)[None, :]
+    if opts.get("causal"):
+        logw = np.where(offset >= 0, logw, -np.inf)
+    if "window" in opts:
+        name, width = opts["window"]
+        logw = logw + PROFILES[name].log_k((offset / width) ** 2)
+    if keep is not None:
+        logw = np.where(keep.numpy(), logw, -np.inf)
+    if route == "top_k":  # the 7 best of each row, by the same ordering
+        kth = np.sort(logw, -1)[..., -7][..., None]
+        logw = np.where(logw >= kth, logw, -np.inf)
+    top = logw.max(-1, keepdims=True)
+    w = np.exp(logw - np.where(np.isfinite(top), top, 0.0))
+    w = np.where(np.isfinite(top), w / np.where(np.isfinite(top), w.sum(-1, keepdims=True), 1.0), 0.0)
+    v = v.requires_grad_(True)
+    out = kernel_attention(q, k, v, kernel, bandwidth=None if kernel == "softmax" else h, mask=keep, **opts)
+    ref = w @ v.detach().double().numpy()
+    tol = 4 * torch.finfo(dtype).eps * float(np.abs(ref).max())
+    np.testing.assert_allclose(out.detach().double().numpy(), ref, atol=tol, rtol=0)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(17), dtype=torch.float64)
+    (dv,) = torch.autograd.grad((out.double() * g).sum(), (v,))  # dV = W^T g: exact weights, exact gradient
+    np.testing.assert_allclose(dv.double().numpy(), np.swapaxes(w, -1, -2) @ g.numpy(), atol=8 * tol, rtol=0)
+    weights = attention_weights(q, k, kernel, bandwidth=None if kernel == "softmax" else h, mask=keep, **opts)
+    np.testing.assert_allclose(weights.double().numpy(), w, atol=tol, rtol=0)
 
 
 def test_results_do_not_depend_on_block_size(monkeypatch):

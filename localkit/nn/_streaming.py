@@ -67,7 +67,8 @@ class Plan:
     """Which key blocks each query block visits, and the kernels in position.
 
     ``mask``: None, bool (True takes part) or float (added to the log-weights), broadcasting to
-    ``(..., L, S)``; ``window``: None or ``(profile, width)`` of ``|i - j|``; ``causal``: ``j <= i``.
+    ``(..., L, S)``; ``window``: None or ``(profile, width)`` of ``|i - j|``; ``causal``: ``j <= i``;
+    ``shrink``: logits beyond the float range arrive as ``logits / 4^shrink`` (see :func:`grow`).
     """
 
     kernel: str
@@ -78,6 +79,7 @@ class Plan:
     mask: torch.Tensor | None = None
     q_block: int = 0
     k_block: int = KEY_BLOCK
+    shrink: int = 0
 
     def __post_init__(self):
         self._table = None
@@ -117,7 +119,10 @@ class Plan:
             yield i0, i1, [(max(j0, lo), min(j0 + self.k_block, hi)) for j0 in grid if self._visits(i0, j0)]
 
     def logits(self, q, k, c, i0, i1, j0, j1):
-        """Log-weights of queries ``[i0, i1)`` against keys ``[j0, j1)``, position kernels included."""
+        """Log-weights of queries ``[i0, i1)`` against keys ``[j0, j1)``, position kernels included
+        (divided by ``4^shrink``: the scores of ``2^-shrink q`` and ``2^-shrink k``)."""
+        if self.shrink:
+            q, k = q * 2.0 ** -self.shrink, k * 2.0 ** -self.shrink
         s = block_scores(self.kernel, q, k, c)
         if self.causal or self.window is not None:
             offset = (torch.arange(i0, i1, device=q.device)[:, None]
@@ -126,14 +131,14 @@ class Plan:
                 s = s.masked_fill(offset < 0, -math.inf)
             if self.window is not None:
                 name, width = self.window
-                s = s + LOG_PROFILES[name]((offset.to(s.dtype) / width) ** 2)
+                s = s + grow(LOG_PROFILES[name]((offset.to(s.dtype) / width) ** 2), -self.shrink)
         if self.mask is not None:
             m = _slice_mask(self.mask, i0, i1, j0, j1)
-            s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + m.to(s.dtype)
+            s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + grow(m.to(s.dtype), -self.shrink)
         return s
 
 
-def make_plan(kernel, q, k, causal, window, mask, state_width):
+def make_plan(kernel, q, k, causal, window, mask, state_width, shrink=0):
     """A :class:`Plan` whose blocks of ``(batch, q_block, k_block)`` fit :data:`BLOCK_BUDGET`.
 
     ``state_width``: floats kept per query row (``d_v`` for the local mean, ``d (d + d_v)`` for
@@ -145,18 +150,30 @@ def make_plan(kernel, q, k, causal, window, mask, state_width):
     q_block = max(16, BLOCK_BUDGET // (batch * max(k_block, state_width)))
     if window is not None:
         q_block = min(q_block, POSITION_QUERY_BLOCK)
-    return Plan(kernel, L, S, bool(causal), window, mask, min(q_block, L), k_block)
+    return Plan(kernel, L, S, bool(causal), window, mask, min(q_block, L), k_block, shrink)
 
 
-def online_step(m, logits):
+def grow(x, shrink):
+    """``x * 4^shrink`` as two products by ``2^shrink`` (``4^shrink`` alone may leave the float range).
+
+    Logits beyond the float range are computed as ``logits / 4^shrink`` (the engine's idea,
+    :mod:`localkit.engine.stream`) and only their differences from the row maximum, which are
+    ``<= 0``, are grown back before ``exp``: the weights are exact, those far below the maximum
+    go to ``exp(-inf) = 0``, and no ``inf - inf`` arises.
+    """
+    return x * 2.0 ** shrink * 2.0 ** shrink if shrink else x
+
+
+def online_step(m, logits, shrink=0):
     """One step of the online log-sum-exp: ``(m_new, alpha, p)``.
 
-    ``alpha = exp(m - m_new)`` rescales what was summed so far; ``p = exp(logits - m_new)``.
-    The shift is detached: the result does not depend on it, so neither does its gradient.
+    ``alpha = exp(m - m_new)`` rescales what was summed so far; ``p = exp(logits - m_new)``
+    (differences grown by ``4^shrink``, see :func:`grow`). The shift is detached: the result
+    does not depend on it, so neither does its gradient.
     """
     m_new = torch.maximum(m, logits.detach().amax(-1))
     shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
-    return m_new, torch.exp(m - shift), torch.exp(logits - shift.unsqueeze(-1))
+    return m_new, torch.exp(grow(m - shift, shrink)), torch.exp(grow(logits - shift.unsqueeze(-1), shrink))
 
 
 def _forward(plan, q, k, v, c):
@@ -168,12 +185,12 @@ def _forward(plan, q, k, v, c):
         m = q.new_full(batch + (i1 - i0,), -math.inf)
         acc, total = q.new_zeros(batch + (i1 - i0, v.shape[-1])), q.new_zeros(batch + (i1 - i0,))
         for j0, j1 in keys:
-            m, alpha, p = online_step(m, plan.logits(qb, k[..., j0:j1, :], c, i0, i1, j0, j1))
+            m, alpha, p = online_step(m, plan.logits(qb, k[..., j0:j1, :], c, i0, i1, j0, j1), plan.shrink)
             acc = acc * alpha.unsqueeze(-1) + p @ v[..., j0:j1, :]
             total = total * alpha + p.sum(-1)
         # a row whose kernel vanishes everywhere: zero output and lse = -inf (no 0/0)
         out[..., i0:i1, :] = acc / torch.where(total > 0, total, 1.0).unsqueeze(-1)
-        lse[..., i0:i1] = torch.where(total > 0, m + total.log(), -math.inf)
+        lse[..., i0:i1] = torch.where(total > 0, m + grow(total.log(), -plan.shrink), -math.inf)
     return out, lse
 
 
@@ -206,7 +223,7 @@ class StreamedAttention(torch.autograd.Function):
                 c_j = c.detach().requires_grad_(need[3])
                 with torch.enable_grad():
                     logits = plan.logits(q_i, k_j, c_j, i0, i1, j0, j1)
-                p = torch.exp(logits.detach() - lse_i)
+                p = torch.exp(grow(logits.detach() - lse_i, plan.shrink))
                 if need[2]:
                     dv[..., j0:j1, :] += p.transpose(-2, -1) @ do_i
                 dlogits = p * (do_i @ v[..., j0:j1, :].transpose(-2, -1) - delta_i)
@@ -214,7 +231,8 @@ class StreamedAttention(torch.autograd.Function):
                           ((q_i, dq, (i0, i1)), (k_j, dk, (j0, j1)), (c_j, dc, None)) if t.requires_grad]
                 if not inputs or not logits.requires_grad:  # e.g. a uniform kernel: flat inside
                     continue
-                grads = torch.autograd.grad(logits, [t for t, _, _ in inputs], dlogits, allow_unused=True)
+                grads = torch.autograd.grad(logits, [t for t, _, _ in inputs], grow(dlogits, plan.shrink),
+                                            allow_unused=True)
                 for (_, acc, sl), g in zip(inputs, grads):
                     if g is None:
                         continue
@@ -234,7 +252,7 @@ def _local_linear_block(plan, i0, i1, keys, ridge, q, k, v, c):
     sums = [q.new_zeros(q.shape[:-1] + (n,)) for n in (d, dv, d * d, dv * d)]
     for j0, j1 in keys:
         kc, vc = k[..., j0:j1, :] - ck, v[..., j0:j1, :] - cv
-        m, alpha, p = online_step(m, plan.logits(q, k[..., j0:j1, :], c, i0, i1, j0, j1))
+        m, alpha, p = online_step(m, plan.logits(q, k[..., j0:j1, :], c, i0, i1, j0, j1), plan.shrink)
         total = total * alpha + p.sum(-1)
         blocks = (kc, vc, (kc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2),
                   (vc.unsqueeze(-1) * kc.unsqueeze(-2)).flatten(-2))

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from ..kernels.profiles import PROFILES, get_profile
 from ..engine.flex import flex_available, flex_kernel_attention
 from ._profiles import LOG_PROFILES
-from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, make_plan,
+from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, make_plan,
                          streamed_local_linear)
 
 #: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
@@ -221,7 +221,32 @@ def _prepare(q, k, v, kernel, bandwidth, mask, window, top_k):
                              f"got shape {tuple(bandwidth.shape)}")
     h = default_bandwidth(kernel, q.shape[-1]) if bandwidth is None else bandwidth
     c, capped = _scale(kernel, h, q, k)
-    return kernel, c, capped, _check_mask(mask, q, k.shape[-2]), _check_window(window), _check_top_k(top_k)
+    return (kernel, c, capped, _logit_shrink(kernel, q, k, c), _check_mask(mask, q, k.shape[-2]),
+            _check_window(window), _check_top_k(top_k))
+
+
+def _logit_shrink(kernel, q, k, c):
+    """``e >= 0`` such that the logits of ``2^-e q`` and ``2^-e k`` (those of ``q, k`` over ``4^e``)
+    and every partial sum on the way stay below ``2^(maxexp - 4)`` of the compute dtype.
+
+    Only the softmax and the Gaussian take products ``<q, k>`` and ``|k|^2``, which overflow for
+    ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
+    ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
+    it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`).
+    Entries below ``2^e`` times the smallest subnormal are lost by the halving: their share of a
+    logit is then below the rounding of the largest ones.
+    """
+    if kernel not in FUSED_KERNELS or q.dtype == torch.float16:  # float16 products fit float32
+        return 0
+    with torch.no_grad():  # aminmax: one pass, no |t| copy (0.8 ms for 2M floats; abs().amax() 1.9 ms)
+        q_lo, q_hi, k_lo, k_hi = torch.stack([*torch.aminmax(q.detach()), *torch.aminmax(k.detach())]).tolist()
+        qn, kn = max(-q_lo, q_hi), max(-k_lo, k_hi)
+        cn = float(c.detach().amax()) if isinstance(c, torch.Tensor) else c
+    if not (0 < qn < math.inf and 0 < kn < math.inf):  # zeros cannot overflow; inf and NaN stay
+        return 0
+    top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(max(qn, kn) if kernel == "gaussian" else qn)
+           + 1 + max(0.0, math.log2(cn)))
+    return max(0, math.ceil((top - math.log2(torch.finfo(compute_dtype(q.dtype)).max) + 4) / 2))
 
 
 def _dense_path(mask, dropout_p, top_k):
@@ -230,12 +255,13 @@ def _dense_path(mask, dropout_p, top_k):
     return top_k is not None or dropout_p > 0 or (mask is not None and mask.requires_grad)
 
 
-def _weights(q, k, kernel, c, allowed, bias, top_k):
-    """Normalised weights ``(..., L, S)`` and the rows whose kernel is zero everywhere."""
-    qc, kc = (t.to(compute_dtype(q.dtype)) for t in (q, k))
+def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0):
+    """Normalised weights ``(..., L, S)`` and the rows whose kernel is zero everywhere
+    (``shrink``: logits computed over ``4^shrink``, see :func:`_logit_shrink`)."""
+    qc, kc = (t.to(compute_dtype(q.dtype)) * 2.0 ** -shrink for t in (q, k))
     logits = block_scores(kernel, qc, kc, c)
     if bias is not None:
-        logits = logits + bias
+        logits = logits + grow(bias, -shrink)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, -math.inf)
     if top_k is not None and top_k < logits.shape[-1]:  # the top_k closest admissible keys
@@ -245,7 +271,10 @@ def _weights(q, k, kernel, c, allowed, bias, top_k):
             closeness = closeness.masked_fill(~allowed, -math.inf)
         kth = closeness.topk(top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(closeness < kth, -math.inf)
-    empty = torch.isneginf(logits.amax(dim=-1, keepdim=True))
+    top = logits.detach().amax(dim=-1, keepdim=True)
+    empty = torch.isneginf(top)
+    if shrink:  # differences from the row maximum grown back (<= 0: nothing overflows)
+        logits = grow(logits - top.masked_fill(empty, 0.0), shrink)
     weights = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1)
     return weights.masked_fill(empty, 0.0).to(q.dtype), empty
 
@@ -265,9 +294,9 @@ def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=
     >>> attention_weights(q, k, "epanechnikov", bandwidth=2.0)[0]
     tensor([0.5714, 0.4286, 0.0000])
     """
-    kernel, c, _, mask, window, top_k = _prepare(q, k, k, kernel, bandwidth, mask, window, top_k)
+    kernel, c, _, shrink, mask, window, top_k = _prepare(q, k, k, kernel, bandwidth, mask, window, top_k)
     allowed, bias = _position_terms(q, k, mask, bool(causal), window)
-    return _weights(q, k, kernel, c, allowed, bias, top_k)[0]
+    return _weights(q, k, kernel, c, allowed, bias, top_k, shrink)[0]
 
 
 def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None,
@@ -316,6 +345,9 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
     forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. Only
     ``top_k``, ``dropout_p > 0`` and a float mask that requires grad form the ``(L, S)`` weights.
+    Softmax and Gaussian logits beyond the float range (``|q|, |k| ~ 1e20`` in float32) are
+    streamed as ``logits / 4^e`` with their differences grown back before ``exp``: the weights
+    are exact (one-hot on the best key where the spread is that large), never NaN.
 
     Examples
     --------
@@ -327,27 +359,27 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     tensor([0.5000, 0.5000, 2.0000])
     """
     _check_dropout(dropout_p)
-    kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    kernel, c, capped, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
     causal = bool(causal)
     if _dense_path(mask, dropout_p, top_k):
         allowed, bias = _position_terms(q, k, mask, causal, window)
-        if kernel in FUSED_KERNELS and top_k is None:
+        if kernel in FUSED_KERNELS and top_k is None and not shrink:
             return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
-        weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k)
+        weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, shrink)
         return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
-    if _sdpa_fits(kernel, q, c, capped, mask, causal, window):
+    if not shrink and _sdpa_fits(kernel, q, c, capped, mask, causal, window):
         allowed, bias = _position_terms(q, k, mask, False, None)
         return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
     keep = _key_mask(mask) if flex_available(q) else None
-    if flex_available(q) and (mask is None or keep is not None):
+    if flex_available(q) and not shrink and (mask is None or keep is not None):
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         q_, k_, v_ = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
         c_ = _to_compute(q, k, v, c)[3]
         return flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window, keep)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
-    if window is not None and (mask is None or mask.shape[-2] == 1):  # a band around the diagonal
+    if window is not None and not shrink and (mask is None or mask.shape[-2] == 1):  # a band around the diagonal
         return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)
-    plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1])
+    plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1], shrink)
     return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
 
 
@@ -527,14 +559,14 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
     _check_dropout(dropout_p)
-    kernel, c, _, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    kernel, c, _, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
     if not _dense_path(mask, dropout_p, top_k):
         d, dv = k.shape[-1], v.shape[-1]
-        plan = make_plan(kernel, q_, k_, causal, window, mask, d * (d + dv))
+        plan = make_plan(kernel, q_, k_, causal, window, mask, d * (d + dv), shrink)
         return streamed_local_linear(plan, q_, k_, v_, c_, float(ridge)).to(q.dtype)
     allowed, bias = _position_terms(q, k, mask, bool(causal), window)
-    w, empty = _weights(q_, k_, kernel, c_, allowed, bias, top_k)
+    w, empty = _weights(q_, k_, kernel, c_, allowed, bias, top_k, shrink)
     if dropout_p > 0:  # a random kernel: drop weights, then renormalise
         w = F.dropout(w, dropout_p)
         w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
