@@ -16,8 +16,9 @@ from threadpoolctl import ThreadpoolController
 DEFAULT_MEMORY_BUDGET = 128 * 2**20
 #: Bytes of one kernel block: a block this size stays in a core's L2 cache between the passes over
 #: it (matrix product, exp, matrix product), so float32 blocks hold twice as many cells. Measured
-#: (n = m = 20,000, d = 8, one thread, 2 MiB L2): 1 MiB blocks (float64 256 x 512, float32
-#: 512 x 512) take 0.78x (float64) and 0.67x (float32) the time of 2^20-cell blocks of 512 x 2048.
+#: (Gaussian local mean, n = m = 14,000, d = 8, one thread, 2 MiB L2): 1 MiB blocks (float64
+#: 256 x 512, float32 512 x 512) take 0.75-0.79x (float64) and 0.67-0.70x (float32) the time of
+#: 2^20-cell blocks of 512 x 2048.
 CACHE_BYTES = 2**20
 MAX_SAMPLE_BLOCK = 512
 
