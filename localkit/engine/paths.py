@@ -49,11 +49,14 @@ def _cancellation_ok(Q):
 
 
 class QueryBlock:
-    """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
+    """A block of queries prepared for the dense path: recentred, or marked for exact distances;
+    ``base2``: log-weights of the Gaussian in base 2."""
 
-    def __init__(self, bound, Q, q_scale=None, logit_scale=1.0):
+    def __init__(self, bound, Q, q_scale=None, logit_scale=1.0, base2=False):
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype)
+        if base2:  # Gaussian log2-weights (see BASE2_SCALE); the factor in float64, rounded once
+            q_scale = BASE2_SCALE * (1.0 if q_scale is None else q_scale) * np.ones(len(Q))
         self.q_scale = q_scale
         self.temperature = bound.h * logit_scale if bound.kernel.is_softmax else 1.0
         self.centre = None
@@ -107,6 +110,14 @@ def _spatial_order(Q):
     return np.argsort(Q[:, int(np.argmax(np.ptp(Q, axis=0)))], kind="stable")
 
 
+#: The Gaussian in base 2: ``log2 K(u) = log K(u / sqrt(ln 2))`` for ``K(u) = exp(-u^2 / 2)``, so
+#: one more query bandwidth factor turns the same matrix product (or exact distances) into
+#: log2-weights, summed with ``exp2``. NumPy's float32 ``exp2`` is 1.6x faster than its ``exp`` and as
+#: accurate (1 ulp): the bounded pass takes 0.9x the time (n = m = 14,000, d = 8); in float64 the
+#: pass was 1.05x slower, so float32 only.
+BASE2_SCALE = np.sqrt(np.log(2.0))
+BASE2_DTYPES = (np.dtype(np.float32),)
+
 #: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
 #: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
 BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
@@ -131,8 +142,11 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     logit_scale = 2.0 ** _logit_exponent(bound, Q) if bound.kernel.is_softmax else 1.0
 
-    def block_of(idx):
-        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx], logit_scale)
+    base2 = bounded and bound.kernel.profile.name == "gaussian" and V_aug.dtype in BASE2_DTYPES
+    exp = np.exp2 if base2 else np.exp
+
+    def block_of(idx, base2=False):
+        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx], logit_scale, base2)
 
     def blocks(block, idx, fold_offset):
         for c0 in range(0, n_s, bs):
@@ -146,8 +160,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
         if bounded:
             sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
-            for L, _, V in blocks(block_of(idx), idx, True):
-                sums += np.exp(L, out=L) @ V
+            for L, _, V in blocks(block_of(idx, base2), idx, True):
+                sums += exp(L, out=L) @ V
             S[idx] = sums
             idx = idx[~(sums[:, -1] >= floor)]
             if len(idx) == 0:
