@@ -126,23 +126,23 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
 
     h = xp_bandwidth(xp, kernel, X)
     logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
-    if (options.algorithm == "compiled" or k is not None or kernel.metric != "euclidean" or q_scale is not None
+    support = None
+    if options.algorithm == "compiled":
+        _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
+        Qs, Xs, support = Q, X, h * h
+    elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
+        Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
+    elif kernel.norm_metric:
+        centre = xp.mean(X, axis=0)
+        hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
+        Qs, Xs = (Q - centre) / hh, (X - centre) / hh
+    else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
+        Qs, Xs = Q, X
+        if k is None:
+            q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
+    if (support is not None or k is not None or kernel.metric != "euclidean" or q_scale is not None
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
         V_aug = _augment(xp, V, weight)
-        support = None
-        if options.algorithm == "compiled":
-            _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
-            Qs, Xs, support = Q, X, h * h
-        elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
-            Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
-        elif kernel.norm_metric:
-            centre = xp.mean(X, axis=0)
-            hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
-            Qs, Xs = (Q - centre) / hh, (X - centre) / hh
-        else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
-            Qs, Xs = Q, X
-            if k is None:
-                q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
         if k is not None and kernel.compact:
             S, shift = _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self)
         else:
@@ -151,12 +151,6 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
                                s_scale=s_scale, logit_exponent=logit_exponent)
         return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
-    if kernel.is_softmax:
-        Qs, Xs = Q / h, X
-    else:
-        centre = xp.mean(X, axis=0)
-        hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
-        Qs, Xs = (Q - centre) / hh, (X - centre) / hh
     if _flex_fits(xp, Qs, Xs, kernel, options):
         S, shift = flex_sums(Qs, Xs, V, weight, kernel, exclude_self)
     else:
