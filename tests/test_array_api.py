@@ -302,3 +302,34 @@ def test_softmax_logits_beyond_the_float_range_on_tensors(dispatch, scale):
                                atol=1e-12)
     beyond = local_sums(torch.tensor(X[:40] * 1e100), torch.tensor(X), torch.tensor(y), "softmax", 1e-3)
     same(beyond.mean, got.mean, "cpu", 1e-12)  # 2^k beyond the float range itself (the NumPy engine overflows)
+
+
+@pytest.mark.parametrize("metric, h", [("euclidean", 0.04), ("manhattan", 0.1)])
+def test_empty_neighbourhoods_leave_one_out_on_tensors_equal_numpy(dispatch, diabetes, metric, h):
+    """Many queries with no other sample in the support: each takes its nearest other sample
+    that carries weight (in the kernel's metric), as the NumPy engine does."""
+    X, y = diabetes
+    w = np.random.default_rng(5).integers(0, 2, len(X)).astype(float)
+    got = local_sums(None, torch.tensor(X), torch.tensor(y), "epanechnikov", h, exclude_self=True, metric=metric,
+                     sample_weight=torch.tensor(w))
+    ref = local_sums(None, X, y, "epanechnikov", h, exclude_self=True, metric=metric, sample_weight=w)
+    assert 20 < ref.empty.sum() < len(X)
+    same(got.empty, ref.empty, "cpu", 0)
+    same(got.mean, ref.mean, "cpu", 1e-9)
+
+
+def test_compiled_arithmetic_on_tensors(dispatch, diabetes):
+    """algorithm='compiled' decides the support as the compiled pass does, |q - x|^2 <= h^2 in
+    raw coordinates: on a grid, the points h away count, as on the host (the scaled coordinates
+    of the default path decide ~100 of these 144 rows otherwise)."""
+    g = 0.1 * np.arange(12.0) + 0.3
+    X = np.stack(np.meshgrid(g, g), axis=-1).reshape(-1, 2)
+    y = np.sin(X).sum(axis=1)
+    for h in (0.1, 0.2, 0.5):  # many samples sit h away (up to round-off)
+        got = local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "uniform", h, algorithm="compiled")
+        ref = local_sums(X, X, y, "uniform", h, algorithm="compiled")
+        d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=2)
+        np.testing.assert_array_equal(np.rint(torch.exp(got.log_weight_sum).numpy()), (d2 <= h * h).sum(axis=1))
+        same(got.mean, ref.mean, "cpu", 1e-12)
+    with pytest.raises(ValueError, match="algorithm='compiled' needs a compact profile"):
+        local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 1.0, algorithm="compiled")
