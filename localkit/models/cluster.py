@@ -190,7 +190,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
     libraries add up the points (round-off) decides it.
 
     On PyTorch tensors (or CuPy arrays) under ``sklearn.config_context(array_api_dispatch=True)``
-    every engine pass, the estimate of ``bandwidth=None``, the labels and :meth:`predict` run on
+    every engine pass, the estimate of ``bandwidth=None``, the labels and ``predict`` run on
     the tensors' device (compact profiles with the same test ``|x - q|^2 <= h^2``), and the
     fitted attributes are tensors there; the seeds and bins are kept on the host (``n_jobs``
     does not apply).
