@@ -333,3 +333,14 @@ def test_compiled_arithmetic_on_tensors(dispatch, diabetes):
         same(got.mean, ref.mean, "cpu", 1e-12)
     with pytest.raises(ValueError, match="algorithm='compiled' needs a compact profile"):
         local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 1.0, algorithm="compiled")
+
+
+def test_per_point_scales_through_local_sums(dispatch, diabetes):
+    X, y = diabetes
+    rng = np.random.default_rng(2)
+    qs, ss = rng.uniform(0.5, 2, 40), rng.uniform(0.5, 2, len(X))
+    got = local_sums(torch.tensor(X[:40]), torch.tensor(X), torch.tensor(y), "gaussian", 0.05,
+                     query_scale=torch.tensor(qs), sample_scale=torch.tensor(ss))
+    ref = local_sums(X[:40], X, y, "gaussian", 0.05, query_scale=qs, sample_scale=ss)
+    same(got.mean, ref.mean, "cpu", 1e-9)
+    same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-11)

@@ -113,12 +113,11 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                                sample_scale=sample_scale)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
                             memory_budget=memory_budget, n_jobs=n_jobs)
-    xp = foreign_namespace(queries, samples, values, sample_weight)
+    xp = foreign_namespace(queries, samples, values, sample_weight, query_scale, sample_scale)
     if xp is not None:  # torch / CuPy arrays under array-API dispatch: computed on their device
-        if query_scale is not None or sample_scale is not None:
-            raise ValueError("query_scale and sample_scale are not available for array-API inputs; pass NumPy arrays")
         return xp_local_sums(xp, queries, samples, values, make_kernel(kernel, bandwidth, n_neighbors, metric, p),
-                             exclude_self=exclude_self, sample_weight=sample_weight, options=options)
+                             exclude_self=exclude_self, sample_weight=sample_weight, options=options,
+                             query_scale=query_scale, sample_scale=sample_scale)
     bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples,
                         sample_weight=sample_weight, sample_scale=sample_scale, options=options)
     return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)

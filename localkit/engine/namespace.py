@@ -154,10 +154,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     if _flex_fits(xp, Qs, Xs, kernel, options):
         S, shift = flex_sums(Qs, Xs, V, weight, kernel, exclude_self)
     else:
-        V_aug = xp.concat([V, xp.ones((n, 1), dtype=dtype, device=_device(xp, X))], axis=1)
-        if weight is not None:
-            V_aug = V_aug * weight[:, None]
-        S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options)
+        S, shift = _stream(xp, Qs, Xs, _augment(xp, V, weight), kernel, exclude_self, options)
     return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
 
 
