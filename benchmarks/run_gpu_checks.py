@@ -25,8 +25,8 @@ print(torch.cuda.get_device_name(), torch.cuda.get_device_capability())
 import localkit; print('localkit imports from', localkit.__file__)
 """
 LOCAL_MEAN = "import bench_gpu_local_mean as b; print(b.run(), flush=True)"
-ATTENTION = ("import bench_attention as b; b.torch.set_num_threads(8); "
-             "print(b._gpu_table(emit=lambda row: print(row, flush=True)).split(chr(10))[0])")
+ATTENTION = ("import sys, bench_attention as b; b.torch.set_num_threads(8); "
+             "print(b._gpu_table(emit=lambda row: print(row, flush=True), n_passes=int(sys.argv[1])).split(chr(10))[0])")
 
 
 def step(name, argv, out, seconds, cwd=ROOT):
@@ -49,6 +49,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for all steps together")
+    parser.add_argument("--attention-passes", type=int, default=3, help="passes of the attention table (1-3)")
+    parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for the CUDA tests "
+                        "(FlexAttention's compiles are CPU-bound)")
+    parser.add_argument("--extra", type=Path, help="a script to run after the tests (diagnostics)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.perf_counter() + args.budget
@@ -56,9 +60,13 @@ def main():
     py = sys.executable
     step("environment", [py, "-c", ENV], args.out / "env.txt", 60)
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
-    step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS],
-         args.out / "pytest_cuda.log", min(170, left() - 200))
-    step("GPU attention table", [py, "-c", ATTENTION], args.out / "gpu_attention.md", left())
+    workers = ["-n", str(args.workers)] if args.workers > 1 else []
+    step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda",
+                        *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - 170))
+    step("GPU attention table", [py, "-c", ATTENTION, str(args.attention_passes)], args.out / "gpu_attention.md",
+         left() - (40 if args.extra else 0))
+    if args.extra is not None:
+        step("extra", [py, str(args.extra.resolve())], args.out / "extra.txt", left())
 
 
 if __name__ == "__main__":
