@@ -35,12 +35,12 @@ def definition(Q, X, v, h=1.0, q_scale=None, s_scale=None, c=None, exclude_self=
     return (W @ v) / W.sum(1)[:, None], top[:, 0] + np.log(W.sum(1))
 
 
-CASES = {
-    "plain": (dict(), dict()),
-    "per-feature bandwidth": (dict(bandwidth=H), dict(h=H)),
-    "sample weights": (dict(sample_weight=C), dict(c=C)),
-    "per-sample scales": (dict(sample_scale=S), dict(s_scale=S)),
-    "per-query scales": (dict(query_scale=S[:len(Q)]), dict(q_scale=S[:len(Q)])),
+CASES = {  # name: (engine keywords, definition keywords)
+    "plain": ({}, {}),
+    "per-feature bandwidth": ({"bandwidth": H}, {"h": H}),
+    "sample weights": ({"sample_weight": C}, {"c": C}),
+    "per-sample scales": ({"sample_scale": S}, {"s_scale": S}),
+    "per-query scales": ({"query_scale": S[:len(Q)]}, {"q_scale": S[:len(Q)]}),
 }
 
 
