@@ -6,8 +6,11 @@
 multiplied by the sample weights). The true weighted sums are ``S * exp(shift[:, None])``:
 ``S[:, -1]`` is the weight sum, ``S[:, :-1] / S[:, -1:]`` the local mean.
 
-* **dense** — blocks of queries against blocks of samples, log-weights from one matrix product,
-  reduced with the online log-sum-exp (:mod:`localkit.engine.stream`); threads over query blocks.
+* **dense** — blocks of queries against blocks of samples (sized to stay in cache,
+  :func:`~localkit.engine.block_sizes`), log-weights from one matrix product; distance kernels
+  sum the weights directly (``log K <= 0``; the float32 Gaussian in base 2, see ``BASE2_SCALE``)
+  and hand rows whose weights underflow to the online log-sum-exp (:mod:`localkit.engine.stream`);
+  threads over query blocks.
 * **neighbors** — a tree finds the k nearest samples (compact kNN kernels) or the samples within
   the support (compact profiles with a fixed bandwidth).
 * **compiled** — one numba pass over samples sorted into strips (:mod:`localkit.engine.compact`).
