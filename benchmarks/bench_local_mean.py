@@ -1,6 +1,8 @@
 """Nadaraya–Watson prediction: localkit's engine against KeOps (CPU), plain blocked numpy and
 statsmodels, in one process, on the same data. Throughput in kernel pairs per second."""
 
+import os
+
 import numpy as np
 from localkit._timing import interleaved, median_time
 
@@ -64,7 +66,9 @@ def run(quick=False):
     ]
     lines = [f"n_queries = n_samples = {n:,}, d = {d}, h = {h}; localkit and KeOps: medians of {repeat} "
              f"interleaved runs; plain numpy: median of {min(repeat, 3)}; statsmodels: one run at n = {m:,}. "
-             f"BLAS: {blas}. The machine has 2 cores and was shared with other work while this ran.", "",
+             f"BLAS: {blas}. The machine has 2 cores and was shared with other work while this ran (load "
+             f"average {os.getloadavg()[0]:.1f} at the end): compare ratios within the table, not times across runs.",
+             "",
              "| implementation | n | time | G pairs/s | localkit speed-up | max abs diff vs localkit |",
              "|---|---|---|---|---|---|"]
     g_ours = pairs / t_ours / 1e9
