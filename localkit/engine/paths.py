@@ -137,7 +137,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     threads = opts.threads
     n_q, n_s, width = len(Q), bound.n_samples, V_aug.shape[1]
     bq, bs = block_sizes(n_q, n_s, Q.dtype.itemsize, block_size=opts.block_size,
-                         memory_budget=opts.memory_budget, n_workers=threads)
+                         memory_budget=opts.memory_budget, n_workers=threads,
+                         n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(Q, exclude_self=exclude_self)
     order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
