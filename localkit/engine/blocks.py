@@ -22,7 +22,7 @@ DEFAULT_MEMORY_BUDGET = 128 * 2**20
 CACHE_BYTES = 2**20
 MAX_SAMPLE_BLOCK = 512
 #: Above this many features the matrix product dominates a block and runs faster on larger ones:
-#: the cache target grows in proportion (d = 256: float64 0.9x, float32 0.95x the time of 1 MiB
+#: the cache target grows in proportion (d = 256: float64 0.9x, float32 0.85x the time of 1 MiB
 #: blocks; d = 64 and below: 1 MiB blocks measured fastest).
 CACHE_FEATURES = 64
 
