@@ -1,0 +1,31 @@
+"""Block sizes: cache-sized blocks in bytes, capped by the memory budget."""
+import pytest
+
+from localkit.engine import block_sizes
+from localkit.engine.blocks import CACHE_BYTES, CACHE_FEATURES
+
+
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_default_blocks_fill_the_cache_target_in_bytes(itemsize):
+    bq, bs = block_sizes(20_000, 20_000, itemsize, n_features=8)
+    assert CACHE_BYTES / 2 < bq * bs * itemsize <= CACHE_BYTES
+    # float32 blocks hold twice the cells of float64 ones in the same bytes
+    bq64, bs64 = block_sizes(20_000, 20_000, 8, n_features=8)
+    assert bq * bs * itemsize == bq64 * bs64 * 8
+
+
+def test_many_features_grow_the_blocks_in_proportion():
+    small = block_sizes(20_000, 20_000, 8, n_features=CACHE_FEATURES)
+    large = block_sizes(20_000, 20_000, 8, n_features=4 * CACHE_FEATURES)
+    assert large[0] * large[1] == 4 * small[0] * small[1]
+
+
+@pytest.mark.parametrize("budget, workers", [(2**16, 1), (2**20, 2), (2**22, 4)])
+def test_the_memory_budget_caps_the_blocks_of_all_workers(budget, workers):
+    bq, bs = block_sizes(20_000, 20_000, 8, memory_budget=budget, n_workers=workers, n_features=512)
+    assert workers * bq * bs * 2 * 8 <= budget  # each worker's block and one temporary
+
+
+def test_blocks_never_exceed_the_data():
+    assert block_sizes(3, 7, 8) == (3, 7)
+    assert block_sizes(100, 50, 4, block_size=(64, 200)) == (64, 50)
