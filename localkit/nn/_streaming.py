@@ -83,9 +83,10 @@ class Plan:
 
     def __post_init__(self):
         self._table = None
-        if self.mask is not None:
+        if self.mask is not None and not torch.compiler.is_compiling():
             # which (query block, key block) pairs some batch element admits: masked-out blocks
-            # are skipped (the table is one bool per block pair)
+            # are skipped (the table is one bool per block pair; not read inside torch.compile,
+            # where every block in the causal and window range is visited and masked)
             admits = self.mask if self.mask.dtype == torch.bool else self.mask > -math.inf
             admits = admits.reshape(-1, *admits.shape[-2:]).any(0)
             rows, cols = admits.shape
@@ -216,28 +217,21 @@ class StreamedAttention(torch.autograd.Function):
         lse = torch.where(torch.isfinite(lse), lse, math.inf)  # empty rows: P = 0
         dq, dk, dv, dc = (torch.zeros_like(t) for t in (q, k, v, c))
         for i0, i1, keys in plan.rows():
-            q_i = q[..., i0:i1, :].detach().requires_grad_(need[0])
+            q_i = q[..., i0:i1, :]
             do_i, lse_i, delta_i = dout[..., i0:i1, :], lse[..., i0:i1, None], delta[..., i0:i1, None]
             for j0, j1 in keys:
-                k_j = k[..., j0:j1, :].detach().requires_grad_(need[1])
-                c_j = c.detach().requires_grad_(need[3])
-                with torch.enable_grad():
-                    logits = plan.logits(q_i, k_j, c_j, i0, i1, j0, j1)
-                p = torch.exp(grow(logits.detach() - lse_i, plan.shrink))
+                # the block's log-kernel and its vector-Jacobian product (torch.func: traceable by
+                # torch.compile, where torch.autograd.grad is not)
+                logits, vjp = torch.func.vjp(lambda q_, k_, c_: plan.logits(q_, k_, c_, i0, i1, j0, j1),
+                                             q_i, k[..., j0:j1, :], c)
+                p = torch.exp(grow(logits - lse_i, plan.shrink))
                 if need[2]:
                     dv[..., j0:j1, :] += p.transpose(-2, -1) @ do_i
                 dlogits = p * (do_i @ v[..., j0:j1, :].transpose(-2, -1) - delta_i)
-                inputs = [(t, acc, sl) for t, acc, sl in
-                          ((q_i, dq, (i0, i1)), (k_j, dk, (j0, j1)), (c_j, dc, None)) if t.requires_grad]
-                if not inputs or not logits.requires_grad:  # e.g. a uniform kernel: flat inside
-                    continue
-                grads = torch.autograd.grad(logits, [t for t, _, _ in inputs], grow(dlogits, plan.shrink),
-                                            allow_unused=True)
-                for (_, acc, sl), g in zip(inputs, grads):
-                    if g is None:
-                        continue
-                    target = acc if sl is None else acc[..., sl[0]:sl[1], :]
-                    target += g
+                g_q, g_k, g_c = vjp(grow(dlogits, plan.shrink))
+                dq[..., i0:i1, :] += g_q
+                dk[..., j0:j1, :] += g_k
+                dc += g_c
         return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None,
                 dc if need[3] else None, None)
 
@@ -297,7 +291,13 @@ def banded_attention(kernel, q, k, v, c, window, causal, keep):
     n_blocks = -(-L // b)
     band = b + 2 * reach
     pad = lambda t, value=0.0: torch.nn.functional.pad(t, (0, 0, reach, n_blocks * b + reach - S), value=value)
-    k_band, v_band = (pad(t).unfold(-2, band, b).transpose(-2, -1) for t in (k, v))  # (..., n, band, d)
+    if torch.compiler.is_compiling():
+        # a gather (a copy): inductor's gradient through a matmul on the overlapping unfold view is
+        # wrong (torch 2.13, CPU: dk off by O(1), a smaller repro corrupted the heap)
+        index = (torch.arange(n_blocks, device=q.device)[:, None] * b + torch.arange(band, device=q.device)).flatten()
+        k_band, v_band = (pad(t).index_select(-2, index).unflatten(-2, (n_blocks, band)) for t in (k, v))
+    else:
+        k_band, v_band = (pad(t).unfold(-2, band, b).transpose(-2, -1) for t in (k, v))  # (..., n, band, d)
     q_blocks = torch.nn.functional.pad(q, (0, 0, 0, n_blocks * b - L)).unflatten(-2, (n_blocks, b))
     # key j = n b - r + t of block n against query i = n b + a: i - j = a - t + r in every block
     offset = torch.arange(b, device=q.device)[:, None] - torch.arange(band, device=q.device)[None, :] + reach
