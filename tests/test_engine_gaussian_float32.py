@@ -76,3 +76,16 @@ def test_float32_gaussian_far_from_the_centre(block_size):
     mean, log_sum = definition(q, x, v[:, None], h=0.5)
     np.testing.assert_allclose(got.mean, mean[:, 0], rtol=0, atol=1e-4)
     np.testing.assert_allclose(got.log_weight_sum, log_sum, rtol=0, atol=1e-3)
+
+
+def test_float32_gaussian_rows_whose_weights_underflow_take_the_log_sum_exp_pass():
+    """Queries 10-25 bandwidths from the samples: their weight sums (down to exp(-240)) lie below
+    the bounded pass's floor, and the log-sum-exp pass gives them in full."""
+    directions = rng.normal(size=(300, 5))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    q = (directions * rng.uniform(10, 25, (300, 1))).astype(np.float32)
+    got = local_sums(q, X, V)
+    mean, log_sum = definition(q, X, V)
+    assert log_sum.min() < -200
+    np.testing.assert_allclose(got.mean, mean, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(got.log_weight_sum, log_sum, rtol=2e-6, atol=0)
