@@ -69,6 +69,7 @@ def test_float32_gaussian_leave_one_out_and_knn_bandwidths():
 def test_float32_gaussian_far_from_the_centre(block_size):
     """Samples spread over 2,000 bandwidths: query blocks lie beyond the matrix-product form's
     reach about the samples' centre; wide blocks form exact distances, narrow ones are recentred."""
+    rng = np.random.default_rng(2)
     x = (rng.uniform(-1, 1, (4000, 2)) * [500, 1]).astype(np.float32)
     q = (rng.uniform(-1, 1, (600, 2)) * [500, 1]).astype(np.float32)
     v = np.sin(x[:, 0] / 7).astype(np.float32)
@@ -81,6 +82,7 @@ def test_float32_gaussian_far_from_the_centre(block_size):
 def test_float32_gaussian_rows_whose_weights_underflow_take_the_log_sum_exp_pass():
     """Queries 10-25 bandwidths from the samples: their weight sums (down to exp(-240)) lie below
     the bounded pass's floor, and the log-sum-exp pass gives them in full."""
+    rng = np.random.default_rng(1)
     directions = rng.normal(size=(300, 5))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     q = (directions * rng.uniform(10, 25, (300, 1))).astype(np.float32)
