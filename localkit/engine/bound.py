@@ -108,6 +108,7 @@ class BoundKernel:
         self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
         self._index = None
         self._compact = None
+        self._base2 = None
 
     # -- coordinates ---------------------------------------------------------------------
     @property
@@ -144,6 +145,17 @@ class BoundKernel:
 
             self._compact = CompactIndex(self.samples, self.kernel, self.h)
         return self._compact
+
+    @property
+    def base2_samples(self):
+        """``(X', |X'|^2)`` with ``X' = X sqrt(log2 e)``: the samples' side of the Gaussian's
+        log2-weights (see :data:`localkit.engine.paths.BASE2_SCALE`), built on first use."""
+        if self._base2 is None:
+            from .paths import BASE2_SCALE
+
+            X2 = (self.X * BASE2_SCALE).astype(self.dtype)
+            self._base2 = X2, np.einsum("ij,ij->i", X2, X2)
+        return self._base2
 
     def knn_scale(self, Q, *, exclude_self=False, row_offset=0):
         """The balloon bandwidth of each query: distance to its k-th nearest sample."""

@@ -156,13 +156,12 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
              and V_aug.dtype in BASE2_DTYPES)
     if base2:
         with np.errstate(over="ignore"):  # a query at the float's edge becomes inf: exact distances
-            Q2, X2 = ((A * BASE2_SCALE).astype(A.dtype) for A in (Q, bound.X))
-        samples2 = (X2, np.einsum("ij,ij->i", X2, X2))
+            Q2 = (Q * BASE2_SCALE).astype(Q.dtype)
     exp = np.exp2 if base2 else np.exp
 
     def block_of(idx, base2=False):
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
-                          logit_scale, samples2 if base2 else None)
+                          logit_scale, bound.base2_samples if base2 else None)
 
     def blocks(block, idx, fold_offset):
         for c0 in range(0, n_s, bs):
