@@ -67,6 +67,19 @@ def test_fixed_bandwidth_local_mean_is_the_definition(wine, metric, scipy_metric
     np.testing.assert_allclose(pre, ref, rtol=1e-12)
 
 
+@pytest.mark.parametrize("metric, scipy_metric", [("cosine", "cosine"), ("manhattan", "cityblock")])
+def test_per_point_scales_divide_every_metric(wine, metric, scipy_metric):
+    """``u = d(q_i, x_j) / (h * query_scale_i * sample_scale_j)`` from scipy's distances."""
+    X, y = wine
+    rng = np.random.default_rng(3)
+    qs, ss = rng.uniform(0.5, 2, len(X[::4])), rng.uniform(0.5, 2, len(X))
+    h = 0.4 if metric == "cosine" else 3.0
+    u = cdist(X[::4], X, scipy_metric) / (h * qs[:, None] * ss[None, :])
+    W = np.exp(-0.5 * u**2)
+    got = local_mean(X[::4], X, y, "gaussian", h, metric=metric, query_scale=qs, sample_scale=ss)
+    np.testing.assert_allclose(got, (W @ y) / W.sum(1), rtol=1e-12)
+
+
 def test_metrics_that_cannot_be_honoured_are_clear_errors(wine):
     X, y = wine
     with pytest.raises(ValueError, match="scalar bandwidth"):

@@ -59,8 +59,8 @@ class QueryBlock:
     """
 
     def __init__(self, bound, Q, q_scale=None, logit_scale=1.0, samples=None):
-        if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth
-            q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype)
+        if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
+            q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
         self.X, self.x_sq = (bound.X, bound.x_sq) if samples is None else samples
         self.q_scale = q_scale
         self.temperature = bound.h * logit_scale if bound.kernel.is_softmax else 1.0
