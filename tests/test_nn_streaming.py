@@ -278,6 +278,43 @@ def test_logits_beyond_the_float_range_give_the_limit(dtype, big, kernel, route)
     np.testing.assert_allclose(weights.double().numpy(), w, atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("position", ["none", "causal+padding", "tricube-window"])
+@pytest.mark.parametrize("kernel", ["softmax", "gaussian", "laplacian", "epanechnikov", "uniform"])
+def test_top_k_streams_and_matches_dense_reference(kernel, position):
+    """A kNN kernel over streamed key blocks (running top-k, then the threshold as a kernel in
+    position): forward and gradients against the dense float64 reference restricted to each
+    row's ``top_k`` closest admissible keys (largest log-weight for the softmax and the
+    Gaussian, smallest distance for the profiles)."""
+    top_k = 6
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float64, seed=18))
+    h, keep, opts = options(kernel, position)
+    h = math.sqrt(D) if h is None else h
+    causal, window = opts.get("causal", False), opts.get("window")
+    qn, kn = q.detach().numpy(), k.detach().numpy()
+    with np.errstate(divide="ignore"):
+        if kernel in ("softmax", "gaussian"):
+            near = np.log(reference_weights(qn, kn, kernel, h, causal, window, keep))
+        else:
+            allowed = reference_weights(qn, kn, "uniform", 1e9, causal, window, keep) > 0
+            near = np.where(allowed, -np.sqrt(((qn[..., :, None, :] - kn[..., None, :, :]) ** 2).sum(-1)), -np.inf)
+    kth = np.sort(near, -1)[..., -top_k][..., None]
+    chosen = torch.tensor(near >= kth) & (torch.ones(L, L, dtype=torch.bool) if keep is None else keep)
+    ref = dense_reference(q, k, v, kernel, h, causal, window, chosen)
+    out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, top_k=top_k, **opts)
+    np.testing.assert_allclose(out.detach(), ref.detach(), atol=1e-12)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(19), dtype=torch.float64)
+    for name, a, b in zip("qkv", torch.autograd.grad((out * g).sum(), (q, k, v), allow_unused=True),
+                          torch.autograd.grad((ref * g).sum(), (q, k, v), allow_unused=True)):
+        a, b = (torch.zeros_like(v if name == "v" else q) if t is None else t for t in (a, b))
+        np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{name}")
+    out32 = local_linear_attention(q.float(), k.float(), v.float(), kernel, ridge=0.5, bandwidth=h, mask=keep,
+                                   top_k=top_k, **opts)
+    dense = local_linear_attention(q.float(), k.float(), v.float(), kernel, ridge=0.5, bandwidth=h,
+                                   mask=None if keep is None else keep.float().log().requires_grad_(True),
+                                   top_k=top_k, **opts)  # a float mask that requires grad: the dense path
+    np.testing.assert_allclose(out32.detach(), dense.detach(), atol=1e-5)
+
+
 def test_results_do_not_depend_on_block_size(monkeypatch):
     q, k, v = qkv(torch.float64, seed=4)
     mask = torch.rand(L, L, generator=torch.Generator().manual_seed(5)) > 0.2

@@ -68,7 +68,9 @@ class Plan:
 
     ``mask``: None, bool (True takes part) or float (added to the log-weights), broadcasting to
     ``(..., L, S)``; ``window``: None or ``(profile, width)`` of ``|i - j|``; ``causal``: ``j <= i``;
-    ``shrink``: logits beyond the float range arrive as ``logits / 4^shrink`` (see :func:`grow`).
+    ``shrink``: logits beyond the float range arrive as ``logits / 4^shrink`` (see :func:`grow`);
+    ``kth``: None or, per query ``(..., L)``, the threshold of a kNN kernel on :meth:`closeness`
+    (see :func:`knn_threshold`).
     """
 
     kernel: str
@@ -80,6 +82,7 @@ class Plan:
     q_block: int = 0
     k_block: int = KEY_BLOCK
     shrink: int = 0
+    kth: torch.Tensor | None = None
 
     def __post_init__(self):
         self._table = None
@@ -121,13 +124,31 @@ class Plan:
 
     def logits(self, q, k, c, i0, i1, j0, j1):
         """Log-weights of queries ``[i0, i1)`` against keys ``[j0, j1)``, position kernels included
-        (divided by ``4^shrink``: the scores of ``2^-shrink q`` and ``2^-shrink k``)."""
-        if self.shrink:
-            q, k = q * 2.0 ** -self.shrink, k * 2.0 ** -self.shrink
-        s = block_scores(self.kernel, q, k, c)
+        (divided by ``4^shrink``: the scores of ``2^-shrink q`` and ``2^-shrink k``), and the kNN
+        kernel's zeros where :meth:`closeness` is below ``kth``."""
+        s = self._position(block_scores(self.kernel, *self._shrunk(q, k), c), i0, i1, j0, j1)
+        if self.kth is not None:
+            near = s if self.kernel in ("softmax", "gaussian") else self.closeness(q, k, c, i0, i1, j0, j1)
+            s = s.masked_fill(near.detach() < self.kth[..., i0:i1, None], -math.inf)
+        return s
+
+    def closeness(self, q, k, c, i0, i1, j0, j1):
+        """What a kNN kernel ranks, ``-inf`` where the position kernels and the mask exclude a key:
+        the log-weights for the softmax and the Gaussian, ``-|q - k|`` for the profiles (as
+        :func:`localkit.nn.functional.attention_weights` ranks them)."""
+        if self.kernel in ("softmax", "gaussian"):
+            return self._position(block_scores(self.kernel, *self._shrunk(q, k), c), i0, i1, j0, j1)
+        dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
+        return (-dist).masked_fill(torch.isneginf(self._position(torch.zeros_like(dist), i0, i1, j0, j1)), -math.inf)
+
+    def _shrunk(self, q, k):
+        return (q * 2.0 ** -self.shrink, k * 2.0 ** -self.shrink) if self.shrink else (q, k)
+
+    def _position(self, s, i0, i1, j0, j1):
+        """``s`` with the position kernels and the mask of queries ``[i0, i1)``, keys ``[j0, j1)``."""
         if self.causal or self.window is not None:
-            offset = (torch.arange(i0, i1, device=q.device)[:, None]
-                      - torch.arange(j0, j1, device=q.device)[None, :])
+            offset = (torch.arange(i0, i1, device=s.device)[:, None]
+                      - torch.arange(j0, j1, device=s.device)[None, :])
             if self.causal and j1 - 1 > i0:
                 s = s.masked_fill(offset < 0, -math.inf)
             if self.window is not None:
@@ -139,15 +160,17 @@ class Plan:
         return s
 
 
-def make_plan(kernel, q, k, causal, window, mask, state_width, shrink=0):
+def make_plan(kernel, q, k, causal, window, mask, state_width, shrink=0, top_k=None):
     """A :class:`Plan` whose blocks of ``(batch, q_block, k_block)`` fit :data:`BLOCK_BUDGET`.
 
     ``state_width``: floats kept per query row (``d_v`` for the local mean, ``d (d + d_v)`` for
-    the local linear model), which also bounds the query block.
+    the local linear model; ``top_k + k_block`` more for :func:`knn_threshold`), which also
+    bounds the query block.
     """
     L, S = q.shape[-2], k.shape[-2]
     batch = max(1, math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])))
     k_block = min(KEY_BLOCK, S)
+    state_width = state_width if top_k is None else max(state_width, top_k + k_block)
     q_block = max(16, BLOCK_BUDGET // (batch * max(k_block, state_width)))
     if window is not None:
         q_block = min(q_block, POSITION_QUERY_BLOCK)
@@ -163,6 +186,25 @@ def grow(x, shrink):
     go to ``exp(-inf) = 0``, and no ``inf - inf`` arises.
     """
     return x * 2.0 ** shrink * 2.0 ** shrink if shrink else x
+
+
+def knn_threshold(plan, q, k, c, top_k):
+    """A kNN kernel streamed: per query the ``top_k``-th largest :meth:`Plan.closeness` over its
+    admissible keys (``-inf`` if it has fewer), ``(..., L)``, from a running top-k over key blocks
+    (memory ``O(L (top_k + block))``). With it as ``plan.kth``, keys below it get weight zero
+    and ties are kept, as in the dense ranking."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    kth = q.new_full(batch + (plan.L,), -math.inf)
+    with torch.no_grad():
+        for i0, i1, keys in plan.rows():
+            best = q.new_full(batch + (i1 - i0, 0), -math.inf)
+            for j0, j1 in keys:
+                best = torch.cat([best, plan.closeness(q[..., i0:i1, :], k[..., j0:j1, :], c, i0, i1, j0, j1)], -1)
+                if best.shape[-1] > top_k:
+                    best = best.topk(top_k, dim=-1).values
+            if best.shape[-1] == top_k:
+                kth[..., i0:i1] = best.amin(-1)
+    return kth
 
 
 def online_step(m, logits, shrink=0):

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from ..kernels.profiles import PROFILES, get_profile
 from ..engine.flex import flex_available, flex_kernel_attention
 from ._profiles import LOG_PROFILES
-from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, make_plan,
-                         streamed_local_linear)
+from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
+                         make_plan, streamed_local_linear)
 
 #: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
 FUSED_KERNELS = ("softmax", "gaussian")
@@ -256,10 +256,19 @@ def _logit_shrink(kernel, q, k, c):
     return max(0, math.ceil((top - math.log2(torch.finfo(compute_dtype(q.dtype)).max) + 4) / 2))
 
 
-def _dense_path(mask, dropout_p, top_k):
-    """Paths that need every weight: a kNN kernel ranks whole rows, dropout draws every weight,
-    and a float mask that requires grad wants its own (L, S) gradient."""
-    return top_k is not None or dropout_p > 0 or (mask is not None and mask.requires_grad)
+def _dense_path(mask, dropout_p):
+    """Paths that need every weight: dropout draws every weight, and a float mask that requires
+    grad wants its own (L, S) gradient. (A kNN kernel streams: :func:`_streamed_plan`.)"""
+    return dropout_p > 0 or (mask is not None and mask.requires_grad)
+
+
+def _streamed_plan(kernel, q, k, c, causal, window, mask, state_width, shrink, top_k):
+    """The streamed path's :class:`~localkit.nn._streaming.Plan` (``q, k, c`` in the compute dtype),
+    with a kNN kernel's per-query threshold from a first streamed pass when ``top_k`` is given."""
+    plan = make_plan(kernel, q, k, causal, window, mask, state_width, shrink, top_k)
+    if top_k is not None:
+        plan.kth = knn_threshold(plan, q, k, c, top_k)
+    return plan
 
 
 def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0):
@@ -350,8 +359,12 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     case runs, on CUDA, through FlexAttention (:mod:`localkit.engine.flex`, compiled once) unless
     the mask is more than a key-padding mask, and otherwise streams over key blocks
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
-    forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. Only
-    ``top_k``, ``dropout_p > 0`` and a float mask that requires grad form the ``(L, S)`` weights.
+    forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. ``top_k``
+    streams too, in two passes: a running top-k of each query's closeness over key blocks
+    (memory ``O(L (top_k + block))``), then its threshold as a kernel in position. Only
+    ``dropout_p > 0`` (the weights' dropout mask would have to be drawn again, block by block, in
+    the backward pass) and a float mask that requires grad (its gradient is ``(L, S)`` itself)
+    form the ``(L, S)`` weights.
     Softmax and Gaussian logits beyond the float range (``|q|, |k| ~ 1e20`` in float32) are
     streamed as ``logits / 4^e`` with their differences grown back before ``exp``: the weights
     are exact (one-hot on the best key where the spread is that large), never NaN.
@@ -378,25 +391,27 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     _check_dropout(dropout_p)
     kernel, c, capped, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
     causal = bool(causal)
-    if _dense_path(mask, dropout_p, top_k):
+    if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
+        top_k = None
+    if _dense_path(mask, dropout_p):
         allowed, bias = _position_terms(q, k, mask, causal, window)
         if kernel in FUSED_KERNELS and top_k is None and not shrink:
             return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
         weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, shrink)
         return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
-    if not shrink and _sdpa_fits(kernel, q, c, capped, mask, causal, window):
+    if not shrink and top_k is None and _sdpa_fits(kernel, q, c, capped, mask, causal, window):
         allowed, bias = _position_terms(q, k, mask, False, None)
         return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
     keep = _key_mask(mask) if flex_available(q) else None
-    if flex_available(q) and not shrink and (mask is None or keep is not None):
+    if flex_available(q) and not shrink and top_k is None and (mask is None or keep is not None):
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         q_, k_, v_ = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
         c_ = _to_compute(q, k, v, c)[3]
         return flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window, keep)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
-    if window is not None and not shrink and (mask is None or mask.shape[-2] == 1):  # a band around the diagonal
-        return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)
-    plan = make_plan(kernel, q_, k_, causal, window, mask, v.shape[-1], shrink)
+    if window is not None and not shrink and top_k is None and (mask is None or mask.shape[-2] == 1):
+        return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)  # a band around the diagonal
+    plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, v.shape[-1], shrink, top_k)
     return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
 
 
@@ -568,7 +583,8 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     which keeps ``sum w k k^T - kbar kbar^T`` accurate in float32; they are streamed over key
     blocks with the online log-sum-exp, so memory is ``O(L d (d + d_v))``, not ``O(L S)``;
     bfloat16 and float16 inputs are accumulated and solved in float32. Cost
-    ``O(L S d (d + d_v))``: keep heads small. ``top_k`` and ``dropout_p > 0`` form the weights.
+    ``O(L S d (d + d_v))``: keep heads small. ``top_k`` streams (see :func:`kernel_attention`);
+    ``dropout_p > 0`` and a float mask that requires grad form the weights.
 
     Examples
     --------
@@ -585,9 +601,10 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     _check_dropout(dropout_p)
     kernel, c, _, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
-    if not _dense_path(mask, dropout_p, top_k):
+    if not _dense_path(mask, dropout_p):
         d, dv = k.shape[-1], v.shape[-1]
-        plan = make_plan(kernel, q_, k_, causal, window, mask, d * (d + dv), shrink)
+        top_k = top_k if top_k is not None and top_k < k.shape[-2] else None
+        plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, d * (d + dv), shrink, top_k)
         return streamed_local_linear(plan, q_, k_, v_, c_, float(ridge)).to(q.dtype)
     allowed, bias = _position_terms(q, k, mask, bool(causal), window)
     w, empty = _weights(q_, k_, kernel, c_, allowed, bias, top_k, shrink)
