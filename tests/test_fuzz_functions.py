@@ -171,3 +171,16 @@ def test_denoise_nl_means(image, params):
     ok, out = outcome(lambda: denoise_nl_means(image, **kwargs), ["image", *kwargs])
     if ok:
         check_floats(out, image.shape, "denoise_nl_means")
+
+
+@pytest.mark.parametrize("dtype, scale, h", [(np.float64, 1e300, 1e-3), (np.float32, 1e20, 1.0),
+                                             (np.float32, 1e30, 1e-3)])
+def test_softmax_kernel_with_logits_far_beyond_the_float_range(dtype, scale, h):
+    """Logits past 2^1024 (float64) or 2^128 (float32), whose 2^-k scaling is itself beyond the
+    float range: the limit, one-hot on the largest inner product (an OverflowError / NaN before)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = rng.normal(size=40)
+    out = local_mean((X[:6] * scale).astype(dtype), (X * scale).astype(dtype), y.astype(dtype), kernel="softmax",
+                     bandwidth=h)
+    np.testing.assert_allclose(out, y[np.argmax(X[:6] @ X.T, axis=1)], rtol=1e-6)

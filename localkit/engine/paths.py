@@ -58,12 +58,14 @@ class QueryBlock:
     (default: the bound's).
     """
 
-    def __init__(self, bound, Q, q_scale=None, logit_scale=1.0, samples=None):
+    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, samples=None):
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
         self.X, self.x_sq = (bound.X, bound.x_sq) if samples is None else samples
         self.q_scale = q_scale
-        self.temperature = bound.h * logit_scale if bound.kernel.is_softmax else 1.0
+        self.temperature = bound.h if bound.kernel.is_softmax else 1.0
+        if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
+            Q = np.ldexp(Q, -logit_exponent)
         self.centre = None
         self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
         if self.exact or bound.kernel.is_softmax or _cancellation_ok(Q):
@@ -100,12 +102,13 @@ def log_weight_block(bound, Q, cols, q_scale=None):
 
 
 def _logit_exponent(bound, Q):
-    """``k >= 0`` with ``|<q, x>| / (T 2^k) <= 2^500`` for every pair (a bound from the largest
-    entries, in log2, so that nothing overflows on the way)."""
+    """``k >= 0`` with ``|<q, x>| / (T 2^k) <= 2^(maxexp / 2)`` for every pair (2^512 in float64,
+    2^64 in float32; a bound from the largest entries, in log2, so that nothing overflows on the
+    way)."""
     with np.errstate(divide="ignore"):
         top = (np.log2(np.abs(Q).max()) + np.log2(np.abs(bound.X).max()) + np.log2(bound.n_features)
                - np.log2(bound.h))
-    return max(0, int(np.ceil(top - 500))) if np.isfinite(top) else 0
+    return max(0, int(np.ceil(top - np.finfo(Q.dtype).maxexp // 2))) if np.isfinite(top) else 0
 
 
 def _spatial_order(Q):
@@ -150,7 +153,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     shift = np.zeros(n_q, dtype=V_aug.dtype)
 
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
-    logit_scale = 2.0 ** _logit_exponent(bound, Q) if bound.kernel.is_softmax else 1.0
+    logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
 
     base2 = (bounded and bound.kernel.profile.name == "gaussian" and bound.kernel.metric == "euclidean"
              and V_aug.dtype in BASE2_DTYPES)
@@ -161,7 +164,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
     def block_of(idx, base2=False):
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
-                          logit_scale, bound.base2_samples if base2 else None)
+                          logit_exponent, bound.base2_samples if base2 else None)
 
     def blocks(block, idx, fold_offset):
         for c0 in range(0, n_s, bs):
@@ -181,13 +184,13 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
             idx = idx[~(sums[:, -1] >= floor)]
             if len(idx) == 0:
                 return
-        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype, scale=logit_scale)
+        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype, exponent=logit_exponent)
         offset = 0.0
         for L, offset, V in blocks(block_of(idx), idx, False):
             acc.update(L, V)
         S[idx] = acc.S
         with np.errstate(over="ignore"):
-            shift[idx] = acc.m * logit_scale + offset
+            shift[idx] = np.ldexp(acc.m, logit_exponent) + offset  # beyond the float range: +-inf
 
     map_blocks(run, n_q, bq, threads)
     return S, shift

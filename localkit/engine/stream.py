@@ -19,21 +19,22 @@ def augment(values):
 class OnlineLogSumExp:
     """Running ``max`` and rescaled weighted sums for ``n_rows`` rows of width ``width + 1``.
 
-    ``scale``: the log-weights arrive divided by it (logits that would overflow the float range
-    are streamed as ``L / 2^k``); differences from the running maximum are multiplied back before
-    ``exp``, so that the weights are exact and the sum's logarithm is ``scale * m + log S``.
+    ``exponent``: the log-weights arrive divided by ``2^exponent`` (logits that would overflow the
+    float range are streamed as ``L / 2^k``); differences from the running maximum are multiplied
+    back (``ldexp``: exact, for any ``k``) before ``exp``, so that the weights are exact and the
+    sum's logarithm is ``2^k m + log S``.
     """
 
-    def __init__(self, n_rows, width, dtype=np.float64, scale=1.0):
+    def __init__(self, n_rows, width, dtype=np.float64, exponent=0):
         self.m = np.full(n_rows, -np.inf, dtype=dtype)
         self.S = np.zeros((n_rows, width + 1), dtype=dtype)
-        self.scale = scale
+        self.exponent = exponent
 
     def _shift(self, block_max):
         new = np.maximum(self.m, block_max)
         shift = np.where(np.isfinite(new), new, 0.0).astype(self.m.dtype, copy=False)
         with np.errstate(invalid="ignore", over="ignore"):
-            alpha = np.exp((self.m - shift) * self.scale)  # m = -inf gives 0: nothing was accumulated
+            alpha = np.exp(np.ldexp(self.m - shift, self.exponent))  # m = -inf: 0, nothing was accumulated
         self.S *= alpha[:, None]
         self.m = new
         return shift
@@ -42,9 +43,9 @@ class OnlineLogSumExp:
         """Add a block: ``L`` (rows, b) log-weights (overwritten), ``V_aug`` (b, width + 1)."""
         shift = self._shift(L.max(axis=1))
         L -= shift[:, None]
-        if self.scale != 1.0:
+        if self.exponent:
             with np.errstate(over="ignore", invalid="ignore"):
-                L *= self.scale
+                np.ldexp(L, self.exponent, out=L)
         np.exp(L, out=L)
         self.S += L @ V_aug
 
