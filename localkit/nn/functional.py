@@ -240,10 +240,11 @@ def _logit_shrink(kernel, q, k, c):
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
     it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`).
     Entries below ``2^e`` times the smallest subnormal are lost by the halving: their share of a
-    logit is then below the rounding of the largest ones. Not checked inside ``torch.compile``
-    (see :func:`eager`): there such logits still give NaN.
+    logit is then below the rounding of the largest ones. Checked on the CPU only, and not inside
+    ``torch.compile`` (see :func:`eager`): on other devices reading the bound would stall the
+    stream once per call, so there such logits still give NaN.
     """
-    if kernel not in FUSED_KERNELS or q.dtype == torch.float16 or not eager():
+    if kernel not in FUSED_KERNELS or q.dtype == torch.float16 or q.device.type != "cpu" or not eager():
         return 0  # float16 products fit float32
     with torch.no_grad():  # aminmax: one pass, no |t| copy (0.8 ms for 2M floats; abs().amax() 1.9 ms)
         q_lo, q_hi, k_lo, k_hi = torch.stack([*torch.aminmax(q.detach()), *torch.aminmax(k.detach())]).tolist()
@@ -365,9 +366,9 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     ``dropout_p > 0`` (the weights' dropout mask would have to be drawn again, block by block, in
     the backward pass) and a float mask that requires grad (its gradient is ``(L, S)`` itself)
     form the ``(L, S)`` weights.
-    Softmax and Gaussian logits beyond the float range (``|q|, |k| ~ 1e20`` in float32) are
-    streamed as ``logits / 4^e`` with their differences grown back before ``exp``: the weights
-    are exact (one-hot on the best key where the spread is that large), never NaN.
+    On the CPU, softmax and Gaussian logits beyond the float range (``|q|, |k| ~ 1e20`` in
+    float32) are streamed as ``logits / 4^e`` with their differences grown back before ``exp``:
+    the weights are exact (one-hot on the best key where the spread is that large), never NaN.
 
     ``torch.compile(fullgraph=True)`` traces the fused, banded and streamed paths (``causal``,
     ``window``, bool and float padding masks, learned bandwidths), forward and backward, without
