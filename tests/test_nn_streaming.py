@@ -177,23 +177,33 @@ def causal_gaussian_qkv(dtype, dv, S, seed):
     return tuple(t.to(dtype) for t in (q, k, v))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("S", [L, 23])
 @pytest.mark.parametrize("dv", [D, DV], ids=["dv=d", "dv!=d"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_causal_gaussian_fused_paths_match_dense_reference(dtype, dv, S):
-    """The causal Gaussian's fused paths (CPU flash kernel with the key bias when ``d_v = d``,
-    otherwise the bias folded into one more head dimension) in forward and backward."""
+def test_gaussian_fused_paths_match_dense_reference(dtype, dv, S, causal):
+    """The Gaussian's fused paths (CPU flash kernel with the key bias when ``d_v = d``, otherwise
+    the bias folded into one more head dimension for the causal kernel, or public SDPA's mask) in
+    forward and backward; and beyond the float range, where the kernel's log-sum-exp reports the
+    overflow, the limit: each query's nearest admissible key."""
     from localkit.nn import functional
 
     assert functional._cpu_flash_fits(*causal_gaussian_qkv(dtype, dv, S, 0), 0.0) == (dv == D)
     q, k, v = (t.requires_grad_(True) for t in causal_gaussian_qkv(dtype, dv, S, seed=13))
-    out = kernel_attention(q, k, v, "gaussian", bandwidth=3.0, causal=True)
+    out = kernel_attention(q, k, v, "gaussian", bandwidth=3.0, causal=causal)
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    ref = dense_reference(q64, k64, v64, "gaussian", 3.0, causal=True)
+    ref = dense_reference(q64, k64, v64, "gaussian", 3.0, causal=causal)
+    big = 2.0 ** (600 if dtype == torch.float64 else 66)
+    far = kernel_attention(q.detach() * big, k.detach() * big, v.detach(), "gaussian", bandwidth=3.0, causal=causal)
+    d2 = ((q64.detach().unsqueeze(-2) - k64.detach().unsqueeze(-3)) ** 2).sum(-1)
+    if causal:
+        d2 = d2.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), math.inf)
+    nearest = torch.gather(v64.detach(), -2, d2.argmin(-1, keepdim=True).expand(-1, -1, -1, dv))
+    np.testing.assert_allclose(far.double(), nearest, atol=0)
     assert torch.all(torch.isfinite(out))
     # logits are c (<q, k> - |k|^2 / 2): absolute error ~ eps c |k|^2 on a logit, relative on a weight
     tol = 4 * torch.finfo(dtype).eps * float(k64.detach().square().sum(-1).max()) / 9.0
-    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol * float(v64.abs().max()), rtol=0)
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol * float(v64.detach().abs().max()), rtol=0)
     np.testing.assert_allclose(out[..., 10, :].detach().double(), v64[..., 7, :].detach(), atol=tol)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
     ours = torch.autograd.grad((out * g.to(dtype)).sum(), (q, k, v))

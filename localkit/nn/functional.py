@@ -227,8 +227,7 @@ def _prepare(q, k, v, kernel, bandwidth, mask, window, top_k):
                              f"got shape {tuple(bandwidth.shape)}")
     h = default_bandwidth(kernel, q.shape[-1]) if bandwidth is None else bandwidth
     c, capped = _scale(kernel, h, q, k)
-    return (kernel, c, capped, _logit_shrink(kernel, q, k, c), _check_mask(mask, q, k.shape[-2]),
-            _check_window(window), _check_top_k(top_k))
+    return kernel, c, capped, _check_mask(mask, q, k.shape[-2]), _check_window(window), _check_top_k(top_k)
 
 
 def _logit_shrink(kernel, q, k, c):
@@ -238,7 +237,9 @@ def _logit_shrink(kernel, q, k, c):
     Only the softmax and the Gaussian take products ``<q, k>`` and ``|k|^2``, which overflow for
     ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
-    it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`).
+    it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`). The
+    Gaussian on the CPU flash kernel skips this pass (two reads of ``q`` and ``k``, 3-7 ms at
+    B=1 H=8 L=4096 d=64): that kernel reports an overflow itself, by a non-finite log-sum-exp.
     Entries below ``2^e`` times the smallest subnormal are lost by the halving: their share of a
     logit is then below the rounding of the largest ones. Checked on the CPU only, and not inside
     ``torch.compile`` (see :func:`eager`): on other devices reading the bound would stall the
@@ -311,9 +312,9 @@ def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=
     >>> attention_weights(q, k, "epanechnikov", bandwidth=2.0)[0]
     tensor([0.5714, 0.4286, 0.0000])
     """
-    kernel, c, _, shrink, mask, window, top_k = _prepare(q, k, k, kernel, bandwidth, mask, window, top_k)
+    kernel, c, _, mask, window, top_k = _prepare(q, k, k, kernel, bandwidth, mask, window, top_k)
     allowed, bias = _position_terms(q, k, mask, bool(causal), window)
-    return _weights(q, k, kernel, c, allowed, bias, top_k, shrink)[0]
+    return _weights(q, k, kernel, c, allowed, bias, top_k, _logit_shrink(kernel, q, k, c))[0]
 
 
 def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None,
@@ -390,19 +391,27 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     tensor([0.5000, 0.5000, 2.0000])
     """
     _check_dropout(dropout_p)
-    kernel, c, capped, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
     causal = bool(causal)
     if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
         top_k = None
+    fused = top_k is None and not _dense_path(mask, dropout_p) and _sdpa_fits(kernel, q, c, capped, mask, causal,
+                                                                             window)
+    # the CPU flash kernel with the Gaussian's key bias reports an overflow itself (see _fused)
+    reports = fused and kernel == "gaussian" and mask is None and _cpu_flash_fits(q, k, v, 0.0)
+    shrink = 0 if reports else _logit_shrink(kernel, q, k, c)
     if _dense_path(mask, dropout_p):
         allowed, bias = _position_terms(q, k, mask, causal, window)
         if kernel in FUSED_KERNELS and top_k is None and not shrink:
             return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
         weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, shrink)
         return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
-    if not shrink and top_k is None and _sdpa_fits(kernel, q, c, capped, mask, causal, window):
+    if fused and not shrink:
         allowed, bias = _position_terms(q, k, mask, False, None)
-        return _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
+        out = _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
+        if out is not None:
+            return out
+        shrink = _logit_shrink(kernel, q, k, c)  # the kernel's log-sum-exp overflowed
     keep = _key_mask(mask) if flex_available(q) else None
     if flex_available(q) and not shrink and top_k is None and (mask is None or keep is not None):
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -458,21 +467,22 @@ def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
     into one more head dimension (``q' = [c q, 1]``, ``k' = [k, -c |k|^2 / 2]``, scale 1) was
     slower on CPU (B=2, H=4, L=1024, d=64, one thread: SDPA 43 ms, key-bias mask 49 ms, folded
     63 ms with ``v`` padded to the same head dimension; with ``v`` left at ``d`` SDPA leaves its
-    flash kernel and takes 4-5x longer). With ``is_causal``, which public SDPA takes with no
-    mask, the CPU flash kernel is called directly with both (:class:`_CausalKeyBias`; B=1, H=8,
-    L=4096, d=64, one thread: 0.93x of causal SDPA, folded 0.82x); the fold remains for other
-    devices and for ``d_v != d``. On CUDA the Gaussian always folds (:func:`_fold_key_bias`).
+    flash kernel and takes 4-5x longer). On the CPU with no other mask, the flash kernel is
+    called directly with the bias (:class:`_KeyBiasAttention`), which also takes it together with
+    ``is_causal`` (public SDPA does not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal
+    SDPA, folded 0.82x) and returns the log-sum-exp: None is returned when that overflowed, for
+    the caller to stream instead. The fold remains for ``d_v != d`` with ``is_causal``; on CUDA
+    the Gaussian always folds (:func:`_fold_key_bias`).
     """
     if isinstance(c, torch.Tensor):  # per-head bandwidths: fold the scale into q
         q, scale = q * c.to(q.dtype), 1.0
     else:
         scale = c
-    if kernel == "gaussian" and is_causal:  # public SDPA's is_causal takes no mask
-        if _cpu_flash_fits(q, k, v, dropout_p):
-            # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
-            # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
-            norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
-            return _causal_key_bias(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c))
+    if kernel == "gaussian" and allowed is None and bias is None and _cpu_flash_fits(q, k, v, dropout_p):
+        # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
+        # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
+        norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
+        return _key_bias_attention(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c), is_causal)
     width = v.shape[-1]
     if kernel == "gaussian" and (is_causal or q.is_cuda):
         # public SDPA's is_causal takes no mask; and on CUDA a key bias that needs grad, passed as
@@ -521,22 +531,26 @@ def _cpu_flash_fits(q, k, v, dropout_p):
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"))
 
 
-def _causal_key_bias(q, k, v, scale, bias):
-    """Causal softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)``) on the CPU, batch
-    dimensions flattened to the kernel's ``(B, H)``."""
+def _key_bias_attention(q, k, v, scale, bias, is_causal):
+    """Softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)``) on the CPU, batch
+    dimensions flattened to the kernel's ``(B, H)``; None if the log-sum-exp is not finite (the
+    logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], bias.shape[:-2])
     if len(batch) == 2:
         as4d = lambda t: t.expand(batch + t.shape[-2:])
     else:
         as4d = lambda t: t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:])
-    out = _CausalKeyBias.apply(*map(as4d, (q, k, v, bias)), scale)
+    out, lse = _KeyBiasAttention.apply(*map(as4d, (q, k, v, bias)), scale, is_causal)
+    if eager() and not bool(torch.isfinite(lse).all()):
+        return None
     return out.reshape(batch + out.shape[-2:])
 
 
-class _CausalKeyBias(torch.autograd.Function):
-    """``out = softmax(scale <q, k> + b_j, causal) v`` as one call of PyTorch's CPU flash kernel:
-    ``is_causal`` with the ``(B, H, 1, S)`` bias as its mask, no ``(L, S)`` tensor and no extra
-    head dimension (the public SDPA refuses a mask with ``is_causal``).
+class _KeyBiasAttention(torch.autograd.Function):
+    """``(out, lse)``: ``out = softmax(scale <q, k> + b_j) v`` (causal if ``is_causal``) as one call
+    of PyTorch's CPU flash kernel, with the ``(B, H, 1, S)`` bias as its mask: no ``(L, S)``
+    tensor and no extra head dimension (public SDPA refuses a mask with ``is_causal``); ``lse``,
+    the row log-sum-exp, has no gradient.
 
     The kernel's own autograd has no gradient for a mask, so the backward pass is the kernel's
     backward on the bias folded into one more head dimension, ``q' = [scale q, 1]``,
@@ -546,24 +560,25 @@ class _CausalKeyBias(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, scale):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True, attn_mask=bias,
-                                                                              scale=scale)
+    def forward(ctx, q, k, v, bias, scale, is_causal):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                              attn_mask=bias, scale=scale)
         ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.scale = scale
-        return out
+        ctx.scale, ctx.is_causal = scale, is_causal
+        ctx.mark_non_differentiable(lse)
+        return out, lse
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx, dout, _):
         q, k, v, bias, out, lse = ctx.saved_tensors
         dtype, d = compute_dtype(q.dtype), q.shape[-1]
         fold = lambda t, last: torch.cat([t.to(dtype), torch.full_like(t[..., :1], last, dtype=dtype)
                                           if isinstance(last, float) else last.to(dtype)], -1)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             fold(dout, 0.0), fold(q.to(dtype) * ctx.scale, 1.0), fold(k, bias.transpose(-2, -1)), fold(v, 0.0),
-            fold(out, 0.0), lse, 0.0, True, scale=1.0)
+            fold(out, 0.0), lse, 0.0, ctx.is_causal, scale=1.0)
         return ((dq[..., :d] * ctx.scale).to(q.dtype), dk[..., :d].to(k.dtype), dv[..., :d].to(v.dtype),
-                dk[..., d:].transpose(-2, -1).to(bias.dtype), None)
+                dk[..., d:].transpose(-2, -1).to(bias.dtype), None, None)
 
 
 def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None, mask=None, causal=False,
@@ -600,7 +615,8 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
     _check_dropout(dropout_p)
-    kernel, c, _, shrink, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    kernel, c, _, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    shrink = _logit_shrink(kernel, q, k, c)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
     if not _dense_path(mask, dropout_p):
         d, dv = k.shape[-1], v.shape[-1]
