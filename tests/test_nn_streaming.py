@@ -177,25 +177,29 @@ def causal_gaussian_qkv(dtype, dv, S, seed):
     return tuple(t.to(dtype) for t in (q, k, v))
 
 
+@pytest.mark.parametrize("kernel", ["gaussian", "softmax"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 @pytest.mark.parametrize("S", [L, 23])
 @pytest.mark.parametrize("dv", [D, DV], ids=["dv=d", "dv!=d"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_gaussian_fused_paths_match_dense_reference(dtype, dv, S, causal):
-    """The Gaussian's fused paths (CPU flash kernel with the key bias when ``d_v = d``, otherwise
-    the bias folded into one more head dimension for the causal kernel, or public SDPA's mask) in
-    forward and backward; and beyond the float range, where the kernel's log-sum-exp reports the
-    overflow, the limit: each query's nearest admissible key."""
+def test_fused_paths_match_dense_reference(dtype, dv, S, causal, kernel):
+    """The fused paths (CPU flash kernel, with the Gaussian's key bias, when ``d_v = d``;
+    otherwise public SDPA, the Gaussian's bias folded into one more head dimension for the
+    causal kernel or as its mask) in forward and backward; and beyond the float range, where the
+    kernel's log-sum-exp reports the overflow, the limit: each query's nearest admissible key
+    (largest ``<q, k>`` for the softmax)."""
     from localkit.nn import functional
 
     assert functional._cpu_flash_fits(*causal_gaussian_qkv(dtype, dv, S, 0), 0.0) == (dv == D)
     q, k, v = (t.requires_grad_(True) for t in causal_gaussian_qkv(dtype, dv, S, seed=13))
-    out = kernel_attention(q, k, v, "gaussian", bandwidth=3.0, causal=causal)
+    out = kernel_attention(q, k, v, kernel, bandwidth=3.0, causal=causal)
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    ref = dense_reference(q64, k64, v64, "gaussian", 3.0, causal=causal)
+    ref = dense_reference(q64, k64, v64, kernel, 3.0, causal=causal)
     big = 2.0 ** (600 if dtype == torch.float64 else 66)
-    far = kernel_attention(q.detach() * big, k.detach() * big, v.detach(), "gaussian", bandwidth=3.0, causal=causal)
+    far = kernel_attention(q.detach() * big, k.detach() * big, v.detach(), kernel, bandwidth=3.0, causal=causal)
     d2 = ((q64.detach().unsqueeze(-2) - k64.detach().unsqueeze(-3)) ** 2).sum(-1)
+    if kernel == "softmax":
+        d2 = -(q64.detach() @ k64.detach().transpose(-2, -1))
     if causal:
         d2 = d2.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), math.inf)
     nearest = torch.gather(v64.detach(), -2, d2.argmin(-1, keepdim=True).expand(-1, -1, -1, dv))

@@ -237,9 +237,9 @@ def _logit_shrink(kernel, q, k, c):
     Only the softmax and the Gaussian take products ``<q, k>`` and ``|k|^2``, which overflow for
     ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
-    it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`). The
-    Gaussian on the CPU flash kernel skips this pass (two reads of ``q`` and ``k``, 3-7 ms at
-    B=1 H=8 L=4096 d=64): that kernel reports an overflow itself, by a non-finite log-sum-exp.
+    it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`). Calls
+    on the CPU flash kernel skip this pass (two reads of ``q`` and ``k``, 3-7 ms at B=1 H=8
+    L=4096 d=64): that kernel reports an overflow itself, by a non-finite log-sum-exp.
     Entries below ``2^e`` times the smallest subnormal are lost by the halving: their share of a
     logit is then below the rounding of the largest ones. Checked on the CPU only, and not inside
     ``torch.compile`` (see :func:`eager`): on other devices reading the bound would stall the
@@ -397,8 +397,8 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
         top_k = None
     fused = top_k is None and not _dense_path(mask, dropout_p) and _sdpa_fits(kernel, q, c, capped, mask, causal,
                                                                              window)
-    # the CPU flash kernel with the Gaussian's key bias reports an overflow itself (see _fused)
-    reports = fused and kernel == "gaussian" and mask is None and _cpu_flash_fits(q, k, v, 0.0)
+    # the CPU flash kernel reports an overflow itself (see _fused)
+    reports = fused and mask is None and _cpu_flash_fits(q, k, v, 0.0)
     shrink = 0 if reports else _logit_shrink(kernel, q, k, c)
     if _dense_path(mask, dropout_p):
         allowed, bias = _position_terms(q, k, mask, causal, window)
@@ -468,17 +468,19 @@ def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
     slower on CPU (B=2, H=4, L=1024, d=64, one thread: SDPA 43 ms, key-bias mask 49 ms, folded
     63 ms with ``v`` padded to the same head dimension; with ``v`` left at ``d`` SDPA leaves its
     flash kernel and takes 4-5x longer). On the CPU with no other mask, the flash kernel is
-    called directly with the bias (:class:`_KeyBiasAttention`), which also takes it together with
-    ``is_causal`` (public SDPA does not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal
-    SDPA, folded 0.82x) and returns the log-sum-exp: None is returned when that overflowed, for
-    the caller to stream instead. The fold remains for ``d_v != d`` with ``is_causal``; on CUDA
+    called directly (the softmax's is what SDPA calls there), with the Gaussian's bias
+    (:class:`_KeyBiasAttention`), which it also takes together with ``is_causal`` (public SDPA
+    does not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal SDPA, folded 0.82x); it returns
+    the log-sum-exp: None is returned when that overflowed, for the caller to stream instead. The fold remains for ``d_v != d`` with ``is_causal``; on CUDA
     the Gaussian always folds (:func:`_fold_key_bias`).
     """
     if isinstance(c, torch.Tensor):  # per-head bandwidths: fold the scale into q
         q, scale = q * c.to(q.dtype), 1.0
     else:
         scale = c
-    if kernel == "gaussian" and allowed is None and bias is None and _cpu_flash_fits(q, k, v, dropout_p):
+    if allowed is None and bias is None and _cpu_flash_fits(q, k, v, dropout_p):
+        if kernel == "softmax":
+            return _key_bias_attention(q, k, v, scale, None, is_causal)
         # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
         # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
         norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
@@ -532,15 +534,19 @@ def _cpu_flash_fits(q, k, v, dropout_p):
 
 
 def _key_bias_attention(q, k, v, scale, bias, is_causal):
-    """Softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)``) on the CPU, batch
-    dimensions flattened to the kernel's ``(B, H)``; None if the log-sum-exp is not finite (the
-    logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], bias.shape[:-2])
+    """Softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)`` or None) on the CPU,
+    batch dimensions flattened to the kernel's ``(B, H)``; None if the log-sum-exp is not finite
+    (the logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
+    batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v, bias) if t is not None))
     if len(batch) == 2:
         as4d = lambda t: t.expand(batch + t.shape[-2:])
     else:
         as4d = lambda t: t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:])
-    out, lse = _KeyBiasAttention.apply(*map(as4d, (q, k, v, bias)), scale, is_causal)
+    if bias is None:  # no mask: the kernel's own autograd
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*map(as4d, (q, k, v)), 0.0, is_causal,
+                                                                              scale=scale)
+    else:
+        out, lse = _KeyBiasAttention.apply(*map(as4d, (q, k, v, bias)), scale, is_causal)
     if eager() and not bool(torch.isfinite(lse).all()):
         return None
     return out.reshape(batch + out.shape[-2:])
