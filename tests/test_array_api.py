@@ -344,3 +344,20 @@ def test_per_point_scales_through_local_sums(dispatch, diabetes):
     ref = local_sums(X[:40], X, y, "gaussian", 0.05, query_scale=qs, sample_scale=ss)
     same(got.mean, ref.mean, "cpu", 1e-9)
     same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-11)
+
+
+def test_fused_local_sums_that_fail_to_compile_stream_instead(dispatch, diabetes, monkeypatch):
+    import localkit.engine.flex as flex
+    import localkit.engine.namespace as namespace
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("LoweringException: NYI")
+
+    monkeypatch.setattr(flex, "flex_available", lambda q: True)
+    monkeypatch.setattr(flex, "_FAILED", set())
+    monkeypatch.setattr(namespace, "flex_sums", broken)
+    X, y = (a.astype(np.float32) for a in diabetes)
+    with pytest.warns(RuntimeWarning, match="FlexAttention failed to compile"):
+        got = local_mean(torch.tensor(X[:30]), torch.tensor(X), torch.tensor(y), "gaussian", 0.05)
+    np.testing.assert_allclose(got.numpy(), local_mean(X[:30].astype(float), X.astype(float), y.astype(float),
+                                                       "gaussian", 0.05), rtol=1e-4)

@@ -16,7 +16,7 @@ reads are its inputs (gradients, a learned bandwidth included, flow through them
 For the Gaussian and the profiles ``q`` and ``k`` are first centred on the keys' mean, which
 changes no weight (distances are translation-invariant; the Gaussian's score moves by a per-row
 constant) and keeps ``|q|^2``,
-``|k|^2`` small against ``2 q . k``. Causal, window and padding kernels are the block mask
+``|k|^2`` small against ``2 q . k``. Causal and window kernels (and leave-one-out) are the block mask
 (``mask_mod``); a compact window's profile is added by ``score_mod``. Rows whose kernel vanishes
 everywhere give zero (from the returned log-sum-exp).
 
@@ -27,6 +27,7 @@ weights added to every score.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -36,7 +37,27 @@ from ..kernels.profiles import PROFILES
 #: recompile limit (8 per function) would silently send the rest to the eager, dense fallback
 RECOMPILE_LIMIT = 256
 _COMPILED = {}
+_FAILED = set()
 _BLOCK_MASKS = {}
+
+
+def fused_or_none(key, call):
+    """``call()`` (a FlexAttention call), or ``None`` when FlexAttention failed to compile for
+    ``key`` (now, with one warning, or earlier in the process): the caller then takes its streamed
+    path, which is exact. Compilation belongs to torch and Triton, whose failures vary with their
+    versions (torch 2.11 on an H200 failed on key-padding masks); a wrong answer is never the price."""
+    if key in _FAILED:
+        return None
+    try:
+        return call()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:  # inductor's and Triton's compile errors have no common base class
+        _FAILED.add(key)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        warnings.warn(f"FlexAttention failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
+                      "path is used instead (exact, slower)", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def flex_available(q):
@@ -86,11 +107,11 @@ def _pad16(t):
     return torch.nn.functional.pad(t, (0, -t.shape[-1] % 16))
 
 
-def _block_mask(L, S, causal, window, keep, device, exclude_self=False):
+def _block_mask(L, S, causal, window, device, exclude_self=False):
     from torch.nn.attention.flex_attention import create_block_mask
 
     key = (L, S, causal, window, str(device), exclude_self)
-    if keep is None and key in _BLOCK_MASKS:
+    if key in _BLOCK_MASKS:
         return _BLOCK_MASKS[key]
     reach = None if window is None else math.floor(window[1])
 
@@ -100,23 +121,19 @@ def _block_mask(L, S, causal, window, keep, device, exclude_self=False):
             ok = ok & (qi >= ki)
         if reach is not None:
             ok = ok & ((qi - ki).abs() <= reach)
-        if keep is not None:
-            ok = ok & keep[b, ki]
         if exclude_self:
             ok = ok & (qi != ki)
         return ok
 
-    mask = create_block_mask(mask_mod, B=None if keep is None else keep.shape[0], H=None, Q_LEN=L, KV_LEN=S,
-                             device=device)
-    if keep is None:
-        _BLOCK_MASKS[key] = mask
-    return mask
+    _BLOCK_MASKS[key] = create_block_mask(mask_mod, B=None, H=None, Q_LEN=L, KV_LEN=S, device=device)
+    return _BLOCK_MASKS[key]
 
 
-def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=True, *, exclude_self=False,
+def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, exclude_self=False,
                           log_weight=None, return_lse=False):
     """``kernel_attention`` through FlexAttention; ``q, k, v`` share their batch shape, ``c`` is
-    ``batch + (1, 1)``, ``keep`` None or a bool key mask ``(..., 1, S)`` (True takes part).
+    ``batch + (1, 1)``. Key-padding masks are not taken: torch 2.11's Triton failed to compile a
+    captured ``(B, S)`` key mask in ``mask_mod`` (H200), so such calls stream instead.
 
     ``exclude_self`` removes the pairs ``i = j``; ``log_weight`` (shape ``(S,)``) is added to every
     score (log sample weights); ``return_lse`` also returns ``log sum_j exp(score_ij)`` in float32
@@ -127,8 +144,6 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=Tru
     q, k = q.to(compute), k.to(compute)
     qf, kf = _features(kernel, q, k, c.to(compute))
     flat = lambda t: t.reshape(-1, 1, *t.shape[-2:]).to(dtype)  # (N, 1, length, dim)
-    if keep is not None:
-        keep = keep.expand(batch + (1, S)).reshape(-1, S)
     profile = None if kernel in ("softmax", "gaussian") else PROFILES[kernel].log_k_for(torch)
     position = None if window is None or window[0] == "uniform" else window
     position_profile = None if position is None else PROFILES[position[0]].log_k_for(torch)
@@ -144,8 +159,8 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, keep, compiled=Tru
 
     mod = None if profile is None and position is None and log_weight is None else score_mod
     block_mask = None
-    if causal or window is not None or keep is not None or exclude_self:
-        block_mask = _block_mask(L, S, causal, window, keep, q.device, exclude_self)
+    if causal or window is not None or exclude_self:
+        block_mask = _block_mask(L, S, causal, window, q.device, exclude_self)
     width = v.shape[-1]
     values = torch.nn.functional.pad(v, (0, max(0, 16 - width)))  # Triton's tiles: 16 columns at least
     # float32 stays IEEE float32 in both products (TF32's 10-bit mantissa would cost ~1e-3 in the

@@ -151,10 +151,14 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
                                s_scale=s_scale, logit_exponent=logit_exponent)
         return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
+    fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
-        S, shift = flex_sums(Qs, Xs, V, weight, kernel, exclude_self)
-    else:
-        S, shift = _stream(xp, Qs, Xs, _augment(xp, V, weight), kernel, exclude_self, options)
+        from .flex import fused_or_none
+
+        fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
+                              lambda: flex_sums(Qs, Xs, V, weight, kernel, exclude_self))
+    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, V, weight), kernel, exclude_self,
+                                                       options)
     return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
 
 
@@ -274,7 +278,7 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
 
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
     out, lse = flex_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
-                                     V[None], one, False, None, None, compiled, exclude_self=exclude_self,
+                                     V[None], one, False, None, compiled, exclude_self=exclude_self,
                                      log_weight=None if weight is None else torch.log(weight), return_lse=True)
     S = torch.cat([out[0], torch.ones_like(out[0, :, :1])], dim=1)
     return S, lse[0].to(Qs.dtype)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
-from ..engine.flex import flex_available, flex_kernel_attention
+from ..engine.flex import flex_available, flex_kernel_attention, fused_or_none
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
                          make_plan, streamed_local_linear)
@@ -358,8 +358,9 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask, with ``causal`` on the CPU as the mask
     of the flash kernel's ``is_causal``) run through PyTorch's fused
     ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
-    case runs, on CUDA, through FlexAttention (:mod:`localkit.engine.flex`, compiled once) unless
-    the mask is more than a key-padding mask, and otherwise streams over key blocks
+    case runs, on CUDA, through FlexAttention (:mod:`localkit.engine.flex`, compiled once) when
+    there is no mask (a kernel it fails to compile falls back, with one warning), and otherwise
+    streams over key blocks
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
     forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. ``top_k``
     streams too, in two passes: a running top-k of each query's closeness over key blocks
@@ -412,27 +413,21 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
         if out is not None:
             return out
         shrink = _logit_shrink(kernel, q, k, c)  # the kernel's log-sum-exp overflowed
-    keep = _key_mask(mask) if flex_available(q) else None
-    if flex_available(q) and not shrink and top_k is None and (mask is None or keep is not None):
+    if flex_available(q) and not shrink and top_k is None and mask is None:
+        # key-padding masks stay on the streamed path: torch 2.11's Triton failed to compile them
+        # (H200; a captured (B, S) key mask in mask_mod)
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         q_, k_, v_ = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
         c_ = _to_compute(q, k, v, c)[3]
-        return flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window, keep)
+        out = fused_or_none((kernel, q.dtype, causal, window is not None),
+                            lambda: flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window))
+        if out is not None:
+            return out
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
     if window is not None and not shrink and top_k is None and (mask is None or mask.shape[-2] == 1):
         return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)  # a band around the diagonal
     plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, v.shape[-1], shrink, top_k)
     return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
-
-
-def _key_mask(mask):
-    """A key-padding mask ``(..., 1, S)`` as bool (True takes part), or None if ``mask`` is not one
-    (float padding masks of 0 and -inf, as nn.TransformerEncoderLayer makes them, qualify)."""
-    if mask is None or mask.shape[-2] != 1:
-        return None
-    if mask.dtype == torch.bool:
-        return mask
-    return mask == 0 if bool(torch.all((mask == 0) | torch.isneginf(mask))) else None
 
 
 def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
