@@ -58,7 +58,7 @@ def run(quick=False):
     import torch
 
     if not torch.cuda.is_available():
-        return "Skipped: no CUDA device on this machine (the benchmark needs one)."
+        return None  # the runner keeps the section a GPU machine wrote
     import sklearn
 
     from localkit import local_mean

@@ -81,6 +81,9 @@ def _bench(args):
         spec.loader.exec_module(mod)
         print(f"== {name}: {getattr(mod, 'TITLE', '')}", flush=True)
         markdown = mod.run(quick=args.quick)
+        if markdown is None:  # nothing to measure on this machine (a GPU benchmark without CUDA)
+            print(f"skipped on this machine; the {name} section of RESULTS.md is left as it was", flush=True)
+            continue
         print(markdown, flush=True)
         if not args.quick:
             write_section(Path(args.dir) / "RESULTS.md", name, markdown, f"localkit bench --only {name}")

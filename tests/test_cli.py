@@ -107,3 +107,15 @@ def test_tour_without_matplotlib_names_the_extra(capsys, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     err = _usage_error(capsys, ["tour"])
     assert "matplotlib" in err and "pip install 'localkit[plot]'" in err
+
+
+def test_a_benchmark_with_nothing_to_measure_keeps_its_results(tmp_path, capsys):
+    """A GPU benchmark on a machine without CUDA returns None: its section stays as a GPU wrote it."""
+    from localkit.cli import main
+
+    (tmp_path / "bench_gpu.py").write_text("def run(quick=False):\n    return None\n")
+    section = "<!-- begin gpu -->\n| 233 G pairs/s |\n<!-- end gpu -->"
+    (tmp_path / "RESULTS.md").write_text(f"# Benchmark results\n\n{section}\n")
+    assert main(["bench", "--dir", str(tmp_path), "--only", "gpu"]) == 0
+    assert section in (tmp_path / "RESULTS.md").read_text()
+    assert "skipped on this machine" in capsys.readouterr().out
