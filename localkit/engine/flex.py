@@ -46,6 +46,8 @@ def fused_or_none(key, call):
     ``key`` (now, with one warning, or earlier in the process): the caller then takes its streamed
     path, which is exact. Compilation belongs to torch and Triton, whose failures vary with their
     versions (torch 2.11 on an H200 failed on key-padding masks); a wrong answer is never the price."""
+    if torch.compiler.is_compiling():  # inside the caller's torch.compile: no Python-level fallback
+        return call()
     if key in _FAILED:
         return None
     try:
