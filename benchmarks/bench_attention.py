@@ -146,7 +146,8 @@ def _gpu_table(emit=None, n_passes=3):
     both shapes and the window first, the other compact profiles last."""
     if not torch.cuda.is_available():
         return ("GPU table: skipped, no CUDA device in this run (the table times every kernel in bfloat16, "
-                "forward and forward+backward, at B=4 H=8 L=4096 d=64 and B=1 H=8 L=16384, next to SDPA).")
+                "forward and forward+backward, at B=4 H=8 L=4096 d=64 and B=1 H=8 L=16384, next to SDPA; the last "
+                "GPU run's table is in the section gpu_h200).")
     core = ("softmax", "gaussian", "laplacian", "epanechnikov")
     passes = [((4, 8, 4096, 64), core), ((1, 8, 16384, 64), ("window=256",) + core),
               ((4, 8, 4096, 64), tuple(k for k in GPU_KERNELS if k not in core))]
