@@ -65,7 +65,7 @@ def fused_or_none(key, call):
 def flex_available(q):
     """FlexAttention fuses on CUDA when Triton can compile it; elsewhere (and as the always-correct
     eager fallback) the streamed path is the fused one."""
-    if not q.is_cuda:
+    if not getattr(q, "is_cuda", False):  # CPU tensors, and arrays of other libraries (CuPy)
         return False
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
