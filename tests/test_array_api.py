@@ -1,4 +1,5 @@
 """Array-API dispatch: PyTorch tensors in, computed on their device, the same type out."""
+import array_api_strict
 import numpy as np
 import pytest
 import sklearn
@@ -361,3 +362,43 @@ def test_fused_local_sums_that_fail_to_compile_stream_instead(dispatch, diabetes
         got = local_mean(torch.tensor(X[:30]), torch.tensor(X), torch.tensor(y), "gaussian", 0.05)
     np.testing.assert_allclose(got.numpy(), local_mean(X[:30].astype(float), X.astype(float), y.astype(float),
                                                        "gaussian", 0.05), rtol=1e-4)
+
+
+@pytest.mark.parametrize("name, h, options", [("gaussian", 0.05, {"exclude_self": True}),
+                                              ("epanechnikov", 0.1, {"sample_weight": "w"}),
+                                              ("laplacian", 0.05, {}), ("softmax", 0.01, {}),
+                                              ("tricube", 1.0, {"n_neighbors": 7}),
+                                              ("gaussian", 0.3, {"metric": "cosine"})])
+def test_the_strict_array_api_namespace_equals_numpy(dispatch, diabetes, name, h, options):
+    """array-api-strict, the standard's own minimal namespace (scikit-learn tests with it too):
+    nothing beyond the standard is used, e.g. no out-of-bounds slice stops."""
+    xp = array_api_strict
+    X, y = diabetes
+    w = np.random.default_rng(0).uniform(0, 2, len(X))
+    options = {key: (w if value == "w" else value) for key, value in options.items()}
+    strict = {key: (xp.asarray(value) if isinstance(value, np.ndarray) else value) for key, value in options.items()}
+    queries = None if options.get("exclude_self") else X[:300]
+    got = local_sums(None if queries is None else xp.asarray(queries), xp.asarray(X), xp.asarray(y), name, h,
+                     **strict)
+    ref = local_sums(queries, X, y, name, h, **options)
+    assert type(got.mean).__module__.startswith("array_api_strict")
+    np.testing.assert_allclose(np.asarray(got.mean), ref.mean, rtol=1e-10)
+
+
+def test_estimators_on_the_strict_array_api_namespace(dispatch, diabetes):
+    xp = array_api_strict
+    X, y = diabetes
+    Xi, yi = load_iris(return_X_y=True)
+    A = xp.asarray
+    pairs = [(LocalMeanRegressor(bandwidth=0.05).fit(A(X), A(y)).predict(A(X[:300])),
+              LocalMeanRegressor(bandwidth=0.05).fit(X, y).predict(X[:300])),
+             (LocalMeanClassifier(bandwidth=0.5).fit(A(Xi), A(yi)).predict_proba(A(Xi)),
+              LocalMeanClassifier(bandwidth=0.5).fit(Xi, yi).predict_proba(Xi)),
+             (MeanShift(bandwidth=1.0).fit(A(Xi)).cluster_centers_, MeanShift(bandwidth=1.0).fit(Xi).cluster_centers_),
+             (LocalMeanDenoiser(noise_std=0.5).fit(A(Xi)).transform(A(Xi)),
+              LocalMeanDenoiser(noise_std=0.5).fit(Xi).transform(Xi)),
+             (kernel_density(A(X[:300, :2]), A(X[:, :2]), bandwidth="scott"),
+              kernel_density(X[:300, :2], X[:, :2], bandwidth="scott"))]
+    for got, ref in pairs:
+        assert type(got).__module__.startswith("array_api_strict")
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-10, atol=1e-12)

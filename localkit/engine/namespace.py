@@ -317,7 +317,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         q_scale = None if q_scale is None else xp.take(q_scale, order)
     S_blocks, shift_blocks = [], []
     for r0 in range(0, n_q, bq):
-        Q = Qs[r0:r0 + bq, ...]
+        Q = Qs[r0:min(r0 + bq, n_q), ...]  # the array API leaves out-of-bounds stops unspecified
         exact, centre = always_exact, None
         if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
@@ -329,7 +329,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         m = xp.full((Q.shape[0],), -math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
         S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
         for c0 in range(0, n_s, bs):
-            X = Xs[c0:c0 + bs, ...]
+            X = Xs[c0:min(c0 + bs, n_s), ...]
             if kernel.is_softmax:
                 L = Q @ xp.permute_dims(X, (1, 0))
             else:
@@ -340,8 +340,8 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                     inside = u2 <= support
                     L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
                 else:
-                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + bq, None],
-                                  None if s_scale is None else s_scale[None, c0:c0 + bs])
+                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + Q.shape[0], None],
+                                  None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
                     L = -0.5 * u2 if gaussian else log_k(u2)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
@@ -350,7 +350,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
             new = xp.maximum(m, xp.max(L, axis=1))
             safe = xp.where(new > -math.inf, new, xp.zeros_like(new))
             S = (S * xp.exp(_times_power_of_two(m - safe, logit_exponent))[:, None]
-                 + xp.exp(_times_power_of_two(L - safe[:, None], logit_exponent)) @ V_aug[c0:c0 + bs, ...])
+                 + xp.exp(_times_power_of_two(L - safe[:, None], logit_exponent)) @ V_aug[c0:c0 + X.shape[0], ...])
             m = new
         S_blocks.append(S)
         shift_blocks.append(xp.where(m > -math.inf, _times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
@@ -409,7 +409,7 @@ def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
     cells = 2**22 if "cpu" in str(_device(xp, Q)) else ACCELERATOR_BLOCK_CELLS
     step = max(1, min(n_q, cells // max(1, n_s)))
     for r0 in range(0, n_q, step):
-        D = _sq_distances(xp, Q[r0:r0 + step, ...], None, X, True, kernel)
+        D = _sq_distances(xp, Q[r0:min(r0 + step, n_q), ...], None, X, True, kernel)
         if exclude_self:
             rows = xp.arange(r0, r0 + D.shape[0], device=_device(xp, Q))
             D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(xp, Q))[None, :], math.inf, D)
@@ -455,17 +455,17 @@ def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
     neighbour of query ``i`` (leave-one-out), nor are the ``dead`` samples (zero weight)."""
     parts, dists = [], []
     for r0 in range(0, Q.shape[0], 256):
-        q = Q[r0:r0 + 256, ...]
+        q = Q[r0:min(r0 + 256, Q.shape[0]), ...]
         best = xp.full((q.shape[0],), math.inf, dtype=Q.dtype, device=_device(xp, Q))
         arg = xp.zeros((q.shape[0],), dtype=xp.int64, device=_device(xp, Q))
         for c0 in range(0, X.shape[0], 1024):
-            x = X[c0:c0 + 1024, ...]
+            x = X[c0:min(c0 + 1024, X.shape[0]), ...]
             D = _sq_distances(xp, q, None, x, True, kernel)
             if rows is not None:
                 cols = xp.arange(c0, c0 + x.shape[0], device=_device(xp, Q))
-                D = xp.where(rows[r0:r0 + 256, None] == cols[None, :], math.inf, D)
+                D = xp.where(rows[r0:r0 + q.shape[0], None] == cols[None, :], math.inf, D)
             if dead is not None:
-                D = xp.where(dead[None, c0:c0 + 1024], math.inf, D)
+                D = xp.where(dead[None, c0:c0 + x.shape[0]], math.inf, D)
             d = xp.min(D, axis=1)
             better = d < best
             best = xp.where(better, d, best)

@@ -47,7 +47,7 @@ class LocalKernelMixin:
 
     def _fit_kernel(self, X, y=None):
         """Validate the kernel parameters on the training data and store ``kernel_``."""
-        check_n_neighbors(self.n_neighbors, len(X))  # the types were checked by _parameter_constraints
+        check_n_neighbors(self.n_neighbors, X.shape[0])  # the types were checked by _parameter_constraints
         self.bandwidth_ = self._choose_bandwidth(X, y)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
                               metric=self.metric, p=getattr(self, "p", 2))
