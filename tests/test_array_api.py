@@ -1,4 +1,4 @@
-"""Array-API dispatch: PyTorch tensors in, computed on their device, the same type out."""
+"""Array-API dispatch: PyTorch tensors (and array-api-strict arrays) in, computed on their device, the same type out."""
 import array_api_strict
 import numpy as np
 import pytest
