@@ -252,13 +252,15 @@ def xp_bandwidth(xp, kernel, X):
 
 def _flex_fits(xp, Qs, Xs, kernel, options):
     """FlexAttention fuses the whole local mean on CUDA in float32 (one kernel, no ``n x m``
-    block in memory; ~2x the streamed blocks on an H200, see benchmarks/RESULTS.md) when its
+    block in memory; 5.4x the streamed blocks on an H200, see benchmarks/RESULTS.md) when its
     features keep the engine's error budget: the matrix-product form of ``u^2`` errs by about
     ``eps (|q|^2 + |x|^2)`` (no per-block recentring there), and the kinked profiles want exact
     differences."""
+    if options.block_size is not None or Qs.dtype != xp.float32 or not getattr(Qs, "is_cuda", False):
+        return False  # torch (an optional dependency) is imported for CUDA tensors only
     from .flex import flex_available
 
-    if options.block_size is not None or Qs.dtype != xp.float32 or not flex_available(Qs):
+    if not flex_available(Qs):
         return False
     if kernel.is_softmax:  # the logits q . x / h must stay finite in float32
         return float(xp.max(xp.abs(Qs))) * float(xp.max(xp.abs(Xs))) * Qs.shape[1] < 1e37
