@@ -53,11 +53,11 @@ def test_a_kernel_flexattention_cannot_compile_streams_instead(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("Triton: acc.type.shape == ret_ty.shape")
 
+    q, k, v = inputs()
+    ref = kernel_attention(q.double(), k.double(), v.double(), "laplacian", bandwidth=3.0, window=5)
     monkeypatch.setattr(functional, "flex_available", lambda q: True)
     monkeypatch.setattr(functional, "flex_kernel_attention", broken)
     monkeypatch.setattr(flex, "_FAILED", set())
-    q, k, v = inputs()
-    ref = kernel_attention(q.double(), k.double(), v.double(), "laplacian", bandwidth=3.0, window=5)
     with pytest.warns(RuntimeWarning, match="FlexAttention failed to compile.*streamed"):
         out = kernel_attention(q, k, v, "laplacian", bandwidth=3.0, window=5)
     np.testing.assert_allclose(out.double(), ref, atol=2e-5)
