@@ -1,5 +1,6 @@
 """LocalMeanTransformer: one local-mean layer for scikit-learn pipelines."""
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.datasets import load_diabetes
 from sklearn.neighbors import KNeighborsRegressor
@@ -59,7 +60,6 @@ def test_stacked_pipeline_is_the_composition_of_its_layers(diabetes):
 
 
 def test_feature_names_and_set_output(diabetes):
-    pd = pytest.importorskip("pandas")
     X, y = diabetes
     frame = pd.DataFrame(X[:50], columns=[f"f{i}" for i in range(10)])
     out = LocalMeanTransformer().set_output(transform="pandas").fit(frame).transform(frame)
