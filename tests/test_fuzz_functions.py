@@ -6,6 +6,8 @@ one, a tiny bandwidth gives the nearest sample's value, a huge one the global me
 the samples does not matter."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -184,3 +186,14 @@ def test_softmax_kernel_with_logits_far_beyond_the_float_range(dtype, scale, h):
     out = local_mean((X[:6] * scale).astype(dtype), (X * scale).astype(dtype), y.astype(dtype), kernel="softmax",
                      bandwidth=h)
     np.testing.assert_allclose(out, y[np.argmax(X[:6] @ X.T, axis=1)], rtol=1e-6)
+
+
+def test_float32_queries_at_the_float_edge_warn_nothing():
+    """Squared distances beyond float32's range are inf (a zero weight; the empty policy then gives
+    the nearest sample), not a RuntimeWarning from a cast."""
+    X = np.array([[0.0], [1.0], [2.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = local_mean(np.array([[-3e38], [3e38]], np.float32), X, np.array([1, 2, 3], np.float32),
+                         kernel="laplacian", bandwidth=1.0)
+    assert out.dtype == np.float32 and np.all(np.isfinite(out))

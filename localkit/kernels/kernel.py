@@ -256,4 +256,5 @@ def exact_sq_distances(Q, X, kernel):
         metric, kwargs = kernel.scipy_metric
         D = cdist(Q, X, metric=metric, **kwargs)
         u2 = D * D
-    return u2.astype(Q.dtype, copy=False)
+    with np.errstate(over="ignore"):  # a float32 distance^2 beyond 3.4e38 is inf: a zero weight, as it should
+        return u2.astype(Q.dtype, copy=False)
