@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CUDA_TESTS = ["tests/test_array_api.py", "tests/test_nn_cuda.py", "tests/test_nn_flex.py", "tests/test_nn_dropin.py",
+CUDA_TESTS = ["tests/test_array_api.py", "tests/test_nn_cuda.py", "tests/test_nn_triton.py", "tests/test_nn_flex.py",
+              "tests/test_nn_dropin.py",
               "tests/test_nonlocal_block.py"]
 
 ENV = """
@@ -61,7 +62,7 @@ def main():
     step("environment", [py, "-c", ENV], args.out / "env.txt", 60)
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
-    step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda",
+    step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
                         *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - 170))
     step("GPU attention table", [py, "-c", ATTENTION, str(args.attention_passes)], args.out / "gpu_attention.md",
          left() - (40 if args.extra else 0))

@@ -130,3 +130,16 @@ def test_float32_is_computed_and_returned(name):
     assert out.mean.dtype == np.float32 and out.log_weight_sum.dtype == np.float32
     ref = local_mean(X[:20].astype(float), X.astype(float), v, name, 1.0 if name != "softmax" else 2.0)
     np.testing.assert_allclose(out.mean, ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_each_profile_slope_is_the_derivative_of_its_statement(name):
+    """``d log k / d u2`` as stated beside ``log k`` equals autograd of the statement (NumPy and
+    PyTorch bindings), zero outside a compact support and where the statement takes sqrt at 0."""
+    p = PROFILES[name]
+    u2 = np.concatenate([U2[:-1], np.random.default_rng(0).uniform(0, 2, 200)])
+    t = torch.tensor(u2, requires_grad=True)
+    p.log_k_for(torch)(t).sum().backward()
+    np.testing.assert_allclose(p.slope_for(torch)(torch.tensor(u2)).numpy(), t.grad.numpy(), rtol=1e-9, atol=0)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(p.slope_for(np)(u2), t.grad.numpy(), rtol=1e-9, atol=0)

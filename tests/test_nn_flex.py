@@ -45,20 +45,27 @@ def test_flex_formulation_matches_streamed_reference_on_cpu(kernel, opts):
     np.testing.assert_allclose(out.double().cpu(), ref.cpu(), atol=2e-5)
 
 
-def test_a_kernel_flexattention_cannot_compile_streams_instead(monkeypatch):
-    """A compile failure (they vary with torch and Triton) costs speed, never the answer."""
+@pytest.mark.parametrize("dtype, fused", [(torch.float32, "The Triton attention kernel"),
+                                          (torch.float64, "FlexAttention")])
+def test_a_kernel_that_cannot_compile_streams_instead(monkeypatch, dtype, fused):
+    """A compile failure (they vary with torch and Triton) costs speed, never the answer: on CUDA,
+    float32 and half inputs take our Triton kernel, float64 FlexAttention (routes forced here)."""
     import localkit.engine.flex as flex
     import localkit.nn.functional as functional
 
     def broken(*args, **kwargs):
         raise RuntimeError("Triton: acc.type.shape == ret_ty.shape")
 
-    q, k, v = inputs()
+    q, k, v = (t.to(dtype) for t in inputs())
     ref = kernel_attention(q.double(), k.double(), v.double(), "laplacian", bandwidth=3.0, window=5)
     monkeypatch.setattr(functional, "flex_available", lambda q: True)
-    monkeypatch.setattr(functional, "flex_kernel_attention", broken)
+    if dtype == torch.float64:
+        monkeypatch.setattr(functional, "flex_kernel_attention", broken)
+    else:
+        triton_attention = pytest.importorskip("localkit.engine.triton_attention")
+        monkeypatch.setattr(triton_attention, "triton_kernel_attention", broken)
     monkeypatch.setattr(flex, "_FAILED", set())
-    with pytest.warns(RuntimeWarning, match="FlexAttention failed to compile.*streamed"):
+    with pytest.warns(RuntimeWarning, match=f"{fused} failed to compile.*streamed"):
         out = kernel_attention(q, k, v, "laplacian", bandwidth=3.0, window=5)
     np.testing.assert_allclose(out.double(), ref, atol=2e-5)
     with warnings.catch_warnings():

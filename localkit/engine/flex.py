@@ -42,10 +42,11 @@ _BLOCK_MASKS = {}
 
 
 def fused_or_none(key, call):
-    """``call()`` (a FlexAttention call), or ``None`` when FlexAttention failed to compile for
-    ``key`` (now, with one warning, or earlier in the process): the caller then takes its streamed
-    path, which is exact. Compilation belongs to torch and Triton, whose failures vary with their
-    versions (torch 2.11 on an H200 failed on key-padding masks); a wrong answer is never the price."""
+    """``call()`` (a FlexAttention call, or our Triton kernel's when ``key[0] == "triton"``), or
+    ``None`` when it failed to compile for ``key`` (now, with one warning, or earlier in the
+    process): the caller then takes its streamed path, which is exact. Compilation belongs to torch
+    and Triton, whose failures vary with their versions (torch 2.11 on an H200 failed on
+    key-padding masks); a wrong answer is never the price."""
     if torch.compiler.is_compiling():  # inside the caller's torch.compile: no Python-level fallback
         return call()
     if key in _FAILED:
@@ -57,7 +58,8 @@ def fused_or_none(key, call):
     except Exception as exc:  # inductor's and Triton's compile errors have no common base class
         _FAILED.add(key)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        warnings.warn(f"FlexAttention failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
+        fused = "The Triton attention kernel" if key[0] == "triton" else "FlexAttention"
+        warnings.warn(f"{fused} failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
                       "path is used instead (exact, slower)", RuntimeWarning, stacklevel=3)
         return None
 

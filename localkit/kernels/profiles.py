@@ -96,8 +96,79 @@ def _log_cauchy(u2):  # 1 / (1 + u^2)
     return -xp.log1p(u2)  # noqa: F821
 
 
+# The slope ``d log k / d u2`` of each statement, for kernels that write their own backward pass
+# (the Triton attention kernel): zero outside a compact support and, where the statement takes
+# ``sqrt`` through ``_safe_sqrt``, zero at ``u = 0``, exactly as autograd of the statement gives
+# (tested against it). ``_inside_or_zero`` keeps the division off the support's edge and outside.
+
+
+def _inside_or_zero(u2, slope_inside):
+    inside = (u2 > 0) & (u2 < 1.0)
+    return xp.where(inside, slope_inside(xp.where(inside, u2, 0.5)), 0.0 * u2)  # noqa: F821
+
+
+def _slope_poly_a2_b1(u2):
+    inside = u2 < 1.0
+    return xp.where(inside, -1.0 / (1.0 - xp.where(inside, u2, 0.0)), 0.0 * u2)  # noqa: F821
+
+
+def _slope_poly_a2_b2(u2):
+    return 2.0 * _slope_poly_a2_b1(u2)
+
+
+def _slope_poly_a2_b3(u2):
+    return 3.0 * _slope_poly_a2_b1(u2)
+
+
+def _slope_tricube_inside(t):  # d/dt 3 log(1 - t^(3/2))
+    s = xp.sqrt(t)  # noqa: F821
+    return -4.5 * s / (1.0 - t * s)
+
+
+def _slope_tricube(u2):
+    return _inside_or_zero(u2, _slope_tricube_inside)
+
+
+def _slope_triangular_inside(t):  # d/dt log(1 - t^(1/2))
+    s = xp.sqrt(t)  # noqa: F821
+    return -0.5 / (s * (1.0 - s))
+
+
+def _slope_triangular(u2):
+    return _inside_or_zero(u2, _slope_triangular_inside)
+
+
+def _slope_uniform(u2):
+    return 0.0 * u2
+
+
+def _slope_cosine_inside(t):  # d/dt log cos(pi sqrt(t) / 2) = -(pi / 4) tan(pi sqrt(t) / 2) / sqrt(t)
+    a = 0.5 * math.pi * xp.sqrt(t)  # noqa: F821
+    return -0.25 * math.pi * xp.sin(a) / (xp.cos(a) * xp.sqrt(t))  # noqa: F821
+
+
+def _slope_cosine(u2):
+    return _inside_or_zero(u2, _slope_cosine_inside)
+
+
+def _slope_gaussian(u2):
+    return -0.5 + 0.0 * u2
+
+
+def _slope_laplacian(u2):  # d(-u)/du2 = -1 / (2u)
+    positive = u2 > 0
+    return xp.where(positive, -0.5 / xp.sqrt(xp.where(positive, u2, 1.0)), 0.0 * u2)  # noqa: F821
+
+
+def _slope_cauchy(u2):
+    return -1.0 / (1.0 + u2)
+
+
 _STATEMENTS = (_safe_sqrt, _log_poly_a2_b1, _log_poly_a2_b2, _log_poly_a2_b3, _log_tricube, _log_triangular,
-               _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy)
+               _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy,
+               _inside_or_zero, _slope_poly_a2_b1, _slope_poly_a2_b2, _slope_poly_a2_b3, _slope_tricube_inside,
+               _slope_tricube, _slope_triangular_inside, _slope_triangular, _slope_uniform, _slope_cosine_inside,
+               _slope_cosine, _slope_gaussian, _slope_laplacian, _slope_cauchy)
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,7 +177,9 @@ def _rebind(func, namespace, compile_with=None):
 
     Cached: one function object per (statement, namespace), so that ``torch.compile`` guards on
     a ``score_mod`` that calls it see the same object each time and do not recompile."""
-    env = {"__builtins__": builtins, "math": math, "xp": namespace}
+    # a namespace may add globals its compiler needs (Triton: a module ``__name__`` for its JIT's
+    # names, ``triton.language`` for its interpreter)
+    env = {"__builtins__": builtins, "math": math, "xp": namespace, **getattr(namespace, "REBIND_GLOBALS", {})}
     for helper in _STATEMENTS:
         env[helper.__name__] = None
     for helper in _STATEMENTS:
@@ -125,6 +198,7 @@ class Profile:
 
     name: str
     statement: Callable = field(repr=False)
+    slope: Callable = field(default=None, repr=False)  # d log k / d u2, stated beside log k
     compact: bool = False
     radial_moment: Callable[[int], float] = field(default=None, repr=False)  # int_0^inf k(r) r^(d-1) dr
     # True for profiles with a kink at u = 0 (linear in u there): the matrix-product form of
@@ -152,9 +226,14 @@ class Profile:
         with np.errstate(divide="ignore", invalid="ignore"):
             return _numpy_statement(self.statement)(np.asarray(u2))
 
-    def log_k_for(self, namespace):
-        """The same statement with ``xp`` bound to ``namespace`` (e.g. ``torch``)."""
-        return _rebind(self.statement, namespace)
+    def log_k_for(self, namespace, compile_with=None):
+        """The same statement with ``xp`` bound to ``namespace`` (e.g. ``torch``), each function
+        passed through ``compile_with`` if given (``triton.jit`` for Triton kernels)."""
+        return _rebind(self.statement, namespace, compile_with)
+
+    def slope_for(self, namespace, compile_with=None):
+        """``d log k / d u2`` with ``xp`` bound to ``namespace`` (zero outside the support)."""
+        return _rebind(self.slope, namespace, compile_with)
 
     @cached_property
     def compiled(self):
@@ -196,7 +275,7 @@ def _scalar_namespace():
 
     namespace = types.ModuleType("localkit_scalar_xp")
     namespace.where, namespace.log1p, namespace.log = where, math.log1p, math.log
-    namespace.sqrt, namespace.cos = math.sqrt, math.cos
+    namespace.sqrt, namespace.cos, namespace.sin = math.sqrt, math.cos, math.sin
     return namespace
 
 
@@ -214,8 +293,8 @@ def _poly_moment(a, b):
     return lambda d: float(special.beta(d / a, b + 1) / a)
 
 
-def _poly_profile(name, statement, a, b, **kwargs):
-    return Profile(name, statement, True, _poly_moment(a, b), poly=(a, b), **kwargs)
+def _poly_profile(name, statement, slope, a, b, **kwargs):
+    return Profile(name, statement, slope, True, _poly_moment(a, b), poly=(a, b), **kwargs)
 
 
 def _cosine_moment(d):
@@ -229,16 +308,18 @@ def _cauchy_moment(d):
 PROFILES = {
     p.name: p
     for p in [
-        Profile("gaussian", _log_gaussian, False, lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d)),
-        _poly_profile("epanechnikov", _log_poly_a2_b1, 2, 1),
-        _poly_profile("tricube", _log_tricube, 3, 3),
-        _poly_profile("biweight", _log_poly_a2_b2, 2, 2),
-        _poly_profile("triweight", _log_poly_a2_b3, 2, 3),
-        _poly_profile("triangular", _log_triangular, 1, 1, exact_distance=True),
-        _poly_profile("uniform", _log_uniform, 2, 0),
-        Profile("cosine", _log_cosine, True, _cosine_moment),
-        Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True),
-        Profile("cauchy", _log_cauchy, False, _cauchy_moment, polynomial_tail=True),
+        Profile("gaussian", _log_gaussian, _slope_gaussian, False,
+                lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d)),
+        _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
+        _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
+        _poly_profile("biweight", _log_poly_a2_b2, _slope_poly_a2_b2, 2, 2),
+        _poly_profile("triweight", _log_poly_a2_b3, _slope_poly_a2_b3, 2, 3),
+        _poly_profile("triangular", _log_triangular, _slope_triangular, 1, 1, exact_distance=True),
+        _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
+        Profile("cosine", _log_cosine, _slope_cosine, True, _cosine_moment),
+        Profile("laplacian", _log_laplacian, _slope_laplacian, False, lambda d: special.gamma(d),
+                exact_distance=True),
+        Profile("cauchy", _log_cauchy, _slope_cauchy, False, _cauchy_moment, polynomial_tail=True),
     ]
 }
 

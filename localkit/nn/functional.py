@@ -358,9 +358,12 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask, with ``causal`` on the CPU as the mask
     of the flash kernel's ``is_causal``) run through PyTorch's fused
     ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
-    case runs, on CUDA, through FlexAttention (:mod:`localkit.engine.flex`, compiled once) when
-    there is no mask (a kernel it fails to compile falls back, with one warning), and otherwise
-    streams over key blocks
+    case runs, on CUDA when there is no mask, through one flash kernel of ours written in Triton
+    for float32 (:mod:`localkit.engine.triton_attention`: every profile and kernel in position,
+    forward and backward, ``causal`` and ``window`` skipping whole key blocks), or through
+    FlexAttention (:mod:`localkit.engine.flex`, compiled once) for the other dtypes and inside
+    ``torch.compile`` (a kernel that fails to compile falls back, with one warning), and
+    otherwise streams over key blocks
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
     forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. ``top_k``
     streams too, in two passes: a running top-k of each query's closeness over key blocks
@@ -414,13 +417,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
             return out
         shrink = _logit_shrink(kernel, q, k, c)  # the kernel's log-sum-exp overflowed
     if flex_available(q) and not shrink and top_k is None and mask is None:
-        # key-padding masks stay on the streamed path: torch 2.11's Triton failed to compile them
-        # (H200; a captured (B, S) key mask in mask_mod)
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        q_, k_, v_ = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
-        c_ = _to_compute(q, k, v, c)[3]
-        out = fused_or_none((kernel, q.dtype, causal, window is not None),
-                            lambda: flex_kernel_attention(kernel, q_, k_, v_, c_, causal, window))
+        out = _cuda_fused(kernel, q, k, v, c, causal, window)
         if out is not None:
             return out
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
@@ -441,13 +438,39 @@ def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
     return not (isinstance(c, torch.Tensor) and q.dtype == torch.float16)
 
 
+def _cuda_fused(kernel, q, k, v, c, causal, window):
+    """Every kernel SDPA does not take, fused on CUDA: our Triton kernel
+    (:mod:`localkit.engine.triton_attention`) in eager mode for float32, FlexAttention inside
+    ``torch.compile`` (which traces it) and for the other dtypes; ``None`` if the kernel failed to
+    compile (the caller streams). Half inputs stay on FlexAttention until our kernel's half path
+    is fixed: on an H200 it returned wrong rows in bfloat16 and float16 (and an illegal memory
+    access with ``BLOCK_M = 64``), while its float32 path matched the float64 reference in every
+    CUDA test. Key-padding masks are not taken (they stream): torch 2.11's Triton failed to
+    compile a captured ``(B, S)`` key mask in FlexAttention (H200)."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q, k, v = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
+    if eager() and q.dtype == torch.float32:
+        from ..engine.triton_attention import triton_kernel_attention
+
+        return fused_or_none(("triton", kernel, q.dtype, causal, window),
+                             lambda: triton_kernel_attention(kernel, q, k, v, c, causal, window))
+    c = _scale_tensor(c, compute_dtype(q.dtype), q.device, batch)
+    return fused_or_none((kernel, q.dtype, causal, window is not None),
+                         lambda: flex_kernel_attention(kernel, q, k, v, c, causal, window))
+
+
+def _scale_tensor(c, dtype, device, batch):
+    """The scale ``c`` (a number or a tensor) as a ``batch + (1, 1)`` tensor of ``dtype``."""
+    c = c.to(dtype) if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=dtype, device=device)
+    return c.expand(batch + (1, 1))
+
+
 def _to_compute(q, k, v, c):
     """``q, k, v`` broadcast to one batch shape in the compute dtype, and ``c`` as ``batch + (1, 1)``."""
     dtype = compute_dtype(q.dtype)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v = (t.to(dtype).expand(batch + t.shape[-2:]) for t in (q, k, v))
-    c = c.to(dtype) if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=dtype, device=q.device)
-    return q, k, v, c.expand(batch + (1, 1))
+    return q, k, v, _scale_tensor(c, dtype, q.device, batch)
 
 
 def _check_dropout(dropout_p):
