@@ -1,7 +1,7 @@
 """The Gaussian local mean on a CUDA device through array-API dispatch (torch tensors in, torch
 tensors out), against plain PyTorch baselines in the same run. Skips without CUDA.
 
-Rows: localkit's default (one call of our Triton kernel, :mod:`localkit.engine.triton_attention`), localkit's
+Rows: localkit's default (one FlexAttention call, :mod:`localkit.engine.flex`), localkit's
 streamed blocks (the path taken when the fused one does not fit: ``block_size`` given), a plain
 blocked PyTorch softmax, and PyTorch's fused ``scaled_dot_product_attention`` with the Gaussian's
 key bias folded into one more head dimension (what one fused call reaches without a log-sum-exp).
@@ -77,7 +77,7 @@ def run(quick=False):
         local_mean(Q[:1024], X, y, bandwidth=h)  # the first call compiles the fused kernel
         sync()
         first = time.perf_counter() - t0
-        cases = [("localkit (array-API dispatch: one Triton kernel call)", lambda: local_mean(Q, X, y, bandwidth=h)),
+        cases = [("localkit (array-API dispatch: one FlexAttention call)", lambda: local_mean(Q, X, y, bandwidth=h)),
                  ("localkit streamed blocks (block_size=8192)",
                   lambda: local_mean(Q, X, y, bandwidth=h, block_size=8192)),
                  ("plain blocked PyTorch (softmax per block)", lambda: blocked_torch(Q, X, y, h)),
@@ -92,7 +92,7 @@ def run(quick=False):
     return "\n".join([
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, n_queries = n_samples = {n:,}, d = {d}, "
         f"h = {h}, float32, medians of {repeat} runs after a warm-up; relative error against float64 on the "
-        f"first {check:,} queries. First call (the kernel compiles once per process): {first:.1f} s.", "",
+        f"first {check:,} queries. First call (FlexAttention compiles once per process): {first:.1f} s.", "",
         "| implementation | time | G pairs/s | relative error |", "|---|---|---|---|", *rows])
 
 

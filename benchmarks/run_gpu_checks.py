@@ -53,7 +53,6 @@ def main():
     parser.add_argument("--attention-passes", type=int, default=3, help="passes of the attention table (1-3)")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for the CUDA tests "
                         "(FlexAttention's compiles are CPU-bound)")
-    parser.add_argument("--table-seconds", type=float, default=170.0, help="seconds kept for the attention table")
     parser.add_argument("--extra", type=Path, help="a script to run after the tests (diagnostics)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -64,7 +63,7 @@ def main():
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
     step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
-                        *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - args.table_seconds))
+                        *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - 170))
     step("GPU attention table", [py, "-c", ATTENTION, str(args.attention_passes)], args.out / "gpu_attention.md",
          left() - (40 if args.extra else 0))
     if args.extra is not None:

@@ -17,35 +17,6 @@ settings.register_profile("long", max_examples=400, deadline=None, print_blob=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# Triton kernels (localkit.engine.triton_attention) run in Triton's interpreter where there is no
-# GPU; Triton's JIT reads this when a kernel is defined, so it is set before any test imports one
-try:
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-except ImportError:
-    pass
-
-
-@pytest.fixture(autouse=True)
-def _triton_interpreter_loop_bounds(monkeypatch):
-    """Triton 3.6's interpreter takes ``int()`` of the one-element arrays it makes of program ids,
-    which NumPy 2.4 refuses; loop bounds derived from them (causal, window) need the element."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        try:
-            from triton.runtime import interpreter
-        except ImportError:
-            return
-        patch = interpreter._patch_lang_tensor
-
-        def patched(tensor, scope):
-            patch(tensor, scope)
-            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-        monkeypatch.setattr(interpreter, "_patch_lang_tensor", patched)
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -112,12 +112,13 @@ def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
                                      ("softmax", 0.01)])
 @pytest.mark.parametrize("exclude_self", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_fused_formulation_equals_numpy(diabetes, name, h, exclude_self, weighted):
-    """The CUDA path's one call of our Triton kernel (in Triton's interpreter here, on the CPU) in
-    float32 against the float64 engine: means and log weight sums of every row that has a neighbour,
-    with leave-one-out and log sample weights, within float32's error budget of the log weights."""
-    pytest.importorskip("triton")
-    from localkit.engine.namespace import fused_sums
+def test_flexattention_formulation_equals_numpy(diabetes, name, h, exclude_self, weighted):
+    """The CUDA path's one FlexAttention call (run eagerly here, on the CPU) in float32 against the
+    float64 engine: means and log weight sums of every row that has a neighbour, with leave-one-out
+    and log sample weights, within float32's error budget of the log weights."""
+    import warnings
+
+    from localkit.engine.namespace import flex_sums
     from localkit.engine.paths import LOG_WEIGHT_TOL
     from localkit.kernels import Kernel
 
@@ -130,7 +131,10 @@ def test_fused_formulation_equals_numpy(diabetes, name, h, exclude_self, weighte
     Xs = torch.tensor(X - centre) / (1 if name == "softmax" else h)
     Qs = torch.tensor(X - centre) / h
     weight = None if w is None else torch.tensor(w / w.max())
-    S, shift = fused_sums(Qs, Xs, torch.tensor(y)[:, None], weight, Kernel(name, bandwidth=h), exclude_self)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not fused
+        S, shift = flex_sums(Qs, Xs, torch.tensor(y)[:, None], weight, Kernel(name, bandwidth=h), exclude_self,
+                             compiled=False)
     log_sum = (shift + torch.log(S[:, -1])).numpy() + (0 if w is None else np.log(w.max()))
     alive = np.isfinite(ref.log_weight_sum)
     assert alive.sum() > 0.9 * len(X)
@@ -143,7 +147,7 @@ def test_fused_formulation_equals_numpy(diabetes, name, h, exclude_self, weighte
 @cuda
 @pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("softmax", 0.01)])
 def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, diabetes, name, h):
-    from localkit.engine.namespace import _fused_fits
+    from localkit.engine.namespace import _flex_fits
     from localkit.engine.options import EngineOptions
     from localkit.kernels import Kernel
 
@@ -151,7 +155,7 @@ def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, dia
     w = np.random.default_rng(1).uniform(0, 2, len(X))
     Xt, yt, wt = (torch.tensor(a, dtype=torch.float32, device="cuda") for a in (X, y, w))
     centre = 0 if name == "softmax" else Xt.mean(0)
-    assert _fused_fits(torch, (Xt - centre) / h, (Xt - centre) / (1 if name == "softmax" else h),
+    assert _flex_fits(torch, (Xt - centre) / h, (Xt - centre) / (1 if name == "softmax" else h),
                       Kernel(name, bandwidth=h), EngineOptions())
     for exclude_self in (False, True):
         got = local_sums(None, Xt, yt, name, h, exclude_self=exclude_self, sample_weight=wt)
@@ -349,11 +353,11 @@ def test_fused_local_sums_that_fail_to_compile_stream_instead(dispatch, diabetes
     def broken(*args, **kwargs):
         raise RuntimeError("LoweringException: NYI")
 
-    monkeypatch.setattr(namespace, "_fused_fits", lambda *args: True)  # as for float32 CUDA tensors
+    monkeypatch.setattr(namespace, "_flex_fits", lambda *args: True)  # as for float32 CUDA tensors
     monkeypatch.setattr(flex, "_FAILED", set())
-    monkeypatch.setattr(namespace, "fused_sums", broken)
+    monkeypatch.setattr(namespace, "flex_sums", broken)
     X, y = (a.astype(np.float32) for a in diabetes)
-    with pytest.warns(RuntimeWarning, match="The Triton attention kernel failed to compile"):
+    with pytest.warns(RuntimeWarning, match="FlexAttention failed to compile"):
         got = local_mean(torch.tensor(X[:30]), torch.tensor(X), torch.tensor(y), "gaussian", 0.05)
     np.testing.assert_allclose(got.numpy(), local_mean(X[:30].astype(float), X.astype(float), y.astype(float),
                                                        "gaussian", 0.05), rtol=1e-4)

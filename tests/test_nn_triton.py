@@ -3,17 +3,38 @@ streamed reference: outputs and gradients (queries, keys, values, a learned per-
 every kernel, causal and windowed, lengths and head sizes off the block sizes, data far from the
 origin. Without CUDA the kernels run in Triton's interpreter (float32 and float16: its bfloat16
 products are wrong); on a GPU they compile and bfloat16 is tested too (``run_gpu_checks.py``)."""
+import os
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 CUDA = torch.cuda.is_available()
-triton = pytest.importorskip("triton")  # interpreted without a GPU (tests/conftest.py sets TRITON_INTERPRET)
+if not CUDA:  # before the kernels are defined: Triton's JIT reads it at decoration time
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
 
 from localkit.kernels.profiles import PROFILES  # noqa: E402
 from localkit.nn import kernel_attention  # noqa: E402
 
 DEVICE = "cuda" if CUDA else "cpu"
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_loop_bounds(monkeypatch):
+    """Triton 3.6's interpreter takes ``int()`` of the one-element arrays it makes of program ids,
+    which NumPy 2.4 refuses; loop bounds derived from them (causal, window) need the element."""
+    if INTERPRETED:
+        from triton.runtime import interpreter
+
+        patch = interpreter._patch_lang_tensor
+
+        def patched(tensor, scope):
+            patch(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+        monkeypatch.setattr(interpreter, "_patch_lang_tensor", patched)
 
 
 def _attention():
@@ -77,6 +98,12 @@ def test_far_from_the_origin_keeps_float32_digits(kernel):
     _compare(kernel, torch.float32, False, None, FLOAT32, offset=30.0)
 
 
+#: the half path compiled for an H200 returned wrong rows (right in Triton's interpreter); it is
+#: not routed to until fixed (see localkit.nn.functional._cuda_fused)
+HALF_ON_CUDA = pytest.mark.xfail(CUDA, strict=True, reason="the compiled half path is wrong on an H200 (known bug)")
+
+
+@HALF_ON_CUDA
 @pytest.mark.parametrize("kernel", ["softmax", "laplacian", "tricube"])
 def test_float16(kernel):
     # 5 of float16's eps: as in FlashAttention, delta_i = dO_i . out_i is taken from the output
@@ -84,6 +111,7 @@ def test_float16(kernel):
     _compare(kernel, torch.float16, True, None, 5 * torch.finfo(torch.float16).eps)
 
 
+@HALF_ON_CUDA
 @pytest.mark.skipif(not CUDA, reason="Triton's interpreter multiplies bfloat16 wrongly; compiled on CUDA")
 @pytest.mark.parametrize("kernel", ["softmax", "gaussian", "laplacian", "epanechnikov", "cosine"])
 def test_bfloat16(kernel):

@@ -1,6 +1,8 @@
-"""Every localization kernel through PyTorch's FlexAttention (compiled once, cached): the CUDA path of
-:func:`localkit.nn.kernel_attention` inside ``torch.compile`` (which traces FlexAttention) and for the
-dtypes our Triton kernel (:mod:`localkit.engine.triton_attention`) does not take yet.
+"""Every localization kernel through PyTorch's FlexAttention (the CUDA path; compiled once, cached).
+
+Used by :func:`localkit.nn.kernel_attention` (attention heads) and by the engine's array-API path
+(:mod:`localkit.engine.namespace`: local means of torch CUDA tensors), so that a local mean on a
+GPU is one fused kernel that never forms the ``n x m`` weights.
 
 FlexAttention fuses ``softmax(score_mod(q . k)) V`` with a block mask that skips whole tiles. Each
 kernel's log-weight is made a *dot product* of augmented features, so that the only tensors it
@@ -14,9 +16,13 @@ reads are its inputs (gradients, a learned bandwidth included, flow through them
 For the Gaussian and the profiles ``q`` and ``k`` are first centred on the keys' mean, which
 changes no weight (distances are translation-invariant; the Gaussian's score moves by a per-row
 constant) and keeps ``|q|^2``,
-``|k|^2`` small against ``2 q . k``. Causal and window kernels are the block mask (``mask_mod``); a
-compact window's profile is added by ``score_mod``. Rows whose kernel vanishes everywhere give zero
-(from the returned log-sum-exp).
+``|k|^2`` small against ``2 q . k``. Causal and window kernels (and leave-one-out) are the block mask
+(``mask_mod``); a compact window's profile is added by ``score_mod``. Rows whose kernel vanishes
+everywhere give zero (from the returned log-sum-exp).
+
+The engine also asks for the log-sum-exp itself (``log sum_j k_ij``, the local sums' log weight
+sum), for the exclusion of ``j = i`` (leave-one-out, in the block mask) and for log sample
+weights added to every score.
 """
 from __future__ import annotations
 
@@ -105,10 +111,10 @@ def _pad16(t):
     return torch.nn.functional.pad(t, (0, -t.shape[-1] % 16))
 
 
-def _block_mask(L, S, causal, window, device):
+def _block_mask(L, S, causal, window, device, exclude_self=False):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    key = (L, S, causal, window, str(device))
+    key = (L, S, causal, window, str(device), exclude_self)
     if key in _BLOCK_MASKS:
         return _BLOCK_MASKS[key]
     reach = None if window is None else math.floor(window[1])
@@ -119,16 +125,24 @@ def _block_mask(L, S, causal, window, device):
             ok = ok & (qi >= ki)
         if reach is not None:
             ok = ok & ((qi - ki).abs() <= reach)
+        if exclude_self:
+            ok = ok & (qi != ki)
         return ok
 
     _BLOCK_MASKS[key] = create_block_mask(mask_mod, B=None, H=None, Q_LEN=L, KV_LEN=S, device=device)
     return _BLOCK_MASKS[key]
 
 
-def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True):
+def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, exclude_self=False,
+                          log_weight=None, return_lse=False):
     """``kernel_attention`` through FlexAttention; ``q, k, v`` share their batch shape, ``c`` is
     ``batch + (1, 1)``. Key-padding masks are not taken: torch 2.11's Triton failed to compile a
-    captured ``(B, S)`` key mask in ``mask_mod`` (H200), so such calls stream instead."""
+    captured ``(B, S)`` key mask in ``mask_mod`` (H200), so such calls stream instead.
+
+    ``exclude_self`` removes the pairs ``i = j``; ``log_weight`` (shape ``(S,)``) is added to every
+    score (log sample weights); ``return_lse`` also returns ``log sum_j exp(score_ij)`` in float32
+    (``-inf`` for rows without any admissible key) with the rows' scores as the kernel's log
+    weights: for the Gaussian, ``-c |q - k|^2 / 2`` exactly (the row constant added back)."""
     batch, L, S, dtype = q.shape[:-2], q.shape[-2], k.shape[-2], q.dtype
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     q, k = q.to(compute), k.to(compute)
@@ -143,12 +157,26 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True):
             score = profile(torch.clamp(score, min=0.0))  # rounding can make u^2 slightly negative
         if position is not None:
             score = score + position_profile(((qi - ki).to(torch.float32) / position[1]) ** 2)
+        if log_weight is not None:
+            score = score + log_weight[ki]
         return score
 
-    mod = None if profile is None and position is None else score_mod
-    block_mask = _block_mask(L, S, causal, window, q.device) if causal or window is not None else None
+    mod = None if profile is None and position is None and log_weight is None else score_mod
+    block_mask = None
+    if causal or window is not None or exclude_self:
+        block_mask = _block_mask(L, S, causal, window, q.device, exclude_self)
     width = v.shape[-1]
     values = torch.nn.functional.pad(v, (0, max(0, 16 - width)))  # Triton's tiles: 16 columns at least
+    # float32 stays IEEE float32 in both products (TF32's 10-bit mantissa would cost ~1e-3 in the
+    # log weights, far beyond the engine's float32 budget)
+    options = {"FLOAT32_PRECISION": "'ieee'"} if compute == torch.float32 and q.is_cuda else None
     out, lse = _flex(compiled)(flat(qf), flat(kf), flat(values), score_mod=mod, block_mask=block_mask, scale=1.0,
-                               return_lse=True)
-    return out[..., :width].masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, width))
+                               return_lse=True, kernel_options=options)
+    out = out[..., :width].masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, width))
+    if not return_lse:
+        return out
+    lse = lse.reshape(batch + (L,))
+    if kernel == "gaussian":  # the features' score is -c |q - k|^2 / 2 + c |q|^2 / 2
+        centred = q - k.mean(-2, keepdim=True)
+        lse = lse - 0.5 * c.reshape(batch + (1,)) * (centred * centred).sum(-1)
+    return out, lse

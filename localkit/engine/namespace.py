@@ -152,11 +152,11 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
                                s_scale=s_scale, logit_exponent=logit_exponent)
         return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
     fused = None
-    if _fused_fits(xp, Qs, Xs, kernel, options):
+    if _flex_fits(xp, Qs, Xs, kernel, options):
         from .flex import fused_or_none
 
-        fused = fused_or_none(("triton", "local sums", kernel.name, exclude_self, weight is not None),
-                              lambda: fused_sums(Qs, Xs, V, weight, kernel, exclude_self))
+        fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
+                              lambda: flex_sums(Qs, Xs, V, weight, kernel, exclude_self))
     S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, V, weight), kernel, exclude_self,
                                                        options)
     return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
@@ -250,13 +250,12 @@ def xp_bandwidth(xp, kernel, X):
     return float(h) if np.ndim(h) == 0 else [float(v) for v in h]
 
 
-def _fused_fits(xp, Qs, Xs, kernel, options):
-    """Our Triton attention kernel (:mod:`localkit.engine.triton_attention`) fuses the whole local
-    mean on CUDA in float32 (one kernel, no ``n x m`` block in memory) when its matrix-product
-    form of ``u^2`` keeps the engine's error budget: it errs by about ``eps (|q|^2 + |x|^2)``
-    (the coordinates arrive centred, but a block is not recentred), and the kinked profiles want
-    exact differences. (FlexAttention, used before, erred 2.0e-4 against float64 on an H200 at
-    n = m = 262,144, d = 8, whatever its float32 precision option; see benchmarks/RESULTS.md.)"""
+def _flex_fits(xp, Qs, Xs, kernel, options):
+    """FlexAttention fuses the whole local mean on CUDA in float32 (one kernel, no ``n x m``
+    block in memory; 5.4x the streamed blocks on an H200, see benchmarks/RESULTS.md) when its
+    features keep the engine's error budget: the matrix-product form of ``u^2`` errs by about
+    ``eps (|q|^2 + |x|^2)`` (no per-block recentring there), and the kinked profiles want exact
+    differences."""
     if options.block_size is not None or Qs.dtype != xp.float32 or not getattr(Qs, "is_cuda", False):
         return False  # torch (an optional dependency) is imported for CUDA tensors only
     from .flex import flex_available
@@ -271,18 +270,18 @@ def _fused_fits(xp, Qs, Xs, kernel, options):
     return 2 * float(xp.finfo(Qs.dtype).eps) * reach <= LOG_WEIGHT_TOL[np.dtype(np.float32)]
 
 
-def fused_sums(Qs, Xs, V, weight, kernel, exclude_self):
+def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     """``(S, shift)`` as :func:`_stream` returns them (the last column of ``S`` the weight sum),
-    from one call of our Triton attention kernel: the normalised means and the log-sum-exp of the
-    log-weights; sample weights enter as log weights added to the scores. Torch tensors, scaled
-    coordinates (so the kernel's scale is 1)."""
+    from one FlexAttention call: the normalised means and the log-sum-exp of the log-weights;
+    sample weights enter as log weights added to the scores. Torch tensors, scaled coordinates."""
     import torch
 
-    from .triton_attention import triton_kernel_attention
+    from .flex import flex_kernel_attention
 
-    out, lse = triton_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
-                                       V[None], 1.0, exclude_self=exclude_self,
-                                       log_weight=None if weight is None else torch.log(weight), return_lse=True)
+    one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
+    out, lse = flex_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
+                                     V[None], one, False, None, compiled, exclude_self=exclude_self,
+                                     log_weight=None if weight is None else torch.log(weight), return_lse=True)
     S = torch.cat([out[0], torch.ones_like(out[0, :, :1])], dim=1)
     return S, lse[0].to(Qs.dtype)
 

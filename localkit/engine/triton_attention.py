@@ -88,13 +88,11 @@ def _load_tile(X, MU, rows, dims, n_rows, D, CENTRED: tl.constexpr, TRANSPOSED: 
 
 
 @triton.jit
-def _log_weights(s, qn, kn, c, i, j, S, inv_w2, LOGW, LOG_K: tl.constexpr, SOFTMAX: tl.constexpr,
-                 CAUSAL: tl.constexpr, REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr,
-                 EXCLUDE_SELF: tl.constexpr, HAS_LOGW: tl.constexpr):
+def _log_weights(s, qn, kn, c, i, j, S, inv_w2, LOG_K: tl.constexpr, SOFTMAX: tl.constexpr,
+                 CAUSAL: tl.constexpr, REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr):
     """``(s_ij in log2 units, -inf where the pair is not admissible; r2_ij)`` for a tile ``s = q . k``
     in either orientation: ``qn, kn`` (norms) and ``i, j`` (query and key indices) come broadcast to
-    its shape. ``r2 = u2 / c`` for the profiles, ``q . k`` for the softmax (``dc`` is summed against it).
-    ``EXCLUDE_SELF`` drops ``i = j`` (leave-one-out); ``LOGW`` holds log sample weights, one per key."""
+    its shape. ``r2 = u2 / c`` for the profiles, ``q . k`` for the softmax (``dc`` is summed against it)."""
     if SOFTMAX:
         r2 = s
         score = c * s
@@ -104,10 +102,6 @@ def _log_weights(s, qn, kn, c, i, j, S, inv_w2, LOGW, LOG_K: tl.constexpr, SOFTM
     ok = j < S
     if CAUSAL:
         ok = ok & (j <= i)
-    if EXCLUDE_SELF:
-        ok = ok & (j != i)
-    if HAS_LOGW:
-        score = score + tl.load(LOGW + j, mask=j < S, other=0.0)
     if REACH >= 0:
         offset = (i - j).to(tl.float32)
         ok = ok & (tl.abs(offset) <= REACH)
@@ -143,10 +137,9 @@ def _query_range(first, BLOCK_N: tl.constexpr, L, CAUSAL: tl.constexpr, REACH: t
 
 
 @triton.jit
-def _forward(Q, K, V, MU, C, LOGW, O, LSE, L, S, D, DV, inv_w2,
+def _forward(Q, K, V, MU, C, O, LSE, L, S, D, DV, inv_w2,
              LOG_K: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr, REACH: tl.constexpr,
-             POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_LOGW: tl.constexpr,
-             IEEE: tl.constexpr,
+             POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, IEEE: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     start = tl.program_id(0) * BLOCK_M
     n = tl.program_id(1).to(tl.int64)
@@ -163,8 +156,7 @@ def _forward(Q, K, V, MU, C, LOGW, O, LSE, L, S, D, DV, inv_w2,
         cols = first + tl.arange(0, BLOCK_N)
         kT, kn = _load_tile(K + n * S * D, MU + n * D, cols, dims, S, D, not SOFTMAX, True)
         score, _ = _log_weights(_dot(q, kT, IEEE), qn[:, None], kn[None, :], c, rows[:, None], cols[None, :], S,
-                                inv_w2, LOGW, LOG_K, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS, EXCLUDE_SELF,
-                                HAS_LOGW)
+                                inv_w2, LOG_K, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
         m_new = tl.maximum(m_i, tl.max(score, 1))
         base = tl.where(m_new == -float("inf"), 0.0, m_new)  # rows with no admissible key yet
         p = tl.exp2(score - base[:, None])
@@ -196,14 +188,12 @@ def _delta(O, DO, DELTA, L, DV, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr):
 
 
 @triton.jit
-def _gradient_tile(s, dp, qn, kn, lse, delta, c, i, j, S, inv_w2, LOGW,
+def _gradient_tile(s, dp, qn, kn, lse, delta, c, i, j, S, inv_w2,
                    LOG_K: tl.constexpr, SLOPE: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr,
-                   REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr,
-                   EXCLUDE_SELF: tl.constexpr, HAS_LOGW: tl.constexpr):
+                   REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr):
     """``(P, G, r2)`` of a tile of pairs (either orientation, the per-query ``lse, delta`` and the
     norms broadcast to its shape): ``G = dL/ds`` for the softmax, ``dL/du2`` for the profiles."""
-    score, r2 = _log_weights(s, qn, kn, c, i, j, S, inv_w2, LOGW, LOG_K, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS,
-                             EXCLUDE_SELF, HAS_LOGW)
+    score, r2 = _log_weights(s, qn, kn, c, i, j, S, inv_w2, LOG_K, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
     p = tl.exp2(score - lse)
     ds = p * (dp - delta)
     if SOFTMAX:
@@ -214,10 +204,9 @@ def _gradient_tile(s, dp, qn, kn, lse, delta, c, i, j, S, inv_w2, LOGW,
 
 
 @triton.jit
-def _backward_kv(Q, K, V, MU, C, LOGW, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV, inv_w2, N_BLOCKS,
+def _backward_kv(Q, K, V, MU, C, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV, inv_w2, N_BLOCKS,
                  LOG_K: tl.constexpr, SLOPE: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr,
-                 REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-                 HAS_LOGW: tl.constexpr, IEEE: tl.constexpr,
+                 REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, IEEE: tl.constexpr,
                  NEED_DC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_DV: tl.constexpr):
     """One block of keys; the tiles are taken transposed (keys x queries), so that ``P^T`` and
@@ -247,9 +236,8 @@ def _backward_kv(Q, K, V, MU, C, LOGW, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV
         lse = tl.load(LSE + n * L + rows, mask=rows < L, other=float("inf"))
         delta = tl.load(DELTA + n * L + rows, mask=rows < L, other=0.0)
         pT, gT, r2T = _gradient_tile(_dot(k, qT, IEEE), _dot(v, doT, IEEE), qn[None, :], kn[:, None],
-                                     lse[None, :], delta[None, :], c, rows[None, :], cols[:, None], S, inv_w2, LOGW,
-                                     LOG_K, SLOPE, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS, EXCLUDE_SELF,
-                                     HAS_LOGW)
+                                     lse[None, :], delta[None, :], c, rows[None, :], cols[:, None], S, inv_w2,
+                                     LOG_K, SLOPE, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
         dv += _dot(pT.to(do.dtype), do, IEEE)
         dk += _dot(gT.to(q.dtype), q, IEEE)
         g_sum += tl.sum(gT, 1)
@@ -267,10 +255,9 @@ def _backward_kv(Q, K, V, MU, C, LOGW, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV
 
 
 @triton.jit
-def _backward_q(Q, K, V, MU, C, LOGW, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
+def _backward_q(Q, K, V, MU, C, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
                 LOG_K: tl.constexpr, SLOPE: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr,
-                REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-                HAS_LOGW: tl.constexpr, IEEE: tl.constexpr,
+                REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, IEEE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     start = tl.program_id(0) * BLOCK_M
     n = tl.program_id(1).to(tl.int64)
@@ -293,8 +280,8 @@ def _backward_q(Q, K, V, MU, C, LOGW, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
         vT = tl.load(V + n * S * DV + cols[None, :] * DV + vdims[:, None],
                      mask=(cols[None, :] < S) & (vdims[:, None] < DV), other=0.0)
         _, g, _ = _gradient_tile(_dot(q, kT, IEEE), _dot(do, vT, IEEE), qn[:, None], kn[None, :], lse[:, None],
-                                 delta[:, None], c, rows[:, None], cols[None, :], S, inv_w2, LOGW, LOG_K, SLOPE,
-                                 SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS, EXCLUDE_SELF, HAS_LOGW)
+                                 delta[:, None], c, rows[:, None], cols[None, :], S, inv_w2, LOG_K, SLOPE,
+                                 SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
         dq += _dot(g.to(k.dtype), k, IEEE)
         g_sum += tl.sum(g, 1)
     if SOFTMAX:
@@ -316,7 +303,7 @@ def _pow2(n):
     return max(16, triton.next_power_of_2(n))
 
 
-def _launch_options(kernel, q, causal, window, exclude_self, log_weight):
+def _launch_options(kernel, q, k, v, causal, window):
     """The constexpr arguments shared by the three kernels, and the runtime ``1 / w^2``."""
     softmax = kernel == "softmax"
     log_k, slope = (None, None) if softmax else _profile(kernel)
@@ -327,40 +314,35 @@ def _launch_options(kernel, q, causal, window, exclude_self, log_weight):
         if name != "uniform":
             pos_log_k, inv_w2 = _profile(name)[0], 1.0 / (width * width)
     constants = dict(LOG_K=log_k, SOFTMAX=softmax, CAUSAL=bool(causal), REACH=reach, POS_LOG_K=pos_log_k,
-                     HAS_POS=pos_log_k is not None, EXCLUDE_SELF=bool(exclude_self), HAS_LOGW=log_weight is not None,
-                     IEEE=q.dtype == torch.float32)
+                     HAS_POS=pos_log_k is not None, IEEE=q.dtype == torch.float32)
     return constants, slope, inv_w2
 
 
 class _TritonAttention(torch.autograd.Function):
-    """``(q, k, v, c, log_weight)`` -> ``(out, lse)``: ``q (N, L, D)``, ``k (N, S, D)``, ``v (N, S, DV)``
-    contiguous, ``c (N,)`` and ``log_weight (S,)`` (or None) float32; ``spec = (kernel, causal, window,
-    exclude_self)``. ``lse`` (natural log, ``-inf`` for a row without admissible key) takes no gradient."""
+    """``(q, k, v, c)`` -> ``out``: ``q (N, L, D)``, ``k (N, S, D)``, ``v (N, S, DV)`` contiguous,
+    ``c (N,)`` float32; ``spec = (kernel, causal, window)``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, c, log_weight, spec):
-        kernel, causal, window, exclude_self = spec
+    def forward(ctx, q, k, v, c, spec):
+        kernel, causal, window = spec
         N, L, D = q.shape
         S, DV = k.shape[1], v.shape[-1]
-        constants, slope, inv_w2 = _launch_options(kernel, q, causal, window, exclude_self, log_weight)
+        constants, slope, inv_w2 = _launch_options(kernel, q, k, v, causal, window)
         # the keys' mean, accumulated in float32 without a float32 copy of k (profiles only)
         mu = q.new_zeros((N, D), dtype=torch.float32) if kernel == "softmax" else torch.mean(k, 1, dtype=torch.float32)
-        logw = c if log_weight is None else log_weight  # any float32 pointer when there is none
         out = torch.empty((N, L, DV), dtype=q.dtype, device=q.device)
         lse = torch.empty((N, L), dtype=torch.float32, device=q.device)
         block_m, block_n, warps, stages = FORWARD_BLOCKS["ieee" if constants["IEEE"] else "half"]
         _forward[(triton.cdiv(L, block_m), N)](
-            q, k, v, mu, c, logw, out, lse, L, S, D, DV, inv_w2, **constants, BLOCK_M=block_m, BLOCK_N=block_n,
+            q, k, v, mu, c, out, lse, L, S, D, DV, inv_w2, **constants, BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_D=_pow2(D), BLOCK_DV=_pow2(DV), num_warps=warps, num_stages=stages)
-        ctx.save_for_backward(q, k, v, c, mu, logw, out, lse)
+        ctx.save_for_backward(q, k, v, c, mu, out, lse)
         ctx.launch = constants, slope, inv_w2
-        natural = (lse * math.log(2.0)).masked_fill(torch.isinf(lse), -math.inf)
-        ctx.mark_non_differentiable(natural)
-        return out, natural
+        return out
 
     @staticmethod
-    def backward(ctx, d_out, _):
-        q, k, v, c, mu, logw, out, lse = ctx.saved_tensors
+    def backward(ctx, d_out):
+        q, k, v, c, mu, out, lse = ctx.saved_tensors
         constants, slope, inv_w2 = ctx.launch
         N, L, D = q.shape
         S, DV = k.shape[1], v.shape[-1]
@@ -373,28 +355,19 @@ class _TritonAttention(torch.autograd.Function):
         blocks = triton.cdiv(S, large)
         dc = torch.zeros((N, blocks), dtype=torch.float32, device=q.device)
         sizes = dict(BLOCK_D=_pow2(D), BLOCK_DV=_pow2(DV), num_warps=warps, num_stages=stages)
-        _backward_kv[(blocks, N)](q, k, v, mu, c, logw, d_out, lse, delta, dk, dv, dc, L, S, D, DV, inv_w2, blocks,
+        _backward_kv[(blocks, N)](q, k, v, mu, c, d_out, lse, delta, dk, dv, dc, L, S, D, DV, inv_w2, blocks,
                                   **constants, SLOPE=slope, NEED_DC=need_dc, BLOCK_M=small, BLOCK_N=large, **sizes)
-        _backward_q[(triton.cdiv(L, large), N)](q, k, v, mu, c, logw, d_out, lse, delta, dq, L, S, D, DV, inv_w2,
+        _backward_q[(triton.cdiv(L, large), N)](q, k, v, mu, c, d_out, lse, delta, dq, L, S, D, DV, inv_w2,
                                                 **constants, SLOPE=slope, BLOCK_M=large, BLOCK_N=small, **sizes)
-        return dq, dk, dv, (dc.sum(1) if need_dc else None), None, None
+        return dq, dk, dv, (dc.sum(1) if need_dc else None), None
 
 
-def triton_kernel_attention(kernel, q, k, v, c, causal=False, window=None, *, exclude_self=False, log_weight=None,
-                            return_lse=False):
+def triton_kernel_attention(kernel, q, k, v, c, causal=False, window=None):
     """``kernel_attention`` through the Triton kernel; ``q, k, v`` share their batch shape and dtype
     (float32, bfloat16 or float16), ``c`` broadcasts to ``batch + (1, 1)`` (``1/h`` for the softmax,
-    ``1/h^2`` for the profiles), ``window`` is ``None`` or ``(profile, width)``.
-
-    For the engine's local sums: ``exclude_self`` removes the pairs ``i = j``, ``log_weight`` (shape
-    ``(S,)``) is added to every log-weight (log sample weights), and ``return_lse`` also returns
-    ``log sum_j k_ij`` (float32, the profile's exact log weights; ``-inf`` for a row without any
-    admissible key, whose output is 0)."""
-    batch, L = q.shape[:-2], q.shape[-2]
+    ``1/h^2`` for the profiles), ``window`` is ``None`` or ``(profile, width)``."""
+    batch, L, S = q.shape[:-2], q.shape[-2], k.shape[-2]
     flat = lambda t: t.reshape((-1,) + t.shape[-2:]).contiguous()  # noqa: E731
     c = torch.as_tensor(c, dtype=torch.float32, device=q.device).expand(batch + (1, 1)).reshape(-1)
-    log_weight = None if log_weight is None else log_weight.to(torch.float32).contiguous()
-    out, lse = _TritonAttention.apply(flat(q), flat(k), flat(v), c.contiguous(), log_weight,
-                                      (kernel, bool(causal), window, bool(exclude_self)))
-    out = out.reshape(batch + (L, v.shape[-1]))
-    return (out, lse.reshape(batch + (L,))) if return_lse else out
+    out = _TritonAttention.apply(flat(q), flat(k), flat(v), c.contiguous(), (kernel, bool(causal), window))
+    return out.reshape(batch + (L, v.shape[-1]))

@@ -449,7 +449,7 @@ def _cuda_fused(kernel, q, k, v, c, causal, window):
     compile a captured ``(B, S)`` key mask in FlexAttention (H200)."""
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
-    if eager() and q.dtype != torch.float64:
+    if eager() and q.dtype == torch.float32:
         from ..engine.triton_attention import triton_kernel_attention
 
         return fused_or_none(("triton", kernel, q.dtype, causal, window),
