@@ -1,7 +1,10 @@
 """Every check that needs a CUDA device, in one run: the GPU local-mean benchmark, the CUDA tests
 and the GPU attention table (written row by row, so that a run cut short keeps what it measured).
 
-    python benchmarks/run_gpu_checks.py OUT_DIR [--budget SECONDS]
+    python benchmarks/run_gpu_checks.py OUT_DIR [--budget SECONDS] [--workers N] [--table-seconds SECONDS]
+
+Packages the GPU machine lacks (array-api-strict, for the array-API tests) can be installed to a
+folder on ``PYTHONPATH``: the steps keep it.
 
 Each step runs in its own process with its share of the budget; outputs go to ``OUT_DIR``
 (``env.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``).
@@ -34,8 +37,9 @@ def step(name, argv, out, seconds, cwd=ROOT):
     """Run ``argv`` for at most ``seconds``, its output streamed to ``out``; returns its status."""
     print(f"== {name} (at most {seconds:.0f} s)", flush=True)
     start = time.perf_counter()
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}", PYTHONUNBUFFERED="1",
-               SCIPY_ARRAY_API="1")
+    # the caller's PYTHONPATH kept behind ours: packages carried to the machine as wheels
+    path = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", SCIPY_ARRAY_API="1")
     with open(out, "w") as log:
         try:
             status = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -53,6 +57,7 @@ def main():
     parser.add_argument("--attention-passes", type=int, default=3, help="passes of the attention table (1-3)")
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for the CUDA tests "
                         "(FlexAttention's compiles are CPU-bound)")
+    parser.add_argument("--table-seconds", type=float, default=170.0, help="seconds kept for the attention table")
     parser.add_argument("--extra", type=Path, help="a script to run after the tests (diagnostics)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -63,7 +68,7 @@ def main():
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
     step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
-                        *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - 170))
+                        *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - args.table_seconds))
     step("GPU attention table", [py, "-c", ATTENTION, str(args.attention_passes)], args.out / "gpu_attention.md",
          left() - (40 if args.extra else 0))
     if args.extra is not None:
