@@ -137,16 +137,20 @@ def _query_range(first, BLOCK_N: tl.constexpr, L, CAUSAL: tl.constexpr, REACH: t
 
 
 @triton.jit
+def _program(C, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """This program's first row (of queries, or of keys), batch entry, row / feature / value-column
+    indices and scale ``c``."""
+    first = tl.program_id(0) * BLOCK
+    n = tl.program_id(1).to(tl.int64)
+    return first, n, first + tl.arange(0, BLOCK), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV), tl.load(C + n)
+
+
+@triton.jit
 def _forward(Q, K, V, MU, C, O, LSE, L, S, D, DV, inv_w2,
              LOG_K: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr, REACH: tl.constexpr,
              POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, IEEE: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    start = tl.program_id(0) * BLOCK_M
-    n = tl.program_id(1).to(tl.int64)
-    rows = start + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    vdims = tl.arange(0, BLOCK_DV)
-    c = tl.load(C + n)
+    start, n, rows, dims, vdims, c = _program(C, BLOCK_M, BLOCK_D, BLOCK_DV)
     q, qn = _load_tile(Q + n * L * D, MU + n * D, rows, dims, L, D, not SOFTMAX, False)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -211,12 +215,7 @@ def _backward_kv(Q, K, V, MU, C, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV, inv_
                  BLOCK_DV: tl.constexpr):
     """One block of keys; the tiles are taken transposed (keys x queries), so that ``P^T`` and
     ``G^T`` come out of the products as they are needed."""
-    first = tl.program_id(0) * BLOCK_N
-    n = tl.program_id(1).to(tl.int64)
-    cols = first + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    vdims = tl.arange(0, BLOCK_DV)
-    c = tl.load(C + n)
+    first, n, cols, dims, vdims, c = _program(C, BLOCK_N, BLOCK_D, BLOCK_DV)
     k, kn = _load_tile(K + n * S * D, MU + n * D, cols, dims, S, D, not SOFTMAX, False)
     v_ok = (cols[:, None] < S) & (vdims[None, :] < DV)
     v = tl.load(V + n * S * DV + cols[:, None] * DV + vdims[None, :], mask=v_ok, other=0.0)
@@ -259,12 +258,7 @@ def _backward_q(Q, K, V, MU, C, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
                 LOG_K: tl.constexpr, SLOPE: tl.constexpr, SOFTMAX: tl.constexpr, CAUSAL: tl.constexpr,
                 REACH: tl.constexpr, POS_LOG_K: tl.constexpr, HAS_POS: tl.constexpr, IEEE: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    start = tl.program_id(0) * BLOCK_M
-    n = tl.program_id(1).to(tl.int64)
-    rows = start + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    vdims = tl.arange(0, BLOCK_DV)
-    c = tl.load(C + n)
+    start, n, rows, dims, vdims, c = _program(C, BLOCK_M, BLOCK_D, BLOCK_DV)
     q, qn = _load_tile(Q + n * L * D, MU + n * D, rows, dims, L, D, not SOFTMAX, False)
     do = tl.load(DO + n * L * DV + rows[:, None] * DV + vdims[None, :],
                  mask=(rows[:, None] < L) & (vdims[None, :] < DV), other=0.0)
