@@ -192,13 +192,14 @@ def _rebind(func, namespace, compile_with=None):
 class Profile:
     """A radial profile ``k(u)``, stated once as ``log k`` of ``u2 = u^2`` (see the module notes).
 
-    ``log_k`` evaluates it on NumPy arrays; :meth:`log_k_for` on another namespace (``torch``);
-    :attr:`compiled` is the numba scalar version used by the compiled compact pass.
+    ``log_k`` evaluates it on NumPy arrays; :meth:`log_k_for` on another namespace (``torch``, or
+    Triton's through :mod:`localkit.engine.triton_namespace`); :attr:`compiled` is the numba scalar
+    version used by the compiled compact pass; :meth:`slope_for` gives ``d log k / d u2``, stated
+    beside ``log k`` for kernels that write their own backward pass (tested against autograd).
     """
 
     name: str
     statement: Callable = field(repr=False)
-    slope: Callable = field(default=None, repr=False)  # d log k / d u2, stated beside log k
     compact: bool = False
     radial_moment: Callable[[int], float] = field(default=None, repr=False)  # int_0^inf k(r) r^(d-1) dr
     # True for profiles with a kink at u = 0 (linear in u there): the matrix-product form of
@@ -210,6 +211,8 @@ class Profile:
     # a polynomial tail ``k(u) ~ u^-2`` keeps relative weights when ``u^2`` overflows:
     # ``log k(2^e t) = -log(2^-e + t) - e log 2`` (only the Cauchy profile has one)
     polynomial_tail: bool = False
+    # ``d log k / d u2``, stated beside ``log k`` (kernels that write their own backward pass)
+    slope: Callable = field(default=None, repr=False)
 
     def log_k_scaled(self, t, exponent):
         """``(L, c)`` with ``log k(2^exponent t) = L + c`` (``c`` the same for every ``t``), for
@@ -294,7 +297,7 @@ def _poly_moment(a, b):
 
 
 def _poly_profile(name, statement, slope, a, b, **kwargs):
-    return Profile(name, statement, slope, True, _poly_moment(a, b), poly=(a, b), **kwargs)
+    return Profile(name, statement, True, _poly_moment(a, b), poly=(a, b), slope=slope, **kwargs)
 
 
 def _cosine_moment(d):
@@ -308,18 +311,18 @@ def _cauchy_moment(d):
 PROFILES = {
     p.name: p
     for p in [
-        Profile("gaussian", _log_gaussian, _slope_gaussian, False,
-                lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d)),
+        Profile("gaussian", _log_gaussian, False, lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d),
+                slope=_slope_gaussian),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
         _poly_profile("biweight", _log_poly_a2_b2, _slope_poly_a2_b2, 2, 2),
         _poly_profile("triweight", _log_poly_a2_b3, _slope_poly_a2_b3, 2, 3),
         _poly_profile("triangular", _log_triangular, _slope_triangular, 1, 1, exact_distance=True),
         _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
-        Profile("cosine", _log_cosine, _slope_cosine, True, _cosine_moment),
-        Profile("laplacian", _log_laplacian, _slope_laplacian, False, lambda d: special.gamma(d),
-                exact_distance=True),
-        Profile("cauchy", _log_cauchy, _slope_cauchy, False, _cauchy_moment, polynomial_tail=True),
+        Profile("cosine", _log_cosine, True, _cosine_moment, slope=_slope_cosine),
+        Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True,
+                slope=_slope_laplacian),
+        Profile("cauchy", _log_cauchy, False, _cauchy_moment, polynomial_tail=True, slope=_slope_cauchy),
     ]
 }
 
