@@ -143,3 +143,11 @@ def test_each_profile_slope_is_the_derivative_of_its_statement(name):
     np.testing.assert_allclose(p.slope_for(torch)(torch.tensor(u2)).numpy(), t.grad.numpy(), rtol=1e-9, atol=0)
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(p.slope_for(np)(u2), t.grad.numpy(), rtol=1e-9, atol=0)
+
+
+def test_a_profile_without_a_slope_says_so():
+    from localkit.kernels.profiles import Profile
+
+    bare = Profile("mine", PROFILES["gaussian"].statement)
+    with pytest.raises(ValueError, match="'mine' states no slope"):
+        bare.slope_for(torch)

@@ -236,6 +236,9 @@ class Profile:
 
     def slope_for(self, namespace, compile_with=None):
         """``d log k / d u2`` with ``xp`` bound to ``namespace`` (zero outside the support)."""
+        if self.slope is None:
+            raise ValueError(f"the profile {self.name!r} states no slope (Profile(..., slope=...)); "
+                             "kernels with their own backward pass need d log k / d u2")
         return _rebind(self.slope, namespace, compile_with)
 
     @cached_property
