@@ -13,8 +13,9 @@ stay small against ``2 q . k``), the log-weight of a pair is the profile's one s
 (softmax: ``s_ij = c q_i . k_j``, uncentred), and the online log-sum-exp (in base 2) accumulates
 ``out_i = sum_j exp(s_ij - m_i) v_j / sum_j exp(s_ij - m_i)``. ``causal`` and ``window`` bound each
 program's loop over key blocks, so that a window of half-width ``w`` costs ``L (2 w + block)``
-pairs, not ``L S``. Rows whose kernel vanishes everywhere give zero. Memory: the inputs, the output
-and one float per query (the log-sum-exp); nothing ``L x S``.
+pairs, not ``L S``. Rows whose kernel vanishes everywhere give zero. In float32 the sums over
+blocks are compensated (:func:`_accumulate`), so that their error does not grow with ``S``. Memory:
+the inputs, the output and one float per query (the log-sum-exp); nothing ``L x S``.
 
 The backward pass is FlashAttention-2's: with ``P_ij = exp(s_ij - lse_i)``, ``delta_i = dO_i . out_i``,
 ``dS_ij = P_ij (dO_i . v_j - delta_i)`` and ``G_ij = dS_ij (d log k / d u2)(u2_ij)`` (the profile's
@@ -60,6 +61,23 @@ def _dot(a, b, IEEE: tl.constexpr):
     if IEEE:  # float32 stays float32 (TF32's 10-bit mantissa would cost ~1e-3 in the log-weights)
         return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b)
+
+
+@triton.jit
+def _accumulate(total, carry, part, IEEE: tl.constexpr):
+    """``total + part`` for a sum over blocks, as ``(total, carry)``.
+
+    IEEE float32 products run on the FMA units, and Triton folds ``total + tl.dot(a, b)`` into
+    ``tl.dot(a, b, total)``: a chain that adds every single term to the running total, where terms
+    below half its ulp vanish (a local mean over 262,144 keys lost 2e-4 on an H200, the weight sum,
+    summed per block, did not). So the block's product is formed on its own and added with Kahan's
+    compensation (``carry``: the rounding error so far), which the fold does not touch. Half inputs
+    keep the fold: their tensor-core products are rounded far more coarsely already."""
+    if IEEE:
+        y = part - carry
+        t = total + y
+        return t, (t - total) - y
+    return total + part, carry
 
 
 @triton.jit
@@ -155,6 +173,8 @@ def _forward(Q, K, V, MU, C, O, LSE, L, S, D, DV, inv_w2,
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    l_carry = tl.zeros([BLOCK_M], tl.float32)
+    acc_carry = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     lo, hi = _key_range(start, BLOCK_M, S, CAUSAL, REACH, BLOCK_N)
     for first in range(lo, hi, BLOCK_N):
         cols = first + tl.arange(0, BLOCK_N)
@@ -165,10 +185,11 @@ def _forward(Q, K, V, MU, C, O, LSE, L, S, D, DV, inv_w2,
         base = tl.where(m_new == -float("inf"), 0.0, m_new)  # rows with no admissible key yet
         p = tl.exp2(score - base[:, None])
         alpha = tl.exp2(m_i - base)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i, l_carry = _accumulate(l_i * alpha, l_carry * alpha, tl.sum(p, 1), IEEE)
         v = tl.load(V + n * S * DV + cols[:, None] * DV + vdims[None, :],
                     mask=(cols[:, None] < S) & (vdims[None, :] < DV), other=0.0)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE)
+        acc, acc_carry = _accumulate(acc * alpha[:, None], acc_carry * alpha[:, None], _dot(p.to(v.dtype), v, IEEE),
+                                     IEEE)
         m_i = m_new
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -221,6 +242,8 @@ def _backward_kv(Q, K, V, MU, C, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV, inv_
     v = tl.load(V + n * S * DV + cols[:, None] * DV + vdims[None, :], mask=v_ok, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    dk_carry = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv_carry = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     g_sum = tl.zeros([BLOCK_N], tl.float32)
     dc = tl.zeros([BLOCK_N], tl.float32)
     lo, hi = _query_range(first, BLOCK_N, L, CAUSAL, REACH, BLOCK_M)
@@ -237,8 +260,8 @@ def _backward_kv(Q, K, V, MU, C, DO, LSE, DELTA, DK, DVAL, DC, L, S, D, DV, inv_
         pT, gT, r2T = _gradient_tile(_dot(k, qT, IEEE), _dot(v, doT, IEEE), qn[None, :], kn[:, None],
                                      lse[None, :], delta[None, :], c, rows[None, :], cols[:, None], S, inv_w2,
                                      LOG_K, SLOPE, SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
-        dv += _dot(pT.to(do.dtype), do, IEEE)
-        dk += _dot(gT.to(q.dtype), q, IEEE)
+        dv, dv_carry = _accumulate(dv, dv_carry, _dot(pT.to(do.dtype), do, IEEE), IEEE)
+        dk, dk_carry = _accumulate(dk, dk_carry, _dot(gT.to(q.dtype), q, IEEE), IEEE)
         g_sum += tl.sum(gT, 1)
         if NEED_DC:
             dc += tl.sum(gT * r2T, 1)
@@ -265,6 +288,7 @@ def _backward_q(Q, K, V, MU, C, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
     lse = tl.load(LSE + n * L + rows, mask=rows < L, other=float("inf"))
     delta = tl.load(DELTA + n * L + rows, mask=rows < L, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dq_carry = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     g_sum = tl.zeros([BLOCK_M], tl.float32)
     lo, hi = _key_range(start, BLOCK_M, S, CAUSAL, REACH, BLOCK_N)
     for first in range(lo, hi, BLOCK_N):
@@ -276,7 +300,7 @@ def _backward_q(Q, K, V, MU, C, DO, LSE, DELTA, DQ, L, S, D, DV, inv_w2,
         _, g, _ = _gradient_tile(_dot(q, kT, IEEE), _dot(do, vT, IEEE), qn[:, None], kn[None, :], lse[:, None],
                                  delta[:, None], c, rows[:, None], cols[None, :], S, inv_w2, LOG_K, SLOPE,
                                  SOFTMAX, CAUSAL, REACH, POS_LOG_K, HAS_POS)
-        dq += _dot(g.to(k.dtype), k, IEEE)
+        dq, dq_carry = _accumulate(dq, dq_carry, _dot(g.to(k.dtype), k, IEEE), IEEE)
         g_sum += tl.sum(g, 1)
     if SOFTMAX:
         dq = c * dq
