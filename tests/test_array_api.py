@@ -112,12 +112,15 @@ def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
                                      ("softmax", 0.01)])
 @pytest.mark.parametrize("exclude_self", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_flexattention_formulation_equals_numpy(diabetes, name, h, exclude_self, weighted):
-    """The CUDA path's one FlexAttention call (run eagerly here, on the CPU) in float32 against the
+@pytest.mark.parametrize("chunk", [None, 100])
+def test_flexattention_formulation_equals_numpy(diabetes, monkeypatch, name, h, exclude_self, weighted, chunk):
+    """The CUDA path's FlexAttention calls (run eagerly here, on the CPU) in float32 against the
     float64 engine: means and log weight sums of every row that has a neighbour, with leave-one-out
-    and log sample weights, within float32's error budget of the log weights."""
+    and log sample weights, within float32's error budget of the log weights; one call, or chunks
+    of 100 samples (and one of 42) merged by their log-sum-exp."""
     import warnings
 
+    from localkit.engine import namespace
     from localkit.engine.namespace import flex_sums
     from localkit.engine.paths import LOG_WEIGHT_TOL
     from localkit.kernels import Kernel
@@ -131,6 +134,8 @@ def test_flexattention_formulation_equals_numpy(diabetes, name, h, exclude_self,
     Xs = torch.tensor(X - centre) / (1 if name == "softmax" else h)
     Qs = torch.tensor(X - centre) / h
     weight = None if w is None else torch.tensor(w / w.max())
+    if chunk is not None:
+        monkeypatch.setattr(namespace, "FLEX_KEYS", chunk)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not fused
         S, shift = flex_sums(Qs, Xs, torch.tensor(y)[:, None], weight, Kernel(name, bandwidth=h), exclude_self,

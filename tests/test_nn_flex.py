@@ -83,3 +83,29 @@ def test_compiled_flex_forward_backward_bf16_on_cuda(kernel, opts):
     np.testing.assert_allclose(out.double().detach().cpu(), ref.detach().cpu(), atol=3e-2)
     out.float().sum().backward()
     assert all(torch.all(torch.isfinite(t.grad)) for t in (q, k, v))
+
+
+@pytest.mark.parametrize("L, S", [(300, 300), (130, 257), (256, 100)])
+@pytest.mark.parametrize("causal, window", [(True, None), (False, ("uniform", 5.0)), (True, ("tricube", 140.5)),
+                                            (False, ("uniform", 0.0))])
+def test_block_masks_from_the_blocks_bounds_equal_torchs_dense_construction(L, S, causal, window):
+    """Our block masks (built from each pair of blocks' offset range, never from ``L x S`` pairs)
+    list the same partial and full key blocks per query block as torch's ``create_block_mask``
+    (which evaluates every pair), and their ``mask_mod`` admits exactly the kernel's pairs."""
+    from torch.nn.attention.flex_attention import create_block_mask, create_mask
+
+    from localkit.engine.flex import _block_mask
+
+    ours = _block_mask(L, S, causal, window, "cpu")
+    torchs = create_block_mask(ours.mask_mod, None, None, L, S, device="cpu")
+    i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+    admitted = (i >= j) if causal else torch.ones(L, S, dtype=torch.bool)
+    if window is not None:
+        admitted = admitted & ((i - j).abs() <= math.floor(window[1]))
+    assert torch.equal(create_mask(ours.mask_mod, None, None, L, S, device="cpu")[0, 0], admitted)
+    for count, index in [("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")]:
+        n_ours, n_torchs = getattr(ours, count)[0, 0], getattr(torchs, count)[0, 0]
+        assert torch.equal(n_ours, n_torchs)
+        for row, n in enumerate(n_ours.tolist()):
+            assert sorted(getattr(ours, index)[0, 0, row, :n].tolist()) == \
+                sorted(getattr(torchs, index)[0, 0, row, :n].tolist())

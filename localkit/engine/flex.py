@@ -16,12 +16,12 @@ reads are its inputs (gradients, a learned bandwidth included, flow through them
 For the Gaussian and the profiles ``q`` and ``k`` are first centred on the keys' mean, which
 changes no weight (distances are translation-invariant; the Gaussian's score moves by a per-row
 constant) and keeps ``|q|^2``,
-``|k|^2`` small against ``2 q . k``. Causal and window kernels (and leave-one-out) are the block mask
-(``mask_mod``); a compact window's profile is added by ``score_mod``. Rows whose kernel vanishes
+``|k|^2`` small against ``2 q . k``. Causal and window kernels are the block mask (built from the
+blocks' bounds, never from ``L x S`` pairs); a compact window's profile is added by ``score_mod``. Rows whose kernel vanishes
 everywhere give zero (from the returned log-sum-exp).
 
 The engine also asks for the log-sum-exp itself (``log sum_j k_ij``, the local sums' log weight
-sum), for the exclusion of ``j = i`` (leave-one-out, in the block mask) and for log sample
+sum), for the exclusion of ``j = i`` (leave-one-out, in ``score_mod``) and for log sample
 weights added to every score.
 """
 from __future__ import annotations
@@ -39,6 +39,8 @@ RECOMPILE_LIMIT = 256
 _COMPILED = {}
 _FAILED = set()
 _BLOCK_MASKS = {}
+#: FlexAttention's default tile of queries and of keys (its block masks' granularity)
+BLOCK_SIZE = 128
 
 
 def fused_or_none(key, call):
@@ -111,35 +113,56 @@ def _pad16(t):
     return torch.nn.functional.pad(t, (0, -t.shape[-1] % 16))
 
 
-def _block_mask(L, S, causal, window, device, exclude_self=False):
-    from torch.nn.attention.flex_attention import create_block_mask
+def _block_mask(L, S, causal, window, device):
+    """FlexAttention's block mask of a causal and/or window kernel, built from the blocks' bounds.
 
-    key = (L, S, causal, window, str(device), exclude_self)
+    The kernels admit the offsets ``i - j`` of an interval (causal: ``>= 0``; a window of reach
+    ``r``: ``|i - j| <= r``). A block of queries ``[q0, q1)`` and keys ``[k0, k1)`` spans the offsets
+    ``[q0 - k1 + 1, q1 - k0 - 1]``: it is skipped when that range misses the interval, taken whole
+    (no ``mask_mod`` calls) when it lies inside and the block is not cut by the end of the queries
+    or keys, masked element-wise otherwise. Memory: one entry per pair of blocks (torch's
+    ``create_block_mask`` first evaluates ``mask_mod`` on all ``L x S`` pairs)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    key = (L, S, causal, window, str(device))
     if key in _BLOCK_MASKS:
         return _BLOCK_MASKS[key]
     reach = None if window is None else math.floor(window[1])
+    low = 0 if causal else -reach  # called for causal and window kernels only
+    high = math.inf if reach is None else reach
 
     def mask_mod(b, h, qi, ki):
-        ok = ki >= 0
-        if causal:
-            ok = ok & (qi >= ki)
+        ok = qi - ki >= low
         if reach is not None:
-            ok = ok & ((qi - ki).abs() <= reach)
-        if exclude_self:
-            ok = ok & (qi != ki)
+            ok = ok & (qi - ki <= reach)
         return ok
 
-    _BLOCK_MASKS[key] = create_block_mask(mask_mod, B=None, H=None, Q_LEN=L, KV_LEN=S, device=device)
+    block = BLOCK_SIZE
+    q0 = torch.arange(0, L, block, device=device)[:, None]
+    k0 = torch.arange(0, S, block, device=device)[None, :]
+    first, last = q0 - torch.clamp(k0 + block, max=S) + 1, torch.clamp(q0 + block, max=L) - k0 - 1
+    # a block cut by the end of the queries or keys is never full (as torch builds them)
+    whole = (q0 + block <= L) & (k0 + block <= S)
+    full = (first >= low) & (last <= high) & whole
+    partial = (last >= low) & (first <= high) & ~full
+
+    def listed(blocks):  # the kept key blocks of each query block, first, in ascending order
+        order = torch.argsort((~blocks).to(torch.int8), dim=-1, stable=True)
+        return blocks.sum(-1, dtype=torch.int32)[None, None], order.to(torch.int32)[None, None]
+
+    _BLOCK_MASKS[key] = BlockMask.from_kv_blocks(*listed(partial), *listed(full), BLOCK_SIZE=block,
+                                                 mask_mod=mask_mod, seq_lengths=(L, S))
     return _BLOCK_MASKS[key]
 
 
-def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, exclude_self=False,
+def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, self_offset=None,
                           log_weight=None, return_lse=False):
     """``kernel_attention`` through FlexAttention; ``q, k, v`` share their batch shape, ``c`` is
     ``batch + (1, 1)``. Key-padding masks are not taken: torch 2.11's Triton failed to compile a
     captured ``(B, S)`` key mask in ``mask_mod`` (H200), so such calls stream instead.
 
-    ``exclude_self`` removes the pairs ``i = j``; ``log_weight`` (shape ``(S,)``) is added to every
+    ``self_offset`` (an int) removes the pairs ``i = j + self_offset`` (leave-one-out, when the keys
+    are the queries' ``self_offset``-th onwards); ``log_weight`` (shape ``(S,)``) is added to every
     score (log sample weights); ``return_lse`` also returns ``log sum_j exp(score_ij)`` in float32
     (``-inf`` for rows without any admissible key) with the rows' scores as the kernel's log
     weights: for the Gaussian, ``-c |q - k|^2 / 2`` exactly (the row constant added back)."""
@@ -152,6 +175,9 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, 
     position = None if window is None or window[0] == "uniform" else window
     position_profile = None if position is None else PROFILES[position[0]].log_k_for(torch)
 
+    # a tensor, not a constant of the closure: a new offset must not recompile the kernel
+    offset = None if self_offset is None else torch.tensor(self_offset, device=q.device)
+
     def score_mod(score, b, h, qi, ki):
         if profile is not None:
             score = profile(torch.clamp(score, min=0.0))  # rounding can make u^2 slightly negative
@@ -159,12 +185,13 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, 
             score = score + position_profile(((qi - ki).to(torch.float32) / position[1]) ** 2)
         if log_weight is not None:
             score = score + log_weight[ki]
+        if offset is not None:
+            score = torch.where(qi == ki + offset, -math.inf, score)
         return score
 
-    mod = None if profile is None and position is None and log_weight is None else score_mod
-    block_mask = None
-    if causal or window is not None or exclude_self:
-        block_mask = _block_mask(L, S, causal, window, q.device, exclude_self)
+    plain = profile is None and position is None and log_weight is None and offset is None
+    mod = None if plain else score_mod
+    block_mask = None if not causal and window is None else _block_mask(L, S, causal, window, q.device)
     width = v.shape[-1]
     values = torch.nn.functional.pad(v, (0, max(0, 16 - width)))  # Triton's tiles: 16 columns at least
     # float32 stays IEEE float32 in both products (TF32's 10-bit mantissa would cost ~1e-3 in the

@@ -251,8 +251,9 @@ def xp_bandwidth(xp, kernel, X):
 
 
 def _flex_fits(xp, Qs, Xs, kernel, options):
-    """FlexAttention fuses the whole local mean on CUDA in float32 (one kernel, no ``n x m``
-    block in memory; 5.4x the streamed blocks on an H200, see benchmarks/RESULTS.md) when its
+    """FlexAttention fuses the whole local mean on CUDA in float32 (one kernel per
+    :data:`FLEX_KEYS` samples, no ``n x m`` block in memory; 5.4x the streamed blocks on an H200,
+    see benchmarks/RESULTS.md) when its
     features keep the engine's error budget: the matrix-product form of ``u^2`` errs by about
     ``eps (|q|^2 + |x|^2)`` (no per-block recentring there), and the kinked profiles want exact
     differences."""
@@ -270,20 +271,43 @@ def _flex_fits(xp, Qs, Xs, kernel, options):
     return 2 * float(xp.finfo(Qs.dtype).eps) * reach <= LOG_WEIGHT_TOL[np.dtype(np.float32)]
 
 
+#: Samples per FlexAttention call of :func:`flex_sums`. Its IEEE float32 product of the weights with
+#: the values is one FMA chain per query that adds each sample's term to the running sum (Triton
+#: folds ``acc + dot`` into ``dot(..., acc)``), so that terms below half its ulp vanish from the
+#: means, not from the weight sums: over 262,144 samples that cost 2.0e-4 on an H200. Emulated on
+#: the CPU (``benchmarks/RESULTS.md``), chunks of 8,192 samples merged by their log-sum-exp bring
+#: that case to 3.3e-6 (16,384: 7.6e-6, 65,536: 3.6e-5).
+FLEX_KEYS = 8192
+
+
 def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
-    """``(S, shift)`` as :func:`_stream` returns them (the last column of ``S`` the weight sum),
-    from one FlexAttention call: the normalised means and the log-sum-exp of the log-weights;
-    sample weights enter as log weights added to the scores. Torch tensors, scaled coordinates."""
+    """``(S, shift)`` as :func:`_stream` returns them (the last column of ``S`` the weight sum), from
+    FlexAttention calls over chunks of :data:`FLEX_KEYS` samples: each gives the chunk's normalised
+    means and log-sum-exp, merged here as the streamed path merges its blocks; sample weights enter
+    as log weights added to the scores. Torch tensors, scaled coordinates."""
     import torch
 
     from .flex import flex_kernel_attention
 
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
-    out, lse = flex_kernel_attention("softmax" if kernel.is_softmax else kernel.profile.name, Qs[None], Xs[None],
-                                     V[None], one, False, None, compiled, exclude_self=exclude_self,
-                                     log_weight=None if weight is None else torch.log(weight), return_lse=True)
-    S = torch.cat([out[0], torch.ones_like(out[0, :, :1])], dim=1)
-    return S, lse[0].to(Qs.dtype)
+    log_weight = None if weight is None else torch.log(weight)
+    name = "softmax" if kernel.is_softmax else kernel.profile.name
+    mean = lse = None
+    for start in range(0, Xs.shape[0], FLEX_KEYS):
+        keys = slice(start, start + FLEX_KEYS)
+        out, part = flex_kernel_attention(name, Qs[None], Xs[None, keys], V[None, keys], one, False, None, compiled,
+                                          self_offset=start if exclude_self else None, return_lse=True,
+                                          log_weight=None if log_weight is None else log_weight[keys])
+        out, part = out[0], part[0]
+        if mean is None:
+            mean, lse = out, part
+            continue
+        top = torch.maximum(lse, part)
+        top = torch.where(top > -math.inf, top, 0.0)  # rows without a neighbour so far
+        a, b = torch.exp(lse - top), torch.exp(part - top)
+        mean = (mean * a[:, None] + out * b[:, None]) / torch.where(a + b > 0, a + b, 1.0)[:, None]
+        lse = top + torch.log(a + b)
+    return torch.cat([mean, torch.ones_like(mean[:, :1])], dim=1), lse.to(Qs.dtype)
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
