@@ -1,5 +1,6 @@
-"""Every check that needs a CUDA device, in one run: the GPU local-mean benchmark, the CUDA tests
-and the GPU attention table (written row by row, so that a run cut short keeps what it measured).
+"""Every check that needs a CUDA device, in one run: the bisection of our Triton kernel's
+half-precision fault, the GPU local-mean benchmark, the CUDA tests and the GPU attention table
+(written row by row, so that a run cut short keeps what it measured).
 
     python benchmarks/run_gpu_checks.py OUT_DIR [--budget SECONDS] [--workers N] [--table-seconds SECONDS]
 
@@ -7,7 +8,7 @@ Packages the GPU machine lacks (array-api-strict, for the array-API tests) can b
 folder on ``PYTHONPATH``: the steps keep it.
 
 Each step runs in its own process with its share of the budget; outputs go to ``OUT_DIR``
-(``env.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``).
+(``env.txt``, ``triton_half.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``).
 """
 import argparse
 import os
@@ -65,6 +66,8 @@ def main():
     left = lambda: deadline - time.perf_counter()  # noqa: E731
     py = sys.executable
     step("environment", [py, "-c", ENV], args.out / "env.txt", 60)
+    step("Triton half-precision bisect", [py, str(ROOT / "benchmarks" / "diagnose_triton_half.py")],
+         args.out / "triton_half.txt", min(90, left()))
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
     step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
