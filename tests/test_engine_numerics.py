@@ -151,3 +151,22 @@ def test_a_profile_without_a_slope_says_so():
     bare = Profile("mine", PROFILES["gaussian"].statement)
     with pytest.raises(ValueError, match="'mine' states no slope"):
         bare.slope_for(torch)
+
+
+@pytest.mark.parametrize("h", [0.3, 1e-150, 1e150])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_bound_squared_distances_are_the_profiles_argument(h, metric):
+    """``BoundKernel.squared_distances``: ``u^2 = d(q, x)^2 / h^2`` whatever coordinates the engine
+    keeps (scaled by ``h``, by a power of two for extreme bandwidths, or raw for cosine)."""
+    from localkit.engine import BoundKernel
+    from localkit.kernels import Kernel
+
+    from sklearn.datasets import load_diabetes
+
+    X = load_diabetes().data
+    bound = BoundKernel(Kernel("cauchy", bandwidth=h, metric=metric), X[:50])
+    want = (cdist(X[50:60], X[:50], metric) / h) ** 2
+    np.testing.assert_allclose(bound.squared_distances(X[50:60]), want, rtol=1e-10)
+    np.testing.assert_allclose(np.diag(bound.squared_distances()), 0.0, atol=1e-10 * want.max())
+    with pytest.raises(ValueError, match="fixed bandwidth"):
+        BoundKernel(Kernel("cauchy", n_neighbors=5), X[:50]).squared_distances(X[50:60])

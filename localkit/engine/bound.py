@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike
 
 from .._validation import check_array, check_points
 from ..kernels import Kernel
+from ..kernels.kernel import exact_sq_distances
 from ..kernels.bandwidth import safe_mean
 from . import neighbors as nb
 from .options import EngineOptions
@@ -224,6 +225,21 @@ class BoundKernel:
             with np.errstate(divide="ignore"):
                 L += np.log(self.weight)
         return L
+
+    def squared_distances(self, queries: ArrayLike | None = None) -> np.ndarray:
+        """``(n_queries, n_samples)`` squared scaled distances ``u^2 = d(x*, x_j)^2 / h^2``, the
+        profiles' argument, from coordinate differences (for derivatives of the log-weights:
+        ``d log k / d u^2`` is the profile's :meth:`~localkit.kernels.profiles.Profile.slope_for`).
+        A fixed bandwidth and no per-sample scale; memory ``n_queries x n_samples``: callers walk
+        blocks of queries."""
+        if self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None:
+            raise ValueError("squared_distances needs a distance kernel with a fixed bandwidth and no "
+                             f"sample_scale, got {self.kernel!r}")
+        u2 = exact_sq_distances(self.coordinates(queries), self.X, self.kernel)
+        with np.errstate(over="ignore"):  # beyond the float range: inf, a zero weight
+            if self.raw_h is not None:  # a raw distance (cosine), divided by h here
+                u2 = np.square(np.sqrt(u2) / self.dtype.type(self.raw_h))
+            return np.ldexp(u2, self.u2_exponent) if self.u2_exponent else u2
 
     def weights(self, queries=None, *, exclude_self=False, row_offset=0, return_log_weights=False):
         """Normalised weights ``w_ij = c_j K(x*_i, x_j) / sum_l c_l K(x*_i, x_l)`` of a block of

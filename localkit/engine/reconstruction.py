@@ -23,30 +23,29 @@ from .blocks import DEFAULT_MEMORY_BUDGET
 from .bound import BoundKernel
 from .local_mean import local_mean
 
-#: ``d log k / d u^2`` of the profiles whose log is differentiable everywhere, as a function of
-#: ``log k`` itself (Gaussian: ``-1/2``; Cauchy ``log k = -log(1 + u^2)``: ``-1 / (1 + u^2) = -k``)
-LOG_PROFILE_SLOPES = {
-    "gaussian": lambda log_k: -0.5,
-    "cauchy": lambda log_k: -np.exp(log_k),
-}
+#: The profiles whose log is differentiable everywhere (no kink at 0, no support's edge); their
+#: slope ``phi' = d log k / d u^2`` is the one stated beside each profile (``Profile.slope_for``)
+SMOOTH_PROFILES = ("gaussian", "cauchy")
 
 
 def check_smooth_kernel(kernel):
     """The profile name, if its log is differentiable (a gradient exists everywhere)."""
     name = get_profile(kernel).name
-    if name not in LOG_PROFILE_SLOPES:
+    if name not in SMOOTH_PROFILES:
         raise ValueError(
-            f"kernel must be one of {sorted(LOG_PROFILE_SLOPES)} (a profile whose log is differentiable "
+            f"kernel must be one of {sorted(SMOOTH_PROFILES)} (a profile whose log is differentiable "
             f"everywhere, so that the reconstruction error has a gradient), got {kernel!r}"
         )
     return name
 
 
 def _weight_block(bound, Q, rows, exclude_self):
-    """``(log K, W)``: log-weights and normalised weights of the queries ``Q[rows]`` against every
-    point, from the engine's bound kernel (query ``i`` drops point ``i`` when ``exclude_self``)."""
-    W, L = bound.weights(Q[rows], exclude_self=exclude_self, row_offset=rows.start, return_log_weights=True)
-    return L, W
+    """``(phi', W)``: the profile's slope at each pair and the normalised weights of the queries
+    ``Q[rows]`` against every point, from the engine's bound kernel (query ``i`` drops point ``i``
+    when ``exclude_self``)."""
+    slope = bound.kernel.profile.slope_for(np)
+    return slope(bound.squared_distances(Q[rows])), bound.weights(Q[rows], exclude_self=exclude_self,
+                                                                  row_offset=rows.start)
 
 
 def _row_block(m, n, memory_budget):
@@ -72,7 +71,6 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
         ``q`` of the gradient depends on query ``q`` only, so each query can take its own steps.
     """
     name = check_smooth_kernel(kernel)
-    slope = LOG_PROFILE_SLOPES[name]
     Z = np.asarray(points, dtype=np.float64)
     X = np.asarray(values, dtype=np.float64)
     loo = queries is None
@@ -89,14 +87,15 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     grad = np.zeros_like(Q)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
-        log_k, W = _weight_block(bound, Q, rows, loo)
+        slope, W = _weight_block(bound, Q, rows, loo)
         F = W @ X
         R = F - T[rows]
         errors[rows] = np.einsum("ij,ij->i", R, R)
         B = R @ X.T
         B -= np.einsum("ij,ij->i", R, F)[:, None]
         B *= W
-        B *= slope(log_k) * (2.0 * scale * inv_h2)
+        B *= slope
+        B *= 2.0 * scale * inv_h2
         grad[rows] += B.sum(axis=1)[:, None] * Q[rows] - B @ Z
         if loo:  # each point z_j is also a kernel centre in the other rows
             grad += B.sum(axis=0)[:, None] * Z - B.T @ Q[rows]
@@ -133,7 +132,6 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
     (grad_queries, grad_points, grad_values) of shapes (m, d), (n, d), (n, p).
     """
     name = check_smooth_kernel(kernel)
-    slope = LOG_PROFILE_SLOPES[name]
     Q, Z, V, G = (np.asarray(a, dtype=np.float64) for a in (queries, points, values, upstream))
     m, n = len(Q), len(Z)
     if exclude_self and m != n:
@@ -145,12 +143,13 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
     block = _row_block(m, n, memory_budget)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
-        log_k, W = _weight_block(bound, Q, rows, exclude_self)
+        slope, W = _weight_block(bound, Q, rows, exclude_self)
         g = G[rows]
         B = g @ V.T
         B -= np.einsum("ij,ij->i", g, W @ V)[:, None]
         B *= W
-        B *= slope(log_k) * (2.0 * inv_h2)
+        B *= slope
+        B *= 2.0 * inv_h2
         grad_q[rows] = B.sum(axis=1)[:, None] * Q[rows] - B @ Z
         grad_z += B.T @ Q[rows]
         grad_z -= B.sum(axis=0)[:, None] * Z
