@@ -149,6 +149,35 @@ def test_flexattention_formulation_equals_numpy(diabetes, monkeypatch, name, h, 
                                atol=LOG_WEIGHT_TOL[np.dtype(np.float32)])
 
 
+def test_flexattention_chunks_and_new_sample_weights_do_not_recompile(monkeypatch):
+    """The chunks' key offsets (leave-one-out) and the log sample weights reach ``score_mod`` as
+    tensors, so that compiled FlexAttention is traced once for all chunks and calls (traced by
+    dynamo here, on the CPU, with the eager backend; a recompile raises)."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from localkit.engine import flex, namespace
+    from localkit.engine.namespace import flex_sums
+    from localkit.kernels import Kernel
+
+    torch._dynamo.reset()
+    monkeypatch.setitem(flex._COMPILED, "flex", torch.compile(flex_attention, dynamic=False, backend="aot_eager"))
+    monkeypatch.setattr(namespace, "FLEX_KEYS", 128)
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(384, 4, generator=g), torch.randn(384, 1, generator=g)
+    with warnings.catch_warnings(), torch._dynamo.config.patch(error_on_recompile=True):
+        warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not fused
+        for _ in range(2):
+            weight = torch.rand(384, generator=g) + 0.1
+            S, shift = flex_sums(X, X, y, weight / weight.max(), Kernel("gaussian", bandwidth=1.0), True)
+    S_eager, shift_eager = flex_sums(X, X, y, weight / weight.max(), Kernel("gaussian", bandwidth=1.0), True,
+                                     compiled=False)
+    torch._dynamo.reset()
+    np.testing.assert_allclose(S.numpy(), S_eager.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(shift.numpy(), shift_eager.numpy(), rtol=1e-6)
+
+
 @cuda
 @pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("softmax", 0.01)])
 def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, diabetes, name, h):

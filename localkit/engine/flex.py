@@ -66,6 +66,19 @@ def fused_or_none(key, call):
         return None
 
 
+def _lse_request():
+    """FlexAttention's keyword for the log-sum-exp: ``return_aux=AuxRequest(lse=True)`` where torch
+    has it (2.9 on; ``return_lse`` warns there, and its warning-once state recompiles the kernel)."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
+
+
+_LSE_REQUEST = _lse_request()
+
+
 def flex_available(q):
     """FlexAttention fuses on CUDA when Triton can compile it; elsewhere (and as the always-correct
     eager fallback) the streamed path is the fused one."""
@@ -198,7 +211,9 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, 
     # log weights, far beyond the engine's float32 budget)
     options = {"FLOAT32_PRECISION": "'ieee'"} if compute == torch.float32 and q.is_cuda else None
     out, lse = _flex(compiled)(flat(qf), flat(kf), flat(values), score_mod=mod, block_mask=block_mask, scale=1.0,
-                               return_lse=True, kernel_options=options)
+                               kernel_options=options, **_LSE_REQUEST)
+    if not isinstance(lse, torch.Tensor):  # torch >= 2.9: an AuxOutput
+        lse = lse.lse
     out = out[..., :width].masked_fill(~torch.isfinite(lse).unsqueeze(-1), 0.0).reshape(batch + (L, width))
     if not return_lse:
         return out
