@@ -70,6 +70,20 @@ def test_embedding_is_orthonormal_and_unrolls_the_roll():
     assert max(abs(spearmanr(Y[:, j], t)[0]) for j in range(2)) > 0.99
 
 
+@pytest.mark.parametrize("scale", [1e160, 1e-200])
+def test_the_embedding_does_not_depend_on_the_datas_scale(roll, scale):
+    """Weights and embedding are scale-invariant; at 1e160 squared distances overflow and at
+    1e-200 the Gram matrices underflow unless the data are rescaled (by a power of two) first."""
+    X = roll[:300]
+    ref = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense").fit(X)
+    ours = LocallyLinearEmbedding(n_neighbors=10, eigen_solver="dense").fit(X * scale)
+    np.testing.assert_allclose(ours.weights_.toarray(), ref.weights_.toarray(), atol=1e-10)
+    assert procrustes(ours.embedding_, ref.embedding_)[2] < 1e-10
+    new = (X[:20] + 0.05) * scale
+    assert procrustes(np.r_[ours.embedding_, ours.transform(new)],
+                      np.r_[ref.embedding_, ref.transform(new / scale)])[2] < 1e-10
+
+
 def test_permuting_the_samples_permutes_the_embedding(roll):
     perm = np.random.default_rng(0).permutation(len(roll))
     a = LocallyLinearEmbedding(n_neighbors=12, eigen_solver="dense").fit_transform(roll)

@@ -159,9 +159,14 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         X = validate_data(self, X, dtype=np.float64)
         n, d = X.shape
         self._check_params(n, d)
-        self.index_ = nb.make_index(X, "euclidean")
-        _, ind = nb.kneighbors(self.index_, X, self.n_neighbors, exclude_self=True)
-        data = barycenter_weights(X, X, ind, self.reg, self.n_jobs).ravel()
+        # the weights and the embedding do not change when X is scaled: by a power of two (exact)
+        # that brings |x| below 1, distances and Gram matrices neither overflow nor underflow
+        top = np.max(np.abs(X))
+        self._exponent = int(np.frexp(top)[1]) if top > 0 else 0
+        Xu = np.ldexp(X, -self._exponent)
+        self.index_ = nb.make_index(Xu, "euclidean")
+        _, ind = nb.kneighbors(self.index_, Xu, self.n_neighbors, exclude_self=True)
+        data = barycenter_weights(Xu, Xu, ind, self.reg, self.n_jobs).ravel()
         indptr = np.arange(0, n * self.n_neighbors + 1, self.n_neighbors)
         self.weights_ = sparse.csr_matrix((data, ind.ravel(), indptr), shape=(n, n))
         I_W = sparse.identity(n, format="csr") - self.weights_
@@ -202,8 +207,9 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         (same local model) and apply those weights to their embeddings."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        _, ind = nb.kneighbors(self.index_, X, self.n_neighbors)
-        w = barycenter_weights(X.astype(np.float64), self.X_fit_, ind, self.reg, self.n_jobs)
+        Xu = np.ldexp(X.astype(np.float64), -self._exponent)  # the coordinates of index_
+        _, ind = nb.kneighbors(self.index_, Xu, self.n_neighbors)
+        w = barycenter_weights(Xu, np.ldexp(self.X_fit_, -self._exponent), ind, self.reg, self.n_jobs)
         return np.einsum("qk,qkc->qc", w, self.embedding_[ind]).astype(X.dtype, copy=False)
 
     def fit_transform(self, X: ArrayLike, y: None = None) -> np.ndarray:
