@@ -108,6 +108,23 @@ def test_unsupported_options_on_tensors_are_clear_errors(dispatch, diabetes):
         local_mean(Xt[:3], Xt * float("nan"), yt)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_bandwidth_rules_equal_numpy(dispatch, diabetes, device):
+    """A rule with sample weights (weighted spread, effective size) on tensors, as on NumPy arrays:
+    the local mean, the density and the regressor's bandwidth."""
+    X, y = diabetes
+    w = np.random.default_rng(0).uniform(0, 2, len(X))
+    w[:50] = 0.0
+    Xt, yt, wt = (torch.tensor(a, device=device) for a in (X, y, w))
+    same(local_mean(Xt[:40], Xt, yt, "gaussian", "silverman", sample_weight=wt),
+         local_mean(X[:40], X, y, "gaussian", "silverman", sample_weight=w), device, 1e-9)
+    same(kernel_density(Xt[:40, :2], Xt[:, :2], bandwidth="scott", sample_weight=wt, log=True),
+         kernel_density(X[:40, :2], X[:, :2], bandwidth="scott", sample_weight=w, log=True), device, 1e-9)
+    fitted = LocalMeanRegressor(bandwidth="scott").fit(Xt, yt, sample_weight=wt).bandwidth_
+    np.testing.assert_allclose(np.asarray(fitted), LocalMeanRegressor(bandwidth="scott").fit(
+        X, y, sample_weight=w).bandwidth_, rtol=1e-12)
+
+
 @pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("cauchy", 0.05),
                                      ("softmax", 0.01)])
 @pytest.mark.parametrize("exclude_self", [False, True])

@@ -111,6 +111,17 @@ def test_fixed_bandwidth_leave_one_out_and_sample_weight(client, wine, kernel):
     close(log_sum[np.isfinite(log_sum)], want.log_weight_sum[np.isfinite(want.log_weight_sum)])
 
 
+def test_weighted_bandwidth_rule_equals_in_memory(client, wine):
+    X, y = wine
+    w = np.random.default_rng(0).uniform(0, 3, len(X))
+    w[:30] = 0
+    want = local_sums(None, X, y, "gaussian", "scott", sample_weight=w)
+    got = local_sums(chunked(X, 45), chunked(X, 30), y, "gaussian", "scott", sample_weight=chunked(w, 30))
+    close(got.mean.compute(), want.mean)
+    est = LocalMeanRegressor(bandwidth="silverman").fit(chunked(X, 30), chunked(y, 30), sample_weight=chunked(w, 30))
+    close(est.bandwidth_, LocalMeanRegressor(bandwidth="silverman").fit(X, y, sample_weight=w).bandwidth_)
+
+
 def test_empty_neighbourhood_policies(client, wine):
     X, y = wine
     Q = np.vstack([X[:5], X[:5] + 50.0])  # the last five are far from every sample

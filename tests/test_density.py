@@ -6,7 +6,7 @@ from scipy.stats import gaussian_kde
 from sklearn.datasets import load_iris
 from sklearn.neighbors import KernelDensity
 
-from localkit import kernel_density
+from localkit import KernelDensity as LocalKernelDensity, kernel_density
 
 SKLEARN_NAMES = [("gaussian", "gaussian"), ("tophat", "uniform"), ("epanechnikov", "epanechnikov"),
                  ("exponential", "laplacian"), ("linear", "triangular"), ("cosine", "cosine")]
@@ -59,6 +59,24 @@ def test_scott_rule_equals_scipy_gaussian_kde(iris):
     np.testing.assert_allclose(kernel_density(q, x, bandwidth="scott"), gaussian_kde(x)(q), rtol=1e-12)
     np.testing.assert_allclose(kernel_density(q, x, bandwidth="silverman"),
                                gaussian_kde(x, bw_method="silverman")(q), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["scott", "silverman"])
+def test_weighted_rules_equal_scipy_gaussian_kde_with_weights(iris, rule):
+    """With sample weights the rules take the weighted spread and the effective size
+    ``(sum w)^2 / sum w^2``, as ``gaussian_kde(weights=w)``; zero weights drop samples from both."""
+    x = iris[:, 2]
+    w = np.random.default_rng(0).uniform(0, 3, len(x))
+    w[:20] = 0.0
+    q = np.linspace(0, 8, 50)
+    ref = gaussian_kde(x, bw_method=rule, weights=w)
+    np.testing.assert_allclose(kernel_density(q, x, bandwidth=rule, sample_weight=w), ref(q), rtol=1e-12)
+    est = LocalKernelDensity(bandwidth=rule).fit(x[:, None], sample_weight=w)
+    np.testing.assert_allclose(est.bandwidth_, np.sqrt(ref.covariance[0, 0]), rtol=1e-12)
+    np.testing.assert_allclose(np.exp(est.score_samples(q[:, None])), ref(q), rtol=1e-12)
+    # equal weights: the unweighted rule
+    np.testing.assert_allclose(kernel_density(q, x, bandwidth=rule, sample_weight=np.full(len(x), 2.5)),
+                               kernel_density(q, x, bandwidth=rule), rtol=1e-12)
 
 
 def test_log_density_is_exact_in_the_far_tail(iris):

@@ -206,3 +206,20 @@ def test_invariant_to_permutation_and_translation(seed, shift, degree, span):
         moved = LocalPolynomialRegressor(degree=degree, **span).fit(X + shift, y).predict(Xq + shift)
     np.testing.assert_allclose(permuted, base, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(moved, base, rtol=1e-6, atol=1e-6)
+
+
+def test_weighted_bandwidth_rule_is_the_local_means():
+    """degree 0 with a rule and sample weights: the local mean's (weighted) rule and result."""
+    from localkit import local_mean
+    from localkit.engine.polynomial import local_polynomial
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X[:, :3]
+    w = np.random.default_rng(0).uniform(0, 2, len(X))
+    w[:40] = 0.0
+    fit = local_polynomial(X[:30], X, y, degree=0, kernel="gaussian", bandwidth="scott", sample_weight=w)
+    np.testing.assert_allclose(fit.values[:, 0], local_mean(X[:30], X, y, "gaussian", "scott", sample_weight=w),
+                               rtol=1e-10)
+    est = LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth="silverman").fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(est.bandwidth_, LocalMeanRegressor(bandwidth="silverman").fit(
+        X, y, sample_weight=w).bandwidth_, rtol=1e-12)

@@ -88,7 +88,7 @@ class BoundKernel:
         self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
         if self.sample_scale is not None and k is not None and kernel.compact:
             raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
-        self.h = kernel.resolve_bandwidth(samples)
+        self.h = kernel.resolve_bandwidth(samples, self.weight)
         if not np.all(np.isfinite(self.h)):
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")

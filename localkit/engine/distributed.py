@@ -38,7 +38,7 @@ import numpy as np
 
 from .._validation import FLOAT_DTYPES, check_choice
 from ..kernels import Kernel
-from ..kernels.bandwidth import RULES, resolve_bandwidth, rule_factor
+from ..kernels.bandwidth import RULES, effective_size, resolve_bandwidth, rule_factor, spread
 from .local_mean import ALGORITHMS, EMPTY_POLICIES, LocalSums, local_sums, make_kernel
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
@@ -111,16 +111,20 @@ def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
     return x
 
 
-def dask_bandwidth(bandwidth, samples, name="bandwidth"):
+def dask_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
     """A bandwidth resolved on dask ``samples``: a rule ("scott", "silverman") from the standard
-    deviations (ddof=1) of one dask reduction (per-chunk moments merged, one pass over the data);
-    numbers and per-feature arrays checked as in memory (only the shape is read)."""
+    deviations (ddof=1) of one dask reduction (per-chunk moments merged, one pass over the data;
+    with a dask ``sample_weight``, the weighted spread of :func:`localkit.kernels.bandwidth.spread`,
+    a few passes); numbers and per-feature arrays checked as in memory (only the shape is read)."""
     if not (isinstance(bandwidth, str) and bandwidth in RULES):
         return resolve_bandwidth(bandwidth, np.broadcast_to(np.float64(0), samples.shape), name)
     n, d = samples.shape
     if n < 2:
         raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
-    h = rule_factor(bandwidth, n, d) * np.asarray(samples.std(axis=0, ddof=1).compute())
+    import dask.array as da
+
+    sigma = samples.std(axis=0, ddof=1) if sample_weight is None else spread(samples, sample_weight, da)
+    h = rule_factor(bandwidth, effective_size(n, sample_weight, da), d) * np.asarray(sigma.compute())
     if not np.all(np.isfinite(h) & (h > 0)):
         raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples (a feature "
                          "without spread?); give the bandwidth explicitly")
@@ -355,7 +359,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
     if s_scale is not None and k is not None and kern.compact:
         raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
-    h = dask_bandwidth(kern.bandwidth, S)
+    h = dask_bandwidth(kern.bandwidth, S, sample_weight=c)
     bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,

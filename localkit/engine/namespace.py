@@ -124,7 +124,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     if s_scale is not None and k is not None and kernel.compact:
         raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
 
-    h = xp_bandwidth(xp, kernel, X)
+    h = xp_bandwidth(xp, kernel, X, weight)
     logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
     support = None
     if options.algorithm == "compiled":
@@ -228,20 +228,17 @@ def _times_power_of_two(a, k):
     return a
 
 
-def xp_bandwidth(xp, kernel, X):
+def xp_bandwidth(xp, kernel, X, weight=None):
     """The bandwidth as a float or a per-feature tuple; rules from the samples' spread (computed
-    on the device, scale-free)."""
-    from ..kernels.bandwidth import rule_factor
+    on the device, scale-free; weighted by ``weight`` as :mod:`localkit.kernels.bandwidth` says)."""
+    from ..kernels.bandwidth import effective_size, rule_factor, spread
 
     if isinstance(kernel.bandwidth, str):
         n, d = X.shape
         if n < 2:
             raise ValueError(f"bandwidth={kernel.bandwidth!r} needs at least 2 samples, got {n}")
-        centred = X - xp.mean(X, axis=0)
-        scale = xp.max(xp.abs(centred), axis=0)
-        safe = xp.where(scale > 0, scale, xp.ones_like(scale))
-        sigma = xp.std(centred / safe, axis=0, correction=1) * scale
-        h = [rule_factor(kernel.bandwidth, n, d) * float(s) for s in sigma]
+        factor = rule_factor(kernel.bandwidth, effective_size(n, weight, xp), d)
+        h = [factor * float(s) for s in spread(X, weight, xp)]
         if not all(math.isfinite(v) and v > 0 for v in h):
             raise ValueError(f"bandwidth={kernel.bandwidth!r} gave {h} (zero spread or beyond the float range); "
                              "give the bandwidth explicitly")

@@ -38,7 +38,7 @@ from numba import njit
 from scipy.special import comb
 
 from .._validation import check_array, check_points
-from ..kernels import PROFILES
+from ..kernels import PROFILES, Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
@@ -128,6 +128,9 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
     P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
     kern = make_kernel(kernel, bandwidth, n_neighbors)
+    if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
+        kern = Kernel(kern.name, bandwidth=kern.resolve_bandwidth(samples, sw), n_neighbors=kern.n_neighbors,
+                      metric=kern.metric, p=kern.p)
     E = monomial_exponents(d, degree)
     gathered = kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
     found = None

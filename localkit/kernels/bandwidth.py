@@ -7,7 +7,10 @@ deviations ``sigma_k`` (ddof=1), with the factors of ``scipy.stats.gaussian_kde`
 * Silverman:  ``factor = (n * (d + 2) / 4) ** (-1 / (d + 4))``
 
 (scikit-learn's ``KernelDensity(bandwidth="scott")`` uses the factor alone, without ``sigma``;
-ours is the scale-aware rule of scipy and statsmodels.)
+ours is the scale-aware rule of scipy and statsmodels.) With sample weights ``w`` both follow
+``gaussian_kde(weights=w)``: ``n`` becomes the effective size ``(sum w)^2 / sum w^2`` and
+``sigma_k^2 = sum_i w_i (x_ik - m_k)^2 / (sum w - sum w^2 / sum w)`` about the weighted mean
+``m_k`` (numpy's ``cov(aweights=w)``; both reduce to the unweighted ones for equal weights).
 """
 from __future__ import annotations
 
@@ -26,15 +29,38 @@ def rule_factor(rule, n, d):
     raise ValueError(f"bandwidth rule must be one of {RULES}, got {rule!r}")
 
 
-def spread(samples):
-    """Per-feature standard deviations (ddof=1), computed scale-free: ``s * std(x / s)`` with
-    ``s = max |x - mean|``, so that data near the float limits (1e155, 1e-162) neither overflow
-    nor underflow in the squares."""
-    centred = samples - safe_mean(samples)
-    scale = np.max(np.abs(centred), axis=0)
-    safe = np.where(scale > 0, scale, 1.0)
-    with np.errstate(over="ignore"):  # beyond the float range: inf, refused by the caller
-        return (centred / safe).std(axis=0, ddof=1) * scale
+def spread(samples, weight=None, xp=np):
+    """Per-feature standard deviations (ddof=1; weighted as in the module docstring) of
+    ``samples``, an array of the namespace ``xp`` (NumPy, an array-API library, dask.array).
+
+    Computed scale-free: the mean on ``x / max |x|``, the deviations on ``(x - m) / max |x - m|``
+    (recentred there, as ``std`` does), so that data near the float limits (1e155, 1e-162)
+    neither overflow nor underflow in the squares; beyond the float range the result is inf.
+    """
+    w = None if weight is None else weight / xp.max(weight)
+    total = samples.shape[0] if w is None else xp.sum(w)
+
+    def mean(a):
+        return (xp.sum(a, axis=0) if w is None else xp.sum(w[:, None] * a, axis=0)) / total
+
+    def nonzero(a):
+        return xp.where(a > 0, a, xp.ones_like(a))
+
+    top = nonzero(xp.max(xp.abs(samples), axis=0))
+    centred = samples - mean(samples / top) * top
+    scale = xp.max(xp.abs(centred), axis=0)
+    unit = centred / nonzero(scale)
+    unit = unit - mean(unit)
+    dof = total - 1 if w is None else total - xp.sum(w * w) / total
+    return xp.sqrt(mean(unit * unit) * (total / dof)) * scale
+
+
+def effective_size(n, weight=None, xp=np):
+    """``n``, or with sample weights ``(sum w)^2 / sum w^2`` (Kish's effective sample size)."""
+    if weight is None:
+        return n
+    w = weight / xp.max(weight)
+    return float(xp.sum(w)) ** 2 / float(xp.sum(w * w))
 
 
 def safe_mean(X):
@@ -44,11 +70,12 @@ def safe_mean(X):
     return (X / scale).mean(axis=0) * scale
 
 
-def resolve_bandwidth(bandwidth, samples, name="bandwidth"):
+def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
     """Return a positive float or a float array of shape ``(d,)``.
 
     ``bandwidth`` is a positive number, a per-feature array (a diagonal metric
-    ``u^2 = sum_k (dx_k / h_k)^2``) or a rule name ("scott", "silverman").
+    ``u^2 = sum_k (dx_k / h_k)^2``) or a rule name ("scott", "silverman"; weighted by
+    ``sample_weight``, non-negative and not all zero, if given).
     """
     n, d = samples.shape
     if isinstance(bandwidth, str):
@@ -65,13 +92,15 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth"):
             )
         if n < 2:
             raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
-        sigma = spread(samples)
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        with np.errstate(over="ignore"):  # beyond the float range: inf, refused below
+            sigma = spread(samples, weight)
         if np.any(sigma <= 0):
             raise ValueError(
                 f"{name}={bandwidth!r}: feature(s) {np.flatnonzero(sigma <= 0).tolist()} have zero "
                 "spread, so the rule gives a zero bandwidth; give the bandwidth explicitly"
             )
-        h = rule_factor(bandwidth, n, d) * sigma
+        h = rule_factor(bandwidth, effective_size(n, weight), d) * sigma
         if not np.all(np.isfinite(h) & (h > 0)):
             raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples, beyond the "
                              "float range; give the bandwidth explicitly")

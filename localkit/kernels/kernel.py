@@ -134,9 +134,10 @@ class Kernel:
         return f"Kernel({', '.join(args)})"
 
     # -- binding to samples ------------------------------------------------------------
-    def resolve_bandwidth(self, samples):
-        """The bandwidth as a float or per-feature array, rules resolved on ``samples``."""
-        return resolve_bandwidth(self.bandwidth, samples)
+    def resolve_bandwidth(self, samples, sample_weight=None):
+        """The bandwidth as a float or per-feature array, rules resolved on ``samples`` (weighted
+        by ``sample_weight`` if given)."""
+        return resolve_bandwidth(self.bandwidth, samples, sample_weight=sample_weight)
 
     def scale(self, points, h):
         """Points in the kernel's coordinates: divided by ``h`` (distance kernels)."""

@@ -13,6 +13,7 @@ from .._params import ANY_METRIC_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAI
 from .._validation import check_n_neighbors
 from ..engine import local_sums
 from ..engine.distributed import is_dask_collection
+from ..engine.namespace import foreign_namespace, xp_bandwidth
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ._dask import dask_queries
@@ -45,15 +46,16 @@ class LocalKernelMixin:
     Subclasses call :meth:`_fit_kernel` in ``fit`` and :meth:`_local_sums` to evaluate.
     """
 
-    def _fit_kernel(self, X, y=None):
-        """Validate the kernel parameters on the training data and store ``kernel_``."""
+    def _fit_kernel(self, X, y=None, sample_weight=None):
+        """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
+        rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
         check_n_neighbors(self.n_neighbors, X.shape[0])  # the types were checked by _parameter_constraints
-        self.bandwidth_ = self._choose_bandwidth(X, y)
+        self.bandwidth_ = self._choose_bandwidth(X, y, sample_weight)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
                               metric=self.metric, p=getattr(self, "p", 2))
         return self.kernel_
 
-    def _choose_bandwidth(self, X, y):
+    def _choose_bandwidth(self, X, y, sample_weight=None):
         """The bandwidth for ``kernel_``: a number, a per-feature array, a rule resolved on X, or
         ``"cv"``: chosen by leave-one-out (:mod:`localkit.models.selection`)."""
         if self.kernel == "softmax":
@@ -63,7 +65,11 @@ class LocalKernelMixin:
             from .selection import select_bandwidth  # exact leave-one-out; sets cv_results_
 
             return select_bandwidth(self, X, y)
-        return resolve_bandwidth(self.bandwidth, X)
+        xp = foreign_namespace(X, sample_weight)
+        if xp is not None and isinstance(self.bandwidth, str):  # a rule, on the tensors' device
+            h = xp_bandwidth(xp, Kernel(self.kernel, bandwidth=self.bandwidth), X, sample_weight)
+            return h if np.ndim(h) == 0 else np.asarray(h)
+        return resolve_bandwidth(self.bandwidth, X, sample_weight=sample_weight)
 
     def _fit_sample_scales(self, X):
         """``sample_scale_``: the sample-point factors ``h_i`` (distance of sample ``i`` to its

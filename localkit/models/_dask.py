@@ -48,7 +48,7 @@ def fit_local_mean(est, X, y, sample_weight, *, classify):
                                                                         dtype=X.dtype, n_rows=X.shape[0], rows=rows)
     est.sample_scale_ = None
     check_n_neighbors(est.n_neighbors, X.shape[0])
-    est.bandwidth_ = dask_bandwidth(est.bandwidth, X)  # a rule: one dask reduction
+    est.bandwidth_ = dask_bandwidth(est.bandwidth, X, sample_weight=est.sample_weight_)  # a rule: dask reductions
     est.kernel_ = Kernel(est.kernel, bandwidth=est.bandwidth_, n_neighbors=est.n_neighbors, metric=est.metric,
                          p=getattr(est, "p", 2))
     est.X_fit_ = X

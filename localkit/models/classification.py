@@ -59,7 +59,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         xp, _ = get_namespace(X)
         self.classes_, codes = xp.unique_inverse(y)
         self._fit_sample_scales(X)
-        self._fit_kernel(X, y)
+        self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_ = X
         self.onehot_ = xp.take(xp.eye(self.classes_.shape[0], dtype=X.dtype, device=device(X)), codes, axis=0)
         return self

@@ -59,7 +59,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     dimensions. For scikit-learn's kernels (gaussian, tophat = uniform, epanechnikov,
     exponential = laplacian, linear = triangular, cosine) it equals
     ``sklearn.neighbors.KernelDensity(kernel=..., bandwidth=h)``; with ``bandwidth="scott"``
-    in 1-D it equals ``scipy.stats.gaussian_kde``.
+    in 1-D it equals ``scipy.stats.gaussian_kde`` (with ``sample_weight``, ``gaussian_kde(weights=...)``:
+    the rules take the weighted spread and the effective size ``(sum c)^2 / sum c^2``).
 
     Parameters
     ----------
@@ -106,19 +107,20 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     xp = foreign_namespace(queries, samples, sample_weight)
     if xp is not None:  # torch / CuPy under array-API dispatch: on their device, returned alike
         samples = xp.reshape(samples, (samples.shape[0], -1))
-        log_h = sum(math.log(v) for v in np.atleast_1d(xp_bandwidth(xp, kern, samples)))
         out = local_sums(queries, samples, None, kern, empty="nearest", block_size=block_size,
-                         memory_budget=memory_budget, sample_weight=sample_weight)
+                         memory_budget=memory_budget, sample_weight=sample_weight)  # checks sample_weight
+        weight = None if sample_weight is None else xp.asarray(sample_weight, dtype=samples.dtype)
+        log_h = sum(math.log(v) for v in np.atleast_1d(xp_bandwidth(xp, kern, samples, weight)))
         total = samples.shape[0] if sample_weight is None else float(xp.sum(xp.asarray(sample_weight)))
         log_p = out.log_weight_sum - (math.log(total) + log_h + kern.profile.log_normalizer(samples.shape[1]))
         return log_p if log else xp.exp(log_p)
     samples = check_points(samples, "samples")
     queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
     n, d = samples.shape
-    h = np.broadcast_to(kern.resolve_bandwidth(samples), (d,))
     log_c = kern.profile.log_normalizer(d)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
-                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)
+                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
+    h = np.broadcast_to(kern.resolve_bandwidth(samples, sample_weight), (d,))
     total = n if sample_weight is None else np.sum(np.asarray(sample_weight, dtype=np.float64))  # checked by local_sums
     log_p = out.log_weight_sum - np.log(total) - np.sum(np.log(h)) - log_c
     return log_p if log else np.exp(log_p)
@@ -145,8 +147,8 @@ class KernelDensity(BaseEstimator):
     bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
         ``h``; the rules are those of :func:`localkit.kernels.bandwidth.resolve_bandwidth`
         (``sigma n^{-1/(d+4)}`` times a constant, ``sigma`` the features' standard deviations,
-        as scipy's ``gaussian_kde``; scikit-learn's rules leave out ``sigma``), taken on the
-        samples unweighted.
+        as scipy's ``gaussian_kde``; scikit-learn's rules leave out ``sigma``), weighted by
+        ``sample_weight`` as ``gaussian_kde(weights=...)`` weighs them.
     algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
     n_jobs : int or None, default=None
         Engine threads.
@@ -187,11 +189,12 @@ class KernelDensity(BaseEstimator):
         """Store the samples and their weights, resolve the bandwidth. Returns ``self``.
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0``; integer weights act as repeated
-        samples, zero weights drop them (from the density; the bandwidth rules see every sample).
+        samples and zero weights drop them in the density; the bandwidth rules take the weighted
+        spread and the effective size ``(sum c)^2 / sum c^2``, as ``gaussian_kde(weights=...)``.
         """
         X = validate_data(self, X, dtype=FLOATS)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
-        self.bandwidth_ = resolve_bandwidth(self.bandwidth, X)
+        self.bandwidth_ = resolve_bandwidth(self.bandwidth, X, sample_weight=self.sample_weight_)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_)
         self.kernel_.profile.log_normalizer(X.shape[1])  # a profile without a density in d dims raises
         self.X_fit_ = X

@@ -186,7 +186,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_ or 1.0, n_neighbors=self.n_neighbors_,
                                   metric=self.metric)
         else:
-            self._fit_kernel(X, y)
+            self._fit_kernel(X, y, self.sample_weight_)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         self.surface_ = self._vertex_balls = self._sample_balls = None
         if self.surface == "interpolate":

@@ -79,8 +79,9 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel,
         ``f(x*) = sum_i c_i K_i y_i / sum_j c_j K_j`` (integer weights act as repeated samples,
-        zero weights drop them). Bandwidth rules ("scott", "silverman", "cv") and the
-        ``n_neighbors`` / ``sample_neighbors`` distances are taken on the samples unweighted.
+        zero weights drop them). The rules "scott" and "silverman" take the weighted spread
+        and the effective size ``(sum c)^2 / sum c^2``, as ``scipy.stats.gaussian_kde(weights=c)``;
+        "cv" and the ``n_neighbors`` / ``sample_neighbors`` distances are taken unweighted.
         """
         if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
             return fit_local_mean(self, X, y, sample_weight, classify=False)
@@ -90,7 +91,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         y = check_regression_target(y, X.dtype) if isinstance(X, np.ndarray) else xp.astype(y, X.dtype)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
         self._fit_sample_scales(X)
-        self._fit_kernel(X, y)
+        self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_, self.y_fit_ = X, y
         return self
 
