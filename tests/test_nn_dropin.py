@@ -1,6 +1,8 @@
 """localkit.nn modules dropped into PyTorch's own: nn.MultiheadAttention's call, self_attn inside
 nn.TransformerEncoderLayer (eval mode: its native fast path must not bypass our kernel),
 nn.TransformerEncoder stacking LocalTransformerLayer, device=/dtype=, CUDA against CPU."""
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,142 @@ def test_cuda_matches_cpu(kernel):
     gpu = kernel_attention(q.cuda(), k.cuda(), v.cuda(), kernel, bandwidth=None if kernel == "softmax" else 4.0,
                            causal=True)
     close(gpu.cpu(), cpu, atol=1e-4)
+
+
+# nn.MultiheadAttention's masks and unbatched input, against torch in float64 (round-off only)
+
+L_Q, S_KV = 5, 7  # cross-attention: L != S catches a mask laid out the wrong way round
+
+
+def mha_pair(batch_first=True):
+    torch.manual_seed(4)
+    mha = nn.MultiheadAttention(E, H, batch_first=batch_first, dtype=torch.float64)
+    return mha, LocalMeanAttention.from_torch(mha)
+
+
+def torch_mask(shape, kind, seed):
+    """A bool mask (True = ignored, never a whole row) or a float one (log-weights, some -inf)."""
+    g = torch.Generator().manual_seed(seed)
+    out = torch.rand(shape, generator=g, dtype=torch.float64) < 0.3
+    out[..., 0] = False
+    if kind == "float":
+        out = torch.randn(shape, generator=g, dtype=torch.float64).masked_fill(out, -torch.inf)
+    return out
+
+
+def close64(a, b):
+    close(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("attn", [None, "2d", "3d"])
+@pytest.mark.parametrize("kinds", [("bool", "bool"), ("float", "float"), ("bool", "float"), ("float", "bool")])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_masks_and_unbatched_input_like_multihead_attention(batched, attn, kinds, batch_first):
+    mha, ours = mha_pair(batch_first)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(L_Q, E, generator=g, dtype=torch.float64)
+    kv = torch.randn(S_KV, E, generator=g, dtype=torch.float64)
+    padding = torch_mask((S_KV,), kinds[1], 6)
+    stacked = (H, L_Q, S_KV)  # unbatched: one batch
+    if batched:  # a batch of B sequences laid out as the module expects, the first one (q, kv)
+        q = torch.stack([q, torch.randn(L_Q, E, generator=g, dtype=torch.float64)], dim=0 if batch_first else 1)
+        kv = torch.stack([kv, torch.randn(S_KV, E, generator=g, dtype=torch.float64)], dim=0 if batch_first else 1)
+        padding, stacked = torch_mask((B, S_KV), kinds[1], 6), (B * H, L_Q, S_KV)
+    mask = {None: None, "2d": torch_mask((L_Q, S_KV), kinds[0], 7), "3d": torch_mask(stacked, kinds[0], 7)}[attn]
+    for average in (True, False):
+        kwargs = {"key_padding_mask": padding, "attn_mask": mask, "average_attn_weights": average}
+        out, w = ours(q, kv, kv, **kwargs)
+        with pytest.warns(UserWarning) if attn and kinds[0] != kinds[1] else nullcontext():  # torch: mismatched
+            ref, ref_w = mha(q, kv, kv, **kwargs)
+        assert out.shape == ref.shape and w.shape == ref_w.shape
+        close64(out, ref)
+        close64(w, ref_w)
+        close64(ours(q, kv, kv, need_weights=False, **kwargs)[0], ref)
+
+
+def test_unbatched_is_one_sequence_of_the_batch():
+    _, ours = mha_pair()
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    padding = torch_mask((B, L), "bool", 8)
+    out, w = ours(x, key_padding_mask=padding, average_attn_weights=False)
+    one, one_w = ours(x[1], key_padding_mask=padding[1], average_attn_weights=False)
+    close64(one, out[1])
+    close64(one_w, w[1])
+    close64(ours.attention_weights(x[1]), ours.attention_weights(x)[1])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_layer_and_encoder_take_unbatched_input_like_torch(norm_first):
+    torch.manual_seed(6)
+    layer = nn.TransformerEncoderLayer(E, H, 32, dropout=0.0, norm_first=norm_first, dtype=torch.float64).eval()
+    ours = LocalTransformerLayer.from_torch(layer).eval()
+    x = torch.randn(L, E, dtype=torch.float64)
+    padding = torch_mask((L,), "bool", 9)
+    causal = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    for kwargs in ({}, {"src_key_padding_mask": padding}, {"src_mask": torch_mask((H, L, L), "float", 10)},
+                   {"src_mask": causal, "is_causal": True}):
+        out = ours(x, **kwargs)
+        assert out.shape == (L, E)
+        close64(out, layer(x, **kwargs))
+    encoders = [nn.TransformerEncoder(m, num_layers=2, enable_nested_tensor=False) for m in (layer, ours)]
+    close64(encoders[1](x, src_key_padding_mask=padding), encoders[0](x, src_key_padding_mask=padding))
+
+
+# the errors: torch raises AssertionError or RuntimeError; ours name the parameter and what is allowed
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.complex64])
+def test_masks_neither_bool_nor_floating_point_are_refused(batched, dtype):
+    _, ours = mha_pair()
+    x = torch.randn(*((B,) if batched else ()), L, E, dtype=torch.float64)
+    padding = torch.zeros(x.shape[:-1], dtype=dtype)
+    padding[..., -2:] = 1  # added as log-weights, these would be silently kept
+    with pytest.raises(TypeError, match=r"key_padding_mask must be a bool or floating point tensor"):
+        ours(x, key_padding_mask=padding)
+    with pytest.raises(TypeError, match=r"attn_mask must be a bool or floating point tensor"):
+        ours(x, attn_mask=torch.zeros(L, L, dtype=dtype))
+    with pytest.raises(TypeError, match=r"attn_mask must be a bool or floating point tensor"):
+        ours(x, attn_mask=torch.zeros(L, L, dtype=dtype), is_causal=True)  # checked even when not read
+    with pytest.raises(TypeError, match=r"key_padding_mask must be a torch.Tensor or None, got list"):
+        ours(x, key_padding_mask=padding.tolist())
+    layer = LocalTransformerLayer(E, H, 32, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"src_key_padding_mask must be a bool or floating point tensor"):
+        layer(x, src_key_padding_mask=padding)
+    with pytest.raises(TypeError, match=r"src_mask must be a bool or floating point tensor"):
+        layer(x, src_mask=torch.zeros(L, L, dtype=dtype))
+
+
+@pytest.mark.parametrize("shape", [(L, L + 1), (L + 1, L), (1, L), (L,), (B * H - 1, L, L), (B * H + 1, L, L),
+                                   (B, H, L, L), (1, L, L), (H, L, L), (B * H, L, L + 1)])
+def test_attn_mask_of_a_wrong_shape_is_refused(shape):
+    _, ours = mha_pair()
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    allowed = rf"\(L, S\) = \({L}, {L}\) or \(batch \* num_heads, L, S\) = \({B * H}, {L}, {L}\)"
+    with pytest.raises(ValueError, match="attn_mask must have shape " + allowed):
+        ours(x, attn_mask=torch.zeros(shape, dtype=torch.bool))
+    if shape != (H, L, L):
+        with pytest.raises(ValueError, match=r"attn_mask must have shape \(L, S\) .* or \(num_heads, L, S\)"):
+            ours(x[0], attn_mask=torch.zeros(shape, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("shape", [(B, L + 1), (B, L - 1), (B + 1, L), (1, L), (L,), (B, 1, L), (B, L, 1), ()])
+def test_key_padding_mask_of_a_wrong_shape_is_refused(shape):
+    _, ours = mha_pair()
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    with pytest.raises(ValueError, match=rf"key_padding_mask must have shape \(batch, S\) = \({B}, {L}\)"):
+        ours(x, key_padding_mask=torch.zeros(shape, dtype=torch.bool))
+    if shape != (L,):
+        with pytest.raises(ValueError, match=rf"key_padding_mask must have shape \(S,\) = \({L},\)"):
+            ours(x[0], key_padding_mask=torch.zeros(shape, dtype=torch.bool))
+
+
+def test_batched_and_unbatched_inputs_do_not_mix():
+    _, ours = mha_pair()
+    x = torch.randn(B, L, E, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"key must have shape \(seq, embed_dim\)"):
+        ours(x[0], x, x)
+    with pytest.raises(ValueError, match=r"value must have shape \(batch, seq, embed_dim\)"):
+        ours(x, x, x[0])
+    with pytest.raises(ValueError, match=r"query must have shape \(batch, seq, embed_dim\).*unbatched"):
+        ours(x[None])

@@ -163,7 +163,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="embed_dim=32"):
         attn(torch.randn(2, 5, 31))
     with pytest.raises(ValueError, match="embed_dim=32"):
-        attn(torch.randn(5, 32))
+        attn(torch.randn(1, 2, 5, 32))
     with pytest.raises(ValueError, match="batch size"):
         attn(torch.randn(2, 5, 32), torch.randn(3, 5, 32))
     with pytest.raises(ValueError, match="key_padding_mask"):

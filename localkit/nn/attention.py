@@ -7,6 +7,7 @@ kernel is a choice (:mod:`localkit.nn.functional`). Parameters are laid out exac
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -17,32 +18,60 @@ from .functional import (attention_weights, check_bandwidth, default_bandwidth, 
                          local_linear_attention, resolve_kernel)
 
 
-def _module_mask(attn_mask, key_padding_mask, batch, dtype):
+def _batched(query):
+    """Whether ``query`` is batched: torch's modules take a 2-D (seq, embed_dim) query as unbatched."""
+    return not (isinstance(query, torch.Tensor) and query.dim() == 2)
+
+
+def check_mask_dtype(name, mask):
+    """``mask`` if it is None or, as torch requires, a bool or floating point tensor."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
+        raise TypeError(f"{name} must be a bool or floating point tensor, got dtype {mask.dtype}")
+    return mask
+
+
+def _check_module_mask(name, mask, allowed):
+    """``mask`` if it is None or a bool or floating point tensor of an allowed shape.
+
+    ``allowed`` maps each layout, as the error names it, to its size.
+    """
+    if check_mask_dtype(name, mask) is None:
+        return None
+    if tuple(mask.shape) not in allowed.values():
+        shapes = " or ".join(f"{layout} = {size}" for layout, size in allowed.items())
+        raise ValueError(f"{name} must have shape {shapes}, got {tuple(mask.shape)}")
+    return mask
+
+
+def _module_mask(attn_mask, key_padding_mask, q, k, batched, causal):
     """PyTorch's masks (True = masked out; float = added) as one functional mask (True = takes part).
 
-    ``attn_mask``: (L, S) or (batch * heads, L, S); ``key_padding_mask``: (batch, S).
+    With ``q`` (batch, heads, L, d) and ``k`` (batch, heads, S, d): ``attn_mask`` (L, S) or
+    (batch * heads, L, S) and ``key_padding_mask`` (batch, S); unbatched input (batch = 1) has
+    ``key_padding_mask`` (S,) and a 3-D ``attn_mask`` (heads, L, S). As in torch, a bool mask's
+    True is ``-inf`` and the masks add; two bool masks stay one bool mask. ``causal``:
+    ``attn_mask`` is the causal mask (``is_causal``), checked but not read.
     """
-    mask = None
-    if attn_mask is not None:
-        if attn_mask.dim() == 3:
-            attn_mask = attn_mask.unflatten(0, (batch, -1))
-        mask = ~attn_mask if attn_mask.dtype == torch.bool else attn_mask.to(dtype)
+    (batch, heads, L, _), S = q.shape, k.shape[-2]
+    stacked = "(batch * num_heads, L, S)" if batched else "(num_heads, L, S)"
+    attn_mask = _check_module_mask("attn_mask", attn_mask, {"(L, S)": (L, S), stacked: (batch * heads, L, S)})
+    padding = {"(batch, S)": (batch, S)} if batched else {"(S,)": (S,)}
+    key_padding_mask = _check_module_mask("key_padding_mask", key_padding_mask, padding)
+    masks = []  # laid out as the weights (batch, heads, L, S), with broadcasting
+    if attn_mask is not None and not causal:
+        masks.append(attn_mask.unflatten(0, (batch, heads)) if attn_mask.dim() == 3 else attn_mask)
     if key_padding_mask is not None:
-        if key_padding_mask.dim() != 2 or key_padding_mask.shape[0] != batch:
-            raise ValueError(
-                f"key_padding_mask must have shape (batch={batch}, S), got {tuple(key_padding_mask.shape)}"
-            )
-        if key_padding_mask.dtype == torch.bool:
-            keep = ~key_padding_mask[:, None, None, :]
-            if mask is None or mask.dtype == torch.bool:
-                mask = keep if mask is None else mask & keep
-            else:
-                mask = mask.masked_fill(~keep, -math.inf)
-        else:
-            pad = key_padding_mask[:, None, None, :].to(dtype)
-            mask = pad if mask is None else (mask + pad if mask.dtype != torch.bool else
-                                             pad.masked_fill(~mask, -math.inf))
-    return mask
+        masks.append(key_padding_mask.reshape(batch, 1, 1, S))
+    if not masks:
+        return None
+    if all(m.dtype == torch.bool for m in masks):  # stays a bool mask
+        return ~functools.reduce(torch.logical_or, masks)
+    zero = q.new_zeros(())
+    return sum(zero.masked_fill(m, -math.inf) if m.dtype == torch.bool else m.to(q.dtype) for m in masks)
 
 
 class LocalMeanAttention(nn.Module):
@@ -148,11 +177,16 @@ class LocalMeanAttention(nn.Module):
         y = nn.functional.linear(x, w, b)
         return y.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # (B, H, n, d_head)
 
-    def _check_input(self, name, x):
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            layout = "(batch, seq, embed_dim)" if self.batch_first else "(seq, batch, embed_dim)"
+    def _check_input(self, name, x, batched):
+        """``x`` as (batch, seq, embed_dim); unbatched (seq, embed_dim) input is a batch of one."""
+        if not isinstance(x, torch.Tensor) or x.dim() != (3 if batched else 2) or x.shape[-1] != self.embed_dim:
+            layout = "(seq, embed_dim)" if not batched else (
+                "(batch, seq, embed_dim)" if self.batch_first else "(seq, batch, embed_dim)")
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must have shape {layout} with embed_dim={self.embed_dim}, got {shape}")
+            raise ValueError(f"{name} must have shape {layout} with embed_dim={self.embed_dim}, got {shape} "
+                             f"(query, key and value are all batched or all unbatched (seq, embed_dim))")
+        if not batched:
+            return x[None]
         return x if self.batch_first else x.transpose(0, 1)
 
     def attend(self, q, k, v, mask, causal):
@@ -164,41 +198,52 @@ class LocalMeanAttention(nn.Module):
                 average_attn_weights=True, is_causal=False):
         """``(output, weights)`` as ``nn.MultiheadAttention`` returns them.
 
-        ``key`` and ``value`` default to ``query`` (self-attention). Masks follow
-        ``nn.MultiheadAttention``: ``key_padding_mask`` (batch, S) and a bool ``attn_mask`` (L, S)
-        or (batch * heads, L, S) are True where a key must be ignored; a float mask is added to
-        the log-weights. ``is_causal=True`` multiplies the kernel by ``[j <= i]`` (as in torch, it
-        says that ``attn_mask``, if given, is the causal mask, which is then not read; unlike
-        torch, no mask is needed with it). ``output`` is shaped like ``query``; ``weights`` is
-        None unless ``need_weights``: then the localization weights ``(batch, L, S)``, averaged
-        over heads, or ``(batch, heads, L, S)`` if not ``average_attn_weights`` (before dropout).
+        ``key`` and ``value`` default to ``query`` (self-attention). As in ``nn.MultiheadAttention``,
+        a 2-D ``query`` (L, embed_dim), with key and value (S, embed_dim), is one unbatched sequence
+        (``batch_first`` is then not read). Masks follow ``nn.MultiheadAttention``:
+        ``key_padding_mask`` (batch, S), or (S,) unbatched, and ``attn_mask`` (L, S) or
+        (batch * heads, L, S), or (heads, L, S) unbatched, are bool (True where a key must be
+        ignored) or floating point (added to the log-weights). ``is_causal=True`` multiplies the
+        kernel by ``[j <= i]`` (as in torch, it says that ``attn_mask``, if given, is the causal
+        mask, which is then checked but not read; unlike torch, no mask is needed with it).
+        ``output`` is shaped like ``query``; ``weights`` is None unless ``need_weights``: then the
+        localization weights ``(batch, L, S)``, averaged over heads, or ``(batch, heads, L, S)`` if
+        not ``average_attn_weights`` (before dropout), without the batch axis for unbatched input.
         Asking for them forms the ``(L, S)`` matrix; the output never does.
         """
         key = query if key is None else key
         value = key if value is None else value
-        q_in = self._check_input("query", query)
-        k_in, v_in = self._check_input("key", key), self._check_input("value", value)
+        batched = _batched(query)
+        q_in = self._check_input("query", query, batched)
+        k_in, v_in = self._check_input("key", key, batched), self._check_input("value", value, batched)
         if k_in.shape[:2] != v_in.shape[:2] or k_in.shape[0] != q_in.shape[0]:
             raise ValueError(f"query, key and value must share the batch size and key/value the length, got "
                              f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
         q, k, v = self._heads(q_in, 0), self._heads(k_in, 1), self._heads(v_in, 2)
         causal = bool(is_causal)
-        mask = _module_mask(None if causal else attn_mask, key_padding_mask, q_in.shape[0], q.dtype)
+        mask = _module_mask(attn_mask, key_padding_mask, q, k, batched, causal)
         out = self.attend(q, k, v, mask, causal)
         out = self.out_proj(out.transpose(1, 2).flatten(-2))
-        out = out if self.batch_first else out.transpose(0, 1)
+        if not batched:
+            out = out[0]
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
         if not need_weights:
             return out, None
         weights = attention_weights(q, k, self.kernel, self.current_bandwidth, mask=mask, causal=causal,
                                     **self.options)
-        return out, weights.mean(1) if average_attn_weights else weights
+        weights = weights.mean(1) if average_attn_weights else weights
+        return out, weights if batched else weights[0]
 
     @torch.no_grad()
     def attention_weights(self, query, key=None, causal=False):
-        """The localization weights per head, ``(batch, heads, L, S)`` (for figures)."""
+        """The localization weights per head, ``(batch, heads, L, S)`` (``(heads, L, S)`` unbatched), for figures."""
         key = query if key is None else key
-        q, k = self._heads(self._check_input("query", query), 0), self._heads(self._check_input("key", key), 1)
-        return attention_weights(q, k, self.kernel, self.current_bandwidth, causal=causal, **self.options)
+        batched = _batched(query)
+        q = self._heads(self._check_input("query", query, batched), 0)
+        k = self._heads(self._check_input("key", key, batched), 1)
+        weights = attention_weights(q, k, self.kernel, self.current_bandwidth, causal=causal, **self.options)
+        return weights if batched else weights[0]
 
     def extra_repr(self):
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kernel={self.kernel!r}, "

@@ -13,7 +13,7 @@ import numbers
 import torch
 from torch import nn
 
-from .attention import LocalLinearAttention, LocalMeanAttention
+from .attention import LocalLinearAttention, LocalMeanAttention, check_mask_dtype
 
 #: the local model over tokens: the local mean (constant model) or the local linear model
 LOCAL_MODELS = {"mean": LocalMeanAttention, "linear": LocalLinearAttention}
@@ -105,10 +105,12 @@ class LocalTransformerLayer(nn.Module):
         return module
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        """``src`` (batch, seq, d_model) (or (seq, batch, d_model) if not batch_first).
+        """``src`` (batch, seq, d_model) (or (seq, batch, d_model) if not batch_first), or one
+        unbatched sequence (seq, d_model).
 
         As ``nn.TransformerEncoderLayer``: ``src_mask`` (L, S) or (batch * heads, L, S) and
-        ``src_key_padding_mask`` (batch, S), bool True = ignore, float = added to the log-weights;
+        ``src_key_padding_mask`` (batch, S) (unbatched: (heads, L, S) and (S,)), bool or floating
+        point tensors, bool True = ignore, float = added to the log-weights;
         ``is_causal=True`` multiplies the attention kernel by ``[j <= i]`` (``src_mask``, if
         given, is then taken to be the causal mask and not read).
         """
@@ -119,6 +121,8 @@ class LocalTransformerLayer(nn.Module):
         return self.norm2(src + self._pointwise(src))
 
     def _attention(self, x, mask, key_padding_mask, is_causal):
+        check_mask_dtype("src_mask", mask)  # under the layer's own names (shapes: by self_attn)
+        check_mask_dtype("src_key_padding_mask", key_padding_mask)
         out, _ = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=mask,
                                 is_causal=is_causal)
         return self.dropout1(out)
