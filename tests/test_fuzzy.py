@@ -1,5 +1,7 @@
 """TSK fuzzy inference against simpful's Sugeno inference and scikit-learn baselines."""
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
@@ -63,6 +65,61 @@ def test_far_point_blends_its_nearest_rule_instead_of_nan():
     # every firing strength underflows (simpful would print a warning and return 0)
     tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[0.01], [0.01]], [[0.0, 3.0], [0.0, 7.0]])
     np.testing.assert_allclose(tsk.predict([[50.0], [-50.0]]), [7.0, 3.0])
+
+
+def test_memberships_normalise_huge_log_memberships():
+    # log-memberships -1.25e17 each: exp(L - logsumexp(L)) rounded to weights [1, 1]
+    tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[1e-9], [1e-9]], [[0.0], [1.5]])
+    x = np.nextafter(0.5, 1.0)  # log w_2 - log w_1 = (2x - 1) / (2 s^2) = 2^-52 / 2e-18 = 111.02...
+    d = 2.0 ** -52 / (2 * 1e-9 ** 2)
+    np.testing.assert_allclose(tsk.memberships([[0.5], [x]]), [[0.5, 0.5], [1 / (1 + np.exp(d)), 1 / (1 + np.exp(-d))]],
+                               rtol=1e-12)
+    np.testing.assert_allclose(tsk.predict([[0.5]]), [0.75])
+
+
+def test_far_memberships_come_from_exact_differences():
+    # at x = 1e17, x - 1 rounds to x, but log w_2 - log w_1 = (2x - 1) / (2 s^2) = 10 exactly
+    tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[1e8], [1e8]], [[0.0], [1.0]])
+    np.testing.assert_allclose(tsk.memberships([[1e17]]), [[1 / (1 + np.exp(10)), 1 / (1 + np.exp(-10))]], rtol=1e-12)
+
+
+@pytest.mark.parametrize("x, expected", [(1e150, -1e150 + 2), (1e154, -1e154), (-1e300, -1e300),
+                                         (1.7e308, -1.7e308), (-1.7e308, -1.7e308)])
+def test_very_far_query_follows_its_nearest_rule(x, expected):
+    # (x - c)^2 / (2 s^2) is finite but equal for both rules at 1e150 and overflows beyond 1e154:
+    # once the weights [1, 1], then NaN; the nearest rule in |x - c| / s is the exact answer
+    tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[0.1], [0.1]], [[1.0, 0.0], [-1.0, 2.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w, pred = tsk.memberships([[x]]), tsk.predict([[x]])
+    np.testing.assert_array_equal(w, [[0.0, 1.0]] if x > 0 else [[1.0, 0.0]])
+    np.testing.assert_allclose(pred, [expected], rtol=1e-15)
+
+
+def test_far_query_with_unequal_widths_follows_the_widest_rule():
+    # |x - c_r| / s_r: the rule of width 2 is nearer far away, even where every square overflows
+    tsk = TSKFuzzyRegressor.from_rules([[0.0, 0.0], [1.0, -3.0]], [[1.0, 1.0], [2.0, 2.0]], [[5.0], [7.0]])
+    np.testing.assert_array_equal(tsk.memberships([[1e100, 1e100], [1e200, -1e250]]), [[0, 1], [0, 1]])
+    np.testing.assert_allclose(tsk.predict([[1e200, -1e250]]), [7.0])
+
+
+def test_memberships_on_a_centre_keep_the_other_rules():
+    # a query on a centre (offsets 0 or 1e-300): the other rule at |u| = 1 keeps its e^-1/2
+    tsk = TSKFuzzyRegressor.from_rules([[0.0], [1.0]], [[1.0], [1.0]], [[0.0], [1.0]])
+    expected = np.exp(-0.5) / (1 + np.exp(-0.5))
+    np.testing.assert_allclose(tsk.memberships([[0.0], [1e-300]])[:, 1], [expected, expected], rtol=1e-14)
+
+
+@pytest.mark.parametrize("shift", [1e6, 1e12])
+def test_memberships_do_not_depend_on_the_origin(diabetes, shift):
+    X, _ = diabetes
+    X = X[:60, :3]
+    centers, sigmas = X[:4], np.random.default_rng(0).uniform(0.03, 0.1, size=(4, 3))
+    W = TSKFuzzyRegressor.from_rules(centers, sigmas, np.zeros(4)).memberships(X)
+    scale = 2.0 ** 20  # exactly representable shifts of the data and centres
+    moved = TSKFuzzyRegressor.from_rules(centers * scale + shift, sigmas * scale, np.zeros(4))
+    Ws = moved.memberships(X * scale + shift)
+    np.testing.assert_allclose(Ws, W, atol=1e-6)
 
 
 def test_cross_validated_r2_at_least_linear_regression(diabetes):

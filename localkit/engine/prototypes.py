@@ -1,43 +1,64 @@
 """Prototype-centred weights: the eager side of the localization method.
 
-Instead of a kernel centred on every query (lazy), ``R`` kernels are centred on prototypes
-``c_r``, each with its own per-feature bandwidth ``h_r``; a sample's normalised weights
+Instead of a kernel centred on every query (lazy), ``R`` Gaussian kernels are centred on
+prototypes ``c_r``, each with its own per-feature bandwidth ``s_r``; a sample's normalised weights
 
-    w_r(x) = K_r(x, c_r) / sum_s K_s(x, c_s)
+    w_r(x) = K_r(x) / sum_t K_t(x),    log K_r(x) = -|u_r|^2 / 2,    u_rk = (x_k - c_rk) / s_rk,
 
 blend ``R`` local models (TSK fuzzy systems, normalised RBF networks, mixtures of experts).
-The log-weights come from :class:`localkit.Kernel` and are normalised in log-space, so a point
-far from every prototype still gets well-defined weights (those of its nearest prototypes)
-instead of ``0 / 0``.
+The weights depend only on the differences ``log K_r - log K_q``, so they are computed from
+those differences, for queries at any distance: far from every prototype each ``|u_r|^2`` is
+huge (or overflows, and every ``K_r`` underflows to 0) while the differences still single out
+the nearest prototype(s), whose blend is then the answer, never ``0 / 0``.
 """
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
-from ..kernels import Kernel
+from ..kernels.profiles import get_profile
+
+_GAUSSIAN = get_profile("gaussian")
 
 
-def prototype_log_weights(X, centers, bandwidths, kernel="gaussian"):
-    """``log K_r(x_i, c_r)`` of shape (n, R), with ``K_r`` the kernel of bandwidth ``bandwidths[r]``.
+def _ratio(a, b, shift):
+    """``a / b * 2^shift`` without overflow or underflow on the way (the mantissas' ratio lies
+    in (1/2, 2); only the final power of two can leave the float range)."""
+    ma, ea = np.frexp(a)
+    mb, eb = np.frexp(b)
+    return np.ldexp(ma / mb, ea - eb + shift)
 
-    ``X`` (n, d) and ``centers`` (R, d) are float arrays, ``bandwidths`` (R, d) positive. With
-    the Gaussian profile and per-feature bandwidths this is the log of the product membership
-    ``prod_k exp(-(x_k - c_rk)^2 / (2 h_rk^2))``. The loop is over the few prototypes; each
-    step is one kernel block, centred on its prototype (no cancellation in the distances).
+
+def prototype_weights(X, centers, bandwidths):
+    """Normalised Gaussian weights ``w_r(x_i)``, shape (n, R).
+
+    ``X`` (n, d) and ``centers`` (R, d) are finite float arrays, ``bandwidths`` (R, d) positive;
+    ``K_r(x) = prod_k exp(-(x_k - c_rk)^2 / (2 s_rk^2))``, the product of per-feature Gaussians.
+
+    With ``q`` the nearest prototype (smallest ``|u_q|``), ``w_r = exp(-D_r / 2) / sum_t
+    exp(-D_t / 2)`` where ``D_r = |u_r|^2 - |u_q|^2 = sum_k (u_rk - u_qk)(u_rk + u_qk) >= 0``:
+    a softmax that holds whatever the size of ``|u|^2``. ``u`` is computed times ``2^-F`` per
+    query, ``F >= 0`` bringing the nearest prototype's offsets to order 1, so that no square
+    overflows. Where two prototypes share a width ``s_k``, ``u_rk - u_qk = (c_qk - c_rk) / s_k``
+    comes from the centres, exact even where ``x_k - c_rk`` and ``x_k - c_qk`` round to the same
+    number (``|x| >> |c_r - c_q|``, where the nearest rule would otherwise tie with the others),
+    and ``u_rk + u_qk = ((x_k - c_rk) + (x_k - c_qk)) / s_k`` with one rounding (near the
+    midpoint of two narrow rules, where ``u_rk`` and ``-u_qk`` are huge and nearly equal).
     """
-    L = np.empty((len(X), len(centers)), dtype=X.dtype)
-    origin = np.zeros((1, X.shape[1]), dtype=X.dtype)
-    for r in range(len(centers)):
-        kern = Kernel(kernel, bandwidth=bandwidths[r])
-        h = kern.resolve_bandwidth(origin)
-        log_k, offset = kern.log_weights(kern.scale(X - centers[r], h), origin)
-        L[:, r] = log_k[:, 0] + offset
-    return L
-
-
-def prototype_weights(X, centers, bandwidths, kernel="gaussian"):
-    """Normalised weights ``w_r(x_i)`` (n, R) and ``log sum_r K_r(x_i, c_r)`` (n,)."""
-    L = prototype_log_weights(X, centers, bandwidths, kernel)
-    log_norm = logsumexp(L, axis=1)
-    return np.exp(L - log_norm[:, None]), log_norm
+    with np.errstate(over="ignore", under="ignore"):
+        half = X[:, None, :] / 2 - centers / 2  # (x - c) / 2: cannot overflow
+        mx, ex = np.frexp(half)
+        es = np.frexp(bandwidths)[1]
+        # |u_rk| < 2^(ex - es + 2): F is the nearest prototype's largest such exponent, or 0, so
+        # that prototypes at |u| of order 1 keep finite squares next to a query on a centre
+        F = np.maximum(np.where(mx != 0, ex - es, 0).max(axis=2).min(axis=1), 0)[:, None, None]
+        U = _ratio(half, bandwidths, 1 - F)  # u 2^-F: order 1 for the nearest, inf for the hopelessly far
+        q = np.argmin(np.sum(U * U, axis=2), axis=1)
+        rows = np.arange(len(X))
+        Uq, hq = U[rows, q][:, None], half[rows, q][:, None]
+        same = bandwidths[q][:, None] == bandwidths
+        du = np.where(same, _ratio(centers[q][:, None] / 2 - centers / 2, bandwidths, 1 - F), U - Uq)
+        su = np.where(same, _ratio(half / 2 + hq / 2, bandwidths, 2 - F), U + Uq)
+        D = np.sum(du * su, axis=2)  # (|u_r|^2 - |u_q|^2) 2^-2F, +inf for the far ones
+        D -= D.min(axis=1, keepdims=True)  # q came from rounded norms: a tie may hide a nearer one
+        W = np.exp(_GAUSSIAN.log_k(np.ldexp(D, 2 * F[:, :, 0])))  # K_r / max_t K_t
+    return W / W.sum(axis=1, keepdims=True)

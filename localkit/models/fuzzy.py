@@ -14,7 +14,7 @@ and the consequents ``f_r(x) = a_r^T x + b_r`` (order 1) or ``b_r`` (order 0) ar
 models. Since ``f_r`` is linear in its coefficients, ``y(x) = [x, 1]^T sum_r w_r(x) [a_r, b_r]``:
 the prediction is the local mean of the rules' coefficient vectors, taken with
 prototype-centred weights. The weights come from :mod:`localkit.engine.prototypes`
-(``Kernel("gaussian", bandwidth=s_r)`` log-weights normalised in log-space).
+(a softmax of the differences of the log-memberships, exact at any distance from the rules).
 """
 from __future__ import annotations
 
@@ -142,14 +142,14 @@ class _TSKBase(BaseEstimator):
     def memberships(self, X):
         """Normalised firing strengths ``w_r(x)`` of the rules, shape (n_samples, n_rules)."""
         X = self._validate_queries(X)
-        return prototype_weights(X, self.centers_, self.sigmas_)[0]
+        return prototype_weights(X, self.centers_, self.sigmas_)
 
     def _blend(self, X):
         """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``
         (computed in float64, returned in float32 for float32 input)."""
         dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
         X = self._validate_queries(X)
-        W = prototype_weights(X, self.centers_, self.sigmas_)[0]
+        W = prototype_weights(X, self.centers_, self.sigmas_)
         coef = np.einsum("nr,rpt->npt", W, self.coefs_.reshape(self.n_rules, -1, self._n_out))
         return np.einsum("np,npt->nt", _inputs(X, self.order), coef).astype(dtype, copy=False)
 
@@ -173,7 +173,7 @@ class _HybridObjective:
 
     def regressors(self, theta):
         """Memberships (n, R) and the regressors ``[z1, w_1 z1, ..., w_R z1]``."""
-        W, _ = prototype_weights(self.Z, *self.premises(theta))
+        W = prototype_weights(self.Z, *self.premises(theta))
         rules = (W[:, :, None] * self.Z1[:, None, :]).reshape(len(W), -1)
         return W, np.c_[self.Z1, rules]
 
@@ -245,8 +245,10 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     Notes
     -----
     Equals simpful's Sugeno inference (product AND, Gaussian sets) wherever some rule fires;
-    where every firing strength underflows to 0 simpful returns 0, this model the blend of its
-    nearest rules (the normalisation is done in log-space).
+    where every firing strength underflows to 0 simpful returns 0, this model the exact
+    normalised weights, which far away single out its nearest rule(s) in the scaled distance
+    ``|(x - c_r) / s_r|`` (computed from differences of log-memberships: weights summing to 1
+    at any finite distance, never ``0 / 0``).
 
     Examples
     --------
