@@ -77,6 +77,60 @@ def test_symmetric_soft_clamping_reproduces_label_spreading(moons, iris, alpha):
         assert ours.n_iter_ == ref.n_iter_
 
 
+def test_default_max_iter_follows_the_reference_of_the_clamping(iris):
+    # LabelPropagation's default max_iter is 1000 (here it converges after 460 > 30 iterations),
+    # LabelSpreading's 30 (alpha=0.99 is far from converged there); the rest at both libraries'
+    # defaults, gamma=20 being bandwidth=sqrt(1/40)
+    X, _, y_partial = iris
+    h = np.sqrt(1 / 40)
+    ref = LabelPropagation().fit(X, y_partial)
+    ours = RelaxationLabeling(bandwidth=h).fit(X, y_partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-12)
+    assert ours.n_iter_ == ref.n_iter_ > 30
+    with pytest.warns(ConvergenceWarning):
+        ref = LabelSpreading(alpha=0.99).fit(X, y_partial)
+    with pytest.warns(ConvergenceWarning, match="30"):
+        ours = RelaxationLabeling(bandwidth=h, alpha=0.99, normalization="symmetric").fit(X, y_partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-12)
+    assert ours.n_iter_ == ref.n_iter_ == 30 and ours.max_iter is None
+
+
+def test_points_no_label_reaches_warn_and_agree_with_label_propagation():
+    # a 3-NN graph on iris with 15% labelled: some components hold no label
+    X, y = load_iris(return_X_y=True)
+    y_partial = partial_labels(y, 22)
+    ref = LabelPropagation(kernel="knn", n_neighbors=3).fit(X, y_partial)
+    n_empty = int(np.sum(ref.label_distributions_.sum(axis=1) == 0))
+    assert n_empty > 0
+    with pytest.warns(UserWarning, match=f"{n_empty} of 150 training samples received no label mass") as record:
+        ours = RelaxationLabeling(kernel="uniform", n_neighbors=3).fit(X, y_partial)
+    assert len(record) == 1 and "classes_[0] = 0" in str(record[0].message)
+    np.testing.assert_array_equal(ours.label_distributions_, ref.label_distributions_)
+    np.testing.assert_array_equal(ours.transduction_, ref.transduction_)
+
+    Q = X[::7] + 0.013  # off the samples: no distance ties between neighbours
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # scikit-learn's 0 / 0
+        ref_proba, ref_pred = ref.predict_proba(Q), ref.predict(Q)
+    nan_rows = np.flatnonzero(np.isnan(ref_proba).any(axis=1))
+    assert 0 < len(nan_rows) < len(Q)
+    with pytest.warns(UserWarning, match=f"{len(nan_rows)} of {len(Q)} queries received no label mass "
+                                         f"\\(rows {', '.join(map(str, nan_rows))}\\).*NaN") as record:
+        proba = ours.predict_proba(Q)
+    assert len(record) == 1
+    np.testing.assert_allclose(proba, ref_proba, rtol=0, atol=1e-12)  # NaN where scikit-learn's are
+    with pytest.warns(UserWarning, match="queries received no label mass"):
+        np.testing.assert_array_equal(ours.predict(Q), ref_pred)
+
+
+def test_no_warning_when_every_point_gets_label_mass(iris):
+    X, _, y_partial = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proba = RelaxationLabeling(bandwidth=0.5).fit(X, y_partial).predict_proba(X + 0.05)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
 def test_one_step_is_the_local_mean_then_clamping(moons):
     X, _, y_partial = moons
     with pytest.warns(ConvergenceWarning):

@@ -14,6 +14,7 @@ Rosenfeld–Hummel–Zucker relaxation.
 """
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -32,6 +33,8 @@ from ._base import FLOATS
 from ._dask import map_queries
 
 NORMALIZATIONS = ("mean", "symmetric")
+#: scikit-learn's default max_iter: LabelPropagation's (hard clamping) and LabelSpreading's (soft)
+MAX_ITER_CLAMPED, MAX_ITER_SOFT = 1000, 30
 
 
 def _normalize_rows(P):
@@ -39,6 +42,16 @@ def _normalize_rows(P):
     s = P.sum(axis=1, keepdims=True)
     s[s == 0] = 1
     return P / s
+
+
+def _warn_no_label_mass(P, what, outcome):
+    """One warning naming the rows of ``P`` that carry no label mass (all zero), if any."""
+    empty = np.flatnonzero(~np.any(P, axis=1))
+    if len(empty):
+        rows = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        warnings.warn(f"{len(empty)} of {len(P)} {what} received no label mass (rows {rows}): no label reaches them "
+                      f"through the kernel; {outcome}. A wider bandwidth or more neighbours, or a label among them, "
+                      f"connects them.", UserWarning, stacklevel=4)  # the caller of fit or predict_proba
 
 
 class RelaxationLabeling(ClassifierMixin, BaseEstimator):
@@ -61,9 +74,10 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     The symmetric form equals ``LabelSpreading`` for a symmetric kernel (a fixed bandwidth); a kNN
     kernel is not symmetric, and there scikit-learn's Laplacian uses column sums and keeps
     ``k - 1`` other neighbours where ours keeps ``k``.
-    It stops when ``sum |P_new - P_old| < tol`` (scikit-learn's rule); the final ``P`` is
-    normalised by rows. ``kernel="gaussian", bandwidth=h`` is scikit-learn's ``kernel="rbf"``
-    with ``gamma = 1 / (2 h^2)``; ``kernel="uniform", n_neighbors=k`` its ``kernel="knn"``.
+    It stops when ``sum |P_new - P_old| < tol`` (scikit-learn's rule) or after ``max_iter``
+    updates; the final ``P`` is normalised by rows. ``kernel="gaussian", bandwidth=h`` is
+    scikit-learn's ``kernel="rbf"`` with ``gamma = 1 / (2 h^2)``; ``kernel="uniform",
+    n_neighbors=k`` its ``kernel="knn"``.
 
     Parameters
     ----------
@@ -78,7 +92,9 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     compatibility : array of shape (n_classes, n_classes) or None, default=None
         ``r(l, m)``: how much a neighbour's label ``m`` supports label ``l``.
     normalization : {"mean", "symmetric"}, default="mean"
-    max_iter : int, default=1000
+    max_iter : int or None, default=None
+        None: scikit-learn's default for the clamping chosen, 1000 with hard clamping
+        (``LabelPropagation``'s) and 30 with soft clamping (``alpha`` set: ``LabelSpreading``'s).
     tol : float, default=1e-3
     verbose : None, bool or int, default=None
         A progress bar of the iterations on stderr: True shows it, False never, None on a
@@ -92,6 +108,15 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     n_iter_ : int
     X_fit_ : ndarray
     kernel_ : Kernel
+
+    Notes
+    -----
+    Samples that no label reaches (a kNN graph whose component has no labelled sample, or too
+    few iterations) keep an all-zero row in ``label_distributions_`` and take ``classes_[0]``
+    in ``transduction_``; queries whose weighing samples all have such rows get NaN rows from
+    :meth:`predict_proba` (``0 / 0``) and ``classes_[0]`` from :meth:`predict`. These are
+    scikit-learn's ``LabelPropagation`` outputs; here each call that produces them also warns
+    (a ``UserWarning``) with how many rows and which.
 
     Examples
     --------
@@ -107,7 +132,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, alpha=None, compatibility=None,
-                 normalization="mean", max_iter=1000, tol=1e-3, verbose=None):
+                 normalization="mean", max_iter=None, tol=1e-3, verbose=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
@@ -125,7 +150,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         "alpha": [Interval(Real, 0, 1, closed="neither"), None],  # None: hard clamping
         "compatibility": ["array-like", None],
         "normalization": [StrOptions(set(NORMALIZATIONS))],
-        "max_iter": positive(Integral),
+        "max_iter": positive(Integral) + [None],
         "tol": non_negative(),
         "verbose": ["verbose", None],
     }
@@ -179,11 +204,17 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         P0 = Y.copy()
         if r is not None:  # a multiplicative update needs every label possible to start with
             P0[unlabelled] = 1.0 / n_classes
-        fp = iterate(step, P0, tol=self.tol, max_iter=self.max_iter, change=sum_abs_change,
+        max_iter = self.max_iter
+        if max_iter is None:  # soft clamping contracts at rate alpha: LabelSpreading stops at 30
+            max_iter = MAX_ITER_SOFT if soft else MAX_ITER_CLAMPED
+        fp = iterate(step, P0, tol=self.tol, max_iter=max_iter, change=sum_abs_change,
                      progress=self.verbose, name="relaxation labeling")
         self.n_iter_ = fp.n_iter
         self.label_distributions_ = _normalize_rows(fp.state)
         self.transduction_ = self.classes_[np.argmax(self.label_distributions_, axis=1)]
+        _warn_no_label_mass(self.label_distributions_, "training samples",
+                            f"their label_distributions_ rows are 0 and transduction_ gives them classes_[0] = "
+                            f"{self.classes_[:1].tolist()[0]!r}")
         return self
 
     def _graph(self, X):
@@ -197,10 +228,18 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
 
     @map_queries
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
-        """The local mean of the fitted label distributions at each row of ``X``, normalised."""
+        """The local mean of the fitted label distributions at each row of ``X``, normalised.
+
+        A row whose local mean is 0 (every sample weighing on it has an all-zero distribution)
+        is NaN (``0 / 0``, as in scikit-learn's ``LabelPropagation``), with a warning.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        return _normalize_rows(local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_))
+        M = local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_)
+        _warn_no_label_mass(M, "queries", f"their predict_proba rows are NaN (0 / 0) and predict gives them "
+                                          f"classes_[0] = {self.classes_[:1].tolist()[0]!r}")
+        with np.errstate(invalid="ignore"):
+            return M / M.sum(axis=1, keepdims=True)
 
     @map_queries
     def predict(self, X: ArrayLike) -> np.ndarray:
