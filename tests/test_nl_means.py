@@ -195,6 +195,10 @@ def test_compiled_exp_is_exact_to_round_off():
 def test_float32_kept_threads_agree(camera_crop):
     out32 = denoise_nl_means(camera_crop.astype(np.float32), 5, 3, 0.1)
     assert out32.dtype == np.float32
+    out16 = denoise_nl_means(camera_crop.astype(np.float16), 5, 3, 0.1)  # float32, as scikit-image
+    assert out16.dtype == np.float32
+    np.testing.assert_array_equal(out16, denoise_nl_means(camera_crop.astype(np.float16).astype(np.float32), 5, 3,
+                                                          0.1))
     one = denoise_nl_means(camera_crop, 5, 4, 0.07, n_jobs=1)
     two = denoise_nl_means(camera_crop, 5, 4, 0.07, n_jobs=2)
     np.testing.assert_allclose(one, two, rtol=0, atol=1e-13)
@@ -224,6 +228,8 @@ def test_bad_types():
         denoise_nl_means(np.zeros((4, 4)), patch_size=2.5)
     with pytest.raises(TypeError, match="channel_axis"):
         denoise_nl_means(np.zeros((4, 4, 3)), channel_axis="last")
+    with pytest.raises(TypeError, match="channel_axis"):  # not the axis 1
+        denoise_nl_means(np.zeros((4, 4, 3)), channel_axis=True)
     with pytest.raises(ValueError, match="Complex"):
         denoise_nl_means(np.zeros((4, 4), dtype=complex))
 

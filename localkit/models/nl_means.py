@@ -36,7 +36,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_array as sk_check_array
 from sklearn.utils._param_validation import validate_params
 
-from .._params import N_JOBS_CONSTRAINT, non_negative, positive
+from .._params import N_JOBS_CONSTRAINT, Number, non_negative, positive
 from ..engine.patches import gaussian_patch_weights, patch_local_mean
 
 
@@ -46,7 +46,7 @@ NL_MEANS_PARAMS = {
     "patch_distance": non_negative(Integral),
     "h": positive(),
     "sigma": non_negative(),
-    "channel_axis": [Integral, None],
+    "channel_axis": [Number(Integral, None, None, closed="neither"), None],
     "n_jobs": N_JOBS_CONSTRAINT,
 }
 
@@ -116,6 +116,8 @@ def _as_float_image(image, channel_axis):
     arr = sk_check_array(image, dtype="numeric", allow_nd=True, ensure_all_finite=True, input_name="image")
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
         arr = _int_to_float(arr)
+    elif arr.dtype == np.float16:  # computed and returned in float32, as scikit-image does
+        arr = arr.astype(np.float32)
     elif arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
     ndim = (2, 3) if channel_axis is None else (3, 4)
