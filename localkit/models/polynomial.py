@@ -8,14 +8,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, validate_data
+from sklearn.utils.validation import validate_data
 
 from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, non_negative
 from .._validation import check_n_neighbors, check_regression_target
 from ..engine.loess_surface import KDSurface
 from ..engine.polynomial import check_design_fits, local_polynomial
 from ..kernels import Kernel
-from ._base import FLOATS, LocalKernelMixin
+from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ._dask import map_queries
 
 
@@ -176,8 +176,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         y = check_regression_target(y, X.dtype)
         span = self._check_params(len(X))
         check_design_fits(X.shape[1], self.degree, X.dtype.itemsize)
-        self.sample_weight_ = None if sample_weight is None else _check_sample_weight(
-            sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+        self.sample_weight_ = check_sample_weight(sample_weight, X)
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         self._fit_sample_scales(X)
         self.n_neighbors_ = None if span is None else min(span, len(X))
