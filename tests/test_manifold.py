@@ -105,6 +105,7 @@ def test_fit_is_independent_of_threads(roll):
     ({"reg": -1.0}, "'reg' parameter .* must be a float in the range \\[0.0, inf\\)"),
     ({"eigen_solver": "lobpcg"}, "'eigen_solver' parameter .* must be a str among"),
     ({"max_iter": 0}, "max_iter"),
+    ({"reg": 0.0, "n_neighbors": 8}, "8 neighbours in 3 dimensions it needs reg > 0"),  # singular Gram matrices
 ])
 def test_lle_bad_parameters(params, match):
     X = np.random.default_rng(0).normal(size=(30, 3))

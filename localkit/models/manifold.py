@@ -58,7 +58,11 @@ def barycenter_weights(X, Y, ind, reg, n_jobs=None):
         G = C @ C.transpose(0, 2, 1)
         trace = np.trace(G, axis1=1, axis2=2)
         G[:, np.arange(k), np.arange(k)] += np.where(trace > 0, reg * trace, reg)[:, None]
-        w = np.linalg.solve(G, np.ones((len(G), k, 1), dtype=G.dtype))[..., 0]
+        try:
+            w = np.linalg.solve(G, np.ones((len(G), k, 1), dtype=G.dtype))[..., 0]
+        except np.linalg.LinAlgError as exc:  # reg = 0 with more neighbours than dimensions
+            raise ValueError(f"a local Gram matrix is singular ({exc}): with {k} neighbours in {X.shape[1]} "
+                             f"dimensions it needs reg > 0, got reg={reg}") from exc
         B[rows] = w / w.sum(axis=1, keepdims=True)
 
     map_blocks(run, n, block, n_jobs)
