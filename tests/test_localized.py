@@ -56,6 +56,22 @@ def test_localized_linear_regression_is_local_linear(diabetes, kw):
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8)
 
 
+def test_multi_output_targets_and_weighted_rules_equal_a_hand_loop(diabetes):
+    """2-D targets go to an inner regressor that takes them; a rule takes the weighted spread."""
+    from localkit.kernels.bandwidth import resolve_bandwidth
+
+    X, y = diabetes
+    X = X[:, :3]
+    Y = np.c_[y, X[:, 0] * y, np.sin(y)]
+    c = np.random.default_rng(0).uniform(0, 2, len(X))
+    got = Localized(Ridge(alpha=0.1), bandwidth="scott").fit(X, Y, sample_weight=c).predict(X[:10])
+    h = resolve_bandwidth("scott", X, sample_weight=c)
+    ref = [Ridge(alpha=0.1).fit(X, Y, sample_weight=c * Kernel("gaussian", bandwidth=h)(q[None], X)[0]).predict(
+        q[None])[0] for q in X[:10]]
+    assert got.shape == (10, 3)
+    np.testing.assert_allclose(got, np.array(ref), rtol=1e-10)
+
+
 def test_absent_classes_get_probability_zero():
     X, y = load_wine(return_X_y=True)  # no duplicate points, so the neighbourhoods are unambiguous
     X = StandardScaler().fit_transform(X)

@@ -16,6 +16,7 @@ from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT
 from .._validation import check_regression_target
 from ..engine.blocks import resolve_n_jobs
 from ..engine.weights import KernelWeights
+from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
 from ._dask import map_queries
 
@@ -103,6 +104,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         tags.classifier_tags = inner.classifier_tags
         tags.regressor_tags = inner.regressor_tags
         tags.target_tags.required = True
+        tags.target_tags.multi_output = inner.target_tags.multi_output
         return tags
 
     _parameter_constraints: dict = {
@@ -120,13 +122,15 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
         ``sample_weight`` (n_samples,), optional: ``c_i >= 0`` multiplies the kernel weights, so
         each query's fit gets ``sample_weight = c_i K(x*, x_i)``; samples of zero weight are
-        dropped here (also from bandwidth rules and kNN distances).
+        dropped here (also from kNN distances), and bandwidth rules take the weighted spread
+        (as ``gaussian_kde(weights=c)``). A regressor's ``y`` may be 2-D if the estimator's is.
         """
         if not has_fit_parameter(self.estimator, "sample_weight"):
             raise TypeError(f"estimator {type(self.estimator).__name__} does not accept sample_weight in "
                             "fit, so it cannot be localized")
         classifier = is_classifier(self.estimator)
-        X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier)
+        # regressors take 2-D targets when the inner estimator does (it says so in its own fit)
+        X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier, multi_output=not classifier)
         if classifier:
             check_classification_targets(y)
             self.classes_ = np.unique(y)  # a class seen only with zero weight gets probability 0
@@ -136,7 +140,10 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         if c is not None:
             live = c > 0
             X, y, c = X[live], y[live], c[live]
-        self.weights_ = KernelWeights(X, self.kernel, self.bandwidth, self.n_neighbors)
+        bandwidth = self.bandwidth
+        if c is not None and isinstance(bandwidth, str):  # a rule, weighted as the fits are
+            bandwidth = resolve_bandwidth(bandwidth, X, sample_weight=c)
+        self.weights_ = KernelWeights(X, self.kernel, bandwidth, self.n_neighbors)
         self.bandwidth_ = self.weights_.h
         self.X_fit_, self.y_fit_, self.sample_weight_ = X, y, c
         return self
