@@ -334,15 +334,17 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     def _choose_alpha(self, Psi, T, penalty, v):
         if self.alpha != "loo":
             return float(self.alpha)
-        best, best_err = None, np.inf
+        alphas = np.logspace(-6, 4, 21)
+        best, best_err = float(alphas[-1]), np.inf  # the strongest penalty if no error is finite
         gram = Psi.T @ (v * Psi)
-        for alpha in np.logspace(-6, 4, 21):
+        for alpha in alphas:
             # leave-one-out residuals of (weighted) penalised least squares: r_i / (1 - H_ii),
             # H = Psi A^-1 Psi^T V; the errors weighted as the loss is
             A = gram + np.diag(len(Psi) * alpha * penalty)
             coef = np.linalg.lstsq(A, Psi.T @ (v * T), rcond=None)[0]
             h = v[:, 0] * np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
-            err = np.mean(v * ((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
+            with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: an unbounded error, never chosen
+                err = np.mean(v * ((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
             if err < best_err:
                 best, best_err = float(alpha), err
         return best
