@@ -120,6 +120,8 @@ def test_weighted_bandwidth_rules_equal_numpy(dispatch, diabetes, device):
          local_mean(X[:40], X, y, "gaussian", "silverman", sample_weight=w), device, 1e-9)
     same(kernel_density(Xt[:40, :2], Xt[:, :2], bandwidth="scott", sample_weight=wt, log=True),
          kernel_density(X[:40, :2], X[:, :2], bandwidth="scott", sample_weight=w, log=True), device, 1e-9)
+    with pytest.raises(ValueError, match="at least 2 samples of positive weight, got 1"):
+        local_mean(Xt[:4], Xt, yt, "gaussian", "scott", sample_weight=torch.eye(len(X), device=device)[0])
     fitted = LocalMeanRegressor(bandwidth="scott").fit(Xt, yt, sample_weight=wt).bandwidth_
     np.testing.assert_allclose(np.asarray(fitted), LocalMeanRegressor(bandwidth="scott").fit(
         X, y, sample_weight=w).bandwidth_, rtol=1e-12)

@@ -74,6 +74,8 @@ def test_weighted_rules_equal_scipy_gaussian_kde_with_weights(iris, rule):
     est = LocalKernelDensity(bandwidth=rule).fit(x[:, None], sample_weight=w)
     np.testing.assert_allclose(est.bandwidth_, np.sqrt(ref.covariance[0, 0]), rtol=1e-12)
     np.testing.assert_allclose(np.exp(est.score_samples(q[:, None])), ref(q), rtol=1e-12)
+    with pytest.raises(ValueError, match="at least 2 samples of positive weight, got 1"):
+        kernel_density(q, x, bandwidth=rule, sample_weight=np.eye(len(x))[3])
     # equal weights: the unweighted rule
     np.testing.assert_allclose(kernel_density(q, x, bandwidth=rule, sample_weight=np.full(len(x), 2.5)),
                                kernel_density(q, x, bandwidth=rule), rtol=1e-12)

@@ -237,6 +237,10 @@ def xp_bandwidth(xp, kernel, X, weight=None):
         n, d = X.shape
         if n < 2:
             raise ValueError(f"bandwidth={kernel.bandwidth!r} needs at least 2 samples, got {n}")
+        carrying = n if weight is None else int(xp.sum(xp.astype(weight > 0, xp.int64)))
+        if carrying < 2:
+            raise ValueError(f"bandwidth={kernel.bandwidth!r} needs at least 2 samples of positive weight, got "
+                             f"{carrying}")
         factor = rule_factor(kernel.bandwidth, effective_size(n, weight, xp), d)
         h = [factor * float(s) for s in spread(X, weight, xp)]
         if not all(math.isfinite(v) and v > 0 for v in h):

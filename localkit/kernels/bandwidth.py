@@ -93,6 +93,9 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
         if n < 2:
             raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        if weight is not None and np.count_nonzero(weight) < 2:
+            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples of positive weight, got "
+                             f"{np.count_nonzero(weight)}")
         with np.errstate(over="ignore"):  # beyond the float range: inf, refused below
             sigma = spread(samples, weight)
         if np.any(sigma <= 0):
