@@ -66,8 +66,8 @@ def main():
     left = lambda: deadline - time.perf_counter()  # noqa: E731
     py = sys.executable
     step("environment", [py, "-c", ENV], args.out / "env.txt", 60)
-    step("Triton half-precision bisect", [py, str(ROOT / "benchmarks" / "diagnose_triton_half.py")],
-         args.out / "triton_half.txt", min(90, left()))
+    step("Triton half-precision bisect", [py, str(ROOT / "benchmarks" / "diagnose_triton_half.py"), "--dtypes",
+                                           "bfloat16"], args.out / "triton_half.txt", min(90, left()))
     step("GPU local mean", [py, "-c", LOCAL_MEAN], args.out / "gpu_local_mean.md", min(150, left()))
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
     step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
