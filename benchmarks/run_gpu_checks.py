@@ -3,12 +3,15 @@ half-precision fault, the GPU local-mean benchmark, the CUDA tests and the GPU a
 (written row by row, so that a run cut short keeps what it measured).
 
     python benchmarks/run_gpu_checks.py OUT_DIR [--budget SECONDS] [--workers N] [--table-seconds SECONDS]
+                                                [--candidates SECONDS]
 
 Packages the GPU machine lacks (array-api-strict, for the array-API tests) can be installed to a
 folder on ``PYTHONPATH``: the steps keep it.
 
 Each step runs in its own process with its share of the budget; outputs go to ``OUT_DIR``
-(``env.txt``, ``triton_half.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``).
+(``env.txt``, ``triton_half.txt``, ``gpu_local_mean.md``, ``pytest_cuda.log``, ``gpu_attention.md``, and
+with ``--candidates`` ``gpu_candidates.md``: other CUDA paths for the kernels that missed their bars,
+``benchmarks/diagnose_gpu_candidates.py``, run before the table).
 """
 import argparse
 import os
@@ -59,6 +62,7 @@ def main():
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for the CUDA tests "
                         "(FlexAttention's compiles are CPU-bound)")
     parser.add_argument("--table-seconds", type=float, default=170.0, help="seconds kept for the attention table")
+    parser.add_argument("--candidates", type=float, default=0.0, help="seconds for the candidate paths (0: skip)")
     parser.add_argument("--extra", type=Path, help="a script to run after the tests (diagnostics)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +76,10 @@ def main():
     workers = ["-n", str(args.workers)] if args.workers > 1 else []
     step("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *workers, "-k", "cuda or triton",
                         *CUDA_TESTS], args.out / "pytest_cuda.log", min(150, left() - args.table_seconds))
+    if args.candidates > 0:
+        step("GPU candidate paths", [py, str(ROOT / "benchmarks" / "diagnose_gpu_candidates.py"), "--seconds",
+                                     str(args.candidates - 30)], args.out / "gpu_candidates.md",
+             min(args.candidates, left() - args.table_seconds))
     step("GPU attention table", [py, "-c", ATTENTION, str(args.attention_passes)], args.out / "gpu_attention.md",
          left() - (40 if args.extra else 0))
     if args.extra is not None:
