@@ -123,6 +123,31 @@ def test_points_no_label_reaches_warn_and_agree_with_label_propagation():
         np.testing.assert_array_equal(ours.predict(Q), ref_pred)
 
 
+def test_dask_queries_warn_once_per_chunk_naming_the_chunk():
+    da = pytest.importorskip("dask.array")
+    X, y = load_iris(return_X_y=True)
+    with pytest.warns(UserWarning, match="training samples received no label mass"):
+        model = RelaxationLabeling(kernel="uniform", n_neighbors=3).fit(X, partial_labels(y, 22))
+    Q = X[::7] + 0.013
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = model.predict_proba(Q)
+    empty = np.isnan(expected).any(axis=1)
+    chunks = [(0, 8), (8, 16), (16, 22)]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        lazy = model.predict_proba(da.from_array(Q, chunks=8))
+        assert not record  # building the graph computes nothing the user asked for
+        proba = lazy.compute(scheduler="synchronous")
+    np.testing.assert_array_equal(np.isnan(proba), np.isnan(expected))
+    np.testing.assert_allclose(proba, expected, rtol=0, atol=1e-15)
+    expected_messages = {(a, b): f"(rows {', '.join(map(str, np.flatnonzero(empty[a:b])))})"
+                         for a, b in chunks if empty[a:b].any()}
+    assert len(record) == len(expected_messages) > 0
+    for (a, b), rows in expected_messages.items():  # the chunks run in any order
+        assert sum(f"dask chunk of rows {a}:{b}" in str(w.message) and rows in str(w.message) for w in record) == 1
+
+
 def test_no_warning_when_every_point_gets_label_mass(iris):
     X, _, y_partial = iris
     with warnings.catch_warnings():

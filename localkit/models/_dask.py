@@ -76,7 +76,9 @@ def map_queries(method):
             return method(self, X, *args, **kwargs)
         X = dask_queries(self, X)
         call = functools.partial(_call, method, self, args=args, kwargs=kwargs)
-        probe = np.asarray(call(X[:1].compute()))  # the output's width and type, from one row
+        with warnings.catch_warnings():  # the output's width and type, from one row: its warnings are not the call's
+            warnings.simplefilter("ignore")
+            probe = np.asarray(call(X[:1].compute()))
         if probe.ndim == 1:
             return X.map_blocks(call, drop_axis=1, dtype=probe.dtype, meta=probe[:0])
         return X.map_blocks(call, chunks=(X.chunks[0], probe.shape[1:]), dtype=probe.dtype, meta=probe[:0])
@@ -84,8 +86,18 @@ def map_queries(method):
     return wrapper
 
 
-def _call(method, est, block, args, kwargs):
-    return method(est, block, *args, **kwargs)
+def _call(method, est, block, args, kwargs, block_info=None):
+    """``method`` on one chunk; its warnings say which chunk (the rows they name count from its first)."""
+    if block_info is None:
+        return method(est, block, *args, **kwargs)
+    start, stop = block_info[0]["array-location"][0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = method(est, block, *args, **kwargs)
+    for w in caught:  # re-emitted: the caller's warning filters apply
+        warnings.warn(f"{w.message} [dask chunk of rows {start}:{stop}; rows named here count from {start}]",
+                      w.category, stacklevel=2)
+    return out
 
 
 def fit_mean_shift(est, X, sample_weight):
