@@ -39,6 +39,22 @@ def check_sample_weight(sample_weight, X):
         raise ValueError(f"sample_weight is invalid: {exc}") from exc
 
 
+def check_precomputed(X, *, fit=True):
+    """With ``metric="precomputed"``, ``X`` holds distances: ``>= 0``, and at ``fit`` the samples'
+    distances to each other, a square matrix (queries have one column per training sample, which
+    ``validate_data`` checks against ``n_features_in_``). scikit-learn refuses the same
+    (``NearestNeighbors(metric="precomputed")``); a negative distance would otherwise be taken as
+    its absolute value by the profiles of ``u^2``, a silent wrong answer."""
+    if fit and X.shape[0] != X.shape[1]:
+        raise ValueError(f"X must be the square (n_samples, n_samples) matrix of the samples' distances to each "
+                         f"other with metric='precomputed'; got shape {tuple(X.shape)}")
+    xp, _ = get_namespace(X)
+    if X.shape[0] and bool(xp.any(X < 0)):
+        raise ValueError(f"X holds negative distances (min {float(xp.min(X)):.3g}); metric='precomputed' takes "
+                         "distances, every entry >= 0")
+    return X
+
+
 class LocalKernelMixin:
     """Kernel parameters ``kernel``, ``bandwidth``, ``n_neighbors``, ``metric`` and the engine
     options ``empty``, ``algorithm`` and ``n_jobs``; fitted: ``bandwidth_``, ``kernel_``.
@@ -50,6 +66,8 @@ class LocalKernelMixin:
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
         check_n_neighbors(self.n_neighbors, X.shape[0])  # the types were checked by _parameter_constraints
+        if self.metric == "precomputed":
+            check_precomputed(X)
         self.bandwidth_ = self._choose_bandwidth(X, y, sample_weight)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
                               metric=self.metric, p=getattr(self, "p", 2))
@@ -82,6 +100,8 @@ class LocalKernelMixin:
         from .selection import sample_point_scales
 
         check_n_neighbors(k, len(X) - 1, "sample_neighbors")
+        if self.metric == "precomputed":
+            check_precomputed(X)
         if self.n_neighbors is not None:
             raise ValueError("sample_neighbors scales a fixed bandwidth per sample; it cannot be combined "
                              "with n_neighbors")
@@ -100,7 +120,10 @@ class LocalKernelMixin:
         if is_dask_collection(X):
             return dask_queries(self, X)
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=float_dtypes(X))
+        X = validate_data(self, X, reset=False, dtype=float_dtypes(X))
+        if getattr(self, "metric", None) == "precomputed":
+            check_precomputed(X, fit=False)
+        return X
 
 
 class LocalMeanParams(LocalKernelMixin):

@@ -41,7 +41,9 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
             default="euclidean"
         The distance (see :class:`localkit.Kernel`). "cosine", callables and "precomputed"
         (``X`` holds distances to the training samples, as in scikit-learn) take a scalar
-        bandwidth or ``n_neighbors``.
+        bandwidth or ``n_neighbors``. Precomputed distances are checked as scikit-learn checks
+        them: ``fit`` takes the square (n_samples, n_samples) matrix, and every distance given to
+        ``fit`` or ``predict`` must be ``>= 0`` (``ValueError`` otherwise).
     p : float, default=2
         The power of the "minkowski" metric.
     empty : {"nearest", "nan", "raise"}, default="nearest"
