@@ -23,10 +23,12 @@ Paths, all through the engine's weights:
 * **gathered** (a kNN span with another metric, or leave-one-out): a tree's k nearest samples.
   These three use ``s`` = the query's own radius (the distance to its k-th neighbour).
 * **dense** (every other kernel): blocks of the engine's log-weights
-  (:class:`localkit.engine.KernelWeights`) against all samples, ``s`` = the bandwidth.
+  (:class:`localkit.engine.KernelWeights`) against all samples, ``s`` = the bandwidth (the samples'
+  standard deviations where the bandwidth is beyond the float type's range and ``ridge = 0``,
+  where ``s`` does not change the fit).
 
-A query whose local design is (near) singular, ``lambda_min(G) <= rcond lambda_max(G)`` (too few
-neighbours, collinear points), falls back to the local weighted mean (the degree-0 fit) and is
+A query whose local design is (near) singular, ``lambda_min(C) <= rcond lambda_max(C)`` for ``G``
+equilibrated to a unit diagonal ``C`` (too few neighbours, collinear points), falls back to the local weighted mean (the degree-0 fit) and is
 flagged in ``singular``; a query without any weight gets the target of its nearest sample.
 """
 from __future__ import annotations
@@ -137,7 +139,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     if gathered:
         block, row_bytes, found = _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
     else:
-        block, row_bytes = _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale)
+        block, row_bytes = _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
     workers = resolve_n_jobs(n_jobs)
@@ -165,18 +167,26 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
 
 
 def _solve(G, b, ridge, rcond):
-    """``beta`` of ``(G + ridge D) beta = b`` per query; the local mean (slopes 0) where G is singular."""
+    """``beta`` of ``(G + ridge D) beta = b`` per query; the local mean (slopes 0) where G is singular.
+
+    The test and the solve take the Gram matrix equilibrated to a unit diagonal,
+    ``C = S^-1 G S^-1`` with ``S = diag(sqrt(G_jj))``: conditioning then measures collinearity of
+    the monomials, not their units (at a bandwidth far wider than the data, ``z = (x - x*) / h``
+    is tiny and the raw ``G`` looked singular: local linear silently became the local mean)."""
     P = G.shape[1]
     if ridge and P > 1:
         idx = np.arange(1, P)
         G[:, idx, idx] += ridge
     beta = np.zeros_like(b)
     with np.errstate(invalid="ignore", divide="ignore"):
-        lam = np.linalg.eigvalsh(G) if P > 1 else G[:, :, 0]
+        diag = np.sqrt(np.einsum("qjj->qj", G))
+        diag = np.where(diag > 0, diag, 1.0)  # a monomial that vanishes on every weighted sample: C is singular
+        C = G / (diag[:, :, None] * diag[:, None, :])
+        lam = np.linalg.eigvalsh(C) if P > 1 else C[:, :, 0]
         ok = np.isfinite(lam).all(axis=1) & (lam[:, 0] > rcond * lam[:, -1]) & (lam[:, -1] > 0)
         beta[:, 0, :] = b[:, 0, :] / G[:, 0, :1]  # the local weighted mean: psi_0 = 1
     if ok.any():
-        beta[ok] = np.linalg.solve(G[ok], b[ok])
+        beta[ok] = np.linalg.solve(C[ok], b[ok] / diag[ok, :, None]) / diag[ok, :, None]
     return beta, ~ok
 
 
@@ -360,7 +370,7 @@ def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
     return S, T
 
 
-def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale):
+def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     """``block(rows)`` from the engine's log-weights of a query block against every sample, the
     design centred at each query and scaled by the bandwidth ``s`` (the features' spread for kNN
     and softmax kernels); and the extra bytes per query (its row of weights and temporaries)."""
@@ -388,9 +398,17 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale):
 
         def nearest(Q):
             return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
+    s = None
     if kern.n_neighbors is None and not kern.is_softmax:
-        s = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=samples.dtype), (samples.shape[1],))
-    else:
+        h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=np.float64), (samples.shape[1],))
+        tiny, huge = np.finfo(samples.dtype).tiny, np.finfo(samples.dtype).max
+        if np.all((h >= tiny) & (h <= huge)):
+            s = h.astype(samples.dtype)
+        elif ridge:
+            raise ValueError(f"ridge > 0 penalises slopes in units of the bandwidth, which is beyond the range of "
+                             f"{samples.dtype} here (bandwidth {h.min():g}..{h.max():g}); pass float64 data")
+        # else: without ridge the fit does not depend on the design's units: the samples' spread
+    if s is None:
         s = samples.std(axis=0)
         s = np.where(s > 0, s, 1.0).astype(samples.dtype)
     inv_s = (1.0 / s).astype(samples.dtype)
