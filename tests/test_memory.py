@@ -132,3 +132,46 @@ def test_bad_patterns_and_probes(rng):
 
 def test_check_estimator():
     check_estimator(HopfieldNetwork())
+
+
+def _digit_probes(rng=None):
+    """One binarised (+1/-1) pattern per digit, five probes each with 15% of the pixels flipped."""
+    data = load_digits()
+    rows = [np.flatnonzero(data.target == c)[0] for c in range(10)]
+    P = np.where(data.data[rows] > 7, 1.0, -1.0)
+    rng = np.random.default_rng(0) if rng is None else rng
+    probes = np.repeat(P, 5, axis=0)
+    return P, flip(rng, probes, 0.15)
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.1, 0.2, 0.5])
+def test_float32_default_tolerance_converges_and_agrees_with_float64(beta):
+    # tol=1e-8 (the old default) is below float32's resolution: at beta=0.2, 5 of these 50 probes
+    # oscillated at round-off until max_iter and warned; the default now follows the dtype
+    P, probes = _digit_probes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fp32 = HopfieldNetwork(beta=beta).fit(P.astype(np.float32)).retrieve(probes.astype(np.float32))
+    ref = HopfieldNetwork(beta=beta).fit(P).predict(probes)
+    assert fp32.state.dtype == np.float32 and np.all(fp32.converged)
+    np.testing.assert_allclose(fp32.state, ref, rtol=0, atol=1e-5)
+
+
+def test_default_tolerance_is_1e8_in_float64_and_scaled_epsilons_in_float32():
+    P, probes = _digit_probes()
+    net = HopfieldNetwork(beta=0.2).fit(P)
+    assert net._tolerance(np.float64) == 1e-8
+    assert net._tolerance(np.float32) == 16 * np.finfo(np.float32).eps  # |x_mu| = 1
+    assert HopfieldNetwork().fit(16 * P)._tolerance(np.float32) == 16 * 16 * np.finfo(np.float32).eps
+    # float64 retrieval is what tol=1e-8 gave, iteration for iteration
+    a, b = net.retrieve(probes), HopfieldNetwork(beta=0.2, tol=1e-8).fit(P).retrieve(probes)
+    np.testing.assert_array_equal(a.state, b.state)
+    np.testing.assert_array_equal(a.row_iter, b.row_iter)
+
+
+def test_an_explicit_tolerance_is_used_as_given():
+    P, probes = _digit_probes()
+    net = HopfieldNetwork(beta=0.2, tol=1e-8).fit(P.astype(np.float32))
+    assert net._tolerance(np.float32) == 1e-8
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        net.retrieve(probes.astype(np.float32))

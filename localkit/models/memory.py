@@ -29,6 +29,10 @@ from ._dask import map_queries
 
 KINDS = ("modern", "classical")
 UPDATES = ("synchronous", "asynchronous")
+#: the default tolerance, and the floor that round-off sets on it: ``ROUND_OFF_ULPS`` machine
+#: epsilons of the largest pattern entry (float32 fixed points on digits move by up to 4 of them)
+TOL = 1e-8
+ROUND_OFF_ULPS = 16
 
 
 def _sign(h, s):
@@ -57,8 +61,16 @@ class HopfieldNetwork(BaseEstimator):
         Inverse temperature of the modern network (the kernel's bandwidth is ``1 / beta``).
     max_iter : int, default=100
         Updates (classical asynchronous: sweeps over all units) per probe at most.
-    tol : float, default=1e-8
-        A probe stops when no unit moves by more than ``tol`` (classical: no unit flips).
+    tol : float or None, default=None
+        A probe stops when no unit moves by more than ``tol`` in an update (classical networks
+        stop when no unit flips and ignore ``tol``). None means ``1e-8``, raised to
+        ``16 * eps * max|x_mu|`` where that is larger (``eps`` the machine epsilon of the probes'
+        dtype, ``max|x_mu|`` the largest entry of the stored patterns): the state is a convex
+        combination of the patterns, so round-off alone moves a converged state by a few
+        ``eps * max|x_mu|`` (measured on binarised and raw digits in float32: up to 4 of them),
+        and a smaller ``tol`` would keep such a probe oscillating until ``max_iter``. In float64
+        this is ``1e-8`` for any pattern entries below 2.8e6; in float32 it is ``1.9e-6`` for
+        bipolar (+1/-1) patterns. A number given is used as it is.
     update : {"synchronous", "asynchronous"}, default="synchronous"
         Classical networks: all units at once, or one unit at a time in a random order per
         sweep (the energy never increases). The modern update is synchronous.
@@ -86,7 +98,7 @@ class HopfieldNetwork(BaseEstimator):
     array([[ 1., -1.,  1., -1.,  1., -1.,  1., -1.]])
     """
 
-    def __init__(self, kind="modern", beta=1.0, max_iter=100, tol=1e-8, update="synchronous", random_state=None,
+    def __init__(self, kind="modern", beta=1.0, max_iter=100, tol=None, update="synchronous", random_state=None,
                  verbose=None):
         self.kind = kind
         self.beta = beta
@@ -100,7 +112,7 @@ class HopfieldNetwork(BaseEstimator):
         "kind": [StrOptions(set(KINDS))],
         "beta": positive(),
         "max_iter": positive(Integral),
-        "tol": non_negative(),
+        "tol": non_negative() + [None],
         "update": [StrOptions(set(UPDATES))],
         "random_state": ["random_state"],
         "verbose": ["verbose", None],
@@ -128,7 +140,7 @@ class HopfieldNetwork(BaseEstimator):
         name = f"{self.kind} Hopfield retrieval"
         if self.kind == "modern":
             step = lambda S, rows: local_mean(S, self.patterns_, self.patterns_, "softmax", 1.0 / self.beta)
-            return iterate(step, X, tol=self.tol, max_iter=self.max_iter, per_row=True, inclusive=True,
+            return iterate(step, X, tol=self._tolerance(X.dtype), max_iter=self.max_iter, per_row=True, inclusive=True,
                            change=row_max_abs_change, history=history, progress=self.verbose, name=name)
         if not np.all(np.abs(X) == 1):
             raise ValueError("probes of a classical Hopfield network must be bipolar: every entry +1 or -1")
@@ -145,6 +157,13 @@ class HopfieldNetwork(BaseEstimator):
                 return S
         return iterate(step, X, tol=0.0, max_iter=self.max_iter, per_row=True, inclusive=True,
                        change=row_max_abs_change, history=history, progress=self.verbose, name=name)
+
+    def _tolerance(self, dtype):
+        """``tol``, or its default for states of ``dtype`` (see the class docstring)."""
+        if self.tol is not None:
+            return self.tol
+        scale = float(np.max(np.abs(self.patterns_), initial=0.0))
+        return max(TOL, ROUND_OFF_ULPS * float(np.finfo(dtype).eps) * scale)
 
     @map_queries
     def predict(self, X: ArrayLike) -> np.ndarray:
