@@ -1,5 +1,7 @@
 """The localization trick: Localized(estimator) against a hand-written loop of the same weighted
 fits, and against the closed form of local linear regression."""
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris, load_wine
@@ -149,3 +151,42 @@ def test_uniform_knn_kernel_fits_exactly_the_k_nearest():
     idx = NearestNeighbors(n_neighbors=12).fit(X).kneighbors(Q)[1]
     expected = [LinearRegression().fit(X[i], y[i]).predict(q[None])[0] for i, q in zip(idx, Q)]
     np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "epanechnikov", "uniform", "cauchy"])
+def test_min_weight_above_the_largest_kernel_weight_is_refused(diabetes, kernel):
+    # every profile has K <= 1: min_weight=2 left out every sample at every query, and each
+    # prediction silently became the nearest sample's target
+    X, y = diabetes
+    with pytest.raises(ValueError, match=r"min_weight=2\.0 leaves out every sample.*\[0, 1\]"):
+        Localized(LinearRegression(), kernel=kernel, min_weight=2.0).fit(X, y)
+    Localized(LinearRegression(), kernel=kernel, min_weight=1.0).fit(X, y)  # the bound itself is allowed
+
+
+def test_min_weight_bound_scales_with_sample_weight(diabetes):
+    X, y = diabetes
+    c = np.where(np.arange(len(y)) % 2 == 0, 3.0, 0.5)
+    with pytest.raises(ValueError, match=r"min_weight.*sample_weight.*\[0, 3\]"):
+        Localized(Ridge(), min_weight=3.5).fit(X, y, sample_weight=c)
+    Localized(Ridge(), min_weight=2.0).fit(X, y, sample_weight=c)
+
+
+def test_queries_that_min_weight_empties_warn_with_their_count(diabetes):
+    X, y = diabetes
+    Xq = np.vstack([X[:4], X[:3] + 0.02])  # 4 queries on samples (K = 1), 3 off them
+    nearest = np.argmin(((Xq[:, None, :] - X[None]) ** 2).sum(axis=2), axis=1)
+    model = Localized(Ridge(alpha=1e-3), bandwidth=0.02, min_weight=0.999).fit(X, y)
+    with pytest.warns(UserWarning, match=r"^3 of 7 queries have no sample of weight >= min_weight=0\.999"):
+        got = model.predict(Xq)
+    np.testing.assert_allclose(got[4:], y[nearest[4:]])
+    with warnings.catch_warnings():  # nothing to warn about when every query keeps a sample
+        warnings.simplefilter("error")
+        model.predict(X[:4])
+
+
+def test_min_weight_warning_counts_classifier_queries_once():
+    X, y = load_iris(return_X_y=True)
+    model = Localized(LogisticRegression(), bandwidth=0.05, min_weight=0.5).fit(X, y)
+    with pytest.warns(UserWarning, match=r"^2 of 2 queries") as record:
+        model.predict(X[:2] + 0.1)
+    assert len([w for w in record if "min_weight" in str(w.message)]) == 1

@@ -1,6 +1,8 @@
 """The localization trick for any estimator that accepts ``sample_weight``."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numpy.typing import ArrayLike
 from joblib import Parallel, delayed
@@ -55,9 +57,13 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     n_neighbors : int or None, default=None
         Balloon kNN bandwidth; with a compact profile only the nearest samples carry weight.
     min_weight : float, default=0.0
-        Samples with ``K(x*, x_i) < min_weight`` are left out of the query's fit (speed);
-        samples with zero weight are always left out, and by default no sample with positive
-        weight is.
+        Samples whose weight ``c_i K(x*, x_i) < min_weight`` are left out of the query's fit
+        (speed; ``c_i`` = 1 without ``sample_weight``); samples with zero weight are always left
+        out, and by default no sample with positive weight is. Every profile has ``K <= 1``
+        (``K(x, x) = 1``), so a ``min_weight`` above 1 (above ``max c_i`` with sample weights)
+        would leave out every sample at every query and is a ``ValueError`` at ``fit``. Below
+        that bound, a query whose samples all weigh less than ``min_weight`` falls back to the
+        target of its nearest sample, and ``predict`` warns with the number of such queries.
     n_jobs : int or None, default=None
         joblib workers over query blocks (None: one).
 
@@ -75,7 +81,9 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     Notes
     -----
     A query with no sample of positive weight (outside every compact support) gets the target
-    of its nearest sample; a neighbourhood holding one class predicts it with probability 1.
+    of its nearest sample, as does a query whose samples all weigh less than ``min_weight``
+    (that one with a ``UserWarning``); a neighbourhood holding one class predicts it with
+    probability 1.
 
     Examples
     --------
@@ -140,6 +148,11 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         if c is not None:
             live = c > 0
             X, y, c = X[live], y[live], c[live]
+        top = 1.0 if c is None else float(np.max(c))  # the largest weight c_i K any query can give
+        if self.min_weight > top:
+            given = "" if c is None else f" times sample_weight, whose largest is {top:.6g}"
+            raise ValueError(f"min_weight={self.min_weight!r} leaves out every sample at every query: the weights "
+                             f"K(x*, x_i) are at most 1{given}; min_weight must be in [0, {top:.6g}]")
         bandwidth = self.bandwidth
         if c is not None and isinstance(bandwidth, str):  # a rule, weighted as the fits are
             bandwidth = resolve_bandwidth(bandwidth, X, sample_weight=c)
@@ -156,13 +169,21 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         workers = resolve_n_jobs(self.n_jobs)
         parts = Parallel(n_jobs=min(workers, len(blocks)))(
             delayed(self._local_block)(X[s], method) for s in blocks)
-        return np.concatenate(parts)
+        # counted in the workers, warned here: a joblib process's warnings would not reach the caller
+        dropped = sum(n for _, n in parts)
+        if dropped:
+            warnings.warn(f"{dropped} of {len(X)} queries have no sample of weight >= min_weight={self.min_weight!r}"
+                          " (their heaviest samples weigh less); they got the target of their nearest sample. "
+                          "Lower min_weight or widen the bandwidth.", UserWarning, stacklevel=4)
+        return np.concatenate([out for out, _ in parts])
 
     def _local_block(self, Q, method):
+        """The block's answers, and how many of its queries min_weight alone left without samples."""
         W = np.exp(self.weights_.log_weights(Q))
         if self.sample_weight_ is not None:
             W *= self.sample_weight_
-        return np.array([self._fit_one(q, w, method) for q, w in zip(Q, W)])
+        dropped = int(np.sum(np.any(W > 0, axis=1) & ~np.any(W >= self.min_weight, axis=1)))
+        return np.array([self._fit_one(q, w, method) for q, w in zip(Q, W)]), dropped
 
     def _fit_one(self, q, w, method):
         keep = (w > 0) & (w >= self.min_weight)
