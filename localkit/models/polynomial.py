@@ -56,8 +56,13 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``;
         ``h`` is ``bandwidth`` (default 1, "cv" selects it with the ``h_i`` fixed).
     robust_iters : int, default=0
-        Cleveland's robustness iterations: refit with ``r_i = B(e_i / (6 median|e|))``,
-        ``B(u) = (1 - u^2)^2`` on ``|u| < 1`` (bisquare), ``e_i`` the residuals at the samples.
+        Cleveland's robustness iterations, by R's rule (``lowess`` and ``loess``): with ``e_i``
+        the residuals at the samples, ``cmad = 6 median_i |e_i|`` (the plain median, whatever
+        ``sample_weight``) and ``u_i = |e_i| / cmad``, refit with ``r_i = 1`` for
+        ``u_i <= 0.001``, ``r_i = (1 - u_i^2)^2`` for ``0.001 < u_i <= 0.999``, ``r_i = 0`` beyond.
+        The iterations stop early, keeping the current fit and its weights, when
+        ``cmad < 1e-7 mean_i |e_i|`` (R's lowess): more than half the residuals are then round-off
+        of an exact fit, and the weights would drop exactly fitted samples.
     ridge : float, default=0.0
         Added to the non-constant diagonal of the normalised local Gram matrix, in coordinates
         ``(x - x*) / s`` (``s`` = the neighbourhood radius for a span, the bandwidth otherwise).
@@ -81,10 +86,15 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     ``distance / (distance to the q-th neighbour)``, as here with ``frac=f``; with several
     features R first divides each by a 10% trimmed standard deviation (``normalize=TRUE``),
     localkit measures distances in the features as given (scale them first, e.g. with
-    :class:`sklearn.preprocessing.StandardScaler`, or compare with ``normalize=FALSE``). R's
-    robustness weights set ``u < 0.001`` to 1 and ``u > 0.999`` to 0; localkit and statsmodels
-    use the bisquare as is (fits differ by about 1e-9). ``sample_weight`` are R's prior
-    ``weights``: they multiply the kernel weights, and a span still counts samples, not weight.
+    :class:`sklearn.preprocessing.StandardScaler`, or compare with ``normalize=FALSE``).
+    ``robust_iters=it`` is R's ``loess(family="symmetric", iterations=it + 1)`` (the same clipped
+    bisquare; the fits agree to round-off), except on exactly fitted data, where R's ``loess``
+    has no stopping rule and localkit stops as R's ``lowess`` does. statsmodels' ``lowess`` uses
+    the bisquare unclipped and has no stopping rule: fits differ by about 1e-10 on ordinary data.
+    ``sample_weight`` are R's prior ``weights``: they multiply the kernel weights and the
+    robustness weights, but not the median of the residuals, which is the plain median over all
+    samples (zero weights included), as R's; and a span still counts samples, not weight. So
+    integer weights equal repeated rows for a fixed bandwidth and ``robust_iters=0`` only.
 
     Attributes
     ----------
@@ -194,7 +204,10 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             self._fit_vertices()
         for _ in range(self.robust_iters):
             residuals = self.y_fit_ - self._fit_at(X, self.kernel_, at_samples=True)
-            self.robust_weights_ = bisquare_weights(residuals, self.sample_weight_).astype(X.dtype, copy=False)
+            weights = bisquare_weights(residuals)
+            if weights is None:  # the fit is exact up to round-off: keep it (R's lowess stops here)
+                break
+            self.robust_weights_ = weights.astype(X.dtype, copy=False)
             if self.surface_ is not None:
                 self._fit_vertices()
         return self
@@ -259,26 +272,20 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return float(np.mean((out.values[:, 0] - y) ** 2))
 
 
-def bisquare_weights(residuals, sample_weight=None):
-    """Cleveland's robustness weights ``(1 - u^2)^2`` with ``u = min(|e| / (6 median|e|), 1)``.
+def bisquare_weights(residuals):
+    """Cleveland's robustness weights by R's rule (``clowess`` in R's ``lowess.c``, ``lowesw`` in
+    its ``loessf.f``), or None when the iterations should stop.
 
-    The median is weighted by ``sample_weight`` (integer weights: the median of the repeated
-    rows). A zero median keeps the samples fitted exactly (weight 1) and drops all others, as
-    statsmodels' lowess does.
+    With ``a = |e|``, ``cmad = 6 median(a)`` (the plain median: prior weights play no part) and
+    ``u = a / cmad``: weight 1 where ``u <= 0.001``, ``(1 - u^2)^2`` where ``0.001 < u <= 0.999``,
+    0 beyond. None when ``cmad < 1e-7 mean(a)``: more than half the residuals are round-off of an
+    exact fit, and the rule would drop exactly fitted samples at random (R's lowess stops there).
     """
-    a = np.abs(residuals)
-    median = np.median(a) if sample_weight is None else weighted_median(a, sample_weight)
-    u = (a > 0).astype(float) if median == 0 else np.minimum(a / (6.0 * median), 1.0)
-    return (1.0 - u * u) ** 2
-
-
-def weighted_median(values, weights):
-    """The median of ``values`` each repeated ``weights`` times (for integer weights exactly
-    ``np.median`` of the repeated values: the mean of the two middle ones when the total is even)."""
-    keep = weights > 0
-    order = np.argsort(values[keep], kind="stable")
-    v, cum = values[keep][order], np.cumsum(weights[keep][order], dtype=np.float64)
-    half = cum[-1] / 2.0
-    low = v[np.searchsorted(cum, half, side="left")]  # the first value reaching half the weight
-    high = v[min(np.searchsorted(cum, half, side="right"), len(v) - 1)]  # the first passing it
-    return 0.5 * (low + high)
+    a = np.abs(np.asarray(residuals, dtype=np.float64))
+    cmad = 6.0 * np.median(a)
+    if cmad < 1e-7 * np.mean(a):
+        return None
+    if cmad == 0.0:  # every residual is exactly 0 (mean(a) = 0): nothing to down-weight
+        return np.ones_like(a)
+    u = a / cmad
+    return np.where(u <= 0.001, 1.0, np.where(u <= 0.999, (1.0 - u * u) ** 2, 0.0))
