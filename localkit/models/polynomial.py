@@ -51,6 +51,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default).
     n_neighbors : int or None
         The span as a number of neighbours (balloon bandwidth: ``h(x*)`` varies with the query).
+        At least 2 with a profile that vanishes at ``u = 1`` (every compact one but the uniform):
+        the k-th neighbour gets weight 0, so 1 would leave no weight at all (a ``ValueError``).
     sample_neighbors : int or None
         Sample-point adaptive bandwidth: sample ``i`` gets ``h * h_i``, ``h_i`` the distance of
         ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``;
@@ -176,7 +178,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             return max(2, int(2.0 / 3.0 * n + 1e-10))
         if self.frac is not None:
             return max(2, int(self.frac * n + 1e-10))  # statsmodels' lowess span
-        return check_n_neighbors(self.n_neighbors, n)
+        return check_n_neighbors(self.n_neighbors, n, kernel=self.kernel)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
