@@ -22,7 +22,8 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         \\qquad \\hat y(x^*) = \\arg\\max_c \\hat p(c \\mid x^*)
 
     With ``kernel="uniform", n_neighbors=k`` it is scikit-learn's ``KNeighborsClassifier(k)``
-    (ties between classes go to the first class in ``classes_``).
+    (ties between classes go to the first class in ``classes_``; where several samples tie at
+    the k-th distance, each keeps a valid set of k of them, not necessarily the same).
 
     Parameters are those of :class:`localkit.LocalMeanRegressor`; ``empty="nearest"`` gives
     a query outside every compact support the label of its nearest training sample.

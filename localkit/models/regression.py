@@ -21,8 +21,10 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         \\hat f(x^*) = \\frac{\\sum_i K(x^*, x_i)\\, y_i}{\\sum_j K(x^*, x_j)},
         \\qquad K(x^*, x) = k\\big(d(x^*, x) / h\\big)
 
-    With ``kernel="uniform", n_neighbors=k`` this is k-nearest-neighbour regression; with a
-    Gaussian kernel it is statsmodels' ``KernelReg(reg_type="lc")``.
+    With ``kernel="uniform", n_neighbors=k`` this is k-nearest-neighbour regression
+    (scikit-learn's ``KNeighborsRegressor(k)``, except that where several samples tie at the k-th
+    distance each keeps a valid set of k, not necessarily the same); with a Gaussian kernel it
+    is statsmodels' ``KernelReg(reg_type="lc")``.
 
     Parameters
     ----------
