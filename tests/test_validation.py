@@ -147,10 +147,12 @@ def test_local_polynomial_refuses_one_vanishing_neighbour_and_keeps_one_nearest(
     assert LocalPolynomialRegressor(frac=1e-3).fit(X, y).n_neighbors_ == 2
 
 
-@pytest.mark.xfail(strict=True, reason="localkit/models/_base.py (LocalKernelMixin._fit_kernel) calls "
-                   "check_n_neighbors without kernel=self.kernel; wire it there and drop this mark")
 @pytest.mark.parametrize("make", [LocalMeanRegressor, LocalMeanClassifier])
 def test_local_means_refuse_one_vanishing_neighbour(make):
     X, y = load_iris(return_X_y=True)
     with pytest.raises(ValueError, match="n_neighbors=1 with the 'tricube' kernel"):
         make(kernel="tricube", n_neighbors=1).fit(X, y)
+    da = pytest.importorskip("dask.array")
+    with pytest.raises(ValueError, match="n_neighbors=1 with the 'tricube' kernel"):
+        make(kernel="tricube", n_neighbors=1).fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
+    make(kernel="uniform", n_neighbors=1).fit(X, y)  # 1-NN

@@ -65,7 +65,7 @@ class LocalKernelMixin:
     def _fit_kernel(self, X, y=None, sample_weight=None):
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
-        check_n_neighbors(self.n_neighbors, X.shape[0])  # the types were checked by _parameter_constraints
+        check_n_neighbors(self.n_neighbors, X.shape[0], kernel=self.kernel)  # types: _parameter_constraints
         if self.metric == "precomputed":
             check_precomputed(X)
         self.bandwidth_ = self._choose_bandwidth(X, y, sample_weight)

@@ -47,7 +47,7 @@ def fit_local_mean(est, X, y, sample_weight, *, classify):
     est.sample_weight_ = None if sample_weight is None else as_dask_array(sample_weight, "sample_weight", ndim=(1,),
                                                                         dtype=X.dtype, n_rows=X.shape[0], rows=rows)
     est.sample_scale_ = None
-    check_n_neighbors(est.n_neighbors, X.shape[0])
+    check_n_neighbors(est.n_neighbors, X.shape[0], kernel=est.kernel)
     est.bandwidth_ = dask_bandwidth(est.bandwidth, X, sample_weight=est.sample_weight_)  # a rule: dask reductions
     est.kernel_ = Kernel(est.kernel, bandwidth=est.bandwidth_, n_neighbors=est.n_neighbors, metric=est.metric,
                          p=getattr(est, "p", 2))
