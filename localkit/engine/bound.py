@@ -107,7 +107,12 @@ class BoundKernel:
             self.scaled = self.exponent <= SAFE_EXPONENT[self.dtype]
             self.X = self._transform(samples)
         self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
-        self._index = None
+        # raw coordinates for the index where no squared difference can overflow or underflow
+        # (the compiled pass's range): |x / h| and h within 1e-100 .. 1e100
+        h64, extent = np.asarray(self.h, dtype=np.float64), np.abs(samples).astype(np.float64)
+        self._raw_index = bool(self.centre is not None and self.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
+                               and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
+        self._index = self._index_samples = None
         self._compact = None
         self._base2 = None
 
@@ -133,10 +138,50 @@ class BoundKernel:
 
     @property
     def index(self):
-        """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest)."""
+        """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
+        coordinates of :meth:`index_points`."""
         if self._index is None:
-            self._index = nb.make_index(self.X, self.kernel.metric, self.kernel.p)
+            self._index = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p)
         return self._index
+
+    def index_points(self, queries, rows=None):
+        """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
+        coordinates: where it is safe, the compiled pass's (:mod:`localkit.engine.compact`): the
+        raw coordinates for a scalar bandwidth, each feature divided by its bandwidth otherwise,
+        so that distances ``/ index_unit`` are ``u``. Their differences are exact for points on a
+        lattice: a tie between two distances, or with the edge of a support, is a tie on every
+        path (the engine's centred, scaled coordinates round them apart). Data or bandwidths
+        whose squared differences could leave the float range keep the engine's coordinates."""
+        if queries is None and self._raw_index:
+            if self._index_samples is None:
+                self._index_samples = self._to_index(self.samples)
+            return self._index_samples if rows is None else self._index_samples[rows]
+        points = self.samples if queries is None else check_points(queries, "queries", n_features=self.n_features,
+                                                                     dtype=self.dtype)
+        if rows is not None:
+            points = points[rows]
+        if not self._raw_index:
+            return self.X[rows] if queries is None and rows is not None else self.coordinates(points)
+        return self._to_index(points)
+
+    def _to_index(self, points):
+        if np.ndim(self.h) == 0:
+            return np.asarray(points, dtype=np.float64)
+        return self.kernel.scale(np.asarray(points, dtype=np.float64), self.h)
+
+    @property
+    def exact_edge(self):
+        """True when the dense path decides the uniform profile's edge in the index's coordinates
+        (its one jump: rounded distances would move samples at exactly ``h`` in or out, where the
+        compiled and radius paths keep them)."""
+        kern = self.kernel
+        return (kern.compact and not kern.profile.vanishes_at_edge and kern.n_neighbors is None and self._raw_index
+                and kern.metric == "euclidean" and self.sample_scale is None)
+
+    @property
+    def index_unit(self):
+        """Distances in the index's coordinates divided by this are the engine's distances."""
+        return float(self.h) if self._raw_index and np.ndim(self.h) == 0 else 1.0
 
     @property
     def compact_index(self):
@@ -158,10 +203,11 @@ class BoundKernel:
             self._base2 = X2, np.einsum("ij,ij->i", X2, X2)
         return self._base2
 
-    def knn_scale(self, Q, *, exclude_self=False, row_offset=0):
-        """The balloon bandwidth of each query: distance to its k-th nearest sample."""
-        return nb.knn_bandwidth(self.index, Q, self.kernel.n_neighbors, exclude_self=exclude_self,
-                                row_offset=row_offset)
+    def knn_scale(self, queries, *, exclude_self=False, row_offset=0):
+        """The balloon bandwidth of each query: distance to its k-th nearest sample (engine units)."""
+        d = nb.knn_bandwidth(self.index, self.index_points(queries), self.kernel.n_neighbors,
+                             exclude_self=exclude_self, row_offset=row_offset)
+        return (d / self.index_unit).astype(self.dtype, copy=False)
 
     # -- operations ------------------------------------------------------------------------
     def sums(self, queries: ArrayLike | None = None, values: ArrayLike | None = None, *, exclude_self: bool = False,
@@ -199,7 +245,7 @@ class BoundKernel:
             V_aug *= self.weight[:, None]
         path = plan(self, Q, q_scale, exclude_self)
         S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
-        return finish(self, Q, S, shift, V, exclude_self, values is None, squeeze)
+        return finish(self, queries, S, shift, V, exclude_self, values is None, squeeze)
 
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                     row_offset: int = 0) -> np.ndarray:
@@ -213,10 +259,11 @@ class BoundKernel:
         Q = self.coordinates(queries)
         k = self.kernel.n_neighbors
         if k is not None and self.kernel.compact:
-            L = knn_log_weights(self, Q, exclude_self, row_offset)
+            L = knn_log_weights(self, self.index_points(queries), exclude_self, row_offset)
         else:
-            q_scale = None if k is None else self.knn_scale(Q, exclude_self=exclude_self, row_offset=row_offset)
-            L, offset = log_weight_block(self, Q, slice(0, self.n_samples), q_scale)
+            q_scale = None if k is None else self.knn_scale(queries, exclude_self=exclude_self, row_offset=row_offset)
+            points = self.index_points(queries) if self.exact_edge else None
+            L, offset = log_weight_block(self, Q, slice(0, self.n_samples), q_scale, points)
             L += offset[:, None]
             if exclude_self:
                 rows = np.arange(len(Q))
@@ -253,22 +300,25 @@ class BoundKernel:
             W = np.where(total > 0, W / total, 0.0)
         return (W, L) if return_log_weights else W
 
-    def nearest(self, queries=None, *, self_rows=None, Q=None):
-        """Index of the nearest sample that carries weight, in the kernel's metric and scaling.
+    def nearest(self, queries=None, *, rows=None, self_rows=None):
+        """Index of the nearest sample that carries weight, in the kernel's metric and scaling,
+        for ``queries`` (the samples for None; ``rows`` of them, if given).
 
         ``self_rows`` (one per query) excludes sample ``self_rows[i]`` at query ``i`` (the query
-        is that sample: leave-one-out). ``Q`` gives queries already in engine coordinates.
+        is that sample: leave-one-out).
         """
-        Q = self.coordinates(queries) if Q is None else Q
+        P = self.index_points(queries, rows)
         live = np.arange(self.n_samples) if self.weight is None else np.flatnonzero(self.weight > 0)
         index = self.index
         if len(live) < self.n_samples:  # precomputed: the distances to the live samples only
-            X = self.X[np.ix_(live, live)] if self.kernel.metric == "precomputed" else self.X[live]
-            Q = Q[:, live] if self.kernel.metric == "precomputed" else Q
+            precomputed = self.kernel.metric == "precomputed"
+            X = self.index_points(None)
+            X = X[np.ix_(live, live)] if precomputed else X[live]
+            P = P[:, live] if precomputed else P
             index = nb.make_index(X, self.kernel.metric, self.kernel.p)
         if self_rows is None:
-            return live[index.kneighbors(Q, n_neighbors=1)[1][:, 0]]
-        near = live[index.kneighbors(Q, n_neighbors=min(2, len(live)))[1]]
+            return live[index.kneighbors(P, n_neighbors=1)[1][:, 0]]
+        near = live[index.kneighbors(P, n_neighbors=min(2, len(live)))[1]]
         return np.where(near[:, 0] == self_rows, near[:, -1], near[:, 0])
 
     # -- helpers ---------------------------------------------------------------------------

@@ -216,59 +216,94 @@ def _merge_states(x, p):
 
 def _finish_states(x, *, p, empty):
     """``[mean, log weight sum]`` from merged states, the empty-neighbourhood policy applied."""
-    mean, ls = x[:, :p].copy(), x[:, p]
-    rows = ~(ls > -np.inf)
-    if rows.any():
-        if empty == "raise":
-            raise ValueError(f"{rows.sum()} queries have an empty neighbourhood (no sample inside the kernel's "
-                             "support); widen the bandwidth, or pass empty='nearest' or 'nan'")
-        if empty == "nan":  # the warning is raised where the chunk is computed (a worker, on a cluster)
-            warnings.warn(f"{rows.sum()} queries have an empty neighbourhood; their local means are NaN",
-                          RuntimeWarning, stacklevel=2)
-            mean[rows] = np.nan
-        elif np.isinf(x[rows, p + 1]).any():
+    def nearest(rows):
+        if np.isinf(x[rows, p + 1]).any():
             raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
-        else:
-            mean[rows] = x[rows, p + 2:]
+        return x[rows, p + 2:]
+
+    mean, ls = x[:, :p].copy(), x[:, p]
+    _apply_empty(mean, ~(ls > -np.inf), empty, nearest)
     return np.concatenate([mean, ls[:, None]], axis=1)
 
 
-# A kNN state row is [k distances, k rows of (c v, c)], nearest first.
+def _apply_empty(mean, rows, empty, nearest):
+    """The empty-neighbourhood policy on the boolean ``rows`` of ``mean`` (in place);
+    ``nearest(rows)`` gives the values of their nearest samples that carry weight."""
+    if not rows.any():
+        return
+    if empty == "raise":
+        raise ValueError(f"{rows.sum()} queries have an empty neighbourhood (no sample inside the kernel's "
+                         "support); widen the bandwidth, or pass empty='nearest' or 'nan'")
+    if empty == "nan":  # the warning is raised where the chunk is computed (a worker, on a cluster)
+        warnings.warn(f"{rows.sum()} queries have an empty neighbourhood; their local means are NaN",
+                      RuntimeWarning, stacklevel=3)
+        mean[rows] = np.nan
+    else:
+        mean[rows] = nearest(rows)
+
+
+# A kNN state row is [k distances, k rows of (c v, c)], nearest first, and for a profile that
+# vanishes at the edge the sum of (c v, c) over the samples at the query's point (nb.coincident).
 def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads):
     """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``)."""
     exclude = bool(exclude_self and q_off[0] == s_off[0])
     dtype = q.dtype if v is None else v.dtype
     dist = np.full((len(q), k), np.inf, dtype=dtype)
     vals = np.zeros((len(q), k, p + 1), dtype=dtype)
+    at_point = np.zeros((len(q), p + 1 if kernel.profile.vanishes_at_edge else 0), dtype=dtype)
     kk = min(k, len(s) - int(exclude))
     if kk > 0:
         h = kernel.bandwidth
+        aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
+        aug = aug if c is None else aug * c[:, None]
         with _native_threads(threads):
             index = nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p)
             dist[:, :kk], idx = nb.kneighbors(index, kernel.scale(q, h), kk, exclude_self=exclude)
-        aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
-        vals[:, :kk] = (aug if c is None else aug * c[:, None])[idx]
-    return np.concatenate([dist, vals.reshape(len(q), -1)], axis=1)[:, None, :]
+            # the nearest at distance 0: this chunk's samples at the query's point
+            rows, found = nb.coincident(index, kernel.scale(q, h), dist[:, :1], kernel.profile, exclude_self=exclude)
+        vals[:, :kk] = aug[idx]
+        for r, f in zip(rows, found):
+            at_point[r] = aug[f].sum(axis=0)
+    return np.concatenate([dist, vals.reshape(len(q), -1), at_point], axis=1)[:, None, :]
 
 
-def _merge_knn(x, k):
-    """The global ``k`` nearest from per-chunk ``k`` nearest (a stable sort keeps chunk order on ties)."""
+def _merge_knn(x, k, p):
+    """The global ``k`` nearest from per-chunk ``k`` nearest (a stable sort keeps chunk order on
+    ties) and the sums at the queries' points added up."""
     n, m = x.shape[:2]
     dist = x[:, :, :k].reshape(n, m * k)
-    vals = x[:, :, k:].reshape(n, m * k, -1)
+    width = p + 1
+    vals = x[:, :, k:k + k * width].reshape(n, m * k, -1)
     order = np.argsort(dist, axis=1, kind="stable")[:, :k]
     r = np.arange(n)[:, None]
-    return np.concatenate([dist[r, order], vals[r, order].reshape(n, -1)], axis=1)[:, None, :]
+    at_point = x[:, :, k + k * width:].sum(axis=1)
+    return np.concatenate([dist[r, order], vals[r, order].reshape(n, -1), at_point], axis=1)[:, None, :]
 
 
-def _finish_knn(x, *, k, p, profile):
-    """``[mean, log weight sum]`` over exactly the k nearest, ``w_j = k(d_j / d_k)`` (as in memory)."""
+def _finish_knn(x, *, k, p, profile, empty):
+    """``[mean, log weight sum]`` over exactly the k nearest, ``w_j = k(d_j / d_k)`` (as in memory;
+    ``d_k = 0``: every sample at the query's point, for a profile that vanishes at the edge), the
+    empty-neighbourhood policy applied (the nearest: the first of the k that carries weight)."""
     n = len(x)
-    dist, aug = x[:, :k], x[:, k:].reshape(n * k, p + 1)
+    dist, aug = x[:, :k], x[:, k:k + k * (p + 1)].reshape(n, k, p + 1)
     L = profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
-    S, shift = nb._gathered_sums(L, np.arange(n * k).reshape(n, k), aug)
+    S, shift = nb._gathered_sums(L, np.arange(n * k).reshape(n, k), aug.reshape(n * k, p + 1))
+    if profile.vanishes_at_edge:
+        there = dist[:, -1] == 0
+        S[there], shift[there] = x[there, k + k * (p + 1):], profile.log_k(np.zeros(1))[0]
+
+    def nearest(rows):
+        live = aug[rows, :, p] > 0
+        if not live.any(axis=1).all():
+            raise ValueError("sample_weight is zero on every one of the n_neighbors nearest samples of a query "
+                             "whose neighbourhood is empty; pass empty='nan' or give those samples weight")
+        first = aug[rows, live.argmax(axis=1)]  # (c v, c) of the nearest sample that carries weight
+        return first[:, :p] / first[:, p:]
+
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.concatenate([S[:, :-1] / S[:, -1:], (shift + np.log(S[:, -1]))[:, None]], axis=1)
+        mean, ls = S[:, :-1] / S[:, -1:], shift + np.log(S[:, -1])
+    _apply_empty(mean, ~(ls > -np.inf), empty, nearest)
+    return np.concatenate([mean, ls[:, None]], axis=1)
 
 
 def _kth_distance(x, *, k):
@@ -364,11 +399,11 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
                       threads=threads)
-        width = k * (p + 2) if kern.compact else 2 * k
-        nearest = _reduce(knn, partial(_merge_knn, k=k), width, Q, S, V if kern.compact else None, [],
+        width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge if kern.compact else 2 * k
+        nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0), width, Q, S, V if kern.compact else None, [],
                           [c if kern.compact else None], out_dtype, split_every)
         if kern.compact:
-            final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile),
+            final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile, empty=empty),
                                        chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
             return _result(final, p, values is None, squeeze, dtype, out_dtype)
         q_scale = nearest.map_blocks(partial(_kth_distance, k=k), drop_axis=1, dtype=out_dtype)

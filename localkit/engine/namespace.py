@@ -130,6 +130,8 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     if options.algorithm == "compiled":
         _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
         Qs, Xs, support = Q, X, h * h
+    elif _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
+        Qs, Xs, support = Q, X, h * h
     elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
         Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
     elif kernel.norm_metric:
@@ -144,7 +146,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
         V_aug = _augment(xp, V, weight)
         if k is not None and kernel.compact:
-            S, shift = _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self)
+            S, shift = _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel), V_aug, kernel, exclude_self)
         else:
             if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
                 q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
@@ -432,6 +434,19 @@ def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
     """``(dist, idx)`` of the ``k`` nearest samples of a block of queries at a time (nearest
     first, ties in sample order), by whole rows of exact distances sorted on the device;
     ``exclude_self``: query ``i`` is sample ``i`` and is not its own neighbour."""
+    for D in _sq_distance_rows(xp, Q, X, kernel, exclude_self):
+        yield _k_smallest(xp, D, k)
+
+
+def _k_smallest(xp, D, k):
+    """``(dist, idx)``: the ``k`` smallest of each row of squared distances ``D``, their square roots."""
+    idx = xp.argsort(D, axis=1, stable=True)[:, :k]
+    return xp.sqrt(xp.take_along_axis(D, idx, axis=1)), idx
+
+
+def _sq_distance_rows(xp, Q, X, kernel, exclude_self):
+    """Blocks of whole rows of exact squared distances (``inf`` on a query's own sample with
+    ``exclude_self``), as many rows at a time as a block of cells holds."""
     n_q, n_s = Q.shape[0], X.shape[0]
     cells = 2**22 if "cpu" in str(_device(xp, Q)) else ACCELERATOR_BLOCK_CELLS
     step = max(1, min(n_q, cells // max(1, n_s)))
@@ -440,19 +455,55 @@ def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
         if exclude_self:
             rows = xp.arange(r0, r0 + D.shape[0], device=_device(xp, Q))
             D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(xp, Q))[None, :], math.inf, D)
-        idx = xp.argsort(D, axis=1, stable=True)[:, :k]
-        yield xp.sqrt(xp.take_along_axis(D, idx, axis=1)), idx
+        yield D
+
+
+def _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
+    """True for the uniform profile (a jump at its edge) with a fixed scalar bandwidth where raw
+    squared differences stay in the float range: its support is then decided by the compiled
+    pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
+    from .planner import COMPILED_BANDWIDTHS
+
+    lo, hi = COMPILED_BANDWIDTHS
+    if not (kernel.compact and not kernel.profile.vanishes_at_edge and kernel.n_neighbors is None
+            and kernel.metric == "euclidean" and q_scale is None and s_scale is None and isinstance(h, float)
+            and lo < h < hi):
+        return False
+    limit = float(xp.finfo(X.dtype).max) ** 0.25
+    return max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in (Q, X)) < limit
+
+
+def _index_coordinates(xp, Q, X, h, Qs, Xs, kernel):
+    """Queries and samples for a neighbour search in the NumPy engine's index coordinates
+    (:meth:`localkit.engine.BoundKernel.index_points`): raw for a scalar bandwidth, each feature
+    divided by its bandwidth otherwise, so that ties of distances on a lattice stay ties; the
+    engine's ``(Qs, Xs)`` where a squared difference could overflow."""
+    if not kernel.norm_metric:
+        return Qs, Xs
+    scaled = Q, X
+    if getattr(h, "ndim", np.ndim(h)) != 0:
+        hh = xp.asarray(h, dtype=X.dtype, device=_device(xp, X))
+        scaled = Q / hh, X / hh
+    limit = float(xp.finfo(X.dtype).max) ** 0.25
+    big = max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in scaled)
+    return scaled if big < limit else (Qs, Xs)
 
 
 def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
-    """``(S, shift)`` over exactly the k nearest samples of each query, ``u = d / d_k`` (a zero
-    ``d_k``, k duplicates: distance 0 counts fully), as the NumPy engine's neighbour path."""
-    log_k = kernel.profile.log_k_for(xp)
+    """``(S, shift)`` over exactly the k nearest samples of each query, ``u = d / d_k``, as the
+    NumPy engine's neighbour path: where ``d_k = 0`` every sample at the query's point, each of
+    weight ``k(0)``, for a profile that vanishes at the edge (:func:`localkit.engine.neighbors.coincident`)."""
+    log_k, k = kernel.profile.log_k_for(xp), kernel.n_neighbors
     parts = []
-    for dist, idx in xp_kneighbors(xp, Qs, Xs, kernel.n_neighbors, kernel, exclude_self):
+    for D in _sq_distance_rows(xp, Qs, Xs, kernel, exclude_self):
+        dist, idx = _k_smallest(xp, D, k)
         W = xp.exp(log_k(_rescale(xp, dist * dist, dist[:, -1:], None)))
         gathered = xp.reshape(xp.take(V_aug, xp.reshape(idx, (-1,)), axis=0), (*idx.shape, V_aug.shape[1]))
-        parts.append(xp.sum(W[:, :, None] * gathered, axis=1))
+        S = xp.sum(W[:, :, None] * gathered, axis=1)
+        if kernel.profile.vanishes_at_edge:
+            at_point = xp.astype(D == 0, V_aug.dtype) @ V_aug * xp.exp(log_k(xp.zeros_like(dist[:, :1])))
+            S = xp.where(dist[:, -1:] == 0, at_point, S)
+        parts.append(S)
     S = xp.concat(parts, axis=0)
     return S, xp.zeros((S.shape[0],), dtype=S.dtype, device=_device(xp, S))
 

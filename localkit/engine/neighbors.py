@@ -44,28 +44,57 @@ def scaled_sq_distances(dist, h):
     return np.nan_to_num(u2, nan=0.0, posinf=np.inf)
 
 
+def coincident(index, Q, dist, profile, *, exclude_self=False, row_offset=0):
+    """``(rows, samples)``: the queries whose k nearest samples all lie at distance 0 and, for
+    each, every sample at distance 0 (itself left out with ``exclude_self``); none unless
+    ``profile`` vanishes at the edge of its support.
+
+    There ``d_k = 0`` and ``k(d / d_k)`` is the limit ``h -> 0`` of the kernel: every sample at the
+    query's point weighs ``k(0)`` and no other does, however many there are (the k a search
+    returns are an arbitrary pick among them, dependent on the sample order and the path; R's
+    lowess takes all of them too). The uniform profile keeps the k the search returns (see
+    :attr:`~localkit.kernels.profiles.Profile.vanishes_at_edge`)."""
+    rows = np.flatnonzero(dist[:, -1] == 0) if profile.vanishes_at_edge else np.zeros(0, dtype=np.intp)
+    if len(rows) == 0:
+        return rows, []
+    found = index.radius_neighbors(Q[rows], radius=0.0, return_distance=False)
+    if exclude_self:
+        found = [f[f != r + row_offset] for f, r in zip(found, rows)]
+    return rows, found
+
+
 def knn_block_sums(index, Q, k, profile, V_aug, *, exclude_self=False, row_offset=0):
     """Weighted sums over exactly the k nearest samples (compact profile, kNN bandwidth).
 
     ``w_ij = k(d_ij / d_ik)``; returns ``(sums, log_scale)`` with the true sums equal to
-    ``sums * exp(log_scale)`` (the row maximum is factored out, as in the dense path).
+    ``sums * exp(log_scale)`` (the row maximum is factored out, as in the dense path). A query
+    with ``d_k = 0`` sums every sample at its point (:func:`coincident`).
     """
     dist, idx = kneighbors(index, Q, k, exclude_self=exclude_self, row_offset=row_offset)
     L = profile.log_k(scaled_sq_distances(dist, dist[:, -1]))
-    return _gathered_sums(L, idx, V_aug)
+    sums, shift = _gathered_sums(L, idx, V_aug)
+    rows, found = coincident(index, Q, dist, profile, exclude_self=exclude_self, row_offset=row_offset)
+    for r, f in zip(rows, found):  # their weights are all k(0): the shift is log k(0)
+        sums[r] = V_aug[f].sum(axis=0)
+        shift[r] = profile.log_k(np.zeros(1))[0]
+    return sums, shift
 
 
-def radius_block_sums(index, Q, profile, V_aug, *, radius=1.0, s_scale=None, exclude_self=False,
-                      row_offset=0):
-    """Weighted sums over the samples within ``radius`` (scaled coordinates) of each query."""
+def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclude_self=False, row_offset=0):
+    """Weighted sums over the samples in each query's support, ``u = d / (unit s_j) <= 1`` (``d``
+    the index's distance, ``s_j`` the per-sample scales, 1 without them). The index decides the
+    support (``d^2 <= unit^2``, the compiled pass's test); ``u^2`` then only shapes the weights."""
+    radius = unit * (1.0 if s_scale is None else float(s_scale.max()))
     dist, idx = index.radius_neighbors(Q, radius=radius, sort_results=False)
     lengths = np.fromiter((len(r) for r in idx), dtype=np.intp, count=len(idx))
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     flat_idx = np.concatenate(idx) if len(idx) else np.zeros(0, dtype=np.intp)
     flat_d = np.concatenate(dist) if len(dist) else np.zeros(0)
     rows = np.repeat(np.arange(len(Q)), lengths)
-    u2 = flat_d * flat_d
-    if s_scale is not None:
+    u2 = (flat_d / unit) ** 2
+    if s_scale is None:  # inside by the index's test: sqrt and division must not push u past 1
+        np.minimum(u2, 1.0, out=u2)
+    else:
         u2 = u2 / s_scale[flat_idx] ** 2
     w = np.exp(profile.log_k(u2))
     if exclude_self:

@@ -25,6 +25,7 @@ compact), and if that is not enough its distances are formed exactly, as differe
 from __future__ import annotations
 
 import numpy as np
+from scipy.spatial.distance import cdist
 
 from . import neighbors as nb
 from .blocks import block_sizes, map_blocks
@@ -58,7 +59,9 @@ class QueryBlock:
     (default: the bound's).
     """
 
-    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, samples=None):
+    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, samples=None, points=None):
+        # the uniform profile's edge from the index's coordinates (BoundKernel.exact_edge)
+        self.points = points if q_scale is None else None
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
         self.X, self.x_sq = (bound.X, bound.x_sq) if samples is None else samples
@@ -81,6 +84,10 @@ class QueryBlock:
     def log_weights(self, bound, cols, fold_offset=False):
         """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
         (``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`)."""
+        if self.points is not None:  # the compiled pass's test |q - x|^2 <= h^2: ties with the edge kept alike
+            inside = cdist(self.points, bound.index_points(None, cols), "sqeuclidean") <= bound.index_unit ** 2
+            L = np.where(inside, bound.kernel.profile.log_k(np.zeros(1))[0], -np.inf).astype(self.Q.dtype)
+            return L, np.zeros(len(L), dtype=L.dtype)
         if bound.kernel.metric == "precomputed":  # the queries are their distances to the samples
             return bound.kernel.log_weights(self.Q[:, cols], None, q_scale=self.q_scale, s_scale=None
                                             if bound.sample_scale is None else bound.sample_scale[cols])
@@ -96,9 +103,10 @@ class QueryBlock:
                                         fold_offset=fold_offset)
 
 
-def log_weight_block(bound, Q, cols, q_scale=None):
-    """``(L, offset)`` of queries ``Q`` (engine coordinates) against the samples ``cols``."""
-    return QueryBlock(bound, Q, q_scale).log_weights(bound, cols)
+def log_weight_block(bound, Q, cols, q_scale=None, points=None):
+    """``(L, offset)`` of queries ``Q`` (engine coordinates; ``points``: in the index's, for
+    :attr:`~localkit.engine.BoundKernel.exact_edge`) against the samples ``cols``."""
+    return QueryBlock(bound, Q, q_scale, points=points).log_weights(bound, cols)
 
 
 def _logit_exponent(bound, Q):
@@ -143,7 +151,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                          memory_budget=opts.memory_budget, n_workers=threads,
                          n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
-        q_scale = bound.knn_scale(Q, exclude_self=exclude_self)
+        q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
     order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
@@ -162,9 +170,11 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
             Q2 = (Q * BASE2_SCALE).astype(Q.dtype)
     exp = np.exp2 if base2 else np.exp
 
+    P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
+
     def block_of(idx, base2=False):
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
-                          logit_exponent, bound.base2_samples if base2 else None)
+                          logit_exponent, bound.base2_samples if base2 else None, None if P is None else P[idx])
 
     def blocks(block, idx, fold_offset):
         for c0 in range(0, n_s, bs):
@@ -213,15 +223,16 @@ def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     bq = opts.block_size if np.isscalar(opts.block_size) else (opts.block_size or (0,))[0]
     bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
 
+    P = bound.index_points(queries)
+
     def run(rows):
         if k is not None:
-            s, m = nb.knn_block_sums(bound.index, Q[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
+            s, m = nb.knn_block_sums(bound.index, P[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
                                      row_offset=rows.start)
         else:
-            s_scale = bound.sample_scale
-            radius = 1.0 if s_scale is None else float(s_scale.max())
-            s, m = nb.radius_block_sums(bound.index, Q[rows], kern.profile, V_aug, radius=radius,
-                                        s_scale=s_scale, exclude_self=exclude_self, row_offset=rows.start)
+            s, m = nb.radius_block_sums(bound.index, P[rows], kern.profile, V_aug, unit=bound.index_unit,
+                                        s_scale=bound.sample_scale, exclude_self=exclude_self,
+                                        row_offset=rows.start)
         S[rows], shift[rows] = s, m
 
     map_blocks(run, n_q, bq, opts.threads)
@@ -229,12 +240,18 @@ def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
 
 def knn_log_weights(bound, Q, exclude_self, row_offset):
-    """Log-weights of a compact kNN kernel: exactly the k nearest samples, with the tree's
-    distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
+    """Log-weights of a compact kNN kernel: exactly the k nearest samples (every sample at the
+    query's point when the k-th is there too, :func:`~localkit.engine.neighbors.coincident`),
+    with the tree's distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
     dist, idx = nb.kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
                               row_offset=row_offset)
+    log_k = bound.kernel.profile.log_k
     L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
-    L[np.arange(len(Q))[:, None], idx] = bound.kernel.profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
+    L[np.arange(len(Q))[:, None], idx] = log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
+    rows, found = nb.coincident(bound.index, Q, dist, bound.kernel.profile, exclude_self=exclude_self,
+                                row_offset=row_offset)
+    for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
+        L[r, f] = log_k(np.zeros(1))[0]
     return L
 
 

@@ -226,8 +226,12 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
             def window_block(rows):
                 q = Qs[rows, 0]
                 lo = _window_starts(x, q, k)
-                S, T = _window_accumulate(x, Ys, ws, lo, q, k, E.shape[0] - 1, a, p)
-                radius = np.maximum(q - x[lo], x[lo + k - 1] - q)
+                hi = lo + k
+                # k samples at the query's point: the window is every sample there (nb.coincident)
+                tied = (x[lo] == q) & (x[hi - 1] == q) & kern.profile.vanishes_at_edge
+                lo[tied], hi[tied] = np.searchsorted(x, q[tied], "left"), np.searchsorted(x, q[tied], "right")
+                S, T = _window_accumulate(x, Ys, ws, lo, hi, q, E.shape[0] - 1, a, p)
+                radius = np.maximum(q - x[lo], x[hi - 1] - q)
                 near = np.zeros(len(q), dtype=np.intp)
                 for i in np.flatnonzero(~(S[:, 0] > 0)):  # only queries without weight need it
                     pos = lo[i] + np.arange(k)
@@ -238,12 +242,25 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         def sorted_lists(rows):
             dist, pos = _window_neighbors(x, order, Qs[rows, 0], k, exclude_self, rows.start)
             return dist, order[pos]
+
+        def coincident(rows, dist):  # every sample at the query's point: a run of the sorted samples
+            zero = np.flatnonzero((dist.max(axis=1) == 0) & kern.profile.vanishes_at_edge)
+            q = Qs[rows, 0][zero]
+            runs = [order[i:j] for i, j in zip(np.searchsorted(x, q, "left"), np.searchsorted(x, q, "right"))]
+            if exclude_self:
+                runs = [f[f != r + rows.start] for f, r in zip(runs, zero)]
+            return zero, runs
         neighbours = sorted_lists
     else:
         index = nb.make_index(Xs, kern.metric)
 
         def neighbours(rows):
             return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+
+        def coincident(rows, dist):
+            return nb.coincident(index, Qs[rows], dist, kern.profile, exclude_self=exclude_self,
+                                 row_offset=rows.start)
+    k0 = float(np.exp(kern.profile.log_k(np.zeros(1))[0]))
 
     def list_block(rows):
         dist, idx = neighbours(rows)
@@ -252,6 +269,10 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         inv = np.broadcast_to(np.where(radius > 0, 1.0 / np.where(radius > 0, radius, 1.0), 0.0)[:, None],
                               (len(idx), Xs.shape[1])).astype(Xs.dtype)
         G, b, total = _accumulate(Xs, Qs[rows], Y, sw, idx, w, inv, *tree)
+        for r, f in zip(*coincident(rows, dist)):  # d_k = 0: every sample there, at z = 0 (psi = e_0)
+            G[r], b[r] = 0.0, 0.0
+            G[r, 0, 0] = total[r] = k0 * sw[f].sum()
+            b[r, 0] = k0 * (sw[f] @ Y[f])
         return G, b, total, _per_query(radius), idx[np.arange(len(idx)), dist.argmin(axis=1)]
     return list_block, k * (24 + Xs.dtype.itemsize), None
 
@@ -332,8 +353,8 @@ def _column(X, Y, q, s, w, inv, Z, WPsi, Yv, m):
 
 
 @njit(nogil=True, cache=True)
-def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
-    """1-D windows ``[lo, lo + k)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
+def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
+    """1-D windows ``[lo, hi)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
     (m <= 2 degree) and ``T_m = sum_j w_j dz_j^m y_j`` (m <= degree), ``dz = (x_j - x*) / radius``,
     with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (every window sample has
     ``|dz| <= 1``; the farthest gets weight 0). The Gram matrix is the Hankel matrix
@@ -342,12 +363,12 @@ def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
     S = np.zeros((bq, 2 * degree + 1))
     T = np.zeros((bq, degree + 1, t))
     for i in range(bq):
-        l = lo[i]
-        radius = max(q[i] - x[l], x[l + k - 1] - q[i])
+        l, u = lo[i], hi[i]
+        radius = max(q[i] - x[l], x[u - 1] - q[i])
         inv = 1.0 / radius if radius > 0 else 0.0
         if degree == 1 and t == 1:  # LOESS: five running sums in registers
             s0 = s1 = s2 = t0 = t1 = 0.0
-            for j in range(l, l + k):
+            for j in range(l, u):
                 dz = (x[j] - q[i]) * inv
                 w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
                 wd = w * dz
@@ -358,7 +379,7 @@ def _window_accumulate(x, Y, sw, lo, q, k, degree, a, p):
                 t1 += wd * Y[j, 0]
             S[i, 0], S[i, 1], S[i, 2], T[i, 0, 0], T[i, 1, 0] = s0, s1, s2, t0, t1
             continue
-        for j in range(l, l + k):
+        for j in range(l, u):
             dz = (x[j] - q[i]) * inv
             w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
             for m in range(2 * degree + 1):

@@ -28,7 +28,7 @@ class LocalSums:
         return np.exp(self.log_weight_sum)
 
 
-def finish(bound, Q, S, shift, V, exclude_self, no_values, squeeze):
+def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze):
     """Normalise the sums ``S * exp(shift)`` of a path, apply the empty-neighbourhood policy and
     shape the result."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -37,7 +37,7 @@ def finish(bound, Q, S, shift, V, exclude_self, no_values, squeeze):
     empty = ~(log_sum > -np.inf)  # NaN (0 / 0) counts as empty too
     log_sum[empty] = -np.inf
     if empty.any():
-        mean = _apply_empty_policy(bound, Q, mean, V, empty, exclude_self)
+        mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
     dtype = bound.dtype
     if no_values:
         return LocalSums(None, log_sum.astype(dtype, copy=False), empty)
@@ -45,7 +45,7 @@ def finish(bound, Q, S, shift, V, exclude_self, no_values, squeeze):
     return LocalSums(mean[:, 0] if squeeze else mean, log_sum.astype(dtype, copy=False), empty)
 
 
-def _apply_empty_policy(bound, Q, mean, V, rows, exclude_self):
+def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
     policy = bound.options.empty
     n = int(rows.sum())
     if policy == "raise":
@@ -60,5 +60,5 @@ def _apply_empty_policy(bound, Q, mean, V, rows, exclude_self):
         mean[rows] = np.nan
         return mean
     idx = np.flatnonzero(rows)
-    mean[idx] = V[bound.nearest(Q=Q[idx], self_rows=idx if exclude_self else None)]
+    mean[idx] = V[bound.nearest(queries, rows=idx, self_rows=idx if exclude_self else None)]
     return mean

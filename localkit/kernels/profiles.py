@@ -224,6 +224,15 @@ class Profile:
         floor = np.maximum(np.ldexp(t.dtype.type(1.0), -exponent), np.finfo(t.dtype).smallest_subnormal)
         return -np.log(floor + t), -exponent * math.log(2.0)
 
+    @property
+    def vanishes_at_edge(self):
+        """A compact profile with ``k(1) = 0`` (every one but the uniform): with a kNN bandwidth
+        the samples tied with the k-th neighbour weigh nothing, and when that neighbour is at
+        distance 0 every sample there weighs ``k(0)`` (the limit ``h -> 0``; see
+        :func:`localkit.engine.neighbors.coincident`). The uniform profile keeps exactly ``k``
+        samples, as scikit-learn's ``KNeighborsRegressor`` does."""
+        return self.compact and bool(np.isneginf(self.log_k(np.ones(1)))[0])
+
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
         with np.errstate(divide="ignore", invalid="ignore"):
