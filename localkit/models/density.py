@@ -65,8 +65,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
       sample at distance exactly ``h`` counts, as it does in scikit-learn's ``RadiusNeighbors``
       and ``MeanShift`` (and as the kNN kernel needs, to keep its k-th neighbour).
       scikit-learn's tophat density is open, ``u < 1``. The two differ only at queries with a
-      sample exactly at distance ``h`` (decided in floating point: a distance within round-off of
-      ``h`` may fall on either side, depending on the engine path); e.g. samples ``[[0], [3]]``,
+      sample exactly at distance ``h`` (decided by ``|q - x|^2 <= h^2`` in the raw coordinates on
+      every engine path, scikit-learn's radius arithmetic, so lattice data are exact); e.g. samples ``[[0], [3]]``,
       ``h = 1``, query ``[1]``: scikit-learn gives ``log p = -inf``, this ``log(1/4)``.
     * **cosine in even dimensions.** scikit-learn's cosine normaliser is wrong there: on iris its
       2-D densities are 0.363 times these (which integrate to one), its 4-D ones NaN.
