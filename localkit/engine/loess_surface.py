@@ -6,8 +6,9 @@ the samples and interpolate in between.
 
 * **Tree.** The bounding box of the samples, widened by 0.5% of its extent on each side, is
   split recursively: a cell holding more than ``fc = floor(n * span * cell)`` samples is cut at
-  the median of its samples along the coordinate where they spread most (``cell = 0.2`` as in
-  R). A cell whose samples all share that coordinate is not cut.
+  the middle order statistic of its samples along the coordinate where they spread most, moved
+  off ties (:func:`_split_value`, R's rule; ``cell = 0.2`` as in R). A cell whose samples all
+  share that coordinate, or whose cut falls on its edge, is not cut.
 * **Vertices.** The corners of the leaf cells; at each one the exact local fit gives the value
   ``f_v`` and the slopes ``g_v = grad f`` (the linear coefficients of the local polynomial).
 * **Blending.** Inside a leaf of widths ``D_m``, with ``t_m = (x_m - lo_m) / D_m``, the surface
@@ -31,6 +32,21 @@ import numpy as np
 #: each side of the bounding box is widened by this fraction of the samples' extent, so that
 #: boundary samples lie strictly inside the tree
 BOX_MARGIN = 0.005
+
+
+def _split_value(v):
+    """R's cut of a cell's sorted coordinates ``v`` (``ehg129`` in ``loessf.f``): the order
+    statistic ``v[m]``, ``m = ceil(n / 2) - 1``, moved outwards alternately (``m + 1``, ``m - 1``,
+    ``m + 2``, ...) to the nearest place where ``v[m] < v[m + 1]``, so that tied samples stay on
+    one side; the low child holds the samples ``<= v[m]``."""
+    m = (len(v) + 1) // 2 - 1
+    offset = 0
+    while 0 <= m + offset < len(v) - 1:
+        if v[m + offset] != v[m + offset + 1]:
+            m += offset
+            break
+        offset = -offset + (1 if -offset >= 0 else 0)
+    return float(v[m])
 
 
 class KDSurface:
@@ -74,10 +90,9 @@ class KDSurface:
                 spread = pts.max(axis=0) - pts.min(axis=0)
                 m = int(np.argmax(spread))
                 if spread[m] > 0:
-                    split = float(np.median(pts[:, m]))
-                    if not blo[m] < split < bhi[m]:  # degenerate median on the cell's edge
-                        split = 0.5 * (pts[:, m].min() + pts[:, m].max())
-                    cut = (m, split)
+                    split = _split_value(np.sort(pts[:, m]))
+                    if blo[m] < split < bhi[m]:  # a split on the cell's edge leaves a leaf, as in R
+                        cut = (m, split)
             if cut is None:
                 leaves.append(node)
                 continue
