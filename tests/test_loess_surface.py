@@ -169,6 +169,7 @@ def test_interpolation_error_is_no_larger_than_r(degree):
     r_interp, _, _ = r_loess(X, y, span=0.1, degree=degree, surface="interpolate")
     ours = LocalPolynomialRegressor(degree=degree, frac=0.1, surface="interpolate").fit(X, y).predict(X)
     assert np.abs(ours - exact).max() <= 1.5 * np.abs(r_interp - exact).max()
+    np.testing.assert_allclose(ours, r_interp, rtol=0, atol=1e-9)  # the same surface
 
 
 @pytest.mark.parametrize("kw", [dict(kernel="gaussian", bandwidth=0.3), dict(kernel="tricube", bandwidth=0.5)])
@@ -266,16 +267,16 @@ def test_known_balls_give_the_same_fit():
 
 
 @needs_r
-@pytest.mark.parametrize("span", [0.2, 0.3, 0.75])
+@pytest.mark.parametrize("columns, span", [([2], 0.2), ([2], 0.75), ([2, 3], 0.2), ([2, 3], 0.5), ([2, 3, 8], 0.3)])
 @pytest.mark.parametrize("degree", [1, 2])
-def test_one_dimensional_interpolation_equals_r(span, degree):
-    # the same cells (R's cut: the middle order statistic moved off ties), so the same vertices and
-    # the same cubic Hermite blend: diabetes' bmi has 163 distinct values among 442 (ties at cuts)
+def test_interpolated_surface_equals_r(columns, span, degree):
+    # the same cells (R's cut: the middle order statistic moved off ties), vertices and blends (in
+    # 2-D along the edges too): diabetes' bmi has 163 distinct values among 442 (ties at cuts)
     from sklearn.datasets import load_diabetes
 
     X, y = load_diabetes(return_X_y=True)
-    X = X[:, 2:3]
-    Q = np.linspace(X.min(), X.max(), 301)[:, None]
+    X = X[:, columns]
+    Q = np.random.default_rng(0).uniform(X.min(axis=0), X.max(axis=0), (300, len(columns)))
     _, r_interp, _ = r_loess(X, y, Q, span=span, degree=degree, surface="interpolate")
     ours = LocalPolynomialRegressor(degree=degree, frac=span, surface="interpolate").fit(X, y).predict(Q)
     np.testing.assert_allclose(ours, r_interp, rtol=0, atol=1e-9 * np.abs(y).max())

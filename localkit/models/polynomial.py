@@ -78,7 +78,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         Grosse's surface, R's ``loess`` default (:class:`localkit.engine.loess_surface.KDSurface`):
         exact fits (values and slopes) only at the vertices of a k-d tree whose cells hold at
         most ``floor(n * frac * cell)`` samples, cubic Hermite blending inside the cells; queries
-        outside the tree's box are fitted exactly. Needs a span (``frac`` or ``n_neighbors``).
+        outside the tree's box are fitted exactly. Equal to R's ``loess(surface = "interpolate")``
+        to round-off (1 to 3 features tested). Needs a span (``frac`` or ``n_neighbors``).
     cell : float, default=0.2
         The k-d tree's cell size as a fraction of the span (R's ``loess.control(cell=)``).
 
