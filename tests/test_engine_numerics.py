@@ -170,3 +170,24 @@ def test_bound_squared_distances_are_the_profiles_argument(h, metric):
     np.testing.assert_allclose(np.diag(bound.squared_distances()), 0.0, atol=1e-10 * want.max())
     with pytest.raises(ValueError, match="fixed bandwidth"):
         BoundKernel(Kernel("cauchy", n_neighbors=5), X[:50]).squared_distances(X[50:60])
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e5])
+def test_float32_values_far_from_zero_keep_their_spread(offset):
+    # weighted sums of values near 1e5 kept only the digits of their size (float32: 0.077 off on
+    # digits, 8% of the spread); summed about their mean, the local means are within an ulp of
+    # the offset of float64's
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data[:600] / 16 + offset
+    ref = local_sums(None, X, X, "gaussian", 1.5).mean
+    got = local_sums(None, X.astype(np.float32), X.astype(np.float32), "gaussian", 1.5).mean
+    assert got.dtype == np.float32
+    assert np.abs(got - ref).max() <= np.spacing(np.float32(offset))
+    empty = local_sums(X[:5].astype(np.float32) + 100, X.astype(np.float32), X.astype(np.float32), "epanechnikov",
+                       0.5)  # empty neighbourhoods: the nearest sample's values, exactly
+    np.testing.assert_array_equal(empty.mean, X.astype(np.float32)[empty_nearest(X[:5] + 100, X)])
+
+
+def empty_nearest(Q, X):
+    return np.argmin(cdist(Q, X), axis=1)

@@ -220,7 +220,7 @@ class BoundKernel:
         """
         from .paths import run_path
         from .planner import plan
-        from .results import finish
+        from .results import finish, value_offset
 
         if not isinstance(exclude_self, (bool, np.bool_)):
             raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
@@ -240,12 +240,13 @@ class BoundKernel:
         if q_scale is not None and k is not None:
             raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
         V, squeeze = self._values(values)
-        V_aug = augment(V)
+        offset = value_offset(np, V)
+        V_aug = augment(V - offset)
         if self.weight is not None:
             V_aug *= self.weight[:, None]
         path = plan(self, Q, q_scale, exclude_self)
         S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
-        return finish(self, queries, S, shift, V, exclude_self, values is None, squeeze)
+        return finish(self, queries, S, shift, V, exclude_self, values is None, squeeze, offset)
 
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                     row_offset: int = 0) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .blocks import block_sizes
 from .paths import LOG_WEIGHT_TOL
-from .results import LocalSums
+from .results import LocalSums, value_offset
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
 ACCELERATOR_BLOCK_CELLS = 2**26
@@ -102,6 +102,8 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         V = xp.astype(xp.reshape(V, (V.shape[0], -1)), dtype)
         if V.shape[0] != n:
             raise ValueError(f"values has {V.shape[0]} rows but samples has {n}; they must match")
+    offset = value_offset(xp, V)
+    Vc = V - offset  # summed about their mean (results.value_offset); V itself for the nearest
     weight, log_weight_max, dead = None, 0.0, None
     if sample_weight is not None:
         c = _as_float(xp, sample_weight, "sample_weight", like=X, ndim=(1,))
@@ -144,7 +146,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
     if (support is not None or k is not None or kernel.metric != "euclidean" or q_scale is not None
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
-        V_aug = _augment(xp, V, weight)
+        V_aug = _augment(xp, Vc, weight)
         if k is not None and kernel.compact:
             S, shift = _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel), V_aug, kernel, exclude_self)
         else:
@@ -152,25 +154,28 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
                 q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
             S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
                                s_scale=s_scale, logit_exponent=logit_exponent)
-        return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
+        return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
+                       offset)
     fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
         from .flex import fused_or_none
 
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
-                              lambda: flex_sums(Qs, Xs, V, weight, kernel, exclude_self))
-    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, V, weight), kernel, exclude_self,
+                              lambda: flex_sums(Qs, Xs, Vc, weight, kernel, exclude_self))
+    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, Vc, weight), kernel, exclude_self,
                                                        options)
-    return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze)
+    return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
+                   offset)
 
 
 #: Metrics of the array-API path (callables and precomputed distances need NumPy arrays)
 XP_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
 
 
-def _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze):
-    """Normalise ``S * exp(shift)``, apply the empty-neighbourhood policy, shape the result."""
-    mean = S[:, :-1] / S[:, -1:]
+def _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze, offset):
+    """Normalise ``S * exp(shift)`` (sums of the values less ``offset``), apply the
+    empty-neighbourhood policy, shape the result."""
+    mean = S[:, :-1] / S[:, -1:] + offset
     log_sum = shift + xp.log(S[:, -1]) + log_weight_max
     empty = ~(log_sum > -math.inf)
     if bool(xp.any(empty)):
