@@ -220,3 +220,36 @@ def test_local_pca_bad_queries(iris):
 @pytest.mark.parametrize("est", [LocallyLinearEmbedding(), LocalPCA()], ids=lambda e: type(e).__name__)
 def test_check_estimator(est):
     check_estimator(est)
+
+
+def test_local_pca_in_float32_far_from_the_centre():
+    # a thin arc of radius 10, h = 0.1: moments about the data's centre lost (R / h)^2 = 1e4 of
+    # float32's digits (the normal variances came out 0 or 3x too large); about each query they keep them
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, np.pi, 4000)
+    X = np.c_[10 * np.cos(t), 10 * np.sin(t)] + 0.001 * rng.standard_normal((4000, 2))
+    Q = X[[100, 2000, 3900]]
+    ref = LocalPCA(2, bandwidth=0.1).fit(X).local_pca(Q)
+    got = LocalPCA(2, bandwidth=0.1).fit(X.astype(np.float32)).local_pca(Q.astype(np.float32))
+    assert got.explained_variance.dtype == np.float32
+    np.testing.assert_allclose(got.explained_variance, ref.explained_variance, rtol=1e-3)
+    np.testing.assert_allclose(np.abs(got.components), np.abs(ref.components), atol=1e-4)
+    np.testing.assert_allclose(got.mean, ref.mean, rtol=1e-6)
+    w = np.exp(-0.5 * ((X[None] - Q[:, None]) ** 2).sum(-1) / 0.01)  # the weighted covariance, directly
+    w /= w.sum(axis=1, keepdims=True)
+    m = w @ X
+    C = np.einsum("qi,qid,qie->qde", w, X[None] - m[:, None], X[None] - m[:, None])
+    np.testing.assert_allclose(ref.explained_variance, np.linalg.eigvalsh(C)[:, ::-1], rtol=1e-8)
+
+
+def test_local_pca_empty_nan_and_cv(iris):
+    lpca = LocalPCA(kernel="uniform", bandwidth=0.1, empty="nan").fit(iris)
+    with pytest.warns(RuntimeWarning, match="2 queries have an empty neighbourhood; their local PCA is NaN"):
+        Z = lpca.transform(np.r_[iris[:2] + 100, iris[:3]])
+    assert np.isnan(Z[:2]).all() and np.isfinite(Z[2:]).all()
+    with pytest.raises(ValueError, match="empty neighbourhood"):
+        LocalPCA(kernel="uniform", bandwidth=0.1, empty="raise").fit(iris).transform(iris[:2] + 100)
+    near = LocalPCA(kernel="uniform", bandwidth=0.1).fit(iris).local_pca(iris[:1] + 100)
+    np.testing.assert_array_equal(near.mean, iris[[np.argmin(((iris - iris[0] - 100) ** 2).sum(1))]])
+    with pytest.raises(ValueError, match="bandwidth"):
+        LocalPCA(bandwidth="cv").fit(iris)

@@ -115,31 +115,13 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     the weights changed, as in robustness iterations: the search is skipped). The computation
     runs in the samples' float type (float32 kept). Returns :class:`LocalPolynomialFit`.
     """
-    samples = check_points(samples, "samples")
+    queries, samples, Y, sw, kern = _prepare(queries, samples, targets, sample_weight, kernel, bandwidth,
+                                             n_neighbors, exclude_self)
     dtype = samples.dtype
-    queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
-                                                           dtype=dtype)
-    Y = check_array(targets, "targets", ndim=(1, 2)).reshape(len(samples), -1).astype(dtype, copy=False)
-    sw = np.ones(len(samples), dtype=dtype)
-    if sample_weight is not None:
-        sw = check_array(sample_weight, "sample_weight", ndim=(1,)).astype(dtype, copy=False)
-        if len(sw) != len(samples) or np.any(sw < 0):
-            raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
-    if exclude_self and len(queries) != len(samples):
-        raise ValueError("exclude_self=True needs the queries to be the samples")
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
     P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
-    kern = make_kernel(kernel, bandwidth, n_neighbors)
-    if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
-        kern = Kernel(kern.name, bandwidth=kern.resolve_bandwidth(samples, sw), n_neighbors=kern.n_neighbors,
-                      metric=kern.metric, p=kern.p)
-    E = monomial_exponents(d, degree)
-    gathered = kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
-    found = None
-    if gathered:
-        block, row_bytes, found = _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
-    else:
-        block, row_bytes = _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge)
+    block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
+                                      balls, algorithm)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
     workers = resolve_n_jobs(n_jobs)
@@ -164,6 +146,82 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
 
     map_blocks(run, n_q, bq, workers)
     return LocalPolynomialFit(values, singular, empty, grad, found)
+
+
+def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
+    """Checked ``(queries, samples, Y, sw, kern)`` in the samples' float type (``targets`` None:
+    no columns); a bandwidth rule weighted by the sample weights."""
+    samples = check_points(samples, "samples")
+    dtype = samples.dtype
+    queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
+                                                           dtype=dtype)
+    if targets is None:
+        Y = np.zeros((len(samples), 0), dtype=dtype)
+    else:
+        Y = check_array(targets, "targets", ndim=(1, 2)).reshape(len(samples), -1).astype(dtype, copy=False)
+    sw = np.ones(len(samples), dtype=dtype)
+    if sample_weight is not None:
+        sw = check_array(sample_weight, "sample_weight", ndim=(1,)).astype(dtype, copy=False)
+        if len(sw) != len(samples) or np.any(sw < 0):
+            raise ValueError(f"sample_weight must be {len(samples)} non-negative numbers")
+    if exclude_self and len(queries) != len(samples):
+        raise ValueError("exclude_self=True needs the queries to be the samples")
+    kern = make_kernel(kernel, bandwidth, n_neighbors)
+    if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
+        kern = Kernel(kern.name, bandwidth=kern.resolve_bandwidth(samples, sw), n_neighbors=kern.n_neighbors,
+                      metric=kern.metric, p=kern.p)
+    return queries, samples, Y, sw, kern
+
+
+def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm):
+    """``(block, row_bytes, found)``: the path's ``block(rows) -> (G, b, weight sums, scale,
+    nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree``."""
+    E = monomial_exponents(samples.shape[1], degree)
+    if kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None:
+        return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
+    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge), None)
+
+
+def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neighbors=None, *, sample_weight=None,
+                     exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
+    """The kernel-weighted mean and covariance of the samples at each query, every moment taken
+    about the query (the degree-1 design of :func:`local_polynomial`): with ``z_i = (x_i - x*) / s``,
+
+        m(x*) = x* + s sum_i w_i z_i,    C(x*) = s (sum_i w_i z_i z_i^T - (sum_i w_i z_i)(sum_i w_i z_i)^T) s
+
+    (``w`` the normalised weights). Moments about a far origin, ``E[x x^T] - m m^T``, lose
+    ``(|x* - 0| / local spread)^2`` of the float's digits; about the query only ``|m - x*|``
+    relative to the spread counts. Options as :func:`local_polynomial`. Returns ``(mean,
+    covariance, empty, nearest)``: queries without weight are ``empty``, ``nearest`` the index of
+    their nearest sample (elsewhere 0), their mean and covariance 0.
+    """
+    queries, samples, Y, sw, kern = _prepare(queries, samples, None, sample_weight, kernel, bandwidth, n_neighbors,
+                                             exclude_self)
+    dtype = samples.dtype
+    n_q, d = queries.shape
+    P = check_design_fits(d, 1, dtype.itemsize, memory_budget)
+    block, row_bytes, _ = _blocks(queries, samples, Y, sw, kern, 1, exclude_self, None, 0.0, None, algorithm)
+    workers = resolve_n_jobs(n_jobs)
+    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
+    bq = int(block_size or max(1, min(1024, budget // ((3 * P * P * dtype.itemsize + row_bytes) * workers))))
+    mean = np.zeros((n_q, d), dtype=dtype)
+    cov = np.zeros((n_q, d, d), dtype=dtype)
+    empty = np.zeros(n_q, dtype=bool)
+    nearest = np.zeros(n_q, dtype=np.intp)
+
+    def run(rows):
+        G, _, total, scale, near = block(rows)  # monomials 1, z_1 .. z_d (monomial_exponents' order)
+        none = ~(total > 0)
+        G = G / np.where(none, 1.0, total).astype(dtype)[:, None, None]
+        s = np.broadcast_to(scale[:, :, 0] if np.ndim(scale) == 3 else scale, (len(G), d))
+        first = G[:, 0, 1:]
+        C = (G[:, 1:, 1:] - first[:, :, None] * first[:, None, :]) * s[:, :, None] * s[:, None, :]
+        mean[rows] = np.where(none[:, None], 0.0, queries[rows] + first * s)
+        cov[rows] = np.where(none[:, None, None], 0.0, C)
+        empty[rows], nearest[rows] = none, np.where(none, near, 0)
+
+    map_blocks(run, n_q, bq, workers)
+    return mean, cov, empty, nearest
 
 
 def _solve(G, b, ridge, rcond):
@@ -207,7 +265,10 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
     a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
     tree = monomial_parents(E)
-    euclid = kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and not exclude_self
+    # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
+    # k-th neighbour counts, ties there would add samples; it keeps exactly k through the tree
+    euclid = (kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and kern.profile.vanishes_at_edge
+              and not exclude_self)
     if euclid and Xs.shape[1] > 1:
         index = GridIndex(Xs, k)
         found = np.empty(len(Qs))

@@ -10,6 +10,7 @@ Both are local models fitted on a neighbourhood:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -22,8 +23,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._params import KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
-from ..engine import local_moments, map_blocks
+from .._params import BANDWIDTH_CONSTRAINT, KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
+from ..engine import map_blocks
+from ..engine.polynomial import local_covariance
 from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
@@ -241,8 +243,10 @@ class LocalPCAResult:
 class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMixin, BaseEstimator):
     """Local principal component analysis: PCA of the kernel-weighted sample at each query.
 
-    **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the samples
-    ``x_i`` and their products ``x_i x_i^T`` (one engine pass of weighted moments). **Local
+    **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the offsets
+    ``x_i - x*`` and their products (one pass of weighted moments about the query,
+    :func:`localkit.engine.polynomial.local_covariance`: no digits lost to a far origin, in
+    float32 too). **Local
     model:** a Gaussian (PCA) model fitted with the weights ``w_i(x*)``,
 
     .. math::
@@ -290,7 +294,9 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         self.algorithm = algorithm
         self.n_jobs = n_jobs
 
-    _parameter_constraints: dict = {**KERNEL_PARAMS, "n_components": positive(Integral)}
+    # no bandwidth="cv": it chooses h by the error of predicting targets, and local PCA has none
+    _parameter_constraints: dict = {**KERNEL_PARAMS, "bandwidth": BANDWIDTH_CONSTRAINT,
+                                    "n_components": positive(Integral)}
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None):
@@ -336,10 +342,19 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         return self._local_pca(self._validate_queries(X))
 
     def _local_pca(self, X):
-        # centred features: the covariance M2 - M1 M1^T then loses no digits to a far origin
-        mom = local_moments(X, self.X_fit_, self.X_fit_ - self.center_, kernel=self.kernel_,
-                            empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs)
-        cov = mom.covariance()
+        # moments about each query: no digits lost to how far it sits from the data's centre
+        mean, cov, empty, nearest = local_covariance(X, self.X_fit_, self.kernel_, algorithm=self.algorithm,
+                                                     n_jobs=self.n_jobs)
+        if empty.any():
+            n = int(empty.sum())
+            if self.empty == "raise":
+                raise ValueError(f"{n} queries have an empty neighbourhood (no sample inside the kernel's support); "
+                                 "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'")
+            if self.empty == "nan":
+                warnings.warn(f"{n} queries have an empty neighbourhood; their local PCA is NaN (empty='nan')",
+                              RuntimeWarning, stacklevel=3)
+            else:  # the nearest sample: a neighbourhood of one point, no variance
+                mean[empty] = self.X_fit_[nearest[empty]]
         vals, vecs = np.linalg.eigh(cov)
         k = self.n_components
         vals, vecs = vals[:, ::-1][:, :k], vecs[:, :, ::-1][:, :, :k]
@@ -350,7 +365,11 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         total = np.trace(cov, axis1=1, axis2=2)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(total[:, None] > 0, vals / total[:, None], 0.0)
-        return LocalPCAResult(mom.M1 + self.center_, comps, vals, ratio)
+        result = LocalPCAResult(mean, comps, vals, ratio)
+        if self.empty == "nan" and empty.any():
+            for part in (result.mean, result.components, result.explained_variance, result.explained_variance_ratio):
+                part[empty] = np.nan
+        return result
 
     def local_components(self, X):
         """The local principal axes, shape (n_queries, n_components, n_features)."""
