@@ -8,7 +8,10 @@ For features ``phi_i`` (p,) and optional targets ``y_i`` (t,), one engine pass g
     MY(x*) = sum_i w_i(x*) phi_i y_i^T               (p, t)
 
 with normalised weights ``w_i = K(x*, x_i) / M0``: the moments are local means of the products
-``phi phi^T`` and ``phi y^T`` (only the upper triangle of ``phi phi^T`` is streamed).
+``phi phi^T`` and ``phi y^T`` (only the upper triangle of ``phi phi^T`` is streamed). They are
+moments about the features' origin: a covariance ``M2 - M1 M1^T`` from them loses
+``(|M1| / local spread)^2`` of the float's digits, so centre the features near the queries, or
+take the samples' covariance about each query from :func:`localkit.engine.local_covariance`.
 """
 from __future__ import annotations
 
