@@ -84,6 +84,8 @@ def test_one_level_is_exactly_the_lazy_autoencoder(digits):
     assert hae.reconstruction_error_ == lae.reconstruction_error_ and hae.init_error_ == lae.init_error_
     assert hae.encoder_bandwidth_ == lae.encoder_bandwidth_ and hae.n_iter_ == lae.n_iter_
     assert HierarchicalAutoencoder(n_components=2, max_iter=15).fit(train).embedding_.shape == (300, 2)
+    array = HierarchicalAutoencoder(n_components=np.array([2]), max_iter=15).fit(train)  # an array of levels
+    np.testing.assert_array_equal(array.embedding_, hae.embedding_)
     shared = LazyAutoencoder().get_params()
     assert {k: v for k, v in HierarchicalAutoencoder().get_params().items() if k != "n_components"} == \
         {k: v for k, v in shared.items() if k != "n_components"}  # the same defaults

@@ -101,6 +101,7 @@ def test_sample_is_reproducible_and_weights_pick_rows(iris):
     w[17] = 2.0
     draws = KernelDensity(kernel="epanechnikov", bandwidth=0.3).fit(iris, sample_weight=w).sample(500, random_state=0)
     assert np.all(np.linalg.norm(draws - iris[17], axis=1) <= 0.3 + 1e-12)
+    assert kde.sample(0).shape == (0, iris.shape[1])  # as scikit-learn's gaussian KernelDensity.sample(0)
 
 
 def test_integer_and_zero_weights_are_repeated_and_dropped_rows(iris):
@@ -142,7 +143,7 @@ def test_fit_rejects_bad_input(bad, match):
 def test_sample_and_bandwidth_validation():
     kde = KernelDensity().fit(np.zeros((3, 2)))
     with pytest.raises(ValueError, match="n_samples"):
-        kde.sample(0)
+        kde.sample(-1)
     with pytest.raises(TypeError, match="n_samples"):
         kde.sample(2.5)
     with pytest.raises(ValueError, match="bandwidth"):

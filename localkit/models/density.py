@@ -254,7 +254,7 @@ class KernelDensity(BaseEstimator):
         X : ndarray of shape (n_samples, n_features)
         """
         check_is_fitted(self)
-        check_positive(n_samples, "n_samples", integer=True)
+        check_positive(n_samples, "n_samples", integer=True, allow_zero=True)  # 0: an empty draw, as scikit-learn
         rng = check_random_state(random_state)
         data = self.X_fit_
         n, d = data.shape

@@ -23,6 +23,8 @@ def check_n_components(n_components, n_features):
     below ``n_features`` (a code is smaller than what it encodes); an int ``q`` is one level ``(q,)``."""
     if isinstance(n_components, numbers.Integral) and not isinstance(n_components, bool):
         n_components = (n_components,)
+    elif isinstance(n_components, np.ndarray) and n_components.ndim == 1:  # an array of ints, one per level
+        n_components = tuple(n_components.tolist())
     if not isinstance(n_components, (tuple, list)) or len(n_components) == 0:
         raise ValueError(f"n_components must be a non-empty tuple of positive ints, one per level, e.g. (16, 2); "
                          f"got {n_components!r}")
