@@ -33,9 +33,12 @@ def value_offset(xp, V):
     mean gets ``c`` back. A weighted sum of values far from 0 keeps only the digits of their
     size, not of their spread (float32 values near 1e5 lost 8% of their spread); about their
     mean it keeps the spread's. ``c`` is the column mean where it exceeds the spread about it
-    (elsewhere centring gains nothing, and costs the round trip ``(v - c) + c`` its exactness);
+    (elsewhere centring gains nothing, and costs the round trip ``(v - c) + c`` its exactness),
+    in float32 and narrower types; float64 keeps its sums as they were (16 digits spare the
+    centring at any ordinary offset, and results stay bit for bit those of the references'
+    arithmetic, e.g. mean shift's modes, whose ties scikit-learn breaks by their coordinates);
     zero where ``V - c`` would leave the float range."""
-    if V.shape[0] == 0 or V.shape[1] == 0:
+    if V.shape[0] == 0 or V.shape[1] == 0 or xp.finfo(V.dtype).bits >= 64:
         return xp.zeros((V.shape[1],), dtype=V.dtype)
     scale = xp.max(xp.abs(V), axis=0)
     scale = xp.where(scale > 0, scale, xp.ones_like(scale))
