@@ -191,3 +191,29 @@ def test_float32_values_far_from_zero_keep_their_spread(offset):
 
 def empty_nearest(Q, X):
     return np.argmin(cdist(Q, X), axis=1)
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "dense"])
+def test_a_zero_weight_sample_nearest_a_far_query_does_not_hide_the_others(algorithm, monkeypatch):
+    # the log-sum-exp's shift was the largest log K over all samples, the zero-weight one's: every
+    # live sample underflowed against it and the neighbourhood was reported empty
+    X, v, w = np.array([[0.0], [10.0], [11.0]]), np.array([5.0, 1.0, 2.0]), np.array([0.0, 1.0, 1.0])
+    log_k = -0.5 * (np.array([100.0, 110.0, 111.0]) ** 2)
+    ref_log_sum = np.logaddexp(log_k[1], log_k[2])
+    out = local_sums([[-100.0]], X, v, "gaussian", 1.0, sample_weight=w, algorithm=algorithm)
+    assert not out.empty[0]
+    np.testing.assert_allclose(out.log_weight_sum, [ref_log_sum], rtol=1e-14)
+    np.testing.assert_allclose(out.mean, [1.0], rtol=1e-12)
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+    import sklearn
+
+    with sklearn.config_context(array_api_dispatch=True):
+        got = local_sums(torch.tensor([[-100.0]]), torch.tensor(X), torch.tensor(v), "gaussian", 1.0,
+                         sample_weight=torch.tensor(w))
+    np.testing.assert_allclose(got.log_weight_sum.numpy(), [ref_log_sum], rtol=1e-14)
+    np.testing.assert_allclose(got.mean.numpy(), [1.0], rtol=1e-12)
+    # float32: already 15 bandwidths away
+    from localkit import kernel_density
+
+    p = kernel_density([[0.0]], np.float32([[0], [15]]), bandwidth=1.0, sample_weight=np.float32([0, 1]), log=True)
+    np.testing.assert_allclose(p, [-0.5 * 15 ** 2 - 0.5 * np.log(2 * np.pi)], rtol=1e-6)

@@ -85,6 +85,8 @@ class BoundKernel:
         if k is not None and k > self.n_samples:
             raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
         self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
+        with np.errstate(divide="ignore"):  # a zero weight: -inf, never a sample's share
+            self.log_weight = None if self.weight is None else np.log(self.weight)
         self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
         if self.sample_scale is not None and k is not None and kernel.compact:
             raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
@@ -241,9 +243,7 @@ class BoundKernel:
             raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
         V, squeeze = self._values(values)
         offset = value_offset(np, V)
-        V_aug = augment(V - offset)
-        if self.weight is not None:
-            V_aug *= self.weight[:, None]
+        V_aug = augment(V - offset)  # the paths apply the sample weights (see paths.run_path)
         path = plan(self, Q, q_scale, exclude_self)
         S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, V, exclude_self, values is None, squeeze, offset)
@@ -270,8 +270,7 @@ class BoundKernel:
                 rows = np.arange(len(Q))
                 L[rows, rows + row_offset] = -np.inf
         if self.weight is not None:
-            with np.errstate(divide="ignore"):
-                L += np.log(self.weight)
+            L += self.log_weight
         return L
 
     def squared_distances(self, queries: ArrayLike | None = None) -> np.ndarray:

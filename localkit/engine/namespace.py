@@ -146,14 +146,15 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
     if (support is not None or k is not None or kernel.metric != "euclidean" or q_scale is not None
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
-        V_aug = _augment(xp, Vc, weight)
         if k is not None and kernel.compact:
-            S, shift = _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel), V_aug, kernel, exclude_self)
+            S, shift = _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel), _augment(xp, Vc, weight),
+                                 kernel, exclude_self)
         else:
             if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
                 q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
-            S, shift = _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
-                               s_scale=s_scale, logit_exponent=logit_exponent)
+            S, shift = _stream(xp, Qs, Xs, _augment(xp, Vc, None), kernel, exclude_self, options, support=support,
+                               q_scale=q_scale, s_scale=s_scale, logit_exponent=logit_exponent,
+                               log_weight=_log(xp, weight))
         return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
                        offset)
     fused = None
@@ -162,8 +163,8 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
 
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
                               lambda: flex_sums(Qs, Xs, Vc, weight, kernel, exclude_self))
-    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, Vc, weight), kernel, exclude_self,
-                                                       options)
+    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, Vc, None), kernel, exclude_self,
+                                                       options, log_weight=_log(xp, weight))
     return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
                    offset)
 
@@ -183,6 +184,13 @@ def _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_se
     if values is None:
         return LocalSums(None, log_sum, empty)
     return LocalSums(mean[:, 0] if squeeze else mean, log_sum, empty)
+
+
+def _log(xp, weight):
+    """``log c`` of the sample weights (``-inf`` where zero), or None."""
+    if weight is None:
+        return None
+    return xp.where(weight > 0, xp.log(xp.where(weight > 0, weight, xp.ones_like(weight))), -math.inf)
 
 
 def _augment(xp, V, weight):
@@ -319,8 +327,10 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
-            logit_exponent=0):
+            log_weight=None, logit_exponent=0):
     """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp.
+
+    ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted).
 
     ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample. ``support`` (raw coordinates):
     ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
@@ -377,6 +387,8 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                     u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + Q.shape[0], None],
                                   None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
                     L = -0.5 * u2 if gaussian else log_k(u2)
+            if log_weight is not None:  # log c_j inside the shift's maximum (see paths.run_path)
+                L = L + _times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
                 cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))

@@ -37,8 +37,15 @@ LOG_WEIGHT_TOL = {np.dtype(np.float32): 2.0 ** -10, np.dtype(np.float64): 2.0 **
 
 
 def run_path(path, bound, queries, Q, V_aug, q_scale, exclude_self):
-    """Dispatch to the path the planner chose."""
+    """Dispatch to the path the planner chose. ``V_aug`` are the values and a column of ones; the
+    paths apply the sample weights: the dense path adds their logs to the log-weights, so that the
+    shift of its log-sum-exp is taken over ``log c_j K`` (a zero-weight sample nearest a far
+    query must not set it: every live sample would underflow against it), the others multiply."""
     return PATHS[path](bound, queries, Q, V_aug, q_scale, exclude_self)
+
+
+def _weighted(bound, V_aug):
+    return V_aug if bound.weight is None else V_aug * bound.weight[:, None]
 
 
 # -- dense --------------------------------------------------------------------------------------
@@ -136,6 +143,7 @@ def _spatial_order(Q):
 #: 20,000, d = 8); float64's pass measured the same either way, so it keeps ``exp``. (The
 #: cancellation test on the scaled queries is 1.44x stricter than it need be.)
 BASE2_SCALE = np.sqrt(np.log2(np.e))
+LOG2E = np.log2(np.e)  # log2 c = log2(e) ln c: sample weights in the base-2 log-weights
 BASE2_DTYPES = (np.dtype(np.float32),)
 
 #: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
@@ -176,10 +184,12 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
                           logit_exponent, bound.base2_samples if base2 else None, None if P is None else P[idx])
 
-    def blocks(block, idx, fold_offset):
+    def blocks(block, idx, fold_offset, log_scale=1.0):
         for c0 in range(0, n_s, bs):
             cols = slice(c0, min(c0 + bs, n_s))
             L, offset = block.log_weights(bound, cols, fold_offset)
+            if bound.weight is not None:  # log c_j (in base 2 with the base-2 weights)
+                L += bound.log_weight[cols] * L.dtype.type(log_scale)
             if exclude_self:
                 _mask_self(L, idx, cols)
             yield L, offset, V_aug[cols]
@@ -188,7 +198,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
         if bounded:
             sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
-            for L, _, V in blocks(block_of(idx, base2), idx, True):
+            for L, _, V in blocks(block_of(idx, base2), idx, True, LOG2E if base2 else 1.0):
                 sums += exp(L, out=L) @ V
             S[idx] = sums
             idx = idx[~(sums[:, -1] >= floor)]
@@ -216,6 +226,7 @@ def _mask_self(L, idx, cols):
 def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     kern, opts = bound.kernel, bound.options
     n_q = len(Q)
+    V_aug = _weighted(bound, V_aug)
     S = np.empty((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
     shift = np.empty(n_q, dtype=V_aug.dtype)
     k = kern.n_neighbors
@@ -258,7 +269,7 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
 # -- compiled ---------------------------------------------------------------------------------------
 def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     raw = bound.samples if queries is None else np.asarray(queries, dtype=bound.dtype).reshape(len(Q), -1)
-    S = bound.compact_index.sums(raw, V_aug, threads=bound.options.threads)
+    S = bound.compact_index.sums(raw, _weighted(bound, V_aug), threads=bound.options.threads)
     return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
 
 
