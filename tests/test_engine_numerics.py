@@ -217,3 +217,45 @@ def test_a_zero_weight_sample_nearest_a_far_query_does_not_hide_the_others(algor
 
     p = kernel_density([[0.0]], np.float32([[0], [15]]), bandwidth=1.0, sample_weight=np.float32([0, 1]), log=True)
     np.testing.assert_allclose(p, [-0.5 * 15 ** 2 - 0.5 * np.log(2 * np.pi)], rtol=1e-6)
+
+
+def test_knn_bandwidths_far_smaller_than_the_data_keep_their_digits(monkeypatch):
+    # tight clusters spread wide, n_neighbors=5: the k-th distance (the balloon bandwidth) is far
+    # below the unit scale at which the product form's cancellation was judged (float64: 3e-5 off)
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-300, 300, (20, 2))
+    X = centres[rng.integers(0, 20, 600)] + 1e-3 * rng.standard_normal((600, 2))
+    y = rng.standard_normal(600)
+    Q = X[::5] + 5e-4
+    D2 = cdist(Q, X, "sqeuclidean")
+    dk2 = np.sort(D2, axis=1)[:, 4:5]
+    L = -0.5 * D2 / dk2
+    W = np.exp(L - L.max(axis=1, keepdims=True))
+    ref = W @ y / W.sum(axis=1)
+    for algorithm in ("auto", "dense"):
+        got = local_sums(Q, X, y, "gaussian", n_neighbors=5, algorithm=algorithm).mean
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+    import sklearn
+
+    with sklearn.config_context(array_api_dispatch=True):
+        got = local_sums(torch.tensor(Q), torch.tensor(X), torch.tensor(y), "gaussian", n_neighbors=5).mean
+        with pytest.raises(TypeError, match="exclude_self"):
+            local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), exclude_self="yes")
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
+def test_brute_force_neighbour_search_far_from_the_origin():
+    # 64 features: scikit-learn searches by matrix products, which cancelled at digits + 1e6
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:400] + 1e6, y[:400].astype(float)
+    D = cdist(X - 1e6, X - 1e6)
+    u2 = (D / np.sort(D, axis=1)[:, 9:10]) ** 2
+    W = np.exp(-0.5 * (u2 - u2.min(axis=1, keepdims=True)))
+    np.testing.assert_allclose(local_sums(X, X, y, "gaussian", n_neighbors=10).mean, W @ y / W.sum(axis=1),
+                               rtol=1e-12)
+    W = np.clip(1 - (D / 20) ** 2, 0, None)
+    out = local_sums(X, X, y, "epanechnikov", 20.0, algorithm="neighbors")
+    np.testing.assert_allclose(out.log_weight_sum, np.log(W.sum(axis=1)), rtol=1e-12)

@@ -62,3 +62,21 @@ def test_tensors_keep_the_samples_at_the_edge(digits, monkeypatch):
         np.testing.assert_array_equal(got.log_weight_sum.numpy(), ref.log_weight_sum)
         keep = ~ref.empty  # an empty neighbourhood takes a nearest sample: ties are each path's pick
         np.testing.assert_allclose(got.mean.numpy()[keep], ref.mean[keep], rtol=1e-13)
+
+
+def test_per_feature_bandwidths_keep_the_edge_on_every_path(digits, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import sklearn
+
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+    X, y = digits
+    h = np.array([1.0, 2.0, 1.0, 2.0])  # powers of two: (q - x) / h exact on the integer pixels
+    D = ((X[:, None, :] - X[None, :, :]) / h) ** 2
+    counts = (D.sum(axis=2) <= 1).sum(axis=1)
+    for algorithm in ("dense", "neighbors", "compiled"):
+        out = local_sums(None, X, y, "uniform", bandwidth=h, algorithm=algorithm)
+        np.testing.assert_array_equal(np.rint(np.exp(out.log_weight_sum)), counts)
+    with sklearn.config_context(array_api_dispatch=True):
+        got = local_sums(None, torch.tensor(X, dtype=torch.float32), torch.tensor(y, dtype=torch.float32), "uniform",
+                         bandwidth=h)
+    np.testing.assert_array_equal(np.rint(np.exp(got.log_weight_sum.double().numpy())), counts)

@@ -114,6 +114,7 @@ class BoundKernel:
         h64, extent = np.asarray(self.h, dtype=np.float64), np.abs(samples).astype(np.float64)
         self._raw_index = bool(self.centre is not None and self.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
+        self._index_centre = _index_centre(samples) if self._raw_index else 0.0
         self._index = self._index_samples = None
         self._compact = None
         self._base2 = None
@@ -167,9 +168,8 @@ class BoundKernel:
         return self._to_index(points)
 
     def _to_index(self, points):
-        if np.ndim(self.h) == 0:
-            return np.asarray(points, dtype=np.float64)
-        return self.kernel.scale(np.asarray(points, dtype=np.float64), self.h)
+        points = np.asarray(points, dtype=np.float64) - self._index_centre
+        return points if np.ndim(self.h) == 0 else self.kernel.scale(points, self.h)
 
     @property
     def exact_edge(self):
@@ -361,6 +361,26 @@ def _check_sample_weight(sample_weight, n_samples, dtype):
     if top == 0:
         raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
     return (c / top).astype(dtype, copy=False), float(np.log(top))
+
+
+#: scikit-learn's neighbour search is brute force (matrix-product distances) above this many features
+BRUTE_FEATURES = 15
+
+
+def _index_centre(samples):
+    """Where brute force measures distances as ``|q|^2 - 2 q.x + |x|^2`` (more than
+    ``BRUTE_FEATURES`` features) the index's points are shifted by ``c``, the samples' mean
+    rounded to a multiple of the largest power of two below their range (per feature): far from
+    the origin the products would cancel (digits + 1e6: 3e-4 in the log-weights), and a shift that
+    coarse keeps differences exact where they were (an integer lattice stays integer; a value
+    within a factor 2 of ``c`` subtracts exactly). Trees take differences of raw coordinates:
+    no shift."""
+    if samples.shape[1] <= BRUTE_FEATURES:
+        return 0.0
+    x = samples.astype(np.float64)
+    span = np.ptp(x, axis=0)
+    step = np.exp2(np.floor(np.log2(np.where(span > 0, span, 1.0))))
+    return np.round(safe_mean(x) / step) * step
 
 
 def _exponent(Xc, h):

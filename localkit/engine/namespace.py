@@ -76,6 +76,8 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     """
     from .options import EngineOptions
 
+    if not isinstance(exclude_self, (bool, np.bool_)):  # as BoundKernel.sums
+        raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
     options = EngineOptions() if options is None else options
     if callable(kernel.metric) or kernel.metric == "precomputed":
         raise ValueError(f"metric={kernel.metric!r} is not available for array-API inputs; use a named metric "
@@ -133,7 +135,11 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
         _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
         Qs, Xs, support = Q, X, h * h
     elif _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
-        Qs, Xs, support = Q, X, h * h
+        if isinstance(h, float):
+            Qs, Xs, support = Q, X, h * h
+        else:  # each feature over its bandwidth, the support u^2 <= 1 (the compiled pass's per-feature form)
+            hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
+            Qs, Xs, support = Q / hh, X / hh, 1.0
     elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
         Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
     elif kernel.norm_metric:
@@ -366,9 +372,14 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
             Q = Q - centre
-            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.paths)
+            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.paths), divided
+            # by the square of a per-query scale (a kNN bandwidth)
             tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
-            exact = exact or 2 * eps * float(xp.max(xp.sum(Q * Q, axis=1))) > tol
+            size = xp.sum(Q * Q, axis=1)
+            if q_scale is not None:
+                scale = q_scale[r0:r0 + Q.shape[0]]
+                size = size / xp.where(scale > 0, scale * scale, xp.ones_like(scale))
+            exact = exact or 2 * eps * float(xp.max(size)) > tol
         q_sq = xp.sum(Q * Q, axis=1)
         m = xp.full((Q.shape[0],), -math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
         S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
@@ -476,18 +487,19 @@ def _sq_distance_rows(xp, Q, X, kernel, exclude_self):
 
 
 def _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
-    """True for the uniform profile (a jump at its edge) with a fixed scalar bandwidth where raw
-    squared differences stay in the float range: its support is then decided by the compiled
-    pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
+    """True for the uniform profile (a jump at its edge) with a fixed bandwidth (scalar or per
+    feature) where squared differences stay in the float range: its support is then decided by
+    the compiled pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
     from .planner import COMPILED_BANDWIDTHS
 
     lo, hi = COMPILED_BANDWIDTHS
+    widths = np.atleast_1d(np.asarray(h, dtype=np.float64))
     if not (kernel.compact and not kernel.profile.vanishes_at_edge and kernel.n_neighbors is None
-            and kernel.metric == "euclidean" and q_scale is None and s_scale is None and isinstance(h, float)
-            and lo < h < hi):
+            and kernel.metric == "euclidean" and q_scale is None and s_scale is None
+            and np.all((widths > lo) & (widths < hi))):
         return False
-    limit = float(xp.finfo(X.dtype).max) ** 0.25
-    return max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in (Q, X)) < limit
+    limit = float(xp.finfo(X.dtype).max) ** 0.25 * float(widths.min())  # the scaled points stay below the root
+    return max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in (Q, X)) < min(limit, 1e100)
 
 
 def _index_coordinates(xp, Q, X, h, Qs, Xs, kernel):

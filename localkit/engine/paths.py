@@ -78,12 +78,16 @@ class QueryBlock:
             Q = np.ldexp(Q, -logit_exponent)
         self.centre = None
         self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
-        if self.exact or bound.kernel.is_softmax or _cancellation_ok(Q):
+        # the product form errs by ~eps |q|^2 in u^2 at unit scale; a per-query scale (a kNN
+        # bandwidth: the k-th distance) divides u^2, and that error, by its square
+        inv = None if q_scale is None else np.where(q_scale > 0, 1.0 / np.where(q_scale > 0, q_scale, 1.0), 1.0)
+        ok = _cancellation_ok if inv is None else (lambda P: _cancellation_ok((P * inv[:, None]).astype(P.dtype)))
+        if self.exact or bound.kernel.is_softmax or ok(Q):
             self.Q = Q
             return
         with np.errstate(over="ignore", invalid="ignore"):  # inf queries: no centre, exact distances
             centre = 0.5 * (Q.min(axis=0) + Q.max(axis=0))
-        if np.all(np.isfinite(centre)) and _cancellation_ok(Q - centre):
+        if np.all(np.isfinite(centre)) and ok(Q - centre):
             self.Q, self.centre = Q - centre, centre
         else:
             self.Q, self.exact = Q, True
