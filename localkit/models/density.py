@@ -101,6 +101,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     Returns
     -------
     density : array of shape (n_queries,)
+        In the samples' floating dtype (float32 samples give float32, NumPy and tensors alike;
+        the normaliser is computed in float64), of the queries' array type and device.
 
     Examples
     --------
@@ -127,9 +129,13 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         out = local_sums(queries, samples, None, kern, empty="nearest", block_size=block_size,
                          memory_budget=memory_budget, sample_weight=sample_weight)  # checks sample_weight
         weight = None if sample_weight is None else xp.asarray(sample_weight, dtype=samples.dtype)
-        log_h = sum(math.log(v) for v in np.atleast_1d(xp_bandwidth(xp, kern, samples, weight)))
+        d = samples.shape[1]
+        # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
+        h = np.broadcast_to(np.asarray(xp_bandwidth(xp, kern, samples, weight), dtype=np.float64), (d,))
         total = samples.shape[0] if sample_weight is None else float(xp.sum(xp.asarray(sample_weight)))
-        log_p = out.log_weight_sum - (math.log(total) + log_h + kern.profile.log_normalizer(samples.shape[1]))
+        # the normaliser is a Python float: it adds in the tensor's own precision (float32 stays float32)
+        log_norm = math.log(total) + float(np.sum(np.log(h))) + kern.profile.log_normalizer(d)
+        log_p = out.log_weight_sum - log_norm
         return log_p if log else xp.exp(log_p)
     samples = check_points(samples, "samples")
     queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
@@ -139,7 +145,10 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
                      memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
     h = np.broadcast_to(kern.resolve_bandwidth(samples, sample_weight), (d,))
     total = n if sample_weight is None else np.sum(np.asarray(sample_weight, dtype=np.float64))  # checked by local_sums
-    log_p = out.log_weight_sum - np.log(total) - np.sum(np.log(h)) - log_c
+    # the normaliser in float64, subtracted as a Python float: NumPy 2 would promote float32 sums to float64 with
+    # a float64 scalar, the tensor path keeps them float32; both keep the samples' precision
+    log_norm = float(np.log(total) + np.sum(np.log(h)) + log_c)
+    log_p = np.asarray(out.log_weight_sum - log_norm, dtype=samples.dtype)
     return log_p if log else np.exp(log_p)
 
 
@@ -224,11 +233,18 @@ class KernelDensity(BaseEstimator):
         return self
 
     def score_samples(self, X: ArrayLike) -> np.ndarray:
-        """``log p(x)`` at each row of ``X`` (``-inf`` outside every compact support)."""
+        """``log p(x)`` at each row of ``X`` (``-inf`` outside every compact support).
+
+        Always float64, as scikit-learn's ``KernelDensity.score_samples`` (which returns float64
+        for float32 input too): the estimator is a drop-in replacement for it. The sums are
+        computed in the data's precision (float32 data: float32 sums, as :func:`kernel_density`,
+        which keeps float32).
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        return kernel_density(X, self.X_fit_, self.kernel_, log=True, sample_weight=self.sample_weight_,
-                              algorithm=self.algorithm, n_jobs=self.n_jobs)
+        log_p = kernel_density(X, self.X_fit_, self.kernel_, log=True, sample_weight=self.sample_weight_,
+                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+        return np.asarray(log_p, dtype=np.float64)
 
     def score(self, X, y=None):
         """The total log-likelihood of ``X``, ``sum_i log p(x_i)``."""
