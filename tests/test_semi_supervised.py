@@ -240,3 +240,26 @@ def test_check_estimator():
     # LabelSpreading from the same check by name (_choose_check_classifiers_labels).
     reason = "-1 means 'unlabelled' in the semi-supervised API"
     check_estimator(RelaxationLabeling(), expected_failed_checks={"check_classifiers_classes": reason})
+
+
+@pytest.mark.parametrize("params", [dict(bandwidth=0.3), dict(bandwidth=0.3, alpha=0.2),
+                                    dict(bandwidth=0.3, alpha=0.2, normalization="symmetric"),
+                                    dict(bandwidth=0.3, compatibility=[[1.0, -1.0], [-1.0, 1.0]]),
+                                    dict(kernel="uniform", n_neighbors=7)])
+def test_float32_in_float32_out(moons, params):
+    """float32 data keep float32 label distributions and probabilities (they were float64: a float64
+    one-hot start promoted the engine's float32 local means), equal to the float64 fit to float32's
+    accuracy. scikit-learn's LabelPropagation returns float64 here; ours keep the input's precision."""
+    X, _, y_partial = moons
+    X32 = X.astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        m32 = RelaxationLabeling(**params).fit(X32, y_partial)
+        m64 = RelaxationLabeling(**params).fit(X, y_partial)
+    assert m32.label_distributions_.dtype == np.float32
+    proba = m32.predict_proba(X32[:50] + np.float32(0.05))
+    assert proba.dtype == np.float32
+    np.testing.assert_allclose(m32.label_distributions_, m64.label_distributions_, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(proba, m64.predict_proba(X[:50] + 0.05), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(m32.transduction_, m64.transduction_)
+    assert m32.n_iter_ == m64.n_iter_

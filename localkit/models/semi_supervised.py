@@ -104,6 +104,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     ----------
     classes_ : ndarray of shape (n_classes,)
     label_distributions_ : ndarray of shape (n_samples, n_classes)
+        In the data's floating dtype (float32 data: float32, where scikit-learn's
+        ``LabelPropagation`` gives float64); so is :meth:`predict_proba`.
     transduction_ : ndarray of shape (n_samples,)
     n_iter_ : int
     X_fit_ : ndarray
@@ -178,13 +180,17 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         self.classes_ = np.unique(y[~unlabelled])
         n_classes = len(self.classes_)
         r = self._check_compatibility(n_classes)
+        if r is not None:  # the update in the data's precision: a float64 r would promote float32 P
+            r = r.astype(X.dtype, copy=False)
         kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
         if self.n_neighbors is None:  # rules ("scott", ...) resolved on the training data
             kern = Kernel(self.kernel, bandwidth=kern.resolve_bandwidth(X))
         self.kernel_ = kern
         self.X_fit_ = X
 
-        Y = np.zeros((len(X), n_classes))
+        # the distributions in the data's precision (float32 in, float32 out): the engine's local means
+        # of float32 data are float32, a float64 Y would only promote them after the fact
+        Y = np.zeros((len(X), n_classes), dtype=X.dtype)
         Y[~unlabelled, np.searchsorted(self.classes_, y[~unlabelled])] = 1.0
         graph = self._graph(X)
         soft = self.alpha is not None
