@@ -12,14 +12,15 @@ states combine exactly as the online log-sum-exp of :mod:`localkit.engine.stream
 so a tree reduction over sample chunks (:func:`dask.array.reduction`) gives the in-memory
 result to round-off, and no kernel loop is written twice. Query chunks are independent. A
 state also carries, for queries whose neighbourhood is empty in its chunk, the distance to and
-the value of the chunk's nearest sample, so the empty-neighbourhood policy merges to the global
-nearest sample.
+the value of the chunk's nearest sample that carries weight (with ``exclude_self``, another than
+the query's own), so the empty-neighbourhood policy merges to the global nearest such sample.
 
 kNN kernels first merge per-chunk k nearest into the global k nearest (sorted by distance):
 
 * compact profiles carry the k nearest samples' values through that merge and weigh exactly
   those k, ``k(d_j / d_k)``, as the in-memory neighbour path does (so the k-th neighbour sits at
-  ``u = 1`` exactly, and ties at the k-th distance keep exactly k samples);
+  ``u = 1`` exactly, and ties at the k-th distance keep exactly k samples), and each chunk's
+  nearest sample that carries weight, for the empty-neighbourhood policy (all k may weigh 0);
 * other profiles take ``h(x*) = d_k`` from the merge and run a fixed-bandwidth pass with
   ``query_scale=h(x*)``, as the in-memory dense path does.
 
@@ -163,14 +164,29 @@ def _offsets(chunks):
 
 # -- partial states ---------------------------------------------------------------------------
 # A fixed-bandwidth state row is [mean (p), log weight sum, nearest distance, nearest value (p)].
+# The nearest is the chunk's nearest sample that carries weight, for the queries whose
+# neighbourhood is empty in the chunk (distance inf: none). With exclude_self a query's own
+# sample is its nearest only as a last resort (the in-memory engine's fallback when no other
+# sample carries weight): it then stands at the distance ``_SELF_ONLY``, beyond every real
+# distance, so any other chunk's live sample wins the merge.
+def _self_only(dtype):
+    return np.finfo(dtype).max
+
+
 def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, threads, options):
     """The partial state of one (query chunk, sample chunk) pair, from the in-memory engine."""
     exclude = bool(exclude_self and q_off[0] == s_off[0])  # aligned chunks: only diagonal pairs overlap
     state = np.zeros((len(q), 1, 2 * p + 2), dtype=q.dtype if v is None else v.dtype)
     state[:, 0, p], state[:, 0, p + 1] = -np.inf, np.inf
     live = np.ones(len(s), dtype=bool) if c is None else c > 0
-    if live.sum() <= int(exclude):  # nothing can carry weight in this chunk
+    if not live.any():  # nothing can carry weight in this chunk
         return state
+    if exclude and len(s) == 1:  # the query's own sample only (the engine needs 2 for leave-one-out)
+        state[:, 0, p + 1], state[:, 0, p + 2:] = _nearest(q, np.arange(len(q)), s, v, live, kernel, exclude, p,
+                                                           state.dtype)
+        return state
+    # A chunk whose only live sample is one query's own still weighs for every other query:
+    # the engine excludes it at that query alone (its row comes back empty).
     weight = {} if c is None else {"sample_weight": c}  # unweighted calls work without the keyword
     with _native_threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # empty rows: the merge decides
@@ -181,21 +197,41 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
     state[:, 0, p] = out.log_weight_sum
     rows = np.flatnonzero(out.empty)
     if len(rows):
-        state[rows, 0, p + 1], state[rows, 0, p + 2:] = _nearest(q[rows], rows, s, v, live, kernel, exclude, p)
+        state[rows, 0, p + 1], state[rows, 0, p + 2:] = _nearest(q[rows], rows, s, v, live, kernel, exclude, p,
+                                                                 state.dtype)
     return state
 
 
-def _nearest(q, rows, s, v, live, kernel, exclude, p):
-    """Distance to and value of the nearest live sample (another than itself with ``exclude``)."""
-    h = kernel.bandwidth
+def _nearest(q, rows, s, v, live, kernel, exclude, p, dtype):
+    """Distance to and value of the nearest live sample of the chunk for the queries ``q``
+    (chunk rows ``rows``); with ``exclude`` another than the query's own sample, which counts
+    only where it is the one live sample, at the distance ``_self_only(dtype)``; inf where no
+    sample is live."""
+    dist_out = np.full(len(q), np.inf, dtype=dtype)
+    values = np.zeros((len(q), p), dtype=dtype)
     idx = np.flatnonzero(live)
-    index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p)
-    dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
-    pick = (idx[near[:, 0]] == rows) if exclude else np.zeros(len(q), dtype=bool)
-    col = np.where(pick, dist.shape[1] - 1, 0)
+    if len(idx) == 0 or len(q) == 0:
+        return dist_out, values
+    h = kernel.bandwidth
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p)
+        dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
+    near = idx[near]
     r = np.arange(len(q))
-    values = v.reshape(len(s), p)[idx[near[r, col]]] if p else np.zeros((len(q), 0))
-    return dist[r, col], values
+    col = np.zeros(len(q), dtype=np.intp)
+    self_only = np.zeros(len(q), dtype=bool)
+    if exclude:
+        is_self = near[:, 0] == rows
+        if near.shape[1] > 1:
+            col[is_self] = 1
+        else:
+            self_only = is_self
+    dist_out[:] = dist[r, col]
+    dist_out[self_only] = _self_only(dtype)
+    if p:
+        values[:] = v.reshape(len(s), p)[near[r, col]]
+    return dist_out, values
 
 
 def _merge_states(x, p):
@@ -243,14 +279,20 @@ def _apply_empty(mean, rows, empty, nearest):
 
 
 # A kNN state row is [k distances, k rows of (c v, c)], nearest first, and for a profile that
-# vanishes at the edge the sum of (c v, c) over the samples at the query's point (nb.coincident).
-def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads):
+# vanishes at the edge the sum of (c v, c) over the samples at the query's point (nb.coincident);
+# with ``nearest`` (compact profiles) then [nearest distance, nearest value (p)]: the chunk's
+# nearest sample that carries weight (another than the query's own with exclude_self, which
+# counts only as a last resort, as in _nearest), for the empty-neighbourhood policy, since all
+# k nearest may have zero weight.
+def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads, nearest=False):
     """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``)."""
     exclude = bool(exclude_self and q_off[0] == s_off[0])
     dtype = q.dtype if v is None else v.dtype
     dist = np.full((len(q), k), np.inf, dtype=dtype)
     vals = np.zeros((len(q), k, p + 1), dtype=dtype)
     at_point = np.zeros((len(q), p + 1 if kernel.profile.vanishes_at_edge else 0), dtype=dtype)
+    near = np.zeros((len(q), p + 1 if nearest else 0), dtype=dtype)
+    near[:, :1] = np.inf
     kk = min(k, len(s) - int(exclude))
     if kk > 0:
         h = kernel.bandwidth
@@ -264,41 +306,53 @@ def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads)
         vals[:, :kk] = aug[idx]
         for r, f in zip(rows, found):
             at_point[r] = aug[f].sum(axis=0)
-    return np.concatenate([dist, vals.reshape(len(q), -1), at_point], axis=1)[:, None, :]
+        if nearest and c is None:  # every sample is live: the first of the k nearest
+            near[:, 0] = dist[:, 0]
+            if p:
+                near[:, 1:] = v.reshape(len(s), p)[idx[:, 0]]
+    if nearest and (c is not None or kk == 0):
+        live = np.ones(len(s), dtype=bool) if c is None else c > 0
+        with _native_threads(threads):
+            near[:, 0], near[:, 1:] = _nearest(q, np.arange(len(q)), s, v, live, kernel, exclude, p, dtype)
+    return np.concatenate([dist, vals.reshape(len(q), -1), at_point, near], axis=1)[:, None, :]
 
 
-def _merge_knn(x, k, p):
+def _merge_knn(x, k, p, nearest=False):
     """The global ``k`` nearest from per-chunk ``k`` nearest (a stable sort keeps chunk order on
-    ties) and the sums at the queries' points added up."""
+    ties), the sums at the queries' points added up and (``nearest``) the nearest sample that
+    carries weight (the smallest distance; ties: the earlier chunk)."""
     n, m = x.shape[:2]
     dist = x[:, :, :k].reshape(n, m * k)
     width = p + 1
     vals = x[:, :, k:k + k * width].reshape(n, m * k, -1)
     order = np.argsort(dist, axis=1, kind="stable")[:, :k]
     r = np.arange(n)[:, None]
-    at_point = x[:, :, k + k * width:].sum(axis=1)
-    return np.concatenate([dist[r, order], vals[r, order].reshape(n, -1), at_point], axis=1)[:, None, :]
+    tail = p + 1 if nearest else 0
+    at_point = x[:, :, k + k * width:x.shape[2] - tail].sum(axis=1)
+    best = np.argmin(x[:, :, x.shape[2] - tail], axis=1) if nearest else np.zeros(n, dtype=np.intp)
+    near = x[np.arange(n), best, x.shape[2] - tail:]
+    return np.concatenate([dist[r, order], vals[r, order].reshape(n, -1), at_point, near], axis=1)[:, None, :]
 
 
 def _finish_knn(x, *, k, p, profile, empty):
     """``[mean, log weight sum]`` over exactly the k nearest, ``w_j = k(d_j / d_k)`` (as in memory;
     ``d_k = 0``: every sample at the query's point, for a profile that vanishes at the edge), the
-    empty-neighbourhood policy applied (the nearest: the first of the k that carries weight)."""
+    empty-neighbourhood policy applied (the nearest: the nearest sample that carries weight, merged
+    over the chunks, which need not be one of the k)."""
     n = len(x)
     dist, aug = x[:, :k], x[:, k:k + k * (p + 1)].reshape(n, k, p + 1)
     L = profile.log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
     S, shift = nb._gathered_sums(L, np.arange(n * k).reshape(n, k), aug.reshape(n * k, p + 1))
+    end = k + k * (p + 1)
     if profile.vanishes_at_edge:
         there = dist[:, -1] == 0
-        S[there], shift[there] = x[there, k + k * (p + 1):], profile.log_k(np.zeros(1))[0]
+        S[there], shift[there] = x[there, end:end + p + 1], profile.log_k(np.zeros(1))[0]
+        end += p + 1
 
     def nearest(rows):
-        live = aug[rows, :, p] > 0
-        if not live.any(axis=1).all():
-            raise ValueError("sample_weight is zero on every one of the n_neighbors nearest samples of a query "
-                             "whose neighbourhood is empty; pass empty='nan' or give those samples weight")
-        first = aug[rows, live.argmax(axis=1)]  # (c v, c) of the nearest sample that carries weight
-        return first[:, :p] / first[:, p:]
+        if np.isinf(x[rows, end]).any():
+            raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+        return x[rows, end + 1:end + 1 + p]
 
     with np.errstate(divide="ignore", invalid="ignore"):
         mean, ls = S[:, :-1] / S[:, -1:], shift + np.log(S[:, -1])
@@ -398,10 +452,10 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
-                      threads=threads)
-        width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge if kern.compact else 2 * k
-        nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0), width, Q, S, V if kern.compact else None, [],
-                          [c if kern.compact else None], out_dtype, split_every)
+                      threads=threads, nearest=kern.compact)
+        width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge + (p + 1) if kern.compact else 2 * k
+        nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0, nearest=kern.compact), width,
+                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype, split_every)
         if kern.compact:
             final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile, empty=empty),
                                        chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
