@@ -295,3 +295,11 @@ def test_streams_a_sample_set_larger_than_a_worker(client):
     close(mean, q[:, 0] ** 2 + h ** 2, rtol=1e-9)
     close(np.exp(log_sum) / (n * h * np.sqrt(2 * np.pi)), np.ones(4), rtol=1e-9)
     assert len(client.scheduler_info()["workers"]) == 2  # no worker was lost on the way
+
+
+def test_kernel_density_keeps_float32_on_dask():
+    X = np.random.default_rng(0).normal(size=(100, 2)).astype(np.float32)
+    lazy = kernel_density(da.from_array(X, chunks=30), da.from_array(X, chunks=30), "gaussian", 0.5)
+    got = lazy.compute()
+    assert lazy.dtype == got.dtype == np.float32
+    np.testing.assert_allclose(got, kernel_density(X.astype(float), X.astype(float), "gaussian", 0.5), rtol=1e-5)

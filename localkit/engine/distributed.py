@@ -494,5 +494,6 @@ def dask_kernel_density(queries, samples, kern, *, log=False, **options):
     n, d = S.shape
     h = np.broadcast_to(dask_bandwidth(kern.bandwidth, S), (d,))
     out = dask_local_sums(queries, S, None, Kernel(kern.name_, bandwidth=h), empty="nearest", **options)
-    log_p = out.log_weight_sum - np.log(n) - np.sum(np.log(h)) - kern.profile.log_normalizer(d)
+    # one Python float: a NumPy float64 scalar would promote float32 samples' densities to float64
+    log_p = out.log_weight_sum - float(np.log(n) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))
     return log_p if log else np.exp(log_p)
