@@ -18,5 +18,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture
+def dispatch(monkeypatch):
+    """scikit-learn's array-API dispatch (PyTorch tensors in, tensors out) for one test."""
+    import sklearn
+
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # scikit-learn requires it for array-API dispatch
+    with sklearn.config_context(array_api_dispatch=True):
+        yield
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -2,7 +2,6 @@
 import array_api_strict
 import numpy as np
 import pytest
-import sklearn
 import torch
 from sklearn.datasets import load_diabetes, load_iris
 
@@ -11,13 +10,6 @@ from localkit import (LocalMeanClassifier, LocalMeanDenoiser, LocalMeanRegressor
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-@pytest.fixture
-def dispatch(monkeypatch):
-    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # scikit-learn requires it for array-API dispatch
-    with sklearn.config_context(array_api_dispatch=True):
-        yield
 
 
 @pytest.fixture(scope="module")

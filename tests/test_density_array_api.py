@@ -2,19 +2,11 @@
 bandwidth can be given, in 1, 2 and 4 dimensions, and the dtype it returns."""
 import numpy as np
 import pytest
-import sklearn
 from sklearn.datasets import load_iris
 
 from localkit import Kernel, KernelDensity, kernel_density
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture
-def dispatch(monkeypatch):
-    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # scikit-learn requires it for array-API dispatch
-    with sklearn.config_context(array_api_dispatch=True):
-        yield
 
 
 @pytest.fixture(scope="module")
