@@ -384,7 +384,7 @@ def triton_kernel_attention(kernel, q, k, v, c, causal=False, window=None):
     """``kernel_attention`` through the Triton kernel; ``q, k, v`` share their batch shape and dtype
     (float32, bfloat16 or float16), ``c`` broadcasts to ``batch + (1, 1)`` (``1/h`` for the softmax,
     ``1/h^2`` for the profiles), ``window`` is ``None`` or ``(profile, width)``."""
-    batch, L, S = q.shape[:-2], q.shape[-2], k.shape[-2]
+    batch, L = q.shape[:-2], q.shape[-2]
     flat = lambda t: t.reshape((-1,) + t.shape[-2:]).contiguous()  # noqa: E731
     c = torch.as_tensor(c, dtype=torch.float32, device=q.device).expand(batch + (1, 1)).reshape(-1)
     out = _TritonAttention.apply(flat(q), flat(k), flat(v), c.contiguous(), (kernel, bool(causal), window))
