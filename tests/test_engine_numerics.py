@@ -259,3 +259,27 @@ def test_brute_force_neighbour_search_far_from_the_origin():
     W = np.clip(1 - (D / 20) ** 2, 0, None)
     out = local_sums(X, X, y, "epanechnikov", 20.0, algorithm="neighbors")
     np.testing.assert_allclose(out.log_weight_sum, np.log(W.sum(axis=1)), rtol=1e-12)
+
+
+def test_small_neighbour_indexes_measure_differences():
+    # a chunk of 37 samples made scikit-learn search by matrix products, whose cancellation at
+    # |x| ~ 300 put 4e-6 into k-th distances of 1e-3 (the dask path's balloon bandwidths)
+    da = pytest.importorskip("dask.array")
+    from localkit.engine.distributed import dask_local_sums
+
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-300, 300, (20, 2))
+    X = centres[rng.integers(0, 20, 600)] + 1e-3 * rng.standard_normal((600, 2))
+    y = rng.standard_normal(600)
+    Q = X[::5] + 5e-4
+    D2 = cdist(Q, X, "sqeuclidean")
+    L = -0.5 * D2 / np.sort(D2, axis=1)[:, 4:5]
+    W = np.exp(L - L.max(axis=1, keepdims=True))
+    ref = W @ y / W.sum(axis=1)
+    got = dask_local_sums(da.from_array(Q, chunks=37), da.from_array(X, chunks=37), da.from_array(y, chunks=37),
+                          "gaussian", n_neighbors=5).mean.compute()
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+    small = local_sums(Q[:3], X[:20], y[:20], "gaussian", n_neighbors=5).mean  # 20 samples: a tree too
+    L = -0.5 * D2[:3, :20] / np.sort(D2[:3, :20], axis=1)[:, 4:5]
+    W = np.exp(L - L.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(small, W @ y[:20] / W.sum(axis=1), rtol=1e-9)

@@ -144,7 +144,7 @@ class BoundKernel:
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
         coordinates of :meth:`index_points`."""
         if self._index is None:
-            self._index = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p)
+            self._index = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
         return self._index
 
     def index_points(self, queries, rows=None):
@@ -315,7 +315,7 @@ class BoundKernel:
             X = self.index_points(None)
             X = X[np.ix_(live, live)] if precomputed else X[live]
             P = P[:, live] if precomputed else P
-            index = nb.make_index(X, self.kernel.metric, self.kernel.p)
+            index = nb.make_index(X, self.kernel.metric, self.kernel.p, exact=True)
         if self_rows is None:
             return live[index.kneighbors(P, n_neighbors=1)[1][:, 0]]
         near = live[index.kneighbors(P, n_neighbors=min(2, len(live)))[1]]

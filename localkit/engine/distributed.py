@@ -215,7 +215,7 @@ def _nearest(q, rows, s, v, live, kernel, exclude, p, dtype):
     h = kernel.bandwidth
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p)
+        index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p, exact=True)
         dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
     near = idx[near]
     r = np.arange(len(q))
@@ -299,7 +299,7 @@ def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads,
         aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
         aug = aug if c is None else aug * c[:, None]
         with _native_threads(threads):
-            index = nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p)
+            index = nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p, exact=True)
             dist[:, :kk], idx = nb.kneighbors(index, kernel.scale(q, h), kk, exclude_self=exclude)
             # the nearest at distance 0: this chunk's samples at the query's point
             rows, found = nb.coincident(index, kernel.scale(q, h), dist[:, :1], kernel.profile, exclude_self=exclude)

@@ -8,10 +8,20 @@ from scipy import sparse
 from sklearn.neighbors import NearestNeighbors
 
 
-def make_index(Xs, metric, p=2):
+#: metrics whose k-d tree measures distances from coordinate differences
+TREE_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski")
+
+
+def make_index(Xs, metric, p=2, *, exact=False):
     """A scikit-learn neighbour index over the scaled samples (for ``metric="precomputed"``,
-    their distances to each other; queries then give theirs to the samples)."""
-    return NearestNeighbors(metric=metric, p=p, algorithm="auto").fit(Xs)
+    their distances to each other; queries then give theirs to the samples).
+
+    ``exact``: a k-d tree wherever it can serve (up to 15 features, where scikit-learn's "auto"
+    may otherwise take brute force for few samples): its distances come from coordinate
+    differences, not ``|q|^2 - 2 q.x + |x|^2``, which far from the origin cancels (a dask chunk of
+    37 samples at |x| ~ 300 gave k-th distances of 1e-3 with a relative error of 4e-6)."""
+    tree = exact and not callable(metric) and metric in TREE_METRICS and np.shape(Xs)[1] <= 15
+    return NearestNeighbors(metric=metric, p=p, algorithm="kd_tree" if tree else "auto").fit(Xs)
 
 
 def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0):

@@ -313,7 +313,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
             return zero, runs
         neighbours = sorted_lists
     else:
-        index = nb.make_index(Xs, kern.metric)
+        index = nb.make_index(Xs, kern.metric, exact=True)
 
         def neighbours(rows):
             return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
@@ -467,7 +467,7 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
         centre = 0.0 if kern.is_softmax else samples.mean(axis=0)
         Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
         temperature = h if kern.is_softmax else 1.0
-        index = nb.make_index(samples, kern.metric)
+        index = nb.make_index(samples, kern.metric, exact=True)
 
         def log_weights(Q, exclude_self=False, row_offset=0):
             L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
