@@ -219,19 +219,24 @@ def test_a_zero_weight_sample_nearest_a_far_query_does_not_hide_the_others(algor
     np.testing.assert_allclose(p, [-0.5 * 15 ** 2 - 0.5 * np.log(2 * np.pi)], rtol=1e-6)
 
 
-def test_knn_bandwidths_far_smaller_than_the_data_keep_their_digits(monkeypatch):
-    # tight clusters spread wide, n_neighbors=5: the k-th distance (the balloon bandwidth) is far
-    # below the unit scale at which the product form's cancellation was judged (float64: 3e-5 off)
+def tight_clusters():
+    """20 clusters of width 1e-3 spread over +-300, queries inside them, and the Gaussian local
+    mean with the 5th-neighbour balloon bandwidth in float64 (dense, exact distances)."""
     rng = np.random.default_rng(0)
     centres = rng.uniform(-300, 300, (20, 2))
     X = centres[rng.integers(0, 20, 600)] + 1e-3 * rng.standard_normal((600, 2))
     y = rng.standard_normal(600)
     Q = X[::5] + 5e-4
     D2 = cdist(Q, X, "sqeuclidean")
-    dk2 = np.sort(D2, axis=1)[:, 4:5]
-    L = -0.5 * D2 / dk2
+    L = -0.5 * D2 / np.sort(D2, axis=1)[:, 4:5]
     W = np.exp(L - L.max(axis=1, keepdims=True))
-    ref = W @ y / W.sum(axis=1)
+    return Q, X, y, W @ y / W.sum(axis=1)
+
+
+def test_knn_bandwidths_far_smaller_than_the_data_keep_their_digits(monkeypatch):
+    # tight clusters spread wide, n_neighbors=5: the k-th distance (the balloon bandwidth) is far
+    # below the unit scale at which the product form's cancellation was judged (float64: 3e-5 off)
+    Q, X, y, ref = tight_clusters()
     for algorithm in ("auto", "dense"):
         got = local_sums(Q, X, y, "gaussian", n_neighbors=5, algorithm=algorithm).mean
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
@@ -267,19 +272,12 @@ def test_small_neighbour_indexes_measure_differences():
     da = pytest.importorskip("dask.array")
     from localkit.engine.distributed import dask_local_sums
 
-    rng = np.random.default_rng(0)
-    centres = rng.uniform(-300, 300, (20, 2))
-    X = centres[rng.integers(0, 20, 600)] + 1e-3 * rng.standard_normal((600, 2))
-    y = rng.standard_normal(600)
-    Q = X[::5] + 5e-4
-    D2 = cdist(Q, X, "sqeuclidean")
-    L = -0.5 * D2 / np.sort(D2, axis=1)[:, 4:5]
-    W = np.exp(L - L.max(axis=1, keepdims=True))
-    ref = W @ y / W.sum(axis=1)
+    Q, X, y, ref = tight_clusters()
     got = dask_local_sums(da.from_array(Q, chunks=37), da.from_array(X, chunks=37), da.from_array(y, chunks=37),
                           "gaussian", n_neighbors=5).mean.compute()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
     small = local_sums(Q[:3], X[:20], y[:20], "gaussian", n_neighbors=5).mean  # 20 samples: a tree too
-    L = -0.5 * D2[:3, :20] / np.sort(D2[:3, :20], axis=1)[:, 4:5]
+    D2 = cdist(Q[:3], X[:20], "sqeuclidean")
+    L = -0.5 * D2 / np.sort(D2, axis=1)[:, 4:5]
     W = np.exp(L - L.max(axis=1, keepdims=True))
     np.testing.assert_allclose(small, W @ y[:20] / W.sum(axis=1), rtol=1e-9)
