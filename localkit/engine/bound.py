@@ -150,22 +150,21 @@ class BoundKernel:
     def index_points(self, queries, rows=None):
         """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
         coordinates: where it is safe, the compiled pass's (:mod:`localkit.engine.compact`): the
-        raw coordinates for a scalar bandwidth, each feature divided by its bandwidth otherwise,
-        so that distances ``/ index_unit`` are ``u``. Their differences are exact for points on a
-        lattice: a tie between two distances, or with the edge of a support, is a tie on every
-        path (the engine's centred, scaled coordinates round them apart). Data or bandwidths
-        whose squared differences could leave the float range keep the engine's coordinates."""
-        if queries is None and self._raw_index:
+        raw coordinates for a scalar bandwidth, each feature divided by its bandwidth otherwise
+        (above 15 features shifted by :func:`_index_centre`), so that distances ``/ index_unit``
+        are ``u``. Their differences are exact for points on a lattice: a tie between two
+        distances, or with the edge of a support, is a tie on every path (the engine's centred,
+        scaled coordinates round them apart). Data or bandwidths whose squared differences could
+        leave the float range keep the engine's coordinates."""
+        if not self._raw_index:
+            P = self.coordinates(queries)
+        elif queries is None:
             if self._index_samples is None:
                 self._index_samples = self._to_index(self.samples)
-            return self._index_samples if rows is None else self._index_samples[rows]
-        points = self.samples if queries is None else check_points(queries, "queries", n_features=self.n_features,
-                                                                     dtype=self.dtype)
-        if rows is not None:
-            points = points[rows]
-        if not self._raw_index:
-            return self.X[rows] if queries is None and rows is not None else self.coordinates(points)
-        return self._to_index(points)
+            P = self._index_samples
+        else:
+            P = self._to_index(check_points(queries, "queries", n_features=self.n_features, dtype=self.dtype))
+        return P if rows is None else P[rows]
 
     def _to_index(self, points):
         points = np.asarray(points, dtype=np.float64) - self._index_centre
