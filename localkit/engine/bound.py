@@ -20,6 +20,9 @@ When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
 """
 from __future__ import annotations
 
+import copy
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -42,6 +45,21 @@ def make_kernel(kernel="gaussian", bandwidth=1.0, n_neighbors=None, metric="eucl
     if isinstance(kernel, Kernel):
         return kernel
     return Kernel(kernel, bandwidth=bandwidth, n_neighbors=n_neighbors, metric=metric, p=p)
+
+
+class BoundValues(NamedTuple):
+    """Values laid out for :meth:`BoundKernel.sums` (see :meth:`BoundKernel.prepare`): ``V`` the
+    values (n_samples, p), ``V_aug`` the same less ``offset`` with a column of ones,
+    ``offset`` the per-column reference the paths sum about (:func:`~localkit.engine.results.value_offset`),
+    ``squeeze`` whether they came as one column, ``no_values`` whether none were given,
+    ``source`` the array given."""
+
+    V: np.ndarray
+    V_aug: np.ndarray
+    offset: np.ndarray
+    squeeze: bool
+    no_values: bool
+    source: object
 
 
 class BoundKernel:
@@ -85,6 +103,7 @@ class BoundKernel:
         if k is not None and k > self.n_samples:
             raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
         self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
+        self.sample_weight_given = sample_weight
         with np.errstate(divide="ignore"):  # a zero weight: -inf, never a sample's share
             self.log_weight = None if self.weight is None else np.log(self.weight)
         self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
@@ -115,9 +134,23 @@ class BoundKernel:
         self._raw_index = bool(self.centre is not None and self.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
         self._index_centre = _index_centre(samples) if self._raw_index else 0.0
-        self._index = self._index_samples = None
-        self._compact = None
-        self._base2 = None
+        # indexes and derived samples built on first use; shared by the copies of :meth:`using`
+        self._cache = {}
+
+    # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_cache"] = {}  # indexes are rebuilt on first use
+        if state["X"] is not self.samples:  # the engine's coordinates, recomputed bit for bit
+            state["X"] = None
+        del state["x_sq"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.X is None:
+            self.X = self._transform(self.samples)
+        self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
 
     # -- coordinates ---------------------------------------------------------------------
     @property
@@ -143,9 +176,10 @@ class BoundKernel:
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
         coordinates of :meth:`index_points`."""
-        if self._index is None:
-            self._index = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
-        return self._index
+        if "index" not in self._cache:
+            self._cache["index"] = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p,
+                                                 exact=True)
+        return self._cache["index"]
 
     def index_points(self, queries, rows=None):
         """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
@@ -159,9 +193,9 @@ class BoundKernel:
         if not self._raw_index:
             P = self.coordinates(queries)
         elif queries is None:
-            if self._index_samples is None:
-                self._index_samples = self._to_index(self.samples)
-            P = self._index_samples
+            if "index_samples" not in self._cache:
+                self._cache["index_samples"] = self._to_index(self.samples)
+            P = self._cache["index_samples"]
         else:
             P = self._to_index(check_points(queries, "queries", n_features=self.n_features, dtype=self.dtype))
         return P if rows is None else P[rows]
@@ -187,22 +221,22 @@ class BoundKernel:
     @property
     def compact_index(self):
         """The samples sorted into strips for the compiled pass, built on first use."""
-        if self._compact is None:
+        if "compact" not in self._cache:
             from .compact import CompactIndex
 
-            self._compact = CompactIndex(self.samples, self.kernel, self.h)
-        return self._compact
+            self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
+        return self._cache["compact"]
 
     @property
     def base2_samples(self):
         """``(X', |X'|^2)`` with ``X' = X sqrt(log2 e)``: the samples' side of the Gaussian's
         log2-weights (see :data:`localkit.engine.paths.BASE2_SCALE`), built on first use."""
-        if self._base2 is None:
+        if "base2" not in self._cache:
             from .paths import BASE2_SCALE
 
             X2 = (self.X * BASE2_SCALE).astype(self.dtype)
-            self._base2 = X2, np.einsum("ij,ij->i", X2, X2)
-        return self._base2
+            self._cache["base2"] = X2, np.einsum("ij,ij->i", X2, X2)
+        return self._cache["base2"]
 
     def knn_scale(self, queries, *, exclude_self=False, row_offset=0):
         """The balloon bandwidth of each query: distance to its k-th nearest sample (engine units)."""
@@ -211,18 +245,45 @@ class BoundKernel:
         return (d / self.index_unit).astype(self.dtype, copy=False)
 
     # -- operations ------------------------------------------------------------------------
-    def sums(self, queries: ArrayLike | None = None, values: ArrayLike | None = None, *, exclude_self: bool = False,
-             query_scale: ArrayLike | None = None) -> LocalSums:
+    def prepare(self, values: ArrayLike | None) -> BoundValues:
+        """``values`` checked and laid out for :meth:`sums` once: models that query the same
+        values repeatedly (a fitted estimator's targets) keep the result and pass it instead of
+        the array, so that a prediction pays only for its queries."""
+        from .results import value_offset
+
+        V, squeeze = self._values(values)
+        offset = value_offset(np, V)
+        # the paths apply the sample weights (see paths.run_path)
+        return BoundValues(V, augment(V - offset), offset, squeeze, values is None, values)
+
+    def using(self, options: EngineOptions) -> BoundKernel:
+        """This kernel with other engine options (none changes a result beyond round-off); the
+        samples and every index built so far are shared, not copied."""
+        if options == self.options:
+            return self
+        other = copy.copy(self)
+        other.options = options
+        return other
+
+    def sums(self, queries: ArrayLike | None = None, values: ArrayLike | BoundValues | None = None, *,
+             exclude_self: bool = False, query_scale: ArrayLike | None = None) -> LocalSums:
         """Local means of ``values`` (optional) and log weight sums at ``queries``.
 
         ``queries=None`` evaluates at the samples; ``exclude_self`` drops sample ``i``'s weight
         at query ``i`` (leave-one-out). ``query_scale`` (n_queries,) are per-query bandwidth
-        factors (``u = d / (h q_i)``). Returns :class:`~localkit.engine.LocalSums`.
+        factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d form.
+        Returns :class:`~localkit.engine.LocalSums`.
         """
+        from .binding import DeferredBound, elsewhere
         from .paths import run_path
         from .planner import plan
-        from .results import finish, value_offset
+        from .results import finish
 
+        if elsewhere(queries):  # dask or device queries against these samples: that backend's pass
+            deferred = DeferredBound(self.kernel, self.samples, self.sample_weight_given, self.sample_scale,
+                                     self.options)
+            return deferred.sums(queries, values.source if isinstance(values, BoundValues) else values,
+                                 exclude_self=exclude_self, query_scale=query_scale)
         if not isinstance(exclude_self, (bool, np.bool_)):
             raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
         Q = self.coordinates(queries)
@@ -240,12 +301,13 @@ class BoundKernel:
         q_scale = check_scale(query_scale, n_q, "query_scale")
         if q_scale is not None and k is not None:
             raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
-        V, squeeze = self._values(values)
-        offset = value_offset(np, V)
-        V_aug = augment(V - offset)  # the paths apply the sample weights (see paths.run_path)
+        prepared = values if isinstance(values, BoundValues) else self.prepare(values)
+        if len(prepared.V) != self.n_samples:
+            raise ValueError(f"values were prepared for {len(prepared.V)} samples, not these {self.n_samples}")
         path = plan(self, Q, q_scale, exclude_self)
-        S, shift = run_path(path, self, queries, Q, V_aug, q_scale, exclude_self)
-        return finish(self, queries, S, shift, V, exclude_self, values is None, squeeze, offset)
+        S, shift = run_path(path, self, queries, Q, prepared.V_aug, q_scale, exclude_self)
+        return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
+                      prepared.offset)
 
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                     row_offset: int = 0) -> np.ndarray:

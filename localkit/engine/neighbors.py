@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import sparse
-from sklearn.neighbors import NearestNeighbors
+from sklearn.neighbors import KDTree, NearestNeighbors
 
 
 #: metrics whose k-d tree measures distances from coordinate differences
@@ -13,15 +13,45 @@ TREE_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski")
 
 
 def make_index(Xs, metric, p=2, *, exact=False):
-    """A scikit-learn neighbour index over the scaled samples (for ``metric="precomputed"``,
-    their distances to each other; queries then give theirs to the samples).
+    """A neighbour index over the scaled samples (for ``metric="precomputed"``, their distances to
+    each other; queries then give theirs to the samples), with scikit-learn's
+    ``kneighbors`` / ``radius_neighbors`` interface.
 
     ``exact``: a k-d tree wherever it can serve (up to 15 features, where scikit-learn's "auto"
     may otherwise take brute force for few samples): its distances come from coordinate
     differences, not ``|q|^2 - 2 q.x + |x|^2``, which far from the origin cancels (a dask chunk of
     37 samples at |x| ~ 300 gave k-th distances of 1e-3 with a relative error of 4e-6)."""
-    tree = exact and not callable(metric) and metric in TREE_METRICS and np.shape(Xs)[1] <= 15
-    return NearestNeighbors(metric=metric, p=p, algorithm="kd_tree" if tree else "auto").fit(Xs)
+    if exact and not callable(metric) and metric in TREE_METRICS and np.shape(Xs)[1] <= 15:
+        return TreeIndex(Xs, metric, p)
+    return NearestNeighbors(metric=metric, p=p).fit(Xs)
+
+
+class TreeIndex:
+    """A :class:`sklearn.neighbors.KDTree` queried directly, with the answers of
+    ``NearestNeighbors(algorithm="kd_tree")`` to the bit (the same tree, metric and leaf size).
+
+    Why not ``NearestNeighbors`` itself: its queries pass through input validation and a joblib
+    dispatch that cost ~1 ms per call, where the tree answers 10 queries against 200,000 samples
+    in 3-D in ~0.2 ms; a fitted estimator's prediction of a few points paid that five times over.
+    """
+
+    def __init__(self, Xs, metric, p=2):
+        if metric == "minkowski":  # as NearestNeighbors: the special cases of p by their own metric
+            metric = {1: "manhattan", 2: "euclidean", np.inf: "chebyshev"}.get(p, metric)
+        params = {"p": p} if metric == "minkowski" else {}
+        self.tree = KDTree(Xs, metric=metric, **params)
+
+    def kneighbors(self, Q, n_neighbors):
+        """``(distances, indices)`` of the ``n_neighbors`` nearest samples, nearest first."""
+        return self.tree.query(Q, k=n_neighbors)
+
+    def radius_neighbors(self, Q, radius, return_distance=True, sort_results=False):
+        """The samples within ``radius`` of each query, as object arrays: ``(distances,
+        indices)``, or the indices alone."""
+        if not return_distance:
+            return self.tree.query_radius(Q, radius, return_distance=False)
+        idx, dist = self.tree.query_radius(Q, radius, return_distance=True, sort_results=sort_results)
+        return dist, idx
 
 
 def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0):

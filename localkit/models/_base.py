@@ -11,7 +11,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from .._params import ANY_METRIC_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
 from .._validation import check_n_neighbors
-from ..engine import local_sums
+from ..engine import BoundValues, EngineOptions, bind
 from ..engine.distributed import is_dask_collection
 from ..engine.namespace import foreign_namespace, xp_bandwidth
 from ..kernels import Kernel
@@ -108,13 +108,36 @@ class LocalKernelMixin:
         self.sample_scale_ = sample_point_scales(X, k)
         return self.sample_scale_
 
-    def _local_sums(self, X, values, *, exclude_self=False, queries_are_samples=False):
-        """One engine pass at the queries ``X`` over the training samples ``X_fit_`` (weighted by
-        ``sample_weight_``, which multiplies the kernel)."""
-        return local_sums(None if queries_are_samples else X, self.X_fit_, values, self.kernel_,
-                          exclude_self=exclude_self, empty=self.empty, algorithm=self.algorithm,
-                          n_jobs=self.n_jobs, sample_scale=self.sample_scale_,
-                          sample_weight=getattr(self, "sample_weight_", None))
+    def _bind(self, X, values):
+        """Bind ``kernel_`` to the training samples ``X`` and lay out their ``values`` once
+        (centring, scaling, sample weights; indexes on first use): every later pass pays only for
+        its queries. Call at the end of ``fit``. The engine options are read at each pass, so
+        ``set_params(empty=..., n_jobs=...)`` after ``fit`` applies, as scikit-learn's neighbours
+        read theirs at query time."""
+        self._bound = bind(self.kernel_, X, sample_weight=getattr(self, "sample_weight_", None),
+                           sample_scale=self.sample_scale_, options=self._engine_options())
+        self._bound_values = self._bound.prepare(values)
+
+    def _engine_options(self):
+        return EngineOptions(empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs)
+
+    def _local_sums(self, X, *, exclude_self=False, queries_are_samples=False):
+        """One engine pass at the queries ``X`` over the training samples (weighted by
+        ``sample_weight_``, which multiplies the kernel) and their values, bound in ``fit``."""
+        bound = self._bound.using(self._engine_options())
+        return bound.sums(None if queries_are_samples else X, self._bound_values, exclude_self=exclude_self)
+
+    # a pickle holds the values once (the fitted array they came from); the layout is rebuilt
+    def __getstate__(self):
+        state = super().__getstate__()
+        if isinstance(state.get("_bound_values"), BoundValues):
+            state["_bound_values"] = state["_bound_values"].source
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_bound" in state and not isinstance(self._bound_values, BoundValues):
+            self._bound_values = self._bound.prepare(self._bound_values)
 
     def _validate_queries(self, X):
         if is_dask_collection(X):

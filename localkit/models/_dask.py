@@ -52,6 +52,7 @@ def fit_local_mean(est, X, y, sample_weight, *, classify):
     est.kernel_ = Kernel(est.kernel, bandwidth=est.bandwidth_, n_neighbors=est.n_neighbors, metric=est.metric,
                          p=getattr(est, "p", 2))
     est.X_fit_ = X
+    est._bind(X, est.onehot_ if classify else est.y_fit_)
     return est
 
 

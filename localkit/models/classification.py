@@ -63,12 +63,13 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_ = X
         self.onehot_ = xp.take(xp.eye(self.classes_.shape[0], dtype=X.dtype, device=device(X)), codes, axis=0)
+        self._bind(X, self.onehot_)
         return self
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities: the local mean of the one-hot training labels."""
         X = self._validate_queries(X)
-        return self._local_sums(X, self.onehot_).mean
+        return self._local_sums(X).mean
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class at each row of ``X``."""

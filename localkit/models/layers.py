@@ -97,19 +97,20 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
         self._fit_sample_scales(X)
         self._fit_kernel(X, V)
         self.X_fit_, self.values_fit_ = X, V
+        self._bind(X, V)
         return self
 
     def transform(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training values at each row of ``X`` (every training sample weighs)."""
         X = self._validate_queries(X)
-        return self._local_sums(X, self.values_fit_).mean
+        return self._local_sums(X).mean
 
     def fit_transform(self, X: ArrayLike, y: None = None) -> np.ndarray:
         """Fit, then the training rows' local means: leave-one-out with ``leave_one_out=True``."""
         self.fit(X, y)
         if not self.leave_one_out:
             return self.transform(X)
-        return self._local_sums(None, self.values_fit_, exclude_self=True, queries_are_samples=True).mean
+        return self._local_sums(None, exclude_self=True, queries_are_samples=True).mean
 
     def get_feature_names_out(self, input_features=None):
         """The input names (``values="inputs"``) or ``localmeantransformer_y0, ...`` (targets)."""

@@ -97,17 +97,18 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         self._fit_sample_scales(X)
         self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_, self.y_fit_ = X, y
+        self._bind(X, y)
         return self
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets at each row of ``X``."""
         X = self._validate_queries(X)
-        return self._local_sums(X, self.y_fit_).mean
+        return self._local_sums(X).mean
 
     def loo_predict(self):
         """Leave-one-out predictions at the training points (each point's own weight dropped)."""
         X = self._validate_queries(self.X_fit_)
-        return self._local_sums(X, self.y_fit_, exclude_self=True, queries_are_samples=True).mean
+        return self._local_sums(X, exclude_self=True, queries_are_samples=True).mean
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
