@@ -1,0 +1,153 @@
+"""Estimators bind once (issue 22): ``fit`` keeps the engine's bound kernel, ``predict`` pays only
+for its queries, and cloning, pickling, ``set_params`` and refitting keep scikit-learn's semantics."""
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.neighbors import KNeighborsRegressor, NearestNeighbors
+
+from localkit import Kernel, LocalMeanClassifier, LocalMeanRegressor, LocalMeanTransformer, local_sums
+from localkit.engine import BoundKernel, bind
+from localkit.engine import bound as bound_module
+from localkit.engine.neighbors import make_index
+
+
+@pytest.fixture
+def count_binds(monkeypatch):
+    """How many times a BoundKernel is built (its samples centred, scaled, checked)."""
+    calls = []
+    original = BoundKernel.__init__
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(bound_module.BoundKernel, "__init__", counting)
+    return calls
+
+
+ESTIMATORS = [
+    lambda: LocalMeanRegressor(kernel="uniform", n_neighbors=7),
+    lambda: LocalMeanRegressor(kernel="gaussian", bandwidth=0.05),
+    lambda: LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.08, empty="nearest"),
+    lambda: LocalMeanClassifier(kernel="tricube", n_neighbors=9),
+    lambda: LocalMeanTransformer(kernel="gaussian", bandwidth=0.1),
+]
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_predict_never_rebinds(make, count_binds):
+    X, y = load_diabetes(return_X_y=True)
+    est = make()
+    if isinstance(est, LocalMeanClassifier):
+        y = (y > np.median(y)).astype(int)
+    est.fit(X, y)
+    assert len(count_binds) == 1
+    method = est.transform if isinstance(est, LocalMeanTransformer) else est.predict
+    for rows in (slice(0, 3), slice(10, 50), slice(0, 1)):
+        method(X[rows])
+    assert len(count_binds) == 1
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_kept_kernel_equals_a_fresh_pass(make):
+    """Bit for bit what one engine call on the same samples gives (the path before binding)."""
+    X, y = load_diabetes(return_X_y=True)
+    est = make()
+    if isinstance(est, LocalMeanClassifier):
+        y = (y > np.median(y)).astype(int)
+    est.fit(X[:300], y[:300])
+    values = {LocalMeanRegressor: lambda: est.y_fit_, LocalMeanClassifier: lambda: est.onehot_,
+              LocalMeanTransformer: lambda: est.values_fit_}[type(est)]()
+    fresh = local_sums(X[300:], est.X_fit_, values, est.kernel_, empty=est.empty, algorithm=est.algorithm).mean
+    kept = est._local_sums(X[300:]).mean
+    np.testing.assert_array_equal(kept, fresh)
+
+
+def test_pickle_round_trip_is_compact_and_exact():
+    X, y = load_diabetes(return_X_y=True)
+    reg = LocalMeanRegressor(kernel="uniform", n_neighbors=5).fit(X, y)
+    before = reg.predict(X[:40])  # builds the neighbour index
+    assert reg._bound._cache
+    blob = pickle.dumps(reg)
+    # the samples and targets once each (plus a few hundred bytes), not the tree or a second copy
+    assert len(blob) < X.nbytes + y.nbytes + 4096
+    again = pickle.loads(blob)
+    assert not again._bound._cache  # rebuilt on first use
+    np.testing.assert_array_equal(again.predict(X[:40]), before)
+    np.testing.assert_array_equal(again.loo_predict(), reg.loo_predict())
+
+
+def test_bound_kernel_pickles_its_coordinates_exactly():
+    X = load_diabetes().data * 1e3 + 5.0
+    bound = BoundKernel(Kernel("gaussian", bandwidth=7.0), X)
+    again = pickle.loads(pickle.dumps(bound))
+    np.testing.assert_array_equal(again.X, bound.X)
+    np.testing.assert_array_equal(again.x_sq, bound.x_sq)
+    np.testing.assert_array_equal(again.sums(X[:9], X[:, 0]).mean, bound.sums(X[:9], X[:, 0]).mean)
+
+
+def test_set_params_after_fit_applies_engine_options_and_refit_rebinds():
+    X, y = load_diabetes(return_X_y=True)
+    reg = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.02).fit(X[:100], y[:100])
+    far = X[100:140] + 1.0  # outside every support
+    assert np.all(np.isfinite(reg.predict(far)))  # empty="nearest"
+    reg.set_params(empty="raise")
+    with pytest.raises(ValueError, match="empty neighbourhood"):
+        reg.predict(far)
+    reg.set_params(empty="nearest", bandwidth=0.2)  # a kernel parameter: the fitted kernel stays ...
+    fitted = reg.predict(X[:5])
+    np.testing.assert_array_equal(fitted, LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.02)
+                                  .fit(X[:100], y[:100]).predict(X[:5]))
+    reg.fit(X[:100], y[:100])  # ... until refit
+    np.testing.assert_array_equal(reg.predict(X[:5]), LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.2)
+                                  .fit(X[:100], y[:100]).predict(X[:5]))
+
+
+def test_clone_carries_no_bound_kernel():
+    X, y = load_iris(return_X_y=True)
+    clf = LocalMeanClassifier(kernel="uniform", n_neighbors=3).fit(X, y)
+    fresh = clone(clf)
+    assert not hasattr(fresh, "_bound")
+    np.testing.assert_array_equal(fresh.fit(X, y).predict_proba(X), clf.predict_proba(X))
+
+
+def test_knn_regression_equals_scikit_learn_at_latency_size():
+    """The latency benchmark's case (10 queries, 200,000 samples, 3-D), at a smaller n: the same answer."""
+    rng = np.random.default_rng(0)
+    X, y, Q = rng.normal(size=(20_000, 3)), rng.normal(size=20_000), rng.normal(size=(10, 3))
+    ours = LocalMeanRegressor(kernel="uniform", n_neighbors=10).fit(X, y).predict(Q)
+    np.testing.assert_allclose(ours, KNeighborsRegressor(10).fit(X, y).predict(Q), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("metric,p", [("euclidean", 2), ("manhattan", 2), ("chebyshev", 2), ("minkowski", 1),
+                                      ("minkowski", 2), ("minkowski", 3), ("minkowski", np.inf)])
+def test_tree_index_answers_as_nearest_neighbors(metric, p):
+    """The engine's tree (sklearn's KDTree queried directly) gives NearestNeighbors' answers to the bit."""
+    X = load_diabetes().data[:, :6]
+    Q = X[::7] + 1e-3
+    ours = make_index(X, metric, p, exact=True)
+    theirs = NearestNeighbors(metric=metric, p=p, algorithm="kd_tree").fit(X)
+    for a, b in zip(ours.kneighbors(Q, n_neighbors=6), theirs.kneighbors(Q, n_neighbors=6)):
+        np.testing.assert_array_equal(a, b)
+    d_ours, i_ours = ours.radius_neighbors(Q, radius=0.05, sort_results=True)
+    d_theirs, i_theirs = theirs.radius_neighbors(Q, radius=0.05, sort_results=True)
+    for a, b, c, d in zip(d_ours, d_theirs, i_ours, i_theirs):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(c, d)
+    only = ours.radius_neighbors(Q, radius=0.05, return_distance=False)
+    for a, b in zip(only, i_theirs):
+        np.testing.assert_array_equal(np.sort(a), np.sort(b))
+
+
+def test_bind_dispatches_by_array_library():
+    X = load_iris().data
+    assert isinstance(bind(Kernel("gaussian", bandwidth=1.0), X), BoundKernel)
+    import dask.array as da
+
+    deferred = bind(Kernel("gaussian", bandwidth=1.0), da.from_array(X, chunks=50))
+    assert not isinstance(deferred, BoundKernel)
+    np.testing.assert_allclose(deferred.sums(X[:5], X[:, 0]).mean.compute(),
+                               bind(Kernel("gaussian", bandwidth=1.0), X).sums(X[:5], X[:, 0]).mean, rtol=1e-12)
