@@ -250,7 +250,8 @@ def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                                         row_offset=rows.start)
         S[rows], shift[rows] = s, m
 
-    map_blocks(run, n_q, bq, opts.threads)
+    # trees, gathers and sparse products: no BLAS call to hold to one thread
+    map_blocks(run, n_q, bq, opts.threads, blas=False)
     return S, shift
 
 

@@ -224,7 +224,7 @@ class Profile:
         floor = np.maximum(np.ldexp(t.dtype.type(1.0), -exponent), np.finfo(t.dtype).smallest_subnormal)
         return -np.log(floor + t), -exponent * math.log(2.0)
 
-    @property
+    @cached_property
     def vanishes_at_edge(self):
         """A compact profile with ``k(1) = 0`` (every one but the uniform): with a kNN bandwidth
         the samples tied with the k-th neighbour weigh nothing, and when that neighbour is at

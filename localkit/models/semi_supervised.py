@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
 from .._validation import check_array, check_n_neighbors
-from ..engine import local_mean, local_sums
+from ..engine import bind
 from ..engine.iteration import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
@@ -192,7 +192,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         # of float32 data are float32, a float64 Y would only promote them after the fact
         Y = np.zeros((len(X), n_classes), dtype=X.dtype)
         Y[~unlabelled, np.searchsorted(self.classes_, y[~unlabelled])] = 1.0
-        graph = self._graph(X)
+        self._bound = bind(kern, X)  # once: every iteration and predict_proba pass through it
+        graph = self._graph(self._bound)
         soft = self.alpha is not None
         Y_static = (1 - self.alpha) * Y if soft else Y
 
@@ -223,14 +224,14 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
                             f"{self.classes_[:1].tolist()[0]!r}")
         return self
 
-    def _graph(self, X):
-        """The propagation operator ``P -> M P``, one engine pass per call."""
-        kern = self.kernel_
+    def _graph(self, bound):
+        """The propagation operator ``P -> M P``, one engine pass per call over the kernel bound
+        once to the samples."""
         if self.normalization == "mean":
-            return lambda P: local_mean(None, X, P, kern)
-        d = local_sums(None, X, None, kern, exclude_self=True).weight_sum
+            return lambda P: bound.sums(None, P).mean
+        d = bound.sums(None, None, exclude_self=True).weight_sum
         root = np.sqrt(np.where(d > 0, d, 1.0))[:, None]  # isolated samples: degree 1, as scipy does
-        return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True)
+        return lambda P: root * bound.sums(None, P / root, exclude_self=True).mean
 
     @map_queries
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
@@ -241,7 +242,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        M = local_mean(X, self.X_fit_, self.label_distributions_, self.kernel_)
+        M = self._bound.sums(X, self.label_distributions_).mean
         _warn_no_label_mass(M, "queries", f"their predict_proba rows are NaN (0 / 0) and predict gives them "
                                           f"classes_[0] = {self.classes_[:1].tolist()[0]!r}")
         with np.errstate(invalid="ignore"):
