@@ -1,7 +1,7 @@
 """The engine: the one place where kernel weights meet values.
 
-* :func:`bind` — a kernel bound to its samples, once (estimators keep it from ``fit``):
-  :class:`BoundKernel` for NumPy samples, :class:`DeferredBound` for device and dask arrays;
+* :func:`bind` — a kernel bound to its samples once, for passes on any array library (estimators
+  keep the :class:`Binding` from ``fit``; NumPy samples are held in a :class:`BoundKernel`);
 * :class:`BoundKernel` — a kernel bound to its samples (bandwidth, centring, indexes, sample
   weights), with the operations every model needs: weighted sums, weight blocks, nearest samples;
   :class:`EngineOptions` — how a pass runs (empty policy, path, blocks, memory, threads);
@@ -19,7 +19,7 @@
 * :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
 """
 from .blocks import block_sizes, map_blocks
-from .binding import DeferredBound, bind
+from .binding import Binding, bind
 from .bound import BoundKernel, BoundValues
 from .iteration import FixedPoint, iterate
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
@@ -33,7 +33,7 @@ from .reconstruction import reconstruction_gradient
 from .stream import OnlineLogSumExp, augment
 from .weights import KernelWeights
 
-__all__ = ["BoundKernel", "BoundValues", "DeferredBound", "bind", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
+__all__ = ["BoundKernel", "BoundValues", "Binding", "bind", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
            "augment", "block_sizes", "iterate", "local_covariance", "local_mean", "local_moments", "local_polynomial",
            "local_sums",
            "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]

@@ -103,7 +103,6 @@ class BoundKernel:
         if k is not None and k > self.n_samples:
             raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
         self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
-        self.sample_weight_given = sample_weight
         with np.errstate(divide="ignore"):  # a zero weight: -inf, never a sample's share
             self.log_weight = None if self.weight is None else np.log(self.weight)
         self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
@@ -274,16 +273,10 @@ class BoundKernel:
         factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d form.
         Returns :class:`~localkit.engine.LocalSums`.
         """
-        from .binding import DeferredBound, elsewhere
         from .paths import run_path
         from .planner import plan
         from .results import finish
 
-        if elsewhere(queries):  # dask or device queries against these samples: that backend's pass
-            deferred = DeferredBound(self.kernel, self.samples, self.sample_weight_given, self.sample_scale,
-                                     self.options)
-            return deferred.sums(queries, values.source if isinstance(values, BoundValues) else values,
-                                 exclude_self=exclude_self, query_scale=query_scale)
         if not isinstance(exclude_self, (bool, np.bool_)):
             raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
         Q = self.coordinates(queries)
