@@ -40,7 +40,9 @@ import numpy as np
 from .._validation import FLOAT_DTYPES, check_choice
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, effective_size, resolve_bandwidth, rule_factor, spread
-from .local_mean import ALGORITHMS, EMPTY_POLICIES, LocalSums, local_sums, make_kernel
+from .bound import BoundKernel, make_kernel
+from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
+from .results import LocalSums
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
 from .stream import augment
@@ -187,11 +189,11 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
         return state
     # A chunk whose only live sample is one query's own still weighs for every other query:
     # the engine excludes it at that query alone (its row comes back empty).
-    weight = {} if c is None else {"sample_weight": c}  # unweighted calls work without the keyword
     with _native_threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # empty rows: the merge decides
-        out = local_sums(q, s, v, kernel, exclude_self=exclude, empty="nan", n_jobs=threads,
-                             query_scale=qsc, sample_scale=ssc, **weight, **options)
+        bound = BoundKernel(make_kernel(kernel), s, sample_weight=c, sample_scale=ssc,
+                            options=EngineOptions(empty="nan", n_jobs=threads, **options))
+        out = bound.sums(q, v, exclude_self=exclude, query_scale=qsc)
     if p:
         state[:, 0, :p] = out.mean.reshape(len(q), p)
     state[:, 0, p] = out.log_weight_sum

@@ -1,4 +1,5 @@
-"""Estimators on dask arrays: fit keeps the samples distributed, predict maps query chunks.
+"""Estimators on dask arrays: fit keeps the samples distributed, predict maps query chunks (mean
+shift's dask fit lives with mean shift, in :mod:`localkit.models.cluster`).
 
 The local-mean estimators store dask training data as it is (``X_fit_`` stays a dask array, on
 the cluster) and every prediction is one distributed engine pass
@@ -13,7 +14,7 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_n_neighbors, check_points
+from .._validation import check_n_neighbors
 from ..engine.distributed import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
 from ..kernels import Kernel
 
@@ -99,91 +100,3 @@ def _call(method, est, block, args, kwargs, block_info=None):
         warnings.warn(f"{w.message} [dask chunk of rows {start}:{stop}; rows named here count from {start}]",
                       w.category, stacklevel=2)
     return out
-
-
-def fit_mean_shift(est, X, sample_weight):
-    """``MeanShift.fit`` on a dask array: the seeds live in memory, every iteration is one
-    distributed engine pass over the samples (which stay on the cluster), the fixed-point driver
-    is :func:`localkit.engine.iterate` unchanged; ``labels_`` is a dask array."""
-    import dask
-
-    from .._progress import warn_max_iter
-    from ..engine import iterate, local_sums
-    from ..engine.iteration import row_norm_change
-    from .cluster import merge_modes
-
-    est._check_params()
-    if est.bandwidth is None:
-        raise ValueError("bandwidth=None estimates h from every point's neighbours; on dask arrays give bandwidth")
-    if est.blurring:
-        raise ValueError("blurring=True moves every point each iteration; it is not available on dask arrays")
-    if est.bin_seeding and sample_weight is not None:
-        raise ValueError("bin_seeding with sample_weight is not available on dask arrays")
-    X = as_dask_points(X, "X", dtype=np.float64)
-    c = None if sample_weight is None else as_dask_array(sample_weight, "sample_weight", ndim=(1,),
-                                                         n_rows=X.shape[0], rows=X.chunks[0])
-    h = est.bandwidth_ = float(est.bandwidth)
-    kernel = est.kernel_ = Kernel(est.kernel, bandwidth=h)
-    est.n_features_in_ = X.shape[1]
-    if est.seeds is not None:
-        seeds = check_points(est.seeds, "seeds", n_features=X.shape[1])
-    elif est.bin_seeding:
-        seeds = bin_seeds(X, h, est.min_bin_freq)
-    else:
-        seeds = (X if c is None else X[c > 0]).compute()  # the seeds are the points themselves
-    intensity = np.zeros(len(seeds))
-    # the uniform kernel's weight sum is a count: the exact integer, as in memory
-    exact = np.rint if kernel.profile.name == "uniform" and c is None else (lambda w: w)
-
-    def step(Y, rows):
-        out = local_sums(Y, X, X, kernel, empty="nearest", sample_weight=c)
-        mean, weight_sum, empty = dask.compute(out.mean, out.weight_sum, out.empty)  # one distributed pass
-        intensity[rows] = np.where(empty, 0.0, exact(weight_sum))
-        return np.where(empty[:, None], Y, mean)
-
-    fp = iterate(step, seeds.astype(np.float64), tol=1e-3 * h, max_iter=est.max_iter + 1, change=row_norm_change,
-                 per_row=True, inclusive=True, progress=est.verbose, warn=False, name="mean shift")
-    if not fp.converged.all():
-        warn_max_iter("mean shift", est.max_iter, f" ({int(np.sum(~fp.converged))} of {len(seeds)} seeds still moving)")
-    est.n_iter_ = int(fp.n_iter) - 1
-    centers = merge_modes(fp.state, intensity, h)
-    if len(centers) == 0:
-        raise ValueError(f"No point was within bandwidth={h:f} of any seed; try other seeds or a larger bandwidth")
-    est.cluster_centers_ = centers
-    est.labels_ = X.map_blocks(_nearest_centre, centers, h if not est.cluster_all else None, drop_axis=1,
-                               dtype=np.intp)
-    return est
-
-
-def bin_seeds(X, h, min_bin_freq):
-    """scikit-learn's ``get_bin_seeds`` on a dask array: the cells ``round(x / h)`` of each chunk
-    with their counts and first rows, merged in memory (one entry per occupied cell)."""
-    import dask
-
-    parts = dask.compute(*[dask.delayed(_chunk_cells)(block, h) for block in X.to_delayed().ravel()])
-    offsets = np.cumsum((0,) + X.chunks[0][:-1])
-    cells = np.concatenate([p[0] for p in parts])
-    first = np.concatenate([p[1] + o for p, o in zip(parts, offsets)])
-    counts = np.concatenate([p[2] for p in parts])
-    unique, inverse = np.unique(cells, axis=0, return_inverse=True)
-    total = np.bincount(inverse.ravel(), weights=counts)
-    earliest = np.full(len(unique), len(first))
-    np.minimum.at(earliest, inverse.ravel(), first)
-    order = np.argsort(earliest, kind="stable")  # scikit-learn keeps the cells in order of first appearance
-    seeds = unique[order][total[order] >= min_bin_freq].astype(np.float32)
-    if len(seeds) == X.shape[0]:
-        warnings.warn(f"Binning data failed with provided bin_size={h:f}, using data points as seeds.", stacklevel=3)
-        return X.compute()
-    return seeds * h
-
-
-def _chunk_cells(block, h):
-    return np.unique(np.round(block / h), axis=0, return_index=True, return_counts=True)
-
-
-def _nearest_centre(block, centers, h):
-    """The index of the nearest centre (as scikit-learn labels); -1 beyond ``h`` if given."""
-    from ..engine.neighbors import kneighbors, make_index
-
-    dist, idx = kneighbors(make_index(centers, "euclidean"), block, 1)
-    return idx[:, 0] if h is None else np.where(dist[:, 0] <= h, idx[:, 0], -1)

@@ -58,9 +58,8 @@ class TourContext:
 
 def section_names():
     """The names of the tour's section modules (files in this package without a leading _)."""
-    import localkit.tour as pkg
-
-    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    here = [str(Path(__file__).parent)]  # this package's folder (importing the package would be a cycle)
+    return sorted(m.name for m in pkgutil.iter_modules(here) if not m.name.startswith("_"))
 
 
 def sections(only=None):

@@ -1,0 +1,74 @@
+"""R's ``loess`` (Cleveland and Grosse's reference code, base package ``stats``) as a reference for
+tests and benchmarks, called through ``Rscript`` with the data in temporary binary files."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+SCRIPT = r"""
+args <- commandArgs(trailingOnly = TRUE)
+dir <- args[1]
+meta <- scan(file.path(dir, "meta.txt"), what = "", quiet = TRUE)
+n <- as.integer(meta[1]); d <- as.integer(meta[2]); m <- as.integer(meta[3])
+span <- as.numeric(meta[4]); degree <- as.integer(meta[5]); surface <- meta[6]
+family <- meta[7]; repeats <- as.integer(meta[8]); normalize <- meta[9] == "TRUE"
+rd <- function(name, count) readBin(file.path(dir, name), "double", count)
+X <- matrix(rd("X.bin", n * d), n, d)
+y <- rd("y.bin", n)
+w <- rd("w.bin", n)
+Q <- matrix(rd("Q.bin", m * d), m, d)
+df <- data.frame(X, y = y)
+form <- as.formula(paste("y ~", paste(colnames(df)[1:d], collapse = " * ")))
+ctl <- loess.control(surface = surface, statistics = "approximate", cell = 0.2)
+times <- numeric(repeats)
+for (r in seq_len(repeats)) {
+  t0 <- proc.time()[["elapsed"]]
+  fit <- loess(form, data = df, weights = w, span = span, degree = degree, family = family,
+               normalize = normalize, control = ctl)
+  fitted_values <- fitted(fit)
+  times[r] <- proc.time()[["elapsed"]] - t0
+}
+newdata <- as.data.frame(Q)
+colnames(newdata) <- colnames(df)[1:d]
+pred <- predict(fit, newdata = newdata)
+writeBin(as.double(fitted_values), file.path(dir, "fitted.bin"))
+writeBin(as.double(pred), file.path(dir, "pred.bin"))
+writeBin(as.double(times), file.path(dir, "times.bin"))
+"""
+
+
+def have_r():
+    """True when ``Rscript`` is on the PATH."""
+    return shutil.which("Rscript") is not None
+
+
+def r_loess(X, y, queries=None, *, span=0.75, degree=1, surface="direct", robust=False,
+            sample_weight=None, repeats=1, normalize=False):
+    """R's ``loess`` on ``(X, y)``: returns ``(fitted at X, predicted at queries, seconds)``.
+
+    ``seconds`` is the median over ``repeats`` of the time of ``loess()`` plus ``fitted()``
+    inside R (no process start-up, no file transfer). ``robust`` is ``family="symmetric"``
+    (R's default ``iterations = 4``: the fit and 3 robustness iterations). Predictions outside
+    the interpolation box are NaN, as R returns them.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    Q = X[:1] if queries is None else np.asarray(queries, dtype=np.float64)
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, arr in (("X", X), ("y", y), ("w", w), ("Q", Q)):
+            np.asarray(arr, dtype="<f8").ravel(order="F").tofile(os.path.join(tmp, f"{name}.bin"))
+        with open(os.path.join(tmp, "meta.txt"), "w") as f:
+            f.write(f"{n} {d} {len(Q)} {span!r} {degree} {surface} {'symmetric' if robust else 'gaussian'} "
+                    f"{repeats} {'TRUE' if normalize else 'FALSE'}\n")
+        script = os.path.join(tmp, "run.R")
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        subprocess.run(["Rscript", "--vanilla", script, tmp], check=True, capture_output=True, timeout=600)
+        read = lambda name: np.fromfile(os.path.join(tmp, name), dtype="<f8")  # noqa: E731
+        fitted, pred, times = read("fitted.bin"), read("pred.bin"), read("times.bin")
+    return fitted, (None if queries is None else pred), float(np.median(times))

@@ -1,0 +1,90 @@
+"""The layout the design promises (issue 22), checked from the source: layers import downwards
+only, so no module of localkit is part of an import cycle, lazy imports inside functions
+included (they hide a cycle from Python, not from a reader)."""
+import ast
+from pathlib import Path
+
+import localkit
+
+ROOT = Path(localkit.__file__).parent
+
+
+def module_name(path):
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def imported_modules(name):
+    """The localkit modules that module ``name`` imports, anywhere in its source."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(stem + ([node.module] if node.module else []))
+            for alias in node.names:  # ``from pkg import module`` names a module too
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+def cycles(graph):
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, stack, on_stack, result, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1:
+                        result.append(sorted(component))
+    return result
+
+
+def test_the_graph_is_read():
+    graph = {m: imported_modules(m) for m in MODULES}
+    assert "localkit.engine.bound" in graph["localkit.engine.binding"]
+    assert "localkit.engine" in graph["localkit.models._base"]
+
+
+def test_no_import_cycle():
+    graph = {m: imported_modules(m) for m in MODULES}
+    assert cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
