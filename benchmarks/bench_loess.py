@@ -3,8 +3,10 @@ algorithm), local linear regression in d=4 against statsmodels' KernelReg(reg_ty
 process, on the same data; and 2-D LOESS against R's loess (direct and interpolated surfaces,
 R through Rscript, timed inside R; skipped where R is not installed). Fits at the samples."""
 import os
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from localkit._timing import median_time
@@ -60,7 +62,8 @@ def r_tables(quick=False):
     ``surface="interpolate"``: 2-D, degree 1 and 2, fits at the samples; R and localkit runs
     alternate within each repeat (medians), R timed inside R (``loess()`` + ``fitted()``)."""
     from localkit import LocalPolynomialRegressor
-    from localkit.models._loess_r import have_r, r_loess
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # R's reference lives with the tests
+    from r_reference import have_r, r_loess
 
     if not have_r():
         return ["2-D LOESS against R: skipped (Rscript not found; install Debian's r-base-core)."]

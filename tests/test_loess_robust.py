@@ -12,7 +12,7 @@ import statsmodels.api as sm
 from statsmodels.nonparametric.smoothers_lowess import lowess
 
 from localkit import LocalPolynomialRegressor
-from localkit.models._loess_r import have_r, r_loess
+from r_reference import have_r, r_loess
 from localkit.models.polynomial import bisquare_weights
 
 needs_r = pytest.mark.skipif(not have_r(), reason="Rscript (R's stats::lowess and loess) is not installed")

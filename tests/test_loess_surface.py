@@ -12,7 +12,7 @@ import localkit.models.polynomial as lp
 from localkit import LocalPolynomialRegressor
 from localkit.engine.loess_surface import KDSurface
 from localkit.engine.polynomial import local_polynomial, monomial_exponents
-from localkit.models._loess_r import have_r, r_loess
+from r_reference import have_r, r_loess
 
 needs_r = pytest.mark.skipif(not have_r(), reason="Rscript (R's stats::loess) is not installed")
 

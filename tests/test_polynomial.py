@@ -38,7 +38,7 @@ def test_equals_statsmodels_lowess(sine, frac, it):
     ref = lowess(y, x, frac=frac, it=it, delta=0, return_sorted=False)
     model = LocalPolynomialRegressor(frac=frac, robust_iters=it).fit(x[:, None], y)
     np.testing.assert_allclose(model.predict(x[:, None]), ref, rtol=0, atol=1e-8)
-    # the engine-moments path (kNN kernel through local_moments) gives the same fit
+    # the engine-moments path (kNN kernel through the local sums of the design) gives the same fit
     dense = LocalPolynomialRegressor(frac=frac, robust_iters=it, algorithm="dense").fit(x[:, None], y)
     np.testing.assert_allclose(dense.predict(x[:, None]), ref, rtol=0, atol=1e-8)
     # and at new points (lowess' xvals), with the robustness weights of the training fit

@@ -7,9 +7,8 @@
   :class:`EngineOptions` — how a pass runs (empty policy, path, blocks, memory, threads);
 * :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
   (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
-* :func:`local_moments`, :func:`local_covariance`, :func:`local_polynomial` — weighted moments
-  (about the origin of given features; the samples' mean and covariance about each query) and
-  batched local least squares;
+* :func:`local_covariance`, :func:`local_polynomial` — the samples' weighted mean and covariance
+  about each query, and batched local least squares;
   :class:`KDSurface` — the k-d tree and cubic blend of the interpolated LOESS surface;
 * :class:`KernelWeights` — normalised weight blocks for models that fit per query (the
   localization trick for arbitrary estimators, metric learning);
@@ -25,7 +24,6 @@ from .iteration import FixedPoint, iterate
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .loess_surface import KDSurface
 from .options import EngineOptions
-from .moments import LocalMoments, local_moments
 from .patches import patch_local_mean
 from .polynomial import LocalPolynomialFit, local_covariance, local_polynomial
 from .prototypes import prototype_weights
@@ -33,7 +31,7 @@ from .reconstruction import reconstruction_gradient
 from .stream import OnlineLogSumExp, augment
 from .weights import KernelWeights
 
-__all__ = ["BoundKernel", "BoundValues", "Binding", "bind", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalMoments", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
-           "augment", "block_sizes", "iterate", "local_covariance", "local_mean", "local_moments", "local_polynomial",
+__all__ = ["BoundKernel", "BoundValues", "Binding", "bind", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
+           "augment", "block_sizes", "iterate", "local_covariance", "local_mean", "local_polynomial",
            "local_sums",
            "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]

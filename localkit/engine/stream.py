@@ -49,11 +49,6 @@ class OnlineLogSumExp:
         np.exp(L, out=L)
         self.S += L @ V_aug
 
-    def update_pointwise(self, L, V_aug):
-        """Add one weight per row: ``L`` (rows,) log-weights, ``V_aug`` (rows, width + 1)."""
-        shift = self._shift(L)
-        self.S += np.exp(L - shift)[:, None] * V_aug
-
     def result(self):
         """``(mean, log_weight_sum)``; rows without weight get NaN means and ``-inf`` sums."""
         w = self.S[:, -1]
