@@ -160,3 +160,35 @@ def test_dask_queries_against_a_kept_numpy_kernel():
     reg = LocalMeanRegressor(kernel="gaussian", bandwidth=0.05).fit(X, y)
     lazy = reg.predict(da.from_array(X[:60], chunks=25))
     np.testing.assert_allclose(lazy.compute(), reg.predict(X[:60]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel,options,path", [
+    (Kernel("gaussian", bandwidth=0.5), {}, "dense"),
+    (Kernel("epanechnikov", bandwidth=0.1), {}, "compiled"),
+    (Kernel("uniform", n_neighbors=5), {}, "neighbors"),
+    (Kernel("uniform", n_neighbors=5), {"algorithm": "dense"}, "neighbors"),  # the tree's distances, always
+    (Kernel("epanechnikov", bandwidth=0.1), {"algorithm": "dense"}, "dense"),
+    (Kernel("epanechnikov", bandwidth=0.1), {"algorithm": "neighbors"}, "neighbors"),
+])
+def test_explain_names_the_path_that_runs(kernel, options, path, monkeypatch):
+    from localkit.engine import EngineOptions
+    from localkit.engine import paths as paths_module
+
+    X = np.random.default_rng(0).normal(size=(3000, 3))
+    bound = BoundKernel(kernel, X, options=EngineOptions(**options))
+    plan = bound.explain(X[:50])
+    assert plan.path == path and set(plan.reasons) == {"dense", "neighbors", "compiled"}
+    assert all(plan.reasons.values()) and f"-> {path}" in str(plan)
+    ran = []
+    for name, func in list(paths_module.PATHS.items()):
+        monkeypatch.setitem(paths_module.PATHS, name, lambda *a, _n=name, _f=func: ran.append(_n) or _f(*a))
+    bound.sums(X[:50], X[:, 0])
+    assert ran == [path]
+
+
+def test_explain_says_why_the_compiled_pass_is_refused():
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    plan = BoundKernel(Kernel("epanechnikov", bandwidth=0.1), X).explain(exclude_self=True)
+    assert plan.path != "compiled" and "exclude_self" in plan.reasons["compiled"]
+    plan = BoundKernel(Kernel("gaussian", bandwidth=0.1, metric="manhattan"), X).explain()
+    assert "compact" in plan.reasons["compiled"] and "manhattan" in plan.reasons["compiled"]

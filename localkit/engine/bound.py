@@ -302,6 +302,22 @@ class BoundKernel:
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                       prepared.offset)
 
+    def explain(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
+                query_scale: ArrayLike | None = None):
+        """The path :meth:`sums` would take at ``queries`` and why each other was not taken: a
+        :class:`~localkit.engine.planner.Plan` (``str()`` of it is a table). Computes nothing else.
+
+        >>> import numpy as np
+        >>> from localkit import Kernel
+        >>> bound = BoundKernel(Kernel("epanechnikov", bandwidth=0.3), np.linspace(0, 1, 50)[:, None])
+        >>> bound.explain().path
+        'compiled'
+        """
+        from .planner import explain
+
+        Q = self.coordinates(queries)
+        return explain(self, Q, check_scale(query_scale, len(Q), "query_scale"), exclude_self)
+
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                     row_offset: int = 0) -> np.ndarray:
         """``(n_queries, n_samples)`` log-weights ``log(c_j K(x*, x_j))`` (``K(x, x) = 1``).

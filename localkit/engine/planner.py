@@ -7,8 +7,12 @@
   features (measured faster than the dense and radius paths at d = 2, 4 and 8 for every
   bandwidth tried), else the radius path for compact profiles whose support holds few
   samples, else the dense path.
+
+:func:`explain` says which path a pass takes and why each other one was not taken.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,13 +21,84 @@ COMPILED_MAX_FEATURES = 16
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
 
-def compiled_applies(bound, q_scale, exclude_self):
-    """True when the compiled compact pass can compute this pass."""
+def compiled_refusals(bound, q_scale, exclude_self):
+    """Why the compiled compact pass cannot compute this pass: a list of reasons (empty: it can)."""
     kern = bound.kernel
     lo, hi = COMPILED_BANDWIDTHS
-    return (kern.compact and kern.n_neighbors is None and kern.metric == "euclidean" and bound.scaled
-            and q_scale is None and bound.sample_scale is None and not exclude_self
-            and bool(np.all((bound.h > lo) & (bound.h < hi))))
+    checks = [
+        (kern.compact, "needs a compact profile"),
+        (kern.n_neighbors is None, "needs a fixed bandwidth, not n_neighbors"),
+        (kern.metric == "euclidean", f"needs the euclidean metric, not {kern.metric!r}"),
+        (bound.scaled, "needs data within the float range of the bandwidth"),
+        (q_scale is None, "takes no per-query scales"),
+        (bound.sample_scale is None, "takes no per-sample scales"),
+        (not exclude_self, "cannot leave one out (exclude_self=True)"),
+        (bool(np.all((bound.h > lo) & (bound.h < hi))), f"needs bandwidths between {lo:g} and {hi:g}"),
+    ]
+    return [reason for ok, reason in checks if not ok]
+
+
+def compiled_applies(bound, q_scale, exclude_self):
+    """True when the compiled compact pass can compute this pass."""
+    return not compiled_refusals(bound, q_scale, exclude_self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's choice for one pass and, for each path, why it was or was not taken (as
+    torch's ``why_not_fast_path``); ``str(plan)`` is a table. See :meth:`BoundKernel.explain
+    <localkit.engine.BoundKernel.explain>`."""
+
+    path: str
+    reasons: dict
+
+    def __str__(self):
+        width = max(map(len, self.reasons))
+        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+
+
+def explain(bound, Q, q_scale, exclude_self):
+    """:class:`Plan`: the path :func:`plan` takes for this pass, with the reason for every path."""
+    path = plan(bound, Q, q_scale, exclude_self)
+    kern, algorithm, d = bound.kernel, bound.options.algorithm, bound.n_features
+    refused = compiled_refusals(bound, q_scale, exclude_self)
+    knn_compact = kern.compact and kern.n_neighbors is not None
+    if path == "compiled":
+        why_compiled = ("algorithm='compiled'" if algorithm == "compiled"
+                        else f"a compact profile at a fixed bandwidth in {d} <= {COMPILED_MAX_FEATURES} features: "
+                             "measured fastest")
+    elif refused:
+        why_compiled = "; ".join(refused)
+    elif algorithm != "auto":
+        why_compiled = f"algorithm={algorithm!r} asked for"
+    else:
+        why_compiled = f"{d} features > {COMPILED_MAX_FEATURES}: the dense path is faster there"
+    if path == "neighbors":
+        why_neighbors = ("a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
+                         if knn_compact else "algorithm='neighbors'" if algorithm == "neighbors"
+                         else "fewer than 5% of the samples in the support (probed): a radius query is cheaper")
+    elif not kern.compact:
+        why_neighbors = "needs a compact profile"
+    elif not _radius_ok(bound, q_scale):
+        why_neighbors = "needs a norm metric, no per-query scales and data within the float range"
+    elif algorithm != "auto":
+        why_neighbors = f"algorithm={algorithm!r} asked for"
+    elif path == "compiled":
+        why_neighbors = "the compiled pass comes first where it applies (measured faster)"
+    else:
+        why_neighbors = "too many samples in the support (probed): a full pass is cheaper"
+    if path == "dense":
+        why_dense = "algorithm='dense'" if algorithm == "dense" else "the general path"
+    elif knn_compact:
+        why_dense = "a compact kNN kernel takes the tree's distances (the edge of the support is exact there)"
+    else:
+        why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies"}[path]
+    return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled})
+
+
+def _radius_ok(bound, q_scale):
+    kern = bound.kernel
+    return kern.compact and bound.scaled and q_scale is None and kern.norm_metric
 
 
 def plan(bound, Q, q_scale, exclude_self):
@@ -41,7 +116,7 @@ def plan(bound, Q, q_scale, exclude_self):
         raise ValueError("algorithm='neighbors' needs a compact profile (or a compact kNN kernel)")
     if kern.compact and kern.n_neighbors is not None:
         return "neighbors"
-    radius_ok = kern.compact and bound.scaled and q_scale is None and kern.norm_metric
+    radius_ok = _radius_ok(bound, q_scale)
     if algorithm == "neighbors":
         if not radius_ok:
             raise ValueError("algorithm='neighbors' with a fixed bandwidth cannot take per-query scales "
