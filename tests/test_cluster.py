@@ -135,3 +135,29 @@ def test_check_estimator():
     check_estimator(MeanShift(), expected_failed_checks={
         "check_sample_weights_shape": "its data estimates bandwidth 0, which MeanShift refuses"})
     check_estimator(MeanShift(bandwidth=1.0))  # every check, sample weights included
+
+
+@pytest.mark.parametrize("X", [np.ones((10, 1)), np.r_[np.zeros((8, 2)), np.ones((3, 2))],
+                               np.repeat(np.arange(3.0)[:, None], 40, axis=0)])
+@pytest.mark.parametrize("options", [{}, {"bin_seeding": True}, {"cluster_all": False}])
+def test_zero_estimated_bandwidth_clusters_duplicates_as_scikit_learn(X, options):
+    """scikit-learn's regression test for its issue 28926: constant or duplicated data, whose
+    estimated bandwidth is 0, gives one centre per distinct point and n_iter_ = 0 (it raised)."""
+    ours, theirs = MeanShift(**options).fit(X), skc.MeanShift(**options).fit(X)
+    assert ours.bandwidth_ == 0
+    np.testing.assert_array_equal(ours.cluster_centers_, theirs.cluster_centers_)
+    np.testing.assert_array_equal(ours.labels_, theirs.labels_)
+    assert ours.n_iter_ == theirs.n_iter_ == 0
+    np.testing.assert_array_equal(ours.predict(X[:5]), theirs.predict(X[:5]))
+
+
+def test_zero_estimated_bandwidth_in_several_dimensions():
+    """Where scikit-learn's radius-0 search finds no point (4-D iris rows repeated: it raises),
+    the limit h -> 0 still gives one centre per distinct point, ties in count ordered by their
+    coordinates descending (scikit-learn's order), and each point its own centre's label."""
+    rows = load_iris().data[[0, 50, 100]]
+    X = np.repeat(rows, 40, axis=0)
+    ms = MeanShift().fit(X)
+    assert ms.bandwidth_ == 0 and ms.n_iter_ == 0 and ms.kernel_ is None
+    np.testing.assert_array_equal(ms.cluster_centers_, rows[[1, 2, 0]])  # 7.0 > 6.3 > 5.1
+    np.testing.assert_array_equal(ms.cluster_centers_[ms.labels_], X)

@@ -231,7 +231,8 @@ class MeanShift(ClusterMixin, BaseEstimator):
     n_iter_ : int
         The most updates any seed took, minus one (scikit-learn's count).
     bandwidth_ : float
-    kernel_ : Kernel
+    kernel_ : Kernel or None
+        The kernel of the shifts (None when the estimated bandwidth is 0: nothing moves).
 
     Examples
     --------
@@ -311,10 +312,9 @@ class MeanShift(ClusterMixin, BaseEstimator):
             rows = self._repeated(np.arange(len(data))[:, None], sample_weight, "bandwidth=None")[:, 0]
             h = _estimate_bandwidth(xp, X if sample_weight is None else xp.take(X, xp.asarray(rows, device=device(X)),
                                                                                    axis=0))
-        if h <= 0:
-            raise ValueError(f"the estimated bandwidth is 0 (n_samples={len(X)}, or too many duplicate points); "
-                             "give bandwidth > 0")
         self.bandwidth_ = h
+        if h == 0:  # estimated from constant or heavily duplicated data
+            return self._fit_zero_bandwidth(X, data, weighted, sample_weight, xp)
         self.kernel_ = Kernel(self.kernel, bandwidth=h)
         if self.seeds is not None:
             seeds = self.seeds if xp is None or foreign_namespace(self.seeds) is None else _convert_to_numpy(
@@ -349,6 +349,35 @@ class MeanShift(ClusterMixin, BaseEstimator):
         self.labels_ = idx[:, 0] if self.cluster_all else np.where(dist[:, 0] <= h, idx[:, 0], -1)
         return self
 
+    def _fit_zero_bandwidth(self, X, data, weighted, sample_weight, xp):
+        """The limit ``h -> 0``, as scikit-learn clusters constant or duplicated data: a seed's
+        neighbourhood is the points exactly at it, whose mean is the seed, so every seed at a
+        point is a mode (intensity: the points there, or their weight) and nothing moves
+        (``n_iter_ = 0``); modes merge only when equal, each point is labelled by its own."""
+        seeds = data if self.seeds is None else check_points(
+            self.seeds if xp is None or foreign_namespace(self.seeds) is None else _convert_to_numpy(self.seeds, xp),
+            "seeds", n_features=X.shape[1]).astype(np.float64)
+        if self.seeds is None and not self.bin_seeding:
+            seeds = weighted
+        _, inverse = np.unique(np.concatenate([data, seeds]), axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        mass = np.bincount(inverse[:len(data)], weights=sample_weight, minlength=inverse.max() + 1)
+        intensity = mass[inverse[len(data):]]  # 0 for a seed at no point
+        centers = merge_modes(seeds, intensity, 0.0)
+        if len(centers) == 0:
+            raise ValueError("No point was within bandwidth=0.000000 of any seed; try other seeds or a larger bandwidth")
+        self.kernel_ = None
+        self.n_iter_ = 0
+        dist, idx = kneighbors(make_index(centers, "euclidean"), data, 1)
+        labels = idx[:, 0] if self.cluster_all else np.where(dist[:, 0] <= 0, idx[:, 0], -1)
+        if xp is not None:
+            self.cluster_centers_ = xp.asarray(centers, dtype=X.dtype, device=device(X))
+            self.labels_ = xp.asarray(labels, device=device(X))
+            return self
+        self.cluster_centers_ = centers.astype(X.dtype, copy=False)
+        self.labels_ = labels
+        return self
+
     @staticmethod
     def _repeated(data, sample_weight, purpose):
         """The points, each repeated by its integer weight: scikit-learn's bandwidth estimate and
@@ -372,7 +401,7 @@ class MeanShift(ClusterMixin, BaseEstimator):
                 raise ValueError(f"X has {X.shape[1]} features, but MeanShift is expecting {self.n_features_in_} "
                                  "features as input.")
             centers = xp.asarray(self.cluster_centers_, dtype=X.dtype, device=device(X))
-            return xp_nearest(xp, X, centers, self.kernel_)[0]
+            return xp_nearest(xp, X, centers, Kernel("uniform", bandwidth=1.0))[0]  # euclidean, unscaled
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         return kneighbors(make_index(np.asarray(self.cluster_centers_), "euclidean"), X, 1)[1][:, 0]
 
