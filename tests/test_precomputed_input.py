@@ -5,7 +5,7 @@ taken as their absolute values (u^2) and a non-square fit matrix was refused onl
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
-from sklearn.datasets import load_wine
+from sklearn.datasets import load_iris, load_wine
 from sklearn.preprocessing import StandardScaler
 
 from localkit import KernelDensity, LocalMeanClassifier, LocalMeanRegressor, kernel_density
@@ -55,3 +55,25 @@ def test_kernel_density_takes_no_precomputed_distances(wine):
     with pytest.raises(ValueError, match="metric"):
         kernel_density(Dq, D, metric="precomputed")
     assert "metric" not in KernelDensity().get_params()
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: LocalMeanClassifier(kernel="uniform", n_neighbors=5, metric=m),
+    lambda m: LocalMeanRegressor(kernel="epanechnikov", n_neighbors=9, metric=m),
+])
+def test_cross_validation_slices_precomputed_distances_as_pairwise(make):
+    """With metric="precomputed" the estimators carry scikit-learn's pairwise tag, so that
+    cross_val_score and GridSearchCV slice the distance matrix on both axes (fit refused it)."""
+    from sklearn.metrics import pairwise_distances
+    from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+
+    X, y = load_iris(return_X_y=True)
+    y = y if isinstance(make("euclidean"), LocalMeanClassifier) else X[:, 3]
+    X = X[:, :3]
+    cv = KFold(5, shuffle=True, random_state=0)
+    on_features = cross_val_score(make("euclidean"), X, y, cv=cv)
+    on_distances = cross_val_score(make("precomputed"), pairwise_distances(X), y, cv=cv)
+    np.testing.assert_allclose(on_distances, on_features, rtol=1e-12)
+    grid = GridSearchCV(make("precomputed"), {"n_neighbors": [3, 7]}, cv=cv).fit(pairwise_distances(X), y)
+    assert grid.best_score_ == pytest.approx(GridSearchCV(make("euclidean"), {"n_neighbors": [3, 7]}, cv=cv)
+                                             .fit(X, y).best_score_, rel=1e-12)

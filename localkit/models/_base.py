@@ -62,6 +62,12 @@ class LocalKernelMixin:
     Subclasses call :meth:`_fit_kernel` in ``fit`` and :meth:`_local_sums` to evaluate.
     """
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # X holds distances to the samples: cross-validation slices both axes (scikit-learn's tag)
+        tags.input_tags.pairwise = getattr(self, "metric", None) == "precomputed"
+        return tags
+
     def _fit_kernel(self, X, y=None, sample_weight=None):
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
