@@ -63,7 +63,7 @@ def test_transformer_encoder_stacks_local_layers(mode):
         for kwargs in ({}, {"src_key_padding_mask": padding}, {"mask": causal, "is_causal": True},
                        {"mask": torch.isinf(causal), "src_key_padding_mask": padding}):
             close(ours(x, **kwargs), ref(x, **kwargs))
-    gauss = nn.TransformerEncoder(LocalTransformerLayer(E, H, 32, kernel="laplacian", window=3), num_layers=2,
+    gauss = nn.TransformerEncoder(LocalTransformerLayer(E, H, 32, batch_first=True, kernel="laplacian", window=3), num_layers=2,
                                   enable_nested_tensor=False).eval()
     out = gauss(x, src_key_padding_mask=padding)
     assert out.shape == x.shape and torch.all(torch.isfinite(out))
@@ -85,7 +85,7 @@ def test_need_weights_and_average_like_multihead_attention():
 def test_device_and_dtype_like_torch_modules():
     attn = LocalMeanAttention(E, H, kernel="laplacian", learn_bandwidth=True, device="cpu", dtype=torch.float64)
     assert all(p.dtype == torch.float64 for p in attn.parameters())
-    layer = LocalTransformerLayer(E, H, 32, kernel="epanechnikov", dtype=torch.bfloat16)
+    layer = LocalTransformerLayer(E, H, 32, batch_first=True, dtype=torch.bfloat16, kernel="epanechnikov")
     assert all(p.dtype == torch.bfloat16 for p in layer.parameters())
     x, padding = data(3)
     out = layer(x.bfloat16(), src_key_padding_mask=padding)
@@ -201,7 +201,7 @@ def test_masks_neither_bool_nor_floating_point_are_refused(batched, dtype):
         ours(x, attn_mask=torch.zeros(L, L, dtype=dtype), is_causal=True)  # checked even when not read
     with pytest.raises(TypeError, match=r"key_padding_mask must be a torch.Tensor or None, got list"):
         ours(x, key_padding_mask=padding.tolist())
-    layer = LocalTransformerLayer(E, H, 32, dtype=torch.float64)
+    layer = LocalTransformerLayer(E, H, 32, batch_first=True, dtype=torch.float64)
     with pytest.raises(TypeError, match=r"src_key_padding_mask must be a bool or floating point tensor"):
         layer(x, src_key_padding_mask=padding)
     with pytest.raises(TypeError, match=r"src_mask must be a bool or floating point tensor"):
@@ -241,3 +241,38 @@ def test_batched_and_unbatched_inputs_do_not_mix():
         ours(x, x, x[0])
     with pytest.raises(ValueError, match=r"query must have shape \(batch, seq, embed_dim\).*unbatched"):
         ours(x[None])
+
+
+@pytest.mark.parametrize("ours,theirs", [(LocalMeanAttention, nn.MultiheadAttention),
+                                         (LocalTransformerLayer, nn.TransformerEncoderLayer)])
+def test_positional_parameters_and_defaults_are_torchs(ours, theirs):
+    """The look-alike classes take torch's positional order and defaults (batch_first=False,
+    the layer's dropout=0.1): ``LocalTransformerLayer(64, 4, 128, 0.1)`` means dropout=0.1, as in
+    torch (it meant kernel=0.1), and the kernel's parameters are keyword-only."""
+    import inspect
+
+    def named(p):  # torch's default activation is F.relu, ours its name
+        return p.name, getattr(p.default, "__name__", p.default)
+
+    mine, torchs = inspect.signature(ours).parameters, inspect.signature(theirs).parameters
+    assert [named(p) for p in list(mine.values())[:len(torchs)]] == [named(p) for p in torchs.values()]
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in list(mine.values())[len(torchs):])
+
+
+def test_default_layout_is_sequence_first_like_torch():
+    """A module built with defaults and put into a default nn.TransformerEncoderLayer attends
+    within each sequence, as torch's (with batch_first=True as the default it attended across
+    the batch: 0.90 off)."""
+    torch.manual_seed(5)
+    ref = nn.TransformerEncoderLayer(E, H, 32, dropout=0.0).eval()
+    layer = nn.TransformerEncoderLayer(E, H, 32, dropout=0.0).eval()
+    layer.load_state_dict(ref.state_dict())
+    mha = layer.self_attn
+    layer.self_attn = LocalMeanAttention(E, H, dtype=mha.in_proj_weight.dtype)
+    layer.self_attn.load_state_dict(mha.state_dict(), strict=False)
+    x = torch.randn(L, B, E)  # (seq, batch, embed): torch's default layout
+    close(layer(x), ref(x))
+    close(LocalTransformerLayer.from_torch(ref)(x), ref(x))
+    ours = LocalTransformerLayer(E, H, 32, dropout=0.0).eval()
+    ours.load_state_dict(ref.state_dict(), strict=False)
+    close(ours(x), ref(x))

@@ -78,7 +78,7 @@ def test_attention_weights_equal_multihead_attention_weights():
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "epanechnikov"])
 def test_other_kernels_run_and_learn_bandwidth(kernel):
     torch.manual_seed(3)
-    attn = LocalMeanAttention(E, H, kernel=kernel, learn_bandwidth=True)
+    attn = LocalMeanAttention(E, H, batch_first=True, kernel=kernel, learn_bandwidth=True)
     x, padding = inputs()
     out, _ = attn(x, key_padding_mask=padding, need_weights=False, is_causal=True)
     assert out.shape == x.shape and torch.all(torch.isfinite(out))
@@ -159,7 +159,7 @@ def test_bad_input():
         LocalMeanAttention(32, 4, dropout=1.5)
     with pytest.raises(ValueError, match="ridge"):
         LocalLinearAttention(32, 4, ridge=0.0)
-    attn = LocalMeanAttention(32, 4)
+    attn = LocalMeanAttention(32, 4, batch_first=True)
     with pytest.raises(ValueError, match="embed_dim=32"):
         attn(torch.randn(2, 5, 31))
     with pytest.raises(ValueError, match="embed_dim=32"):

@@ -83,24 +83,30 @@ class LocalMeanAttention(nn.Module):
 
     Parameters
     ----------
+    The positional parameters and their defaults are ``nn.MultiheadAttention``'s; the kernel's
+    are keyword-only.
+
     embed_dim, num_heads : int
         ``embed_dim`` must be divisible by ``num_heads``.
+    dropout : float, default=0.0
+        Dropout on the attention weights, in training mode.
+    bias : bool, default=True
+        Biases of the input and output projections.
+    add_bias_kv, add_zero_attn, kdim, vdim
+        torch's; only their defaults are supported so far (``kdim = vdim = embed_dim``), others
+        raise a ``ValueError``.
+    batch_first : bool, default=False
+        Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``, as torch.
+    device, dtype : optional
+        Where and in which precision the parameters are created, as for torch's modules.
     kernel : str, default="softmax"
         See :func:`localkit.nn.kernel_attention`.
     bandwidth : float or None
         ``h`` (default ``sqrt(d_head)`` for the softmax, ``d_head^(1/4)`` otherwise).
     learn_bandwidth : bool, default=False
         Learn one bandwidth per head (as ``log h``, initialised at ``bandwidth``).
-    bias : bool, default=True
-        Biases of the input and output projections.
-    dropout : float, default=0.0
-        Dropout on the attention weights, in training mode.
-    batch_first : bool, default=True
-        Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``.
     window, top_k : optional
         Kernels in position and kNN kernels, see :func:`localkit.nn.kernel_attention`.
-    device, dtype : optional
-        Where and in which precision the parameters are created, as for torch's modules.
 
     The call follows ``nn.MultiheadAttention`` (masks, ``need_weights``, ``is_causal``) and
     returns its ``(output, weights or None)`` pair, so an instance can replace the ``self_attn``
@@ -125,9 +131,15 @@ class LocalMeanAttention(nn.Module):
     #: path, which calls torch's fused softmax attention on our projections and bypasses the kernel
     _qkv_same_embed_dim = False
 
-    def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
-                 dropout=0.0, batch_first=True, window=None, top_k=None, device=None, dtype=None):
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *, kernel="softmax",
+                 bandwidth=None, learn_bandwidth=False, window=None, top_k=None):
         super().__init__()
+        for name, value, default in (("add_bias_kv", add_bias_kv, False), ("add_zero_attn", add_zero_attn, False),
+                                     ("kdim", kdim, None), ("vdim", vdim, None)):
+            if value != default and not (name in ("kdim", "vdim") and value == embed_dim):
+                raise ValueError(f"{name}={value!r} is not supported by {type(self).__name__} yet: keys and values "
+                                 f"have embed_dim features, with no extra key/value rows")
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -267,10 +279,12 @@ class LocalLinearAttention(LocalMeanAttention):
     torch.Size([2, 5, 16])
     """
 
-    def __init__(self, embed_dim, num_heads, kernel="softmax", bandwidth=None, learn_bandwidth=False, bias=True,
-                 dropout=0.0, batch_first=True, window=None, top_k=None, ridge=1e-3, device=None, dtype=None):
-        super().__init__(embed_dim, num_heads, kernel, bandwidth, learn_bandwidth, bias, dropout, batch_first,
-                         window, top_k, device, dtype)
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *, kernel="softmax",
+                 bandwidth=None, learn_bandwidth=False, window=None, top_k=None, ridge=1e-3):
+        super().__init__(embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first,
+                         device, dtype, kernel=kernel, bandwidth=bandwidth, learn_bandwidth=learn_bandwidth,
+                         window=window, top_k=top_k)
         if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
             raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
         self.ridge = float(ridge)

@@ -31,19 +31,24 @@ class LocalTransformerLayer(nn.Module):
 
     Parameters
     ----------
-    d_model, nhead, dim_feedforward : int
-    kernel : str, default="softmax"
-        The localization kernel of the attention (see :func:`localkit.nn.kernel_attention`).
-    norm_first : bool, default=False
-    dropout : float, default=0.0
+    The positional parameters and their defaults are ``nn.TransformerEncoderLayer``'s; the
+    kernel's are keyword-only.
+
+    d_model, nhead : int
+    dim_feedforward : int, default=2048
+    dropout : float, default=0.1
     activation : "relu", "gelu" or a callable, default="relu"
     layer_norm_eps : float, default=1e-5
-    batch_first : bool, default=True
+    batch_first : bool, default=False
+        Inputs are ``(batch, seq, d_model)``; otherwise ``(seq, batch, d_model)``, as torch.
+    norm_first : bool, default=False
     bias : bool, default=True
-    local_model : {"mean", "linear"}, default="mean"
-        :class:`LocalMeanAttention` or :class:`LocalLinearAttention` over tokens.
     device, dtype : optional
         Where and in which precision the parameters are created, as for torch's modules.
+    kernel : str, default="softmax"
+        The localization kernel of the attention (see :func:`localkit.nn.kernel_attention`).
+    local_model : {"mean", "linear"}, default="mean"
+        :class:`LocalMeanAttention` or :class:`LocalLinearAttention` over tokens.
     **attention_options
         ``bandwidth``, ``learn_bandwidth``, ``window``, ``top_k`` (and ``ridge`` for "linear").
 
@@ -63,9 +68,9 @@ class LocalTransformerLayer(nn.Module):
     True
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, kernel="softmax", norm_first=False, dropout=0.0,
-                 activation="relu", layer_norm_eps=1e-5, batch_first=True, bias=True, local_model="mean",
-                 device=None, dtype=None, **attention_options):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None, *, kernel="softmax",
+                 local_model="mean", **attention_options):
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         if local_model not in LOCAL_MODELS:
@@ -168,8 +173,8 @@ class LocalTransformer(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             LocalTransformerLayer(d_model, nhead, dim_feedforward or 4 * d_model, kernel=kernel, norm_first=True,
-                                  dropout=dropout, activation="gelu", local_model=local_model, **factory,
-                                  **attention_options)
+                                  dropout=dropout, activation="gelu", batch_first=True, local_model=local_model,
+                                  **factory, **attention_options)
             for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model, **factory)
