@@ -557,9 +557,9 @@ def _key_bias_attention(q, k, v, scale, bias, is_causal):
     (the logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
     batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v, bias) if t is not None))
     if len(batch) == 2:
-        as4d = lambda t: t.expand(batch + t.shape[-2:])
+        as4d = lambda t: _unit_last_stride(t.expand(batch + t.shape[-2:]))
     else:
-        as4d = lambda t: t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:])
+        as4d = lambda t: _unit_last_stride(t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:]))
     if bias is None:  # no mask: the kernel's own autograd
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*map(as4d, (q, k, v)), 0.0, is_causal,
                                                                               scale=scale)
@@ -568,6 +568,14 @@ def _key_bias_attention(q, k, v, scale, bias, is_causal):
     if eager() and not bool(torch.isfinite(lse).all()):
         return None
     return out.reshape(batch + out.shape[-2:])
+
+
+def _unit_last_stride(t):
+    """``t``, copied only if its last dimension is not dense: the CPU flash kernel reads any
+    batch and row strides (expanded and transposed heads included) but assumes a unit stride in
+    the last dimension (a ``(B, d, L)`` tensor transposed gave outputs 1.7e38 off in float32;
+    public SDPA leaves its flash kernel for such inputs)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 class _KeyBiasAttention(torch.autograd.Function):
