@@ -161,6 +161,45 @@ def test_every_path_takes_views_of_q_k_v_and_masks(path, layout):
         torch.testing.assert_close(grad, ref_grad, msg=lambda m: f"gradient of {name}: {m}")
 
 
+@pytest.mark.parametrize("path", sorted(set(PATHS) - {"overflowing logits: streamed over 4^e"}))
+def test_every_path_has_gradients_of_gradients(path):
+    """Double backward (``create_graph=True``, as ``nn.MultiheadAttention`` allows) through every
+    path, against finite differences in float64 (``gradgradcheck``). Before issue 26: the CPU flash
+    kernel raised from torch's internals, ``cdist`` too, and the streamed pass gave second
+    derivatives 0.6 off, silently."""
+    options = dict(PATHS[path])
+    (q, k, v), mask = _path_inputs(**options)
+    q, k, v = (t.detach()[:1, :2, :n, :2].double().requires_grad_() for t, n in ((q, 3), (k, 4), (v, 4)))
+    if mask is not None:
+        mask = mask.detach()[:1, :, :3, :4]
+        mask = mask.double().requires_grad_(options["mask"] == "float-grad") if mask.is_floating_point() else mask
+    for name in ("dv", "mask", "scale"):
+        options.pop(name, None)
+    bandwidth = options.pop("bandwidth", None)
+    if bandwidth == "per-head":
+        bandwidth = torch.tensor([0.5, 2.0], dtype=torch.float64).view(2, 1, 1).requires_grad_()
+    if options.get("top_k"):
+        options["top_k"] = 2
+    learned = [t for t in (mask, bandwidth) if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def attention(q, k, v, *rest):
+        torch.manual_seed(0)  # the same dropout draws
+        rest = iter(rest)
+        m = next(rest) if mask is not None and mask.requires_grad else mask
+        h = next(rest) if isinstance(bandwidth, torch.Tensor) else bandwidth
+        return kernel_attention(q, k, v, mask=m, bandwidth=h, **options)
+
+    assert torch.autograd.gradgradcheck(attention, [q, k, v] + learned, fast_mode=True)
+
+
+def test_gradients_of_gradients_with_dropout_and_a_distance_kernel_are_refused_by_name():
+    q, k, v = (t.double().requires_grad_() for t in qkv(L=4, S=5, d=3, dv=3))
+    out = kernel_attention(q, k, v, "laplacian", dropout_p=0.2)
+    with pytest.raises(RuntimeError, match="create_graph=True.*dropout_p > 0.*'laplacian'"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    torch.autograd.grad(kernel_attention(q, k, v, "laplacian", dropout_p=0.2).sum(), q)  # first order: fine
+
+
 def test_the_issues_transposed_image_features():
     """Issue 26's case: image features flattened and transposed, one tensor as q, k and v."""
     t = torch.randn(2, 16, 6, 6, generator=torch.Generator().manual_seed(0)).flatten(2).transpose(1, 2).unsqueeze(1)
