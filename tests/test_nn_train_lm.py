@@ -156,6 +156,14 @@ def test_a_log_that_refuses_writes_is_a_usage_error_before_training(log, capsys,
     assert err.startswith("usage: localkit train-lm") and f"--log {log}: cannot be written" in err
 
 
+def test_a_checkpoint_that_is_not_a_regular_file_is_a_usage_error(capsys, monkeypatch):
+    """A save replaces the checkpoint by a new file: ``/dev/null`` would be replaced (as root)."""
+    monkeypatch.setattr(train_lm, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as exc:
+        train_lm.main(train_lm._parse(["--checkpoint", "/dev/null"]))
+    assert exc.value.code == 2 and "--checkpoint /dev/null: is not a regular file" in capsys.readouterr().err
+
+
 def test_a_log_write_that_fails_at_the_end_still_prints_val_bpc(capsys, monkeypatch):
     monkeypatch.setattr(train_lm, "_log_refused", lambda path: None)  # a disk that fills during the run
     code, out = _run(["--log", "/dev/full", "--steps", "2"] + TINY[2:], capsys)
