@@ -5,6 +5,7 @@ allowed, so that bad input never turns into a silently wrong answer.
 """
 from __future__ import annotations
 
+import argparse
 import numbers
 
 import numpy as np
@@ -64,6 +65,24 @@ def check_positive(value, name, *, allow_zero=False, integer=False):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
     return value
+
+
+def option_number(kind=float, allow_zero=False):
+    """An argparse ``type`` for the command line: a finite number of ``kind`` (``float`` or ``int``)
+    that is > 0, or >= 0 with ``allow_zero`` (:func:`check_positive`). Anything else is argparse's
+    usage error naming the option as typed, ``argument --lr: must be a number > 0 (and finite),
+    got 'nan'`` (exit status 2), before any work starts."""
+    what = "an integer" if kind is int else "a number"
+
+    def parse(text):
+        try:
+            return check_positive(kind(text), "value", allow_zero=allow_zero, integer=kind is int)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"must be {what} {'>= 0' if allow_zero else '> 0'} (and finite), "
+                                             f"got {text!r}") from None
+
+    parse.__name__ = f"{'non-negative' if allow_zero else 'positive'} {kind.__name__}"
+    return parse
 
 
 def check_n_neighbors(n_neighbors, n_samples, name="n_neighbors", kernel=None):

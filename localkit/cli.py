@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from ._files import folder_lock, write_atomically
+
 #: sub-command -> (module, help). The module defines ``add_arguments(parser)`` and ``main(args)``.
 COMMANDS = {
     "train-lm": ("localkit.nn.train_lm", "train a character-level language model (needs torch)"),
@@ -33,6 +35,10 @@ def _tour(args):
     if unknown:
         raise UsageError(f"unknown tour section(s) {', '.join(unknown)}; the sections are: "
                          f"{', '.join(section_names())}")
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a read-only parent
+        raise UsageError(f"--out {args.out}: cannot be a folder for the figures ({exc.strerror})") from None
     _, failures = run_tour(args.out, only=args.only or None)
     if failures:
         print(f"\n{len(failures)} tour item(s) failed: {', '.join(n for n, _ in failures)}", file=sys.stderr)
@@ -62,15 +68,21 @@ def bench_files(directory, only=None):
 
 
 def write_section(results, name, markdown, command):
-    """Replace (or append) the section ``name`` of ``RESULTS.md``, keeping the others."""
+    """Replace (or append) the section ``name`` of ``RESULTS.md``, keeping the others.
+
+    Read, changed and written under an exclusive lock on its folder, and written atomically:
+    benchmarks ending together (several ``localkit bench --only ...``) each keep their section
+    (unlocked, 4-7 of 10 such runs lost one).
+    """
     results = Path(results)
-    text = results.read_text() if results.exists() else "# Benchmark results\n\nEach section is rewritten by the command shown in it.\n"
     stamp = datetime.date.today().isoformat()
     block = (f"<!-- begin {name} -->\n{markdown.strip()}\n\n"
              f"_Measured {stamp} with `{command}`._\n<!-- end {name} -->")
     pattern = re.compile(rf"<!-- begin {re.escape(name)} -->.*?<!-- end {re.escape(name)} -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    results.write_text(text)
+    with folder_lock(results.parent):
+        text = results.read_text() if results.exists() else "# Benchmark results\n\nEach section is rewritten by the command shown in it.\n"
+        text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+        write_atomically(results, lambda f: f.write(text))
 
 
 def _bench(args):
@@ -107,11 +119,11 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("tour", help="reproduce every method of the map against its reference")
     p.add_argument("--out", default="tour_output", help="directory for the figures (default: tour_output)")
-    p.add_argument("--only", nargs="*", help="section names to run (default: all)")
+    p.add_argument("--only", nargs="+", help="section names to run (default: all)")
     p.set_defaults(func=_tour, parser=p)
     p = sub.add_parser("bench", help="run benchmarks side by side with their peers")
     p.add_argument("--dir", default="benchmarks", help="directory holding bench_*.py and RESULTS.md")
-    p.add_argument("--only", nargs="*", help="benchmark names (bench_<name>.py) to run")
+    p.add_argument("--only", nargs="+", help="benchmark names (bench_<name>.py) to run (default: all)")
     p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
     p.set_defaults(func=_bench, parser=p)
     for name, (module, help_) in COMMANDS.items():  # listed for --help; main() hands them over

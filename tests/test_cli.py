@@ -119,3 +119,36 @@ def test_a_benchmark_with_nothing_to_measure_keeps_its_results(tmp_path, capsys)
     assert main(["bench", "--dir", str(tmp_path), "--only", "gpu"]) == 0
     assert section in (tmp_path / "RESULTS.md").read_text()
     assert "skipped on this machine" in capsys.readouterr().out
+
+
+def test_write_sections_ending_together_keep_every_section(tmp_path):
+    """Benchmarks that end together (several ``localkit bench --only ...``) each keep their section
+    (issue 26: unlocked read-modify-write lost sections in 4-7 of 10 trials)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results = tmp_path / "RESULTS.md"
+    names = [f"bench{i}" for i in range(8)]
+
+    def write(name):
+        for round_ in range(5):
+            write_section(results, name, f"| {name} round {round_} |", f"localkit bench --only {name}")
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(write, names))
+    text = results.read_text()
+    assert all(f"| {name} round 4 |" in text for name in names), text
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary or lock file left
+
+
+@pytest.mark.parametrize("command", ["tour", "bench"])
+def test_only_with_no_names_is_a_usage_error(command, capsys, tmp_path):
+    """``--only`` with nothing after it ran everything (the whole tour, every benchmark)."""
+    err = _usage_error(capsys, [command, "--only"] + (["--out", str(tmp_path)] if command == "tour" else []))
+    assert "--only: expected at least one argument" in err
+
+
+def test_tour_out_an_existing_file_is_a_usage_error(capsys, tmp_path):
+    out = tmp_path / "figures"
+    out.write_text("not a folder")
+    err = _usage_error(capsys, ["tour", "--out", str(out), "--only", "foundation"])
+    assert f"--out {out}: cannot be a folder for the figures" in err

@@ -61,6 +61,32 @@ def cast(x, dtype):
         return x.astype(dtype)
 
 
+#: memory layouts of a tensor (torch) other than the contiguous one, as users hand them over: see
+#: :func:`as_layout`
+LAYOUTS = ("contiguous", "transposed", "strided", "rows", "batch-expanded", "feature-expanded")
+
+
+def as_layout(t, layout):
+    """A view of ``t`` (a tensor of >= 3 dimensions) in ``layout``, not contiguous but for
+    "contiguous": "transposed" (stored as ``(..., d, L)``: the last dimension has stride ``L``),
+    "strided" (every other column of a twice wider tensor, from an offset: stride 2), "rows"
+    (every other row), which keep ``t``'s values; "batch-expanded" (the first batch element
+    broadcast, stride 0: keys shared by heads) and "feature-expanded" (the first column broadcast
+    over the last dimension, stride 0), which change them: compare against ``view.contiguous()``."""
+    if layout == "transposed":
+        return t.transpose(-2, -1).contiguous().transpose(-2, -1)
+    if layout == "strided":
+        return t.repeat_interleave(2, dim=-1)[..., 1::2]
+    if layout == "rows":
+        return t.repeat_interleave(2, dim=-2)[..., 1::2, :]
+    if layout == "batch-expanded":
+        return t[:1].expand(t.shape)
+    if layout == "feature-expanded":
+        return t[..., :1].expand(t.shape)
+    assert layout == "contiguous", layout
+    return t
+
+
 def outcome(call, names):
     """Run ``call``; return ``(True, result)``, or ``(False, exc)`` for a ValueError/TypeError that
     names one of ``names`` (arguments or parameters) or is scikit-learn's validation message."""
@@ -119,6 +145,19 @@ def test_outcome_rejects_an_unclear_message():
 def test_other_exception_types_propagate():
     with pytest.raises(ZeroDivisionError):
         outcome(lambda: 1 / 0, ["x"])
+
+
+def test_layouts_are_views_of_the_stated_kind():
+    import torch
+
+    t = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
+    for layout in LAYOUTS:
+        view = as_layout(t, layout)
+        assert view.shape == t.shape and view.is_contiguous() == (layout == "contiguous"), layout
+        if layout in ("contiguous", "transposed", "strided", "rows"):
+            assert torch.equal(view, t), layout
+    assert as_layout(t, "transposed").stride(-1) == 3 and as_layout(t, "strided").stride(-1) == 2
+    assert as_layout(t, "batch-expanded").stride(0) == 0 and as_layout(t, "feature-expanded").stride(-1) == 0
 
 
 def test_check_floats_and_within_fail_on_bad_results():

@@ -1,6 +1,6 @@
 """Fuzzing ``localkit.nn``'s functional entry points with small tensors: random batch and token
 counts, feature widths, float16/32/64, scales, kernels, bandwidths, masks and windows (inside and
-outside their domains). A call raises a ValueError/TypeError naming the argument, or returns a
+outside their domains), and views (transposed, strided, expanded q, k, v and masks). A call raises a ValueError/TypeError naming the argument, or returns a
 finite tensor of the inputs' dtype and shape that passes a cheap oracle: attention weights sum to
 one over the keys, attention is a convex combination of the values."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_fuzz_common import check_message, examples, outcome
+from test_fuzz_common import LAYOUTS, as_layout, check_message, examples, outcome
 
 from localkit.nn import attention_weights, kernel_attention, local_linear_attention
 
@@ -89,6 +89,49 @@ def test_hyper_parameters(tensors, name, value):
     ok, out = outcome(lambda: kernel_attention(q, k, v, **kwargs), NAMES)
     if ok:
         assert bool(torch.all(torch.isfinite(out))), (kwargs, out)
+
+
+#: issue 26's case: image features flattened and transposed (the last dimension has stride 36)
+_IMAGE = torch.randn(2, 16, 6, 6, generator=torch.Generator().manual_seed(0)).flatten(2).transpose(1, 2)
+
+
+@settings(max_examples=examples())
+@given(tensors=qkv(), layouts=st.tuples(*[st.sampled_from(LAYOUTS)] * 4), kernel=st.sampled_from(KERNELS),
+       causal=st.booleans(), window=st.sampled_from([None, 1, ("epanechnikov", 2.0)]),
+       mask=st.sampled_from([None, "bool", "float"]), seed=st.integers(0, 2**16))
+@example(tensors=(_IMAGE,) * 3, layouts=("contiguous",) * 4, kernel="softmax", causal=False, window=None, mask=None,
+         seed=0)
+def test_views_give_the_results_of_their_contiguous_copies(tensors, layouts, kernel, causal, window, mask, seed):
+    """Tensors in other layouts (transposed, strided, expanded: :func:`test_fuzz_common.as_layout`)
+    as q, k, v and mask give what their contiguous copies give, for every entry point, and the
+    same gradients (the CPU flash kernel read a transposed q as garbage, 1.7e38 off: issue 26)."""
+    if mask is not None:
+        m = torch.rand(tensors[0].shape[0], tensors[0].shape[-2], tensors[1].shape[-2],
+                       generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        mask = as_layout(m > 0.3 if mask == "bool" else torch.log(m).to(tensors[0].dtype), layouts[3])
+    kwargs = dict(kernel=kernel, causal=causal, window=window)
+    calls = {"kernel_attention": lambda q, k, v, m: kernel_attention(q, k, v, mask=m, **kwargs),
+             "local_linear_attention": lambda q, k, v, m: local_linear_attention(q, k, v, mask=m, **kwargs),
+             "attention_weights": lambda q, k, v, m: attention_weights(q, k, mask=m, **kwargs)}
+
+    def both(call, leaves):
+        """``call`` on the views of ``leaves``, then on their contiguous copies."""
+        views = [as_layout(t, layout) for t, layout in zip(leaves, layouts)]
+        return [outcome(lambda: call(*(f(t) for t in views), None if mask is None else f(mask)), NAMES)
+                for f in (lambda t: t, lambda t: t.contiguous())]
+
+    for name, call in calls.items():
+        (ok, out), (ok_ref, ref) = both(call, tensors)
+        assert ok == ok_ref, (name, out, ref)
+        if ok:
+            torch.testing.assert_close(out, ref, equal_nan=True, msg=lambda m: f"{name}: {m}")
+    q, k = tensors[:2]
+    if q.dtype != torch.float16 and max(float(t.abs().amax()) for t in (q, k)) <= 10:  # not one-hot weights
+        leaves = [t.detach().requires_grad_() for t in tensors]  # (whose gradients are round-off)
+        results = both(lambda *args: torch.autograd.grad(calls["kernel_attention"](*args).sum(), leaves), leaves)
+        if results[0][0]:
+            for a, b in zip(results[0][1], results[1][1]):
+                torch.testing.assert_close(a, b)
 
 
 @settings(max_examples=examples())

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F  # noqa: E402
 from sklearn.datasets import load_diabetes, load_iris  # noqa: E402
 from sklearn.neighbors import KNeighborsRegressor  # noqa: E402
+from test_fuzz_common import LAYOUTS, as_layout  # noqa: E402
 
 from localkit.engine import local_mean  # noqa: E402
 from localkit.kernels.profiles import PROFILES  # noqa: E402
@@ -86,6 +87,124 @@ def test_per_head_bandwidth_tensor():
     out_g = kernel_attention(q, k, v, "gaussian", bandwidth=h)
     np.testing.assert_allclose(out_g[:, 2], kernel_attention(q[:, 2], k[:, 2], v[:, 2], "gaussian", bandwidth=4.0),
                                atol=TOL32)
+
+
+# --- every path takes views: transposed, strided, expanded q, k, v and masks -----------------
+#: one call per path of kernel_attention's cascade (see its Notes), by the arguments that select it
+PATHS = {
+    "softmax: CPU flash kernel": {},
+    "softmax, causal: CPU flash kernel": {"causal": True},
+    "gaussian: CPU flash kernel with its key bias": {"kernel": "gaussian"},
+    "gaussian, causal: CPU flash kernel with its key bias": {"kernel": "gaussian", "causal": True},
+    "per-head bandwidth: CPU flash kernel": {"bandwidth": "per-head"},
+    "d_v != d: SDPA": {"dv": 5},
+    "bool mask: SDPA": {"mask": "bool"},
+    "gaussian, float mask: SDPA": {"kernel": "gaussian", "mask": "float"},
+    "dropout: SDPA": {"dropout_p": 0.3},
+    "float mask with grad: dense SDPA": {"mask": "float-grad"},
+    "uniform, float mask with grad: dense weights": {"kernel": "uniform", "bandwidth": 3.0, "mask": "float-grad"},
+    "causal and a mask: streamed": {"causal": True, "mask": "bool"},
+    "laplacian: streamed": {"kernel": "laplacian"},
+    "epanechnikov, causal: streamed": {"kernel": "epanechnikov", "bandwidth": 3.0, "causal": True},
+    "top_k: streamed twice": {"top_k": 3},
+    "overflowing logits: streamed over 4^e": {"scale": 1e19},
+    "window: banded": {"window": 2},
+    "window, key mask: banded": {"kernel": "gaussian", "window": ("tricube", 3.0), "mask": "key"},
+    "window, float mask: streamed": {"window": 2, "mask": "float"},
+}
+
+
+def _path_inputs(dv=8, mask=None, scale=1.0, **_):
+    """Leaves ``q, k, v`` (and a mask), float32, that require grad, for a call of :data:`PATHS`."""
+    q, k, v = (t.requires_grad_() for t in qkv(d=8, dv=dv))
+    with torch.no_grad():
+        q.mul_(scale), k.mul_(scale)
+    g = torch.Generator().manual_seed(2)
+    masks = {"bool": lambda: torch.rand(2, 1, 7, 9, generator=g) > 0.3,
+             "key": lambda: torch.rand(2, 1, 1, 9, generator=g) > 0.2,
+             "float": lambda: torch.randn(2, 1, 7, 9, generator=g).masked_fill(torch.rand(2, 1, 7, 9, generator=g) < 0.2,
+                                                                               -math.inf),
+             "float-grad": lambda: torch.randn(2, 1, 7, 9, generator=g).requires_grad_()}
+    return (q, k, v), (masks[mask]() if mask else None)
+
+
+@pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != "contiguous"])
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_path_takes_views_of_q_k_v_and_masks(path, layout):
+    """Views in every layout (q, k, v and the mask at once) give the result and gradients of their
+    contiguous copies. The CPU flash kernel assumes a unit stride in the last dimension: a
+    transposed ``q`` gave outputs 1.7e38 off in float32 (issue 26)."""
+    options = dict(PATHS[path])
+    leaves, mask = _path_inputs(**options)
+    for name in ("dv", "mask", "scale"):
+        options.pop(name, None)
+    if options.get("bandwidth") == "per-head":
+        options["bandwidth"] = torch.tensor([0.5, 1.0, 2.0]).view(3, 1, 1).requires_grad_()
+    if mask is not None:
+        leaves += (mask,) if mask.requires_grad else ()
+        mask_view = as_layout(mask, layout)
+
+    def call(to_input):
+        torch.manual_seed(0)  # the same dropout draws
+        q, k, v = (to_input(as_layout(t, layout)) for t in leaves[:3])
+        out = kernel_attention(q, k, v, mask=None if mask is None else to_input(mask_view), **options)
+        grads = torch.autograd.grad(out, leaves, torch.randn(out.shape, generator=torch.Generator().manual_seed(3)))
+        return out, grads
+
+    out, grads = call(lambda t: t)
+    ref, ref_grads = call(lambda t: t.contiguous())
+    assert bool(torch.isfinite(ref).all())
+    torch.testing.assert_close(out, ref)
+    if "scale" in PATHS[path]:  # one-hot weights: the gradients, p (1 - p) 1e38, are round-off
+        return
+    for name, grad, ref_grad in zip("qkvm", grads, ref_grads):
+        torch.testing.assert_close(grad, ref_grad, msg=lambda m: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("path", sorted(set(PATHS) - {"overflowing logits: streamed over 4^e"}))
+def test_every_path_has_gradients_of_gradients(path):
+    """Double backward (``create_graph=True``, as ``nn.MultiheadAttention`` allows) through every
+    path, against finite differences in float64 (``gradgradcheck``). Before issue 26: the CPU flash
+    kernel raised from torch's internals, ``cdist`` too, and the streamed pass gave second
+    derivatives 0.6 off, silently."""
+    options = dict(PATHS[path])
+    (q, k, v), mask = _path_inputs(**options)
+    q, k, v = (t.detach()[:1, :2, :n, :2].double().requires_grad_() for t, n in ((q, 3), (k, 4), (v, 4)))
+    if mask is not None:
+        mask = mask.detach()[:1, :, :3, :4]
+        mask = mask.double().requires_grad_(options["mask"] == "float-grad") if mask.is_floating_point() else mask
+    for name in ("dv", "mask", "scale"):
+        options.pop(name, None)
+    bandwidth = options.pop("bandwidth", None)
+    if bandwidth == "per-head":
+        bandwidth = torch.tensor([0.5, 2.0], dtype=torch.float64).view(2, 1, 1).requires_grad_()
+    if options.get("top_k"):
+        options["top_k"] = 2
+    learned = [t for t in (mask, bandwidth) if isinstance(t, torch.Tensor) and t.requires_grad]
+
+    def attention(q, k, v, *rest):
+        torch.manual_seed(0)  # the same dropout draws
+        rest = iter(rest)
+        m = next(rest) if mask is not None and mask.requires_grad else mask
+        h = next(rest) if isinstance(bandwidth, torch.Tensor) else bandwidth
+        return kernel_attention(q, k, v, mask=m, bandwidth=h, **options)
+
+    assert torch.autograd.gradgradcheck(attention, [q, k, v] + learned, fast_mode=True)
+
+
+def test_gradients_of_gradients_with_dropout_and_a_distance_kernel_are_refused_by_name():
+    q, k, v = (t.double().requires_grad_() for t in qkv(L=4, S=5, d=3, dv=3))
+    out = kernel_attention(q, k, v, "laplacian", dropout_p=0.2)
+    with pytest.raises(RuntimeError, match="create_graph=True.*dropout_p > 0.*'laplacian'"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    torch.autograd.grad(kernel_attention(q, k, v, "laplacian", dropout_p=0.2).sum(), q)  # first order: fine
+
+
+def test_the_issues_transposed_image_features():
+    """Issue 26's case: image features flattened and transposed, one tensor as q, k and v."""
+    t = torch.randn(2, 16, 6, 6, generator=torch.Generator().manual_seed(0)).flatten(2).transpose(1, 2).unsqueeze(1)
+    for kernel in ("softmax", "gaussian"):
+        torch.testing.assert_close(kernel_attention(t, t, t, kernel), kernel_attention(*[t.contiguous()] * 3, kernel))
 
 
 # --- distance kernels are the engine's local mean (on iris) ---------------------------------

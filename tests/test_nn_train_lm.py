@@ -100,6 +100,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, capsys, monkeypat
     # other settings cannot resume this checkpoint
     with pytest.raises(SystemExit):
         train_lm.main(train_lm._parse(base + ["--d-model", "32", "--checkpoint", str(checkpoint), "--resume"]))
+    assert "made with other options: --d-model 16 (not 32)" in capsys.readouterr().err  # as typed
 
 
 def test_own_text_folder_device_dtype_and_tokens_per_second(tmp_path, capsys):
@@ -115,3 +116,118 @@ def test_own_text_folder_device_dtype_and_tokens_per_second(tmp_path, capsys):
     assert "tokens/s" in out.err
     bpc = float(out.out.strip().splitlines()[-1].split("=")[1])
     assert 0 < bpc < 9  # at most the uniform code over 256 byte values (é is not ASCII), plus slack
+
+
+@pytest.mark.parametrize("option,value", [("--lr", "-1"), ("--lr", "nan"), ("--lr", "inf"), ("--lr", "0"),
+                                          ("--threads", "0"), ("--threads", "-2"), ("--seed", "-1"),
+                                          ("--max-minutes", "nan"), ("--max-minutes", "inf"),
+                                          ("--max-minutes", "-1"), ("--max-minutes", "0"), ("--ridge", "inf"),
+                                          ("--ridge", "nan"), ("--steps", "1.5"), ("--batch-size", "0"),
+                                          ("--context", "-3"), ("--max-files", "0"), ("--eval-every", "nan")])
+def test_bad_numbers_are_usage_errors_naming_the_option(option, value, capsys, monkeypatch):
+    """Every numeric option: NaN, infinity, and negative or zero values where they mean nothing
+    are argparse's usage error, naming the option as typed, before training (issue 26: tracebacks
+    from torch, or a run with a NaN time budget)."""
+    from localkit.cli import main
+
+    monkeypatch.setattr(train_lm, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as exc:
+        main(["train-lm", option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: localkit train-lm") and f"argument {option}: " in err and repr(value) in err
+    assert "Traceback" not in err
+
+
+def test_seed_zero_and_integral_options_are_accepted():
+    args = train_lm._parse(["--seed", "0", "--threads", "1", "--lr", "1e-3", "--max-minutes", "0.5"])
+    assert (args.seed, args.threads, args.lr, args.max_minutes) == (0, 1, 1e-3, 0.5)
+
+
+@pytest.mark.parametrize("log", ["/dev/full", "/proc/version"])
+def test_a_log_that_refuses_writes_is_a_usage_error_before_training(log, capsys, monkeypatch):
+    """/dev/full opens but refuses writes (ENOSPC), a /proc file too (even for root): found by a
+    test write, before training (issue 26: the whole run, then a traceback, no val_bpc line)."""
+    monkeypatch.setattr(train_lm, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as exc:
+        train_lm.main(train_lm._parse(["--log", log]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: localkit train-lm") and f"--log {log}: cannot be written" in err
+
+
+def test_a_checkpoint_that_is_not_a_regular_file_is_a_usage_error(capsys, monkeypatch):
+    """A save replaces the checkpoint by a new file: ``/dev/null`` would be replaced (as root)."""
+    monkeypatch.setattr(train_lm, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as exc:
+        train_lm.main(train_lm._parse(["--checkpoint", "/dev/null"]))
+    assert exc.value.code == 2 and "--checkpoint /dev/null: is not a regular file" in capsys.readouterr().err
+
+
+def test_a_log_write_that_fails_at_the_end_still_prints_val_bpc(capsys, monkeypatch):
+    monkeypatch.setattr(train_lm, "_log_refused", lambda path: None)  # a disk that fills during the run
+    code, out = _run(["--log", "/dev/full", "--steps", "2"] + TINY[2:], capsys)
+    assert code == 1 and out.out.strip().splitlines()[-1].startswith("val_bpc=")
+    assert "--log /dev/full: not written (No space left on device)" in out.err and "Traceback" not in out.err
+
+
+def test_the_log_test_write_leaves_no_file_and_keeps_an_existing_one(tmp_path):
+    assert train_lm._log_refused(tmp_path / "new.json") is None and not (tmp_path / "new.json").exists()
+    (tmp_path / "old.json").write_text("{}")
+    assert train_lm._log_refused(tmp_path / "old.json") is None and (tmp_path / "old.json").exists()
+
+
+def test_ctrl_c_writes_the_log_of_the_steps_done(tmp_path, capsys, monkeypatch):
+    progress = train_lm._progress
+
+    def interrupt(step, *args):
+        if step == 3:
+            raise KeyboardInterrupt
+        progress(step, *args)
+
+    monkeypatch.setattr(train_lm, "_progress", interrupt)
+    log = tmp_path / "partial.json"
+    code, out = _run(["--log", str(log), "--steps", "6"] + TINY[2:], capsys)
+    assert code == 130 and out.out.strip().splitlines()[-1] == "interrupted at step 3"
+    partial = json.loads(log.read_text())
+    assert partial["steps"] == 3 and [p["step"] for p in partial["curve"]] == [2]
+    assert partial["val_bpc"] == partial["curve"][-1]["val_bpc"]
+
+
+def test_sigint_during_training_exits_130_with_one_line_and_the_partial_log(tmp_path):
+    """A real Ctrl-C (SIGINT) to ``python -m localkit train-lm`` once it has printed an estimate."""
+    import signal
+    import subprocess
+    import sys
+
+    log = tmp_path / "partial.json"
+    argv = [sys.executable, "-m", "localkit", "train-lm", "--log", str(log), "--steps", "100000", "--threads", "1"]
+    proc = subprocess.Popen(argv + TINY[2:], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # wait until training has begun: the first estimate
+            if line.startswith("step 2: val"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert out.strip().splitlines()[-1].startswith("interrupted at step ")
+    assert json.loads(log.read_text())["curve"][0]["step"] == 2
+
+
+def test_runs_sharing_a_checkpoint_do_not_race_on_a_temporary_file(tmp_path):
+    """Two runs saving one ``--checkpoint`` at once (issue 26: one died with FileNotFoundError, both
+    writing ``run.pt.tmp``): each save has its own temporary file; the last complete one stays."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "run.pt"
+    state = {"weights": torch.zeros(20_000)}
+
+    def saves(run):
+        for _ in range(30):
+            train_lm._save(path, dict(state, run=run))
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(saves, range(2)))  # re-raises a failed save
+    assert torch.load(path)["run"] in (0, 1) and [p.name for p in tmp_path.iterdir()] == ["run.pt"]

@@ -41,17 +41,22 @@ def compute_dtype(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def block_scores(kernel, q, k, c):
+def block_scores(kernel, q, k, c, twice_differentiable=False):
     """Log-kernel of a block, ``(..., Lb, Sb)``, with the scale ``c`` (``1/h`` or ``1/h^2``).
 
     softmax: ``c <q, k>``; Gaussian: ``c (<q, k> - |k|^2 / 2)`` (the row constant ``-c |q|^2 / 2``
     cancels in the normalisation); profiles: ``log k(c |q - k|^2)``, with distances taken from
     differences (not ``|q|^2 - 2 <q, k> + |k|^2``, which loses all accuracy near zero distance).
+    ``twice_differentiable``: the profiles' ``|q - k|^2`` summed from a ``(..., Lb, Sb, d)`` tensor
+    of differences instead of ``cdist``, whose backward has no derivative (for gradients of
+    gradients).
     """
     if kernel == "softmax":
         return (q @ k.transpose(-2, -1)) * c
     if kernel == "gaussian":
         return (q @ k.transpose(-2, -1) - 0.5 * (k * k).sum(-1).unsqueeze(-2)) * c
+    if twice_differentiable:
+        return LOG_PROFILES[kernel]((q.unsqueeze(-2) - k.unsqueeze(-3)).square().sum(-1) * c)
     dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
     return LOG_PROFILES[kernel](dist * dist * c)
 
@@ -248,10 +253,13 @@ class StreamedAttention(torch.autograd.Function):
         out, lse = _forward(plan, q, k, v, c)
         ctx.save_for_backward(q, k, v, c, out, lse)
         ctx.plan = plan
+        ctx.set_materialize_grads(False)
         return out
 
     @staticmethod
     def backward(ctx, dout):
+        if dout is None:  # no gradient reaches the output (kernel_attention's create_graph=True path)
+            return None, None, None, None, None
         q, k, v, c, out, lse = ctx.saved_tensors
         plan, need = ctx.plan, ctx.needs_input_grad
         dout = dout.to(out.dtype)

@@ -273,11 +273,12 @@ def _streamed_plan(kernel, q, k, c, causal, window, mask, state_width, shrink, t
     return plan
 
 
-def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0):
+def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0, twice_differentiable=False):
     """Normalised weights ``(..., L, S)`` and the rows whose kernel is zero everywhere
-    (``shrink``: logits computed over ``4^shrink``, see :func:`_logit_shrink`)."""
+    (``shrink``: logits computed over ``4^shrink``, see :func:`_logit_shrink`;
+    ``twice_differentiable``: see :func:`~localkit.nn._streaming.block_scores`)."""
     qc, kc = (t.to(compute_dtype(q.dtype)) * 2.0 ** -shrink for t in (q, k))
-    logits = block_scores(kernel, qc, kc, c)
+    logits = block_scores(kernel, qc, kc, c, twice_differentiable)
     if bias is not None:
         logits = logits + grow(bias, -shrink)
     if allowed is not None:
@@ -385,6 +386,12 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     cap the scale: a graph break. ``top_k``, dropout and the CUDA paths are not covered by the
     compile tests.
 
+    Gradients of gradients (``torch.autograd.grad(..., create_graph=True)``, then a second
+    backward pass) are those of the same local mean with its ``(L, S)`` weights formed from
+    differentiable operations (the fused and streamed paths have a first derivative only); with
+    ``dropout_p > 0`` they are supported for the softmax and the Gaussian on the CPU only. Not
+    inside ``torch.compile``.
+
     Examples
     --------
     >>> import torch
@@ -399,6 +406,59 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     causal = bool(causal)
     if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
         top_k = None
+    out = _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p)
+    if not (eager() and torch.is_grad_enabled()
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c, mask))):
+        return out
+    if dropout_p > 0 and kernel in FUSED_KERNELS and q.device.type == "cpu":
+        return out  # SDPA's dropout path on the CPU (its math kernel) is differentiable twice itself
+
+    def reference(q, k, v, c, mask):
+        """The same local mean from differentiable operations only, the weights formed."""
+        if dropout_p > 0:
+            raise RuntimeError("kernel_attention: gradients of gradients (create_graph=True) with dropout_p > 0 are "
+                               "supported only for kernel='softmax' or 'gaussian' on the CPU (the dropout draws of "
+                               f"kernel={kernel!r} cannot be repeated); pass dropout_p=0")
+        allowed, bias = _position_terms(q, k, mask, causal, window)
+        weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, _logit_shrink(kernel, q, k, c),
+                              twice_differentiable=True)
+        return weights @ v
+
+    c = c if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=compute_dtype(q.dtype), device=q.device)
+    return _TwiceDifferentiable.apply(reference, out, q, k, v, c, mask)
+
+
+class _TwiceDifferentiable(torch.autograd.Function):
+    """``out`` as it is, forward and in the usual backward pass (through the fast path that made
+    it). Under ``create_graph=True`` (gradients of gradients: gradient penalties, meta-learning,
+    Hessian-vector products) the gradients of ``inputs`` are instead those of
+    ``reference(*inputs)``, the same function from differentiable operations only, so that they
+    can be differentiated again: PyTorch's flash kernels, ``cdist`` and the streamed pass
+    (:class:`~localkit.nn._streaming.StreamedAttention`) have a first derivative only. That
+    backward pass forms the ``(L, S)`` weights (``(L, S, d)`` differences for distance kernels);
+    the usual one pays a copy of the output.
+    """
+
+    @staticmethod
+    def forward(ctx, reference, out, *inputs):
+        ctx.reference = reference
+        ctx.save_for_backward(*inputs)
+        return out.clone()  # not a view: the caller may modify it in place
+
+    @staticmethod
+    def backward(ctx, dout):
+        n = len(ctx.saved_tensors)
+        if not torch.is_grad_enabled():  # the usual backward pass: through the fast path
+            return (None, dout) + (None,) * n
+        inputs, need = ctx.saved_tensors, ctx.needs_input_grad[2:]
+        wanted = [t for t, needed in zip(inputs, need) if needed]
+        grads = iter(torch.autograd.grad(ctx.reference(*inputs), wanted, dout, create_graph=True,
+                                         allow_unused=True))
+        return (None, None) + tuple(next(grads) if needed else None for needed in need)
+
+
+def _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p):
+    """:func:`kernel_attention` on checked arguments: the path cascade (see its Notes)."""
     fused = top_k is None and not _dense_path(mask, dropout_p) and _sdpa_fits(kernel, q, c, capped, mask, causal,
                                                                              window)
     # the CPU flash kernel reports an overflow itself (see _fused)
@@ -557,9 +617,9 @@ def _key_bias_attention(q, k, v, scale, bias, is_causal):
     (the logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
     batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v, bias) if t is not None))
     if len(batch) == 2:
-        as4d = lambda t: t.expand(batch + t.shape[-2:])
+        as4d = lambda t: _unit_last_stride(t.expand(batch + t.shape[-2:]))
     else:
-        as4d = lambda t: t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:])
+        as4d = lambda t: _unit_last_stride(t.expand(batch + t.shape[-2:]).reshape((1, -1) + t.shape[-2:]))
     if bias is None:  # no mask: the kernel's own autograd
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*map(as4d, (q, k, v)), 0.0, is_causal,
                                                                               scale=scale)
@@ -568,6 +628,14 @@ def _key_bias_attention(q, k, v, scale, bias, is_causal):
     if eager() and not bool(torch.isfinite(lse).all()):
         return None
     return out.reshape(batch + out.shape[-2:])
+
+
+def _unit_last_stride(t):
+    """``t``, copied only if its last dimension is not dense: the CPU flash kernel reads any
+    batch and row strides (expanded and transposed heads included) but assumes a unit stride in
+    the last dimension (a ``(B, d, L)`` tensor transposed gave outputs 1.7e38 off in float32;
+    public SDPA leaves its flash kernel for such inputs)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 class _KeyBiasAttention(torch.autograd.Function):
@@ -590,10 +658,13 @@ class _KeyBiasAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale, ctx.is_causal = scale, is_causal
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _):
+        if dout is None:  # no gradient reaches the output (kernel_attention's create_graph=True path)
+            return None, None, None, None, None, None
         q, k, v, bias, out, lse = ctx.saved_tensors
         dtype, d = compute_dtype(q.dtype), q.shape[-1]
         fold = lambda t, last: torch.cat([t.to(dtype), torch.full_like(t[..., :1], last, dtype=dtype)

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._files import write_atomically
 from .._progress import progress as progress_bar
+from .._validation import option_number
 from .data import stdlib_corpus, text_corpus
 from .transformer import LocalTransformer
 
@@ -43,22 +45,23 @@ MODEL_SETTINGS = ("kernel", "context", "d_model", "heads", "layers", "ridge", "d
 
 def add_arguments(parser):
     parser.add_argument("--kernel", choices=sorted(KERNELS), default="softmax", help="attention kernel (default: softmax)")
-    parser.add_argument("--steps", type=int, default=600, help="optimisation steps (default: 600)")
-    parser.add_argument("--max-minutes", type=float, default=None,
+    positive, count = option_number(float), option_number(int)
+    parser.add_argument("--steps", type=count, default=600, help="optimisation steps (default: 600)")
+    parser.add_argument("--max-minutes", type=positive, default=None,
                         help="time budget: stop early when spent (the learning-rate schedule follows it)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--context", type=int, default=64, help="characters of context (default: 64)")
-    parser.add_argument("--d-model", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--ridge", type=float, default=0.1,
+    parser.add_argument("--batch-size", type=count, default=32)
+    parser.add_argument("--context", type=count, default=64, help="characters of context (default: 64)")
+    parser.add_argument("--d-model", type=count, default=64)
+    parser.add_argument("--heads", type=count, default=4)
+    parser.add_argument("--layers", type=count, default=3)
+    parser.add_argument("--ridge", type=positive, default=0.1,
                         help="ridge of the local linear model (--kernel local-linear; default: 0.1)")
-    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate of AdamW (default: 3e-3)")
-    parser.add_argument("--eval-every", type=int, default=100, help="steps between validation estimates")
-    parser.add_argument("--eval-windows", type=int, default=128, help="held-out windows per estimate (fixed)")
-    parser.add_argument("--max-files", type=int, default=None, help="use only the first N files (quick runs)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--lr", type=positive, default=3e-3, help="peak learning rate of AdamW (default: 3e-3)")
+    parser.add_argument("--eval-every", type=count, default=100, help="steps between validation estimates")
+    parser.add_argument("--eval-windows", type=count, default=128, help="held-out windows per estimate (fixed)")
+    parser.add_argument("--max-files", type=count, default=None, help="use only the first N files (quick runs)")
+    parser.add_argument("--seed", type=option_number(int, allow_zero=True), default=0)
+    parser.add_argument("--threads", type=count, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log", default=None, help="write the curve and final figures to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--data", default=None,
@@ -94,24 +97,38 @@ def _writable(path):
     return None
 
 
+def _log_refused(path):
+    """Why the ``--log`` file refuses to be written (None if it takes a line), found by writing
+    one (the final write truncates it): ``/dev/full`` and files under ``/proc`` open, and pass
+    ``os.access`` for root, but refuse writes (ENOSPC, EINVAL). A file made for the test is removed."""
+    made = not os.path.lexists(path)
+    try:
+        with open(path, "a") as f:
+            f.write("\n")
+            f.flush()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        if made and os.path.exists(path):
+            os.unlink(path)
+    return None
+
+
 def _check(args):
     """Every option and path, before the corpus is read or a model built."""
-    for name in ("steps", "batch_size", "context", "d_model", "heads", "layers", "eval_every", "eval_windows"):
-        if getattr(args, name) < 1:
-            _error(args, f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    # numbers are checked by their argparse types (option_number)
     if args.d_model % args.heads:
         _error(args, f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
-    if not args.ridge > 0:
-        _error(args, f"--ridge must be > 0, got {args.ridge}")
-    if args.max_minutes is not None and args.max_minutes <= 0:
-        _error(args, f"--max-minutes must be > 0, got {args.max_minutes}")
-    if args.max_files is not None and args.max_files < 1:
-        _error(args, f"--max-files must be >= 1, got {args.max_files}")
     for option in ("log", "checkpoint"):
         path = getattr(args, option)
         why = None if path is None else _writable(path)
         if why:
             _error(args, f"--{option} {path}: {why}")
+    if args.checkpoint and os.path.exists(args.checkpoint) and not os.path.isfile(args.checkpoint):
+        _error(args, f"--checkpoint {args.checkpoint}: is not a regular file (it is replaced at every save)")
+    why = None if args.log is None else _log_refused(args.log)
+    if why:
+        _error(args, f"--log {args.log}: cannot be written ({why})")
     if args.resume and not (args.checkpoint and Path(args.checkpoint).is_file()):
         _error(args, f"--resume needs an existing --checkpoint file, got {args.checkpoint!r}")
     if args.data is not None and not Path(args.data).exists():
@@ -162,10 +179,9 @@ def _settings(args):
 
 
 def _save(path, state):
-    """Write ``state`` to ``path`` atomically (a crash mid-write leaves the last checkpoint intact)."""
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """Write ``state`` to ``path`` atomically (a crash mid-write leaves the last checkpoint intact,
+    and runs sharing ``--checkpoint`` do not race on one temporary file)."""
+    write_atomically(path, lambda f: torch.save(state, f), binary=True)
 
 
 def _load_checkpoint(args):
@@ -175,8 +191,20 @@ def _load_checkpoint(args):
         _error(args, f"--checkpoint {args.checkpoint}: not a train-lm checkpoint ({exc})")
     if not isinstance(state, dict) or state.get("settings") != _settings(args):
         found = state.get("settings") if isinstance(state, dict) else None
-        _error(args, f"--resume: the checkpoint was made with other settings {found}, not {_settings(args)}")
+        found = found if isinstance(found, dict) else {}
+        other = [f"--{name.replace('_', '-')} {found.get(name)} (not {value})"
+                 for name, value in _settings(args).items() if found.get(name) != value]
+        _error(args, f"--resume: the checkpoint was made with other options: {', '.join(other)}")
     return state
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during training, after the checkpoint was saved: ``result`` is what :func:`train`
+    returns, for the steps done (``val_bpc``: the last estimate, or None)."""
+
+    def __init__(self, result):
+        super().__init__()
+        self.result = result
 
 
 def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
@@ -223,6 +251,11 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
                                     "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                                     "settings": _settings(args)})
 
+    def result(seconds, bpc):
+        return {"kernel": args.kernel, "steps": step, "seconds": seconds, "val_bpc": bpc, "unigram_entropy": entropy,
+                "unigram_val_bpc": unigram_val, "parameters": n_params, "curve": curve,
+                "config": {k: v for k, v in vars(args).items() if k not in ("func", "command", "error")}}
+
     budget = None if args.max_minutes is None else 60.0 * args.max_minutes
     warmup = max(1, min(100, args.steps // 10))
     t0, first_step, show = time.perf_counter(), step, not args.no_progress
@@ -265,7 +298,7 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
         checkpoint()
         echo(f"interrupted at step {step}" + (f"; resume with --checkpoint {args.checkpoint} --resume"
                                               if args.checkpoint else ""))
-        raise
+        raise Interrupted(result(spent + time.perf_counter() - t0, curve[-1]["val_bpc"] if curve else None)) from None
     seconds = spent + time.perf_counter() - t0
     bpc = evaluate(net, corpus.val, eval_starts, args.context, device=device, dtype=dtype)
     curve.append({"step": step, "seconds": seconds, "val_bpc": bpc})
@@ -273,9 +306,7 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
     bar.close()
     echo(f"step {step}: val {bpc:.3f} bits/char after {seconds:.0f} s "
          f"(unigram entropy {entropy:.3f}, {entropy - bpc:+.3f} bits better)")
-    return {"kernel": args.kernel, "steps": step, "seconds": seconds, "val_bpc": bpc, "unigram_entropy": entropy,
-            "unigram_val_bpc": unigram_val, "parameters": n_params, "curve": curve,
-            "config": {k: v for k, v in vars(args).items() if k not in ("func", "command", "error")}}, model
+    return result(seconds, bpc), model
 
 
 def _parse(argv=None):
@@ -286,17 +317,34 @@ def _parse(argv=None):
     return parser.parse_args(argv)
 
 
+def _write_log(args, result):
+    """Write ``--log`` (if given); False, with a one-line error, if the write failed (a full disk:
+    the run's figures are printed all the same)."""
+    if not args.log:
+        return True
+    try:
+        with open(args.log, "w") as f:
+            json.dump(result, f, indent=1)
+    except OSError as exc:
+        print(f"localkit train-lm: error: --log {args.log}: not written ({exc.strerror or exc})", file=sys.stderr)
+        return False
+    return True
+
+
 def main(args):
+    """Exit status: 0; 1 if the log could not be written; 130 on Ctrl-C (checkpoint and the log of
+    the steps done written, no traceback)."""
     device, dtype = _check(args)
     try:
         result, _ = train(args, device=device, dtype=dtype)
-    except KeyboardInterrupt:  # the checkpoint is saved; no traceback
+    except Interrupted as exc:
+        _write_log(args, exc.result)
         return 130
-    if args.log:
-        with open(args.log, "w") as f:
-            json.dump(result, f, indent=1)
+    except KeyboardInterrupt:  # before the first step or during the final estimate
+        print("localkit train-lm: interrupted", file=sys.stderr)
+        return 130
     print(f"val_bpc={result['val_bpc']:.4f}")
-    return 0
+    return 0 if _write_log(args, result) else 1
 
 
 if __name__ == "__main__":
