@@ -27,7 +27,7 @@ import tempfile
 CHILD = r"""
 import json, sys, torch
 from localkit.nn import kernel_attention
-from localkit.engine.triton_attention import triton_kernel_attention
+from localkit.fused.triton_attention import triton_kernel_attention
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 for line in sys.stdin:

@@ -168,7 +168,8 @@ def test_flexattention_chunks_and_new_sample_weights_do_not_recompile(monkeypatc
 
     from torch.nn.attention.flex_attention import flex_attention
 
-    from localkit.engine import flex, namespace
+    from localkit.engine import namespace
+    from localkit.fused import flex
     from localkit.engine.namespace import flex_sums
     from localkit.kernels import Kernel
 
@@ -392,7 +393,7 @@ def test_per_point_scales_through_local_sums(dispatch, diabetes):
 
 
 def test_fused_local_sums_that_fail_to_compile_stream_instead(dispatch, diabetes, monkeypatch):
-    import localkit.engine.flex as flex
+    import localkit.fused.flex as flex
     import localkit.engine.namespace as namespace
 
     def broken(*args, **kwargs):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from localkit.nn import kernel_attention
-from localkit.engine.flex import flex_kernel_attention
+from localkit.fused.flex import flex_kernel_attention
 
 CASES = [("softmax", {"causal": True}), ("gaussian", {"causal": True}), ("epanechnikov", {"window": 5}),
          ("laplacian", {"window": ("tricube", 7.5)})]
@@ -50,7 +50,7 @@ def test_flex_formulation_matches_streamed_reference_on_cpu(kernel, opts):
 def test_a_kernel_that_cannot_compile_streams_instead(monkeypatch, dtype, fused):
     """A compile failure (they vary with torch and Triton) costs speed, never the answer: on CUDA,
     float32 and half inputs take our Triton kernel, float64 FlexAttention (routes forced here)."""
-    import localkit.engine.flex as flex
+    import localkit.fused.flex as flex
     import localkit.nn.functional as functional
 
     def broken(*args, **kwargs):
@@ -62,7 +62,7 @@ def test_a_kernel_that_cannot_compile_streams_instead(monkeypatch, dtype, fused)
     if dtype == torch.float64:
         monkeypatch.setattr(functional, "flex_kernel_attention", broken)
     else:
-        triton_attention = pytest.importorskip("localkit.engine.triton_attention")
+        triton_attention = pytest.importorskip("localkit.fused.triton_attention")
         monkeypatch.setattr(triton_attention, "triton_kernel_attention", broken)
     monkeypatch.setattr(flex, "_FAILED", set())
     with pytest.warns(RuntimeWarning, match=f"{fused} failed to compile.*streamed"):
@@ -94,7 +94,7 @@ def test_block_masks_from_the_blocks_bounds_equal_torchs_dense_construction(L, S
     (which evaluates every pair), and their ``mask_mod`` admits exactly the kernel's pairs."""
     from torch.nn.attention.flex_attention import create_block_mask, create_mask
 
-    from localkit.engine.flex import _block_mask
+    from localkit.fused.flex import _block_mask
 
     ours = _block_mask(L, S, causal, window, "cpu")
     torchs = create_block_mask(ours.mask_mod, None, None, L, S, device="cpu")

@@ -1,4 +1,4 @@
-"""The Triton attention kernel (:mod:`localkit.engine.triton_attention`) against the float64
+"""The Triton attention kernel (:mod:`localkit.fused.triton_attention`) against the float64
 streamed reference: outputs and gradients (queries, keys, values, a learned per-head bandwidth),
 every kernel, causal and windowed, lengths and head sizes off the block sizes, data far from the
 origin. Without CUDA the kernels run in Triton's interpreter (float32 and float16: its bfloat16
@@ -41,7 +41,7 @@ def _interpreter_loop_bounds(monkeypatch):
 
 
 def _attention():
-    from localkit.engine.triton_attention import triton_kernel_attention
+    from localkit.fused.triton_attention import triton_kernel_attention
 
     return triton_kernel_attention
 
@@ -138,7 +138,7 @@ def test_the_triton_evaluation_of_each_profile_and_slope_is_the_statement(name):
     """The profile's one statement re-bound to Triton agrees with the PyTorch binding."""
     import triton.language as tl
 
-    from localkit.engine import triton_namespace
+    from localkit.fused import triton_namespace
 
     @triton.jit
     def evaluate(U2, OUT, SLOPE_OUT, N, LOG_K: tl.constexpr, SLOPE: tl.constexpr, BLOCK: tl.constexpr):
@@ -161,7 +161,7 @@ def test_the_triton_evaluation_of_each_profile_and_slope_is_the_statement(name):
 _COMPILE_FOR_SM90 = r"""
 import re, sys, triton
 from triton.backends.compiler import GPUTarget
-from localkit.engine import triton_attention as ta
+from localkit.fused import triton_attention as ta
 
 log_k, slope = ta._profile("laplacian")
 ARGS = {"_forward": "Q K V MU C O LSE L S D DV inv_w2",

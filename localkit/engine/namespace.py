@@ -165,7 +165,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
                        offset)
     fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
-        from .flex import fused_or_none
+        from ..fused.flex import fused_or_none
 
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
                               lambda: flex_sums(Qs, Xs, Vc, weight, kernel, exclude_self))
@@ -281,7 +281,7 @@ def _flex_fits(xp, Qs, Xs, kernel, options):
     differences."""
     if options.block_size is not None or Qs.dtype != xp.float32 or not getattr(Qs, "is_cuda", False):
         return False  # torch (an optional dependency) is imported for CUDA tensors only
-    from .flex import flex_available
+    from ..fused.flex import flex_available
 
     if not flex_available(Qs):
         return False
@@ -309,7 +309,7 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     as log weights added to the scores. Torch tensors, scaled coordinates."""
     import torch
 
-    from .flex import flex_kernel_attention
+    from ..fused.flex import flex_kernel_attention
 
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
     log_weight = None if weight is None else torch.log(weight)

@@ -193,7 +193,7 @@ class Profile:
     """A radial profile ``k(u)``, stated once as ``log k`` of ``u2 = u^2`` (see the module notes).
 
     ``log_k`` evaluates it on NumPy arrays; :meth:`log_k_for` on another namespace (``torch``, or
-    Triton's through :mod:`localkit.engine.triton_namespace`); :attr:`compiled` is the numba scalar
+    Triton's through :mod:`localkit.fused.triton_namespace`); :attr:`compiled` is the numba scalar
     version used by the compiled compact pass; :meth:`slope_for` gives ``d log k / d u2``, stated
     beside ``log k`` for kernels that write their own backward pass (tested against autograd).
     """

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
-from ..engine.flex import flex_available, flex_kernel_attention, fused_or_none
+from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
                          make_plan, streamed_local_linear)
@@ -360,9 +360,9 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     of the flash kernel's ``is_causal``) run through PyTorch's fused
     ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
     case runs, on CUDA when there is no mask, through one flash kernel of ours written in Triton
-    for float32 (:mod:`localkit.engine.triton_attention`: every profile and kernel in position,
+    for float32 (:mod:`localkit.fused.triton_attention`: every profile and kernel in position,
     forward and backward, ``causal`` and ``window`` skipping whole key blocks), or through
-    FlexAttention (:mod:`localkit.engine.flex`, compiled once) for the other dtypes and inside
+    FlexAttention (:mod:`localkit.fused.flex`, compiled once) for the other dtypes and inside
     ``torch.compile`` (a kernel that fails to compile falls back, with one warning), and
     otherwise streams over key blocks
     (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
@@ -500,7 +500,7 @@ def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
 
 def _cuda_fused(kernel, q, k, v, c, causal, window):
     """Every kernel SDPA does not take, fused on CUDA: our Triton kernel
-    (:mod:`localkit.engine.triton_attention`) in eager mode for float32, FlexAttention inside
+    (:mod:`localkit.fused.triton_attention`) in eager mode for float32, FlexAttention inside
     ``torch.compile`` (which traces it) and for the other dtypes; ``None`` if the kernel failed to
     compile (the caller streams). Half inputs stay on FlexAttention until our kernel's half path
     is fixed: on an H200 it returned wrong rows in bfloat16 and float16 (and an illegal memory
@@ -510,7 +510,7 @@ def _cuda_fused(kernel, q, k, v, c, causal, window):
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
     if eager() and q.dtype == torch.float32:
-        from ..engine.triton_attention import triton_kernel_attention
+        from ..fused.triton_attention import triton_kernel_attention
 
         return fused_or_none(("triton", kernel, q.dtype, causal, window),
                              lambda: triton_kernel_attention(kernel, q, k, v, c, causal, window))
