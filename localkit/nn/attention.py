@@ -81,11 +81,11 @@ class LocalMeanAttention(nn.Module):
     ``k = W_k x'``, ``v = W_v x'``; the heads are concatenated and projected by ``W_o``. With
     ``kernel="softmax"`` (``K = exp(<q, k> / sqrt(d_head))``) this is ``nn.MultiheadAttention``.
 
-    Parameters
-    ----------
     The positional parameters and their defaults are ``nn.MultiheadAttention``'s; the kernel's
     are keyword-only.
 
+    Parameters
+    ----------
     embed_dim, num_heads : int
         ``embed_dim`` must be divisible by ``num_heads``.
     dropout : float, default=0.0

@@ -29,11 +29,11 @@ class LocalTransformerLayer(nn.Module):
     are named as in ``nn.TransformerEncoderLayer``, so ``from_torch`` copies one and, with the
     softmax kernel, reproduces it.
 
-    Parameters
-    ----------
     The positional parameters and their defaults are ``nn.TransformerEncoderLayer``'s; the
     kernel's are keyword-only.
 
+    Parameters
+    ----------
     d_model, nhead : int
     dim_feedforward : int, default=2048
     dropout : float, default=0.1
