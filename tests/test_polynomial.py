@@ -223,3 +223,17 @@ def test_weighted_bandwidth_rule_is_the_local_means():
     est = LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth="silverman").fit(X, y, sample_weight=w)
     np.testing.assert_allclose(est.bandwidth_, LocalMeanRegressor(bandwidth="silverman").fit(
         X, y, sample_weight=w).bandwidth_, rtol=1e-12)
+
+
+def test_thousands_of_features_need_no_recursion():
+    """The monomials are listed without recursing over the features (d = 2,500 raised
+    RecursionError): degree 0 is the local mean there, degree 1's exponents are 1 and each z_m."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 2500)), rng.normal(size=6)
+    E = monomial_exponents(2500, 1)
+    np.testing.assert_array_equal(E, np.vstack([np.zeros(2500, dtype=np.intp), np.eye(2500, dtype=np.intp)]))
+    fit = LocalPolynomialRegressor(degree=0, kernel="gaussian", bandwidth=60.0).fit(X, y)
+    mean = LocalMeanRegressor(kernel="gaussian", bandwidth=60.0).fit(X, y)
+    np.testing.assert_allclose(fit.predict(X[:3]), mean.predict(X[:3]), rtol=1e-12)
+    with pytest.raises(ValueError, match="degree=1 with n_features=2500 has 2,501 monomials"):
+        LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth=60.0).fit(X, y)
