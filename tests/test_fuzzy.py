@@ -244,3 +244,25 @@ EXPECTED = {"check_non_transformer_estimators_n_iter": "max_iter=0 by default: n
 @pytest.mark.parametrize("est", [TSKFuzzyRegressor(), TSKFuzzyClassifier()], ids=lambda e: type(e).__name__)
 def test_check_estimator(est):
     check_estimator(est, expected_failed_checks=EXPECTED)
+
+
+@pytest.mark.parametrize("est, other", [(TSKFuzzyRegressor(order=1, alpha=1e-2, random_state=0), {"order": 0}),
+                                        (TSKFuzzyRegressor(order=0, alpha=1e-2, random_state=0), {"order": 1}),
+                                        (TSKFuzzyRegressor(n_rules=4, alpha=1e-2, random_state=0), {"n_rules": 6}),
+                                        (TSKFuzzyClassifier(order=1, random_state=0), {"order": 0})])
+def test_set_params_changes_nothing_until_refit(est, other):
+    """scikit-learn's semantics: predictions come from what was fitted (order and rules read from
+    the fitted coefficients); only a refit gives the new parameters' model."""
+    if isinstance(est, TSKFuzzyClassifier):
+        X, y = load_iris(return_X_y=True)
+        predict = "predict_proba"
+    else:
+        X, y = load_diabetes(return_X_y=True)
+        predict = "predict"
+    est = est.fit(X, y)
+    before = getattr(est, predict)(X)
+    est.set_params(**other)
+    np.testing.assert_array_equal(getattr(est, predict)(X), before)
+    fresh = type(est)(**est.get_params()).fit(X, y)
+    np.testing.assert_array_equal(getattr(est.fit(X, y), predict)(X), getattr(fresh, predict)(X))
+

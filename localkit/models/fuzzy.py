@@ -146,12 +146,16 @@ class _TSKBase(BaseEstimator):
 
     def _blend(self, X):
         """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``
-        (computed in float64, returned in float32 for float32 input)."""
+        (computed in float64, returned in float32 for float32 input). The rules and their order
+        are read from the fitted attributes (``d + 1`` coefficients: order 1), so that
+        ``set_params`` changes nothing until the next ``fit``, as in scikit-learn."""
         dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
         X = self._validate_queries(X)
         W = prototype_weights(X, self.centers_, self.sigmas_)
-        coef = np.einsum("nr,rpt->npt", W, self.coefs_.reshape(self.n_rules, -1, self._n_out))
-        return np.einsum("np,npt->nt", _inputs(X, self.order), coef).astype(dtype, copy=False)
+        coefs = self.coefs_.reshape(len(self.centers_), -1, self._n_out)
+        coef = np.einsum("nr,rpt->npt", W, coefs)
+        order = 1 if coefs.shape[1] == X.shape[1] + 1 else 0
+        return np.einsum("np,npt->nt", _inputs(X, order), coef).astype(dtype, copy=False)
 
 
 class _HybridObjective:
