@@ -169,6 +169,31 @@ def test_check_estimator():
         check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
 
 
+def test_check_estimator_interpolated_surface():
+    """check_estimator's 30-feature data gave 2^30 corners per cell (never finished): beyond
+    INTERPOLATE_MAX_FEATURES the fit is direct, with a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
+        warnings.simplefilter("ignore", UserWarning)  # the direct fallback beyond 4 features
+        check_estimator(LocalPolynomialRegressor(surface="interpolate"), expected_failed_checks={
+            "check_sample_weight_equivalence_on_dense_data": "a span counts samples, not weight"})
+
+
+def test_interpolated_surface_beyond_four_features_is_direct_with_a_warning():
+    """50 x 16 built 557k vertex fits; now the direct fit, warned at the caller's line."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 16)), rng.normal(size=50)
+    with pytest.warns(UserWarning, match=r"surface='interpolate' .* up to 4 features .* n_features=16") as rec:
+        model = LocalPolynomialRegressor(surface="interpolate", frac=0.9).fit(X, y)
+    assert rec[0].filename == __file__
+    assert model.surface_ is None
+    direct = LocalPolynomialRegressor(frac=0.9).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), direct.predict(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # 4 features: the surface, no warning
+        assert LocalPolynomialRegressor(surface="interpolate", frac=0.9).fit(X[:, :4], y).surface_ is not None
+
+
 @pytest.mark.parametrize("name", sorted(POLY_PROFILES))
 @pytest.mark.parametrize("degree", [0, 1, 2])
 def test_fused_window_weights_equal_the_profiles(sine, name, degree):
