@@ -46,6 +46,7 @@ from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
 from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
+from .twins import mask_twins, twin_groups
 from .weights import KernelWeights
 
 
@@ -273,6 +274,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
+    twins = twin_groups(samples) if exclude_self else None
     a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
@@ -290,7 +292,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                 index, Qs[rows], Y, sw, k, E, a, p, None if balls is None else balls[rows])
             return G, b, total, _per_query(radius), near
         return grid_block, 0, found
-    if Xs.shape[1] == 1 and kern.metric == "euclidean":  # sorted order: neighbourhoods are windows
+    if Xs.shape[1] == 1 and kern.metric == "euclidean" and twins is None:  # sorted order: windows
         order = np.argsort(Xs[:, 0], kind="stable")
         x, Ys, ws = np.ascontiguousarray(Xs[order, 0]), Y[order], sw[order]
         if euclid:
@@ -326,11 +328,12 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         index = nb.make_index(Xs, kern.metric, exact=True)
 
         def neighbours(rows):
-            return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+            return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start,
+                                 groups=twins)
 
         def coincident(rows, dist):
             return nb.coincident(index, Qs[rows], dist, kern.profile, exclude_self=exclude_self,
-                                 row_offset=rows.start)
+                                 row_offset=rows.start, groups=twins)
     k0 = float(np.exp(kern.profile.log_k(np.zeros(1))[0]))
 
     def list_block(rows):
@@ -478,17 +481,19 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
         Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
         temperature = h if kern.is_softmax else 1.0
         index = nb.make_index(samples, kern.metric, exact=True)
+        twins = twin_groups(samples) if exclude_self else None
 
         def log_weights(Q, exclude_self=False, row_offset=0):
             L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
                                          s_scale=s_scale, temperature=temperature)
             L += offset[:, None]
             if exclude_self:
-                i = np.arange(len(Q))
-                L[i, i + row_offset] = -np.inf
+                mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, len(samples)), twins)
             return L
 
-        def nearest(Q):
+        def nearest(Q, self_rows=None):
+            if self_rows is not None:
+                return nb.nearest_other(index, Q, self_rows, twins)
             return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
     s = None
     if kern.n_neighbors is None and not kern.is_softmax:
@@ -515,7 +520,8 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
                                   np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)
         none = ~(total > 0)
-        if none.any():
-            near[none] = nearest(queries[rows][none])
+        if none.any():  # leave-one-out: the nearest other sample (at another point), never its own
+            near[none] = nearest(queries[rows][none],
+                                 self_rows=rows.start + np.flatnonzero(none) if exclude_self else None)
         return G, b, total, s[None, :, None], near
     return dense_block, 3 * len(samples) * samples.dtype.itemsize

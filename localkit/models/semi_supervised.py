@@ -228,9 +228,12 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         kern = self.kernel_
         if self.normalization == "mean":
             return lambda P: local_mean(None, X, P, kern)
-        d = local_sums(None, X, None, kern, exclude_self=True).weight_sum
+        # the graph without self-loops: only the diagonal is zero (twins=one group per row), as in
+        # scikit-learn's LabelSpreading, not a leave-one-out (which leaves out every repeated row)
+        rows = np.arange(len(X))
+        d = local_sums(None, X, None, kern, exclude_self=True, twins=rows).weight_sum
         root = np.sqrt(np.where(d > 0, d, 1.0))[:, None]  # isolated samples: degree 1, as scipy does
-        return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True)
+        return lambda P: root * local_mean(None, X, P / root, kern, exclude_self=True, twins=rows)
 
     @map_queries
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
