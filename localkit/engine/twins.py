@@ -3,11 +3,12 @@
 ``exclude_self`` is the engine's leave-one-out: the query is a sample, and its own weight is
 dropped. A sample that appears twice (two rows with equal coordinates) would leave its twin in,
 at distance 0, with the largest weight there is: the leave-one-out prediction is then the
-sample's own value, and a bandwidth chosen by it collapses (diabetes with every row twice:
-``bandwidth="cv"`` chose h = 0.039 instead of 0.49). For a kernel, rows at the same point are
-one observation (its weight counted twice), so the engine leaves out the whole group of rows at
-the query's point: ``w_ij = 0`` whenever ``x_j = x_i``. Where every row differs this is the
-plain leave-one-out, computed as before (bit for bit). scikit-learn's ``LeaveOneOut`` splits
+sample's own value, and a bandwidth chosen by it collapses (``LocalPolynomialRegressor(kernel=
+"gaussian", bandwidth="cv")`` on 3/4 of diabetes with every row twice chose h = 0.0015, the grid's
+smallest, instead of 0.125: a test error of 1.30 var(y) instead of 0.53). For a kernel, rows
+at the same point are one observation (its weight counted twice), so the engine leaves out the
+whole group of rows at the query's point: ``w_ij = 0`` whenever ``x_j = x_i``. Where every row
+differs this is the plain leave-one-out, computed as before (bit for bit). scikit-learn's ``LeaveOneOut`` splits
 rows instead; that is the same for distinct rows, and leaks for repeated ones. A caller may
 give its own groups (``twins=``): the codes of repeated rows, which round-off moves apart, or one
 group per row for a graph without self-loops (scikit-learn's ``LabelSpreading``), which zeroes
