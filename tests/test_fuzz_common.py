@@ -47,6 +47,17 @@ def arrays(draw, rows=(0, 8), features=(0, 3), dtypes=DTYPES, scales=SCALES, bad
     return cast(x, dtype)
 
 
+@st.composite
+def distinct_rows(draw, rows=(6, 14), features=(1, 3), scales=(-20, 0, 0, 20)):
+    """Float64 data whose rows all differ, and a target: the input of a leave-one-out whose
+    rows are then repeated."""
+    n = draw(st.integers(*rows))
+    d = draw(st.integers(*features))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    X = np.unique(rng.normal(size=(n, d)), axis=0) * 10.0 ** draw(st.sampled_from(scales))
+    return X, rng.normal(size=len(X))
+
+
 def cast(x, dtype):
     """``x`` as ``dtype``, the way a user would hand it over (overflow to inf included)."""
     with np.errstate(over="ignore", invalid="ignore"):

@@ -6,15 +6,20 @@ fits, and then its predictions are finite and pass a cheap oracle: a local mean 
 targets, probabilities sum to one over ``classes_``, labels are among ``classes_``."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import is_classifier, is_regressor
 from sklearn.linear_model import LinearRegression
-from test_fuzz_common import SCALES, arrays, check_floats, examples, outcome, within
+from test_fuzz_common import SCALES, arrays, check_floats, distinct_rows, examples, outcome, within
 
 import localkit
+from localkit.engine.reconstruction import reconstruction_gradient
+from localkit.engine.twins import twin_groups
+from localkit.models.denoise import encoder_bandwidth
 from localkit import (HierarchicalAutoencoder, HopfieldNetwork, KernelDensity, LazyAutoencoder, LocalMeanTransformer, LocallyLinearEmbedding, Localized, LocalMeanClassifier,
                       LocalMeanDenoiser, LocalMeanRegressor, LocalPCA, LocalPolynomialRegressor, MeanShift,
                       MetricLearningKernelRegressor, NonLocalMeans, RelaxationLabeling, TSKFuzzyClassifier,
@@ -147,3 +152,49 @@ def test_n_jobs_is_checked_on_every_path(kernel, n_jobs):
     X, y = np.random.default_rng(0).normal(size=(10, 2)), np.arange(10.0)
     with pytest.raises((ValueError, TypeError), match="n_jobs"):
         LocalMeanRegressor(kernel=kernel, n_jobs=n_jobs).fit(X, y).predict(X)
+
+
+def _cv(est):
+    """``bandwidth="cv"``: the chosen bandwidth and its leave-one-out loss."""
+    return lambda X, y, copies: (est.fit(X, y).bandwidth_, float(np.min(est.cv_results_["loo_loss"])))
+
+
+#: Every leave-one-out of the library, as ``(X, y, copies) -> its choice``, on data whose rows
+#: are each repeated ``copies`` times (a span or k counts rows: ``copies`` times as many)
+LEAVE_ONE_OUT = {
+    "LocalMeanRegressor cv": _cv(LocalMeanRegressor(kernel="gaussian", bandwidth="cv")),
+    "LocalMeanRegressor cv compact": _cv(LocalMeanRegressor(kernel="epanechnikov", bandwidth="cv")),
+    "LocalMeanClassifier cv": lambda X, y, c: _cv(LocalMeanClassifier(bandwidth="cv"))(X, (y > 0).astype(int), c),
+    "LocalPolynomialRegressor cv": _cv(LocalPolynomialRegressor(kernel="gaussian", bandwidth="cv")),
+    "LocalMeanRegressor loo_predict": lambda X, y, c: LocalMeanRegressor(
+        kernel="tricube", n_neighbors=3 * c).fit(X, y).loo_predict()[:len(X) // c],
+    "LocalPolynomialRegressor loo_predict": lambda X, y, c: LocalPolynomialRegressor(
+        kernel="gaussian", bandwidth=1.0, degree=1, ridge=1e-3).fit(X, y).loo_predict()[:len(X) // c],
+    # the 2nd distinct point is the (c + 1)-th row at another point (a 2c-th would not tell a
+    # twin left in from one left out)
+    "sample_neighbors": lambda X, y, c: LocalMeanRegressor(
+        sample_neighbors=c + 1, bandwidth=1.0).fit(X, y).sample_scale_[:len(X) // c],
+    "LazyAutoencoder encoder bandwidth": lambda X, y, c: encoder_bandwidth(X, np.tile(y[:len(X) // c, None], (c, 1))),
+    "LazyAutoencoder loo error": lambda X, y, c: reconstruction_gradient(
+        np.tile(y[:len(X) // c, None], (c, 1)), X, bandwidth=0.5, twins=twin_groups(X))[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEAVE_ONE_OUT))
+@settings(max_examples=examples(0.5))
+@given(data=distinct_rows())
+def test_repeating_every_row_changes_no_leave_one_out(name, data):
+    """A row repeated is one observation for a kernel: every leave-one-out leaves out all its
+    copies, so repeating every row twice gives the choice of the distinct rows (bandwidths to
+    the search's tolerance, 1e-3 in log h; losses and predictions to round-off). Leaving out
+    only the row itself predicted each row from its copy."""
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # singular local designs at tiny bandwidths
+        once = LEAVE_ONE_OUT[name](X, y, 1)
+        twice = LEAVE_ONE_OUT[name](np.r_[X, X], np.r_[y, y], 2)
+    if name.endswith(" cv"):
+        np.testing.assert_allclose(twice[1], once[1], rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(twice[0], once[0], rtol=2e-3)
+    else:
+        np.testing.assert_allclose(twice, once, rtol=1e-9, atol=1e-12 * np.max(np.abs(once)))

@@ -23,11 +23,9 @@ def lattice():
     return X, y, w
 
 
-def _at_point_mean(X, y, w, q, skip=None):
-    """The weighted mean of the samples at ``q`` (``skip``: a row left out)."""
+def _at_point_mean(X, y, w, q):
+    """The weighted mean of the samples at ``q``."""
     there = np.all(X == q, axis=1)
-    if skip is not None:
-        there[skip] = False
     return np.sum(w[there] * y[there]) / np.sum(w[there])
 
 
@@ -43,8 +41,12 @@ def test_every_coincident_sample_weighs_in_memory(lattice, kernel, algorithm):
         assert len(at_origin) > 6  # the grid adds some
         np.testing.assert_allclose(np.exp(out.log_weight_sum), [w[at_origin].sum()], rtol=1e-14)
         loo = local_sums(None, X, y, kernel, n_neighbors=k, sample_weight=w, exclude_self=True, algorithm=algorithm)
-        for i in at_origin:  # leave-one-out: the others at the origin
-            np.testing.assert_allclose(loo.mean[i], _at_point_mean(X, y, w, origin, skip=i), rtol=1e-13, atol=1e-15)
+        # leave-one-out leaves out every sample at the point (one observation, repeated): the
+        # k nearest of the others
+        away = np.any(X != 0, axis=1)
+        rest = local_sums(origin, X[away], y[away], kernel, n_neighbors=k, sample_weight=w[away],
+                          algorithm=algorithm).mean
+        np.testing.assert_allclose(loo.mean[at_origin], np.repeat(rest, len(at_origin)), rtol=1e-13)
 
 
 def test_the_fit_does_not_depend_on_the_sample_order(lattice):
@@ -70,25 +72,16 @@ def test_array_api_tensors_take_every_coincident_sample(lattice, monkeypatch):
 
     monkeypatch.setenv("SCIPY_ARRAY_API", "1")
     X, y, w = lattice
-    ref = local_sums(None, X, y, "epanechnikov", n_neighbors=3, sample_weight=w, exclude_self=True)
+    ref = local_sums(X, X, y, "epanechnikov", n_neighbors=3, sample_weight=w)
     with sklearn.config_context(array_api_dispatch=True):
-        got = local_sums(None, torch.tensor(X), torch.tensor(y), "epanechnikov", n_neighbors=3,
-                         sample_weight=torch.tensor(w), exclude_self=True)
+        got = local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "epanechnikov", n_neighbors=3,
+                         sample_weight=torch.tensor(w))
+        # leave-one-out leaves out every row at the query's point: not on tensors, so refused
+        with pytest.raises(ValueError, match="leaves out every row at the query's point, which the array-API"):
+            local_sums(None, torch.tensor(X), torch.tensor(y), "epanechnikov", n_neighbors=3, exclude_self=True)
     np.testing.assert_array_equal(got.empty.numpy(), ref.empty)
-    np.testing.assert_allclose(got.mean.numpy()[~ref.empty], ref.mean[~ref.empty], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(got.mean.numpy(), ref.mean, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(got.log_weight_sum.numpy(), ref.log_weight_sum, rtol=1e-13)
-    _assert_nearest_targets(X, y, ref.empty, got.mean.numpy())
-
-
-def _assert_nearest_targets(X, y, empty, mean):
-    """An empty neighbourhood (every one of the k nearest at d_k > 0 weighs 0) gets the target of
-    a nearest sample other than itself: which one, among samples tied for nearest, is each
-    path's pick."""
-    assert empty.any()
-    for i in np.flatnonzero(empty):
-        d = np.linalg.norm(X - X[i], axis=1)
-        d[i] = np.inf
-        assert np.isclose(y[d == d.min()], mean[i], rtol=1e-14, atol=0).any()  # dask: (c y) / c
 
 
 def test_dask_takes_every_coincident_sample_across_chunks(lattice):
@@ -98,15 +91,17 @@ def test_dask_takes_every_coincident_sample_across_chunks(lattice):
     X, y, w = lattice
     perm = np.random.default_rng(2).permutation(len(X))  # the origin's samples spread over the chunks
     X, y, w = X[perm], y[perm], w[perm]
-    ref = local_sums(None, X, y, "tricube", n_neighbors=3, sample_weight=w, exclude_self=True)
+    ref = local_sums(X, X, y, "tricube", n_neighbors=3, sample_weight=w)
     chunks = lambda a: da.from_array(a, chunks=7)  # noqa: E731
-    got = dask_local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, sample_weight=chunks(w),
-                          exclude_self=True)
+    got = dask_local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, sample_weight=chunks(w))
     mean, log_sum, empty = (np.asarray(a.compute()) for a in (got.mean, got.log_weight_sum, got.empty))
     np.testing.assert_array_equal(empty, ref.empty)
-    np.testing.assert_allclose(mean[~empty], ref.mean[~empty], rtol=1e-13)
+    np.testing.assert_allclose(mean, ref.mean, rtol=1e-13)
     np.testing.assert_allclose(log_sum, ref.log_weight_sum, rtol=1e-13)
-    _assert_nearest_targets(X, y, ref.empty, mean)
+    # leave-one-out leaves out every row at the query's point: not across chunks, so refused
+    loo = dask_local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, exclude_self=True)
+    with pytest.raises(ValueError, match="leaves out every row at the query's point, which the dask path"):
+        loo.mean.compute()
 
 
 def test_dask_compact_knn_applies_the_empty_policy():

@@ -253,3 +253,15 @@ def test_local_pca_empty_nan_and_cv(iris):
     np.testing.assert_array_equal(near.mean, iris[[np.argmin(((iris - iris[0] - 100) ** 2).sum(1))]])
     with pytest.raises(ValueError, match="bandwidth"):
         LocalPCA(bandwidth="cv").fit(iris)
+
+
+def test_local_pca_on_thousands_of_features_speaks_of_its_own_parameters():
+    """d = 1,000 raised RecursionError (a recursive listing of monomials); beyond the memory
+    budget the error names n_features and the covariance, not a degree LocalPCA does not have."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 2500))
+    z = LocalPCA(n_components=1, bandwidth=100.0).fit(X[:, :1000]).transform(X[:2, :1000])
+    assert z.shape == (2, 1) and np.all(np.isfinite(z))
+    with pytest.raises(ValueError, match=r"n_features=2500: one query's local covariance") as err:
+        LocalPCA(n_components=1, bandwidth=100.0).fit(X).transform(X[:1])
+    assert "degree" not in str(err.value) and "monomial" not in str(err.value)

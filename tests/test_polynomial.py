@@ -169,6 +169,31 @@ def test_check_estimator():
         check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
 
 
+def test_check_estimator_interpolated_surface():
+    """check_estimator's 30-feature data gave 2^30 corners per cell (never finished): beyond
+    INTERPOLATE_MAX_FEATURES the fit is direct, with a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
+        warnings.simplefilter("ignore", UserWarning)  # the direct fallback beyond 4 features
+        check_estimator(LocalPolynomialRegressor(surface="interpolate"), expected_failed_checks={
+            "check_sample_weight_equivalence_on_dense_data": "a span counts samples, not weight"})
+
+
+def test_interpolated_surface_beyond_four_features_is_direct_with_a_warning():
+    """50 x 16 built 557k vertex fits; now the direct fit, warned at the caller's line."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 16)), rng.normal(size=50)
+    with pytest.warns(UserWarning, match=r"surface='interpolate' .* up to 4 features .* n_features=16") as rec:
+        model = LocalPolynomialRegressor(surface="interpolate", frac=0.9).fit(X, y)
+    assert rec[0].filename == __file__
+    assert model.surface_ is None
+    direct = LocalPolynomialRegressor(frac=0.9).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), direct.predict(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # 4 features: the surface, no warning
+        assert LocalPolynomialRegressor(surface="interpolate", frac=0.9).fit(X[:, :4], y).surface_ is not None
+
+
 @pytest.mark.parametrize("name", sorted(POLY_PROFILES))
 @pytest.mark.parametrize("degree", [0, 1, 2])
 def test_fused_window_weights_equal_the_profiles(sine, name, degree):
@@ -223,3 +248,17 @@ def test_weighted_bandwidth_rule_is_the_local_means():
     est = LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth="silverman").fit(X, y, sample_weight=w)
     np.testing.assert_allclose(est.bandwidth_, LocalMeanRegressor(bandwidth="silverman").fit(
         X, y, sample_weight=w).bandwidth_, rtol=1e-12)
+
+
+def test_thousands_of_features_need_no_recursion():
+    """The monomials are listed without recursing over the features (d = 2,500 raised
+    RecursionError): degree 0 is the local mean there, degree 1's exponents are 1 and each z_m."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(6, 2500)), rng.normal(size=6)
+    E = monomial_exponents(2500, 1)
+    np.testing.assert_array_equal(E, np.vstack([np.zeros(2500, dtype=np.intp), np.eye(2500, dtype=np.intp)]))
+    fit = LocalPolynomialRegressor(degree=0, kernel="gaussian", bandwidth=60.0).fit(X, y)
+    mean = LocalMeanRegressor(kernel="gaussian", bandwidth=60.0).fit(X, y)
+    np.testing.assert_allclose(fit.predict(X[:3]), mean.predict(X[:3]), rtol=1e-12)
+    with pytest.raises(ValueError, match="degree=1 with n_features=2500 has 2,501 monomials"):
+        LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth=60.0).fit(X, y)

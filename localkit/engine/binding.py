@@ -27,10 +27,12 @@ def elsewhere(*arrays):
     return bool(present) and (is_dask_collection(*present) or foreign_namespace(*present) is not None)
 
 
-def bind(kernel, samples, *, sample_weight=None, sample_scale=None, options=None):
+def bind(kernel, samples, *, sample_weight=None, sample_scale=None, options=None, twins=None):
     """The :class:`~localkit.Kernel` ``kernel`` bound to ``samples`` (weighted by
-    ``sample_weight``, with per-sample bandwidth factors ``sample_scale``): a :class:`Binding`."""
-    return Binding(kernel, samples, sample_weight, sample_scale, EngineOptions() if options is None else options)
+    ``sample_weight``, with per-sample bandwidth factors ``sample_scale``, leave-one-out groups
+    ``twins``, see :mod:`localkit.engine.twins`): a :class:`Binding`."""
+    return Binding(kernel, samples, sample_weight, sample_scale, EngineOptions() if options is None else options,
+                   twins)
 
 
 class Binding:
@@ -42,11 +44,11 @@ class Binding:
     :meth:`sums` is one pass (:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>`).
     """
 
-    def __init__(self, kernel, samples, sample_weight, sample_scale, options):
+    def __init__(self, kernel, samples, sample_weight, sample_scale, options, twins=None):
         self.kernel, self.samples, self.options = kernel, samples, options
-        self.sample_weight, self.sample_scale = sample_weight, sample_scale
+        self.sample_weight, self.sample_scale, self.twins = sample_weight, sample_scale, twins
         self.bound = None if elsewhere(samples, sample_weight, sample_scale) else BoundKernel(
-            kernel, samples, sample_weight=sample_weight, sample_scale=sample_scale, options=options)
+            kernel, samples, sample_weight=sample_weight, sample_scale=sample_scale, options=options, twins=twins)
 
     def prepare(self, values):
         return values if self.bound is None else self.bound.prepare(values)
@@ -65,6 +67,6 @@ class Binding:
         opts = self.options
         return local_sums(queries, self.samples, values.source if isinstance(values, BoundValues) else values,
                           self.kernel, exclude_self=exclude_self, sample_weight=self.sample_weight,
-                          sample_scale=self.sample_scale, query_scale=query_scale, empty=opts.empty,
+                          sample_scale=self.sample_scale, query_scale=query_scale, twins=self.twins, empty=opts.empty,
                           algorithm=opts.algorithm, block_size=opts.block_size, memory_budget=opts.memory_budget,
                           n_jobs=opts.n_jobs)

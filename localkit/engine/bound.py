@@ -21,6 +21,7 @@ When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
 from __future__ import annotations
 
 import copy
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +35,7 @@ from . import neighbors as nb
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
+from .twins import check_twins, mask_twins, twin_groups
 
 #: Largest ``E`` (``max |x_s| <= 2^E``) for which the engine works on ``x_s`` itself: the squared
 #: norms of the matrix-product form then stay far from overflow (float32 reaches 2^128).
@@ -77,6 +79,9 @@ class BoundKernel:
         Per-sample bandwidth factors (sample-point adaptive bandwidths):
         ``u = d(x*, x_j) / (h s_j)``.
     options : EngineOptions, optional
+    twins : array of shape (n_samples,), optional
+        Group ids for leave-one-out (``exclude_self`` leaves out every sample of the query's
+        group); default: the samples at the same point (:func:`~localkit.engine.twins.twin_groups`).
 
     Examples
     --------
@@ -90,7 +95,8 @@ class BoundKernel:
     """
 
     def __init__(self, kernel: Kernel, samples: ArrayLike, *, sample_weight: ArrayLike | None = None,
-                 sample_scale: ArrayLike | None = None, options: EngineOptions | None = None):
+                 sample_scale: ArrayLike | None = None, options: EngineOptions | None = None,
+                 twins: ArrayLike | None = None):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
         self.kernel = kernel
@@ -99,6 +105,8 @@ class BoundKernel:
         self.samples = samples
         self.dtype = samples.dtype
         self.n_samples, self.n_features = samples.shape
+        if twins is not None:  # the caller's groups (the samples are codes of data with repeated rows)
+            self.twins = check_twins(twins, self.n_samples)
         k = kernel.n_neighbors
         if k is not None and k > self.n_samples:
             raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
@@ -237,10 +245,17 @@ class BoundKernel:
             self._cache["base2"] = X2, np.einsum("ij,ij->i", X2, X2)
         return self._cache["base2"]
 
+    @cached_property
+    def twins(self):
+        """Group ids of the samples at one point, or None where all differ: leave-one-out
+        (``exclude_self``) leaves out every sample at the query's point (:mod:`localkit.engine.twins`)."""
+        return twin_groups(self.samples)
+
     def knn_scale(self, queries, *, exclude_self=False, row_offset=0):
         """The balloon bandwidth of each query: distance to its k-th nearest sample (engine units)."""
         d = nb.knn_bandwidth(self.index, self.index_points(queries), self.kernel.n_neighbors,
-                             exclude_self=exclude_self, row_offset=row_offset)
+                             exclude_self=exclude_self, row_offset=row_offset,
+                             groups=self.twins if exclude_self else None)
         return (d / self.index_unit).astype(self.dtype, copy=False)
 
     # -- operations ------------------------------------------------------------------------
@@ -269,9 +284,10 @@ class BoundKernel:
         """Local means of ``values`` (optional) and log weight sums at ``queries``.
 
         ``queries=None`` evaluates at the samples; ``exclude_self`` drops sample ``i``'s weight
-        at query ``i`` (leave-one-out). ``query_scale`` (n_queries,) are per-query bandwidth
-        factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d form.
-        Returns :class:`~localkit.engine.LocalSums`.
+        at query ``i`` (leave-one-out), and that of every sample at its point (a repeated row is
+        the same observation: :mod:`localkit.engine.twins`). ``query_scale`` (n_queries,) are
+        per-query bandwidth factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d
+        form. Returns :class:`~localkit.engine.LocalSums`.
         """
         from .paths import run_path
         from .planner import plan
@@ -322,7 +338,8 @@ class BoundKernel:
                     row_offset: int = 0) -> np.ndarray:
         """``(n_queries, n_samples)`` log-weights ``log(c_j K(x*, x_j))`` (``K(x, x) = 1``).
 
-        ``exclude_self`` sets the weight of sample ``row_offset + i`` at query ``i`` to zero.
+        ``exclude_self`` sets the weight of sample ``row_offset + i`` at query ``i`` to zero, and
+        that of every sample at its point.
         Memory is ``n_queries x n_samples``: callers walk blocks of queries.
         """
         from .paths import knn_log_weights, log_weight_block
@@ -337,8 +354,7 @@ class BoundKernel:
             L, offset = log_weight_block(self, Q, slice(0, self.n_samples), q_scale, points)
             L += offset[:, None]
             if exclude_self:
-                rows = np.arange(len(Q))
-                L[rows, rows + row_offset] = -np.inf
+                mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, self.n_samples), self.twins)
         if self.weight is not None:
             L += self.log_weight
         return L
@@ -375,7 +391,7 @@ class BoundKernel:
         for ``queries`` (the samples for None; ``rows`` of them, if given).
 
         ``self_rows`` (one per query) excludes sample ``self_rows[i]`` at query ``i`` (the query
-        is that sample: leave-one-out).
+        is that sample: leave-one-out), and every sample at its point.
         """
         P = self.index_points(queries, rows)
         live = np.arange(self.n_samples) if self.weight is None else np.flatnonzero(self.weight > 0)
@@ -388,8 +404,7 @@ class BoundKernel:
             index = nb.make_index(X, self.kernel.metric, self.kernel.p, exact=True)
         if self_rows is None:
             return live[index.kneighbors(P, n_neighbors=1)[1][:, 0]]
-        near = live[index.kneighbors(P, n_neighbors=min(2, len(live)))[1]]
-        return np.where(near[:, 0] == self_rows, near[:, -1], near[:, 0])
+        return nb.nearest_other(index, P, np.asarray(self_rows), self.twins, live)
 
     # -- helpers ---------------------------------------------------------------------------
     def _values(self, values):

@@ -46,6 +46,7 @@ from .results import LocalSums
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
 from .stream import augment
+from .twins import refuse_twins
 
 
 def is_dask_collection(*objects):
@@ -178,6 +179,8 @@ def _self_only(dtype):
 def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, threads, options):
     """The partial state of one (query chunk, sample chunk) pair, from the in-memory engine."""
     exclude = bool(exclude_self and q_off[0] == s_off[0])  # aligned chunks: only diagonal pairs overlap
+    if exclude_self:
+        refuse_twins(s if exclude else np.concatenate([q, s]), "the dask path")
     state = np.zeros((len(q), 1, 2 * p + 2), dtype=q.dtype if v is None else v.dtype)
     state[:, 0, p], state[:, 0, p + 1] = -np.inf, np.inf
     live = np.ones(len(s), dtype=bool) if c is None else c > 0
@@ -289,6 +292,8 @@ def _apply_empty(mean, rows, empty, nearest):
 def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads, nearest=False):
     """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``)."""
     exclude = bool(exclude_self and q_off[0] == s_off[0])
+    if exclude_self:
+        refuse_twins(s if exclude else np.concatenate([q, s]), "the dask path")
     dtype = q.dtype if v is None else v.dtype
     dist = np.full((len(q), k), np.inf, dtype=dtype)
     vals = np.zeros((len(q), k, p + 1), dtype=dtype)

@@ -43,7 +43,9 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     n_neighbors : int or None
         Adaptive kNN bandwidth ``h(x*)`` = distance to the k-th nearest sample.
     exclude_self : bool, default=False
-        Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped.
+        Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped, with that of
+        every sample at its point (a repeated row is the same observation for a kernel; see
+        :mod:`localkit.engine.twins`; scikit-learn's ``LeaveOneOut`` splits rows instead).
     metric, p : the distance (see :class:`~localkit.Kernel`), default "euclidean"
         Also "manhattan", "chebyshev", "minkowski" (with ``p``), "cosine", a callable, or
         "precomputed" (``queries`` and ``samples`` are then distances to the samples).
@@ -84,7 +86,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                p: float = 2, sample_weight: ArrayLike | None = None, empty: str = "nearest", algorithm: str = "auto",
                block_size: int | tuple[int, int] | None = None, memory_budget: float | None = None,
                n_jobs: int | None = None, query_scale: ArrayLike | None = None,
-               sample_scale: ArrayLike | None = None) -> LocalSums:
+               sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
     Parameters beyond :func:`local_mean`:
@@ -99,6 +101,9 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
         ``n_neighbors``, which sets it.
+    twins : array of shape (n_samples,), optional
+        Group ids for ``exclude_self``: query ``i`` leaves out every sample of its group
+        (default: every sample at its point, :mod:`localkit.engine.twins`; NumPy arrays only).
 
     The options form one :class:`~localkit.engine.EngineOptions`; the call is
     ``BoundKernel(kernel, samples, ...).sums(queries, values, ...)``, which models that query
@@ -119,5 +124,5 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                              exclude_self=exclude_self, sample_weight=sample_weight, options=options,
                              query_scale=query_scale, sample_scale=sample_scale)
     bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples,
-                        sample_weight=sample_weight, sample_scale=sample_scale, options=options)
+                        sample_weight=sample_weight, sample_scale=sample_scale, options=options, twins=twins)
     return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)

@@ -22,6 +22,7 @@ import numpy as np
 from .blocks import block_sizes
 from .paths import LOG_WEIGHT_TOL
 from .results import LocalSums, value_offset
+from .twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
 ACCELERATOR_BLOCK_CELLS = 2**26
@@ -95,6 +96,10 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     Q = xp.astype(Q, dtype)
     if exclude_self and (Q.shape[0] != n or n < 2):
         raise ValueError("exclude_self=True needs the queries to be the samples, and at least 2 of them")
+    if exclude_self:
+        from sklearn.utils._array_api import _convert_to_numpy
+
+        refuse_twins(_convert_to_numpy(X, xp), "the array-API path")
     squeeze = False
     if values is None:
         V = xp.zeros((n, 0), dtype=dtype, device=_device(xp, X))

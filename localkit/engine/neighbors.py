@@ -7,6 +7,8 @@ import numpy as np
 from scipy import sparse
 from sklearn.neighbors import KDTree, NearestNeighbors
 
+from .twins import largest_group
+
 
 #: metrics whose k-d tree measures distances from coordinate differences
 TREE_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski")
@@ -54,16 +56,26 @@ class TreeIndex:
         return dist, idx
 
 
-def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0):
+def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0, groups=None):
     """Distances and indices of the ``k`` nearest samples of each query, nearest first.
 
     With ``exclude_self`` query ``i`` (global row ``row_offset + i``) is sample ``i`` and is
-    dropped from its own neighbours (if a duplicate displaced it, the farthest one is dropped).
+    dropped from its own neighbours (if a duplicate displaced it, the farthest one is dropped);
+    with ``groups`` too (:func:`~localkit.engine.twins.twin_groups`), every sample at its point is.
     """
     if not exclude_self:
         return index.kneighbors(Q, n_neighbors=k)
-    dist, idx = index.kneighbors(Q, n_neighbors=k + 1)
     rows = np.arange(len(Q)) + row_offset
+    if groups is not None:
+        n = index.n_samples_fit_
+        if k > n - largest_group(groups):
+            raise ValueError(f"n_neighbors must be <= n_samples - (rows at the same point)="
+                             f"{n - largest_group(groups)} for leave-one-out, got {k}")
+        dist, idx = index.kneighbors(Q, n_neighbors=min(n, k + largest_group(groups)))
+        other = groups[idx] != groups[rows][:, None]
+        first = np.argsort(~other, axis=1, kind="stable")[:, :k]  # the k nearest others, in order
+        return np.take_along_axis(dist, first, axis=1), np.take_along_axis(idx, first, axis=1)
+    dist, idx = index.kneighbors(Q, n_neighbors=k + 1)
     is_self = idx == rows[:, None]
     missing = ~is_self.any(axis=1)
     is_self[missing, -1] = True
@@ -71,10 +83,22 @@ def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0):
     return dist[keep].reshape(len(Q), k), idx[keep].reshape(len(Q), k)
 
 
-def knn_bandwidth(index, Q, k, *, exclude_self=False, row_offset=0):
-    """The balloon bandwidth ``h(x*)``: distance to the k-th nearest sample."""
-    dist, _ = kneighbors(index, Q, k, exclude_self=exclude_self, row_offset=row_offset)
+def knn_bandwidth(index, Q, k, *, exclude_self=False, row_offset=0, groups=None):
+    """The balloon bandwidth ``h(x*)``: distance to the k-th nearest sample (with
+    ``exclude_self``, at another point than the query's: see :func:`kneighbors`)."""
+    dist, _ = kneighbors(index, Q, k, exclude_self=exclude_self, row_offset=row_offset, groups=groups)
     return dist[:, -1]
+
+
+def nearest_other(index, Q, self_rows, groups=None, live=None):
+    """The nearest sample of each query other than sample ``self_rows[i]`` (the query itself,
+    leave-one-out) and, with ``groups``, than every sample at its point; ``live`` maps the
+    index's samples to the caller's (default: the same)."""
+    near = index.kneighbors(Q, n_neighbors=min(1 + largest_group(groups), index.n_samples_fit_))[1]
+    if live is not None:
+        near = live[near]
+    other = near != self_rows[:, None] if groups is None else groups[near] != groups[self_rows][:, None]
+    return near[np.arange(len(near)), np.argmax(other, axis=1)]
 
 
 def scaled_sq_distances(dist, h):
@@ -84,9 +108,10 @@ def scaled_sq_distances(dist, h):
     return np.nan_to_num(u2, nan=0.0, posinf=np.inf)
 
 
-def coincident(index, Q, dist, profile, *, exclude_self=False, row_offset=0):
+def coincident(index, Q, dist, profile, *, exclude_self=False, row_offset=0, groups=None):
     """``(rows, samples)``: the queries whose k nearest samples all lie at distance 0 and, for
-    each, every sample at distance 0 (itself left out with ``exclude_self``); none unless
+    each, every sample at distance 0 (itself, and with ``groups`` every sample at its point, left
+    out with ``exclude_self``); none unless
     ``profile`` vanishes at the edge of its support.
 
     There ``d_k = 0`` and ``k(d / d_k)`` is the limit ``h -> 0`` of the kernel: every sample at the
@@ -99,28 +124,31 @@ def coincident(index, Q, dist, profile, *, exclude_self=False, row_offset=0):
         return rows, []
     found = index.radius_neighbors(Q[rows], radius=0.0, return_distance=False)
     if exclude_self:
-        found = [f[f != r + row_offset] for f, r in zip(found, rows)]
+        found = [f[f != r + row_offset] if groups is None else f[groups[f] != groups[r + row_offset]]
+                 for f, r in zip(found, rows)]
     return rows, found
 
 
-def knn_block_sums(index, Q, k, profile, V_aug, *, exclude_self=False, row_offset=0):
+def knn_block_sums(index, Q, k, profile, V_aug, *, exclude_self=False, row_offset=0, groups=None):
     """Weighted sums over exactly the k nearest samples (compact profile, kNN bandwidth).
 
     ``w_ij = k(d_ij / d_ik)``; returns ``(sums, log_scale)`` with the true sums equal to
     ``sums * exp(log_scale)`` (the row maximum is factored out, as in the dense path). A query
     with ``d_k = 0`` sums every sample at its point (:func:`coincident`).
     """
-    dist, idx = kneighbors(index, Q, k, exclude_self=exclude_self, row_offset=row_offset)
+    dist, idx = kneighbors(index, Q, k, exclude_self=exclude_self, row_offset=row_offset, groups=groups)
     L = profile.log_k(scaled_sq_distances(dist, dist[:, -1]))
     sums, shift = _gathered_sums(L, idx, V_aug)
-    rows, found = coincident(index, Q, dist, profile, exclude_self=exclude_self, row_offset=row_offset)
+    rows, found = coincident(index, Q, dist, profile, exclude_self=exclude_self, row_offset=row_offset,
+                             groups=groups)
     for r, f in zip(rows, found):  # their weights are all k(0): the shift is log k(0)
         sums[r] = V_aug[f].sum(axis=0)
         shift[r] = profile.log_k(np.zeros(1))[0]
     return sums, shift
 
 
-def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclude_self=False, row_offset=0):
+def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclude_self=False, row_offset=0,
+                      groups=None):
     """Weighted sums over the samples in each query's support, ``u = d / (unit s_j) <= 1`` (``d``
     the index's distance, ``s_j`` the per-sample scales, 1 without them). The index decides the
     support (``d^2 <= unit^2``, the compiled pass's test); ``u^2`` then only shapes the weights."""
@@ -138,7 +166,7 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
         u2 = u2 / s_scale[flat_idx] ** 2
     w = np.exp(profile.log_k(u2))
     if exclude_self:
-        w[flat_idx == rows + row_offset] = 0.0
+        w[flat_idx == rows + row_offset if groups is None else groups[flat_idx] == groups[rows + row_offset]] = 0.0
     W = sparse.csr_matrix((w.astype(V_aug.dtype), flat_idx, indptr), shape=(len(Q), len(V_aug)))
     sums = np.asarray(W @ V_aug)
     return sums, np.zeros(len(Q), dtype=V_aug.dtype)

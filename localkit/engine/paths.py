@@ -30,6 +30,7 @@ from scipy.spatial.distance import cdist
 from . import neighbors as nb
 from .blocks import block_sizes, map_blocks
 from .stream import OnlineLogSumExp
+from .twins import mask_twins
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
 #: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
@@ -165,6 +166,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
     order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
+    twins = bound.twins if exclude_self else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
     bounded = bound.scaled and not bound.kernel.is_softmax
@@ -195,7 +197,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
             if bound.weight is not None:  # log c_j (in base 2 with the base-2 weights)
                 L += bound.log_weight[cols] * L.dtype.type(log_scale)
             if exclude_self:
-                _mask_self(L, idx, cols)
+                mask_twins(L, idx, cols, twins)
             yield L, offset, V_aug[cols]
 
     def run(rows):
@@ -220,12 +222,6 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     return S, shift
 
 
-def _mask_self(L, idx, cols):
-    """``L[i, j] = -inf`` where query ``idx[i]`` is sample ``cols.start + j``."""
-    hits = np.flatnonzero((idx >= cols.start) & (idx < cols.stop))
-    L[hits, idx[hits] - cols.start] = -np.inf
-
-
 # -- neighbours -----------------------------------------------------------------------------------
 def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     kern, opts = bound.kernel, bound.options
@@ -239,15 +235,16 @@ def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
 
     P = bound.index_points(queries)
+    twins = bound.twins if exclude_self else None
 
     def run(rows):
         if k is not None:
             s, m = nb.knn_block_sums(bound.index, P[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
-                                     row_offset=rows.start)
+                                     row_offset=rows.start, groups=twins)
         else:
             s, m = nb.radius_block_sums(bound.index, P[rows], kern.profile, V_aug, unit=bound.index_unit,
                                         s_scale=bound.sample_scale, exclude_self=exclude_self,
-                                        row_offset=rows.start)
+                                        row_offset=rows.start, groups=twins)
         S[rows], shift[rows] = s, m
 
     # trees, gathers and sparse products: no BLAS call to hold to one thread
@@ -259,13 +256,14 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
     """Log-weights of a compact kNN kernel: exactly the k nearest samples (every sample at the
     query's point when the k-th is there too, :func:`~localkit.engine.neighbors.coincident`),
     with the tree's distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
+    twins = bound.twins if exclude_self else None
     dist, idx = nb.kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
-                              row_offset=row_offset)
+                              row_offset=row_offset, groups=twins)
     log_k = bound.kernel.profile.log_k
     L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
     L[np.arange(len(Q))[:, None], idx] = log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
     rows, found = nb.coincident(bound.index, Q, dist, bound.kernel.profile, exclude_self=exclude_self,
-                                row_offset=row_offset)
+                                row_offset=row_offset, groups=twins)
     for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
         L[r, f] = log_k(np.zeros(1))[0]
     return L

@@ -34,6 +34,7 @@ flagged in ``singular``; a query without any weight gets the target of its neare
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations_with_replacement
 
 import numpy as np
 from numba import njit
@@ -45,6 +46,7 @@ from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
 from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
+from .twins import mask_twins, twin_groups
 from .weights import KernelWeights
 
 
@@ -71,34 +73,40 @@ def n_monomials(n_features, degree):
 def check_design_fits(n_features, degree, itemsize=8, memory_budget=None):
     """``P``, after checking that one query's normal equations (Gram, a copy and the solver's
     workspace: ``3 P^2`` numbers) fit ``memory_budget`` bytes (default: the engine's budget)."""
+    P = n_monomials(n_features, degree)
+    _check_budget(P, itemsize, memory_budget,
+                  f"degree={degree} with n_features={n_features} has {P:,} monomials: one query's normal equations need",
+                  "lower the degree or the number of features")
+    return P
+
+
+def _check_budget(P, itemsize, memory_budget, what, remedy):
+    """Raise when ``3 P^2`` numbers (a ``P x P`` system, a copy and a workspace) exceed the budget."""
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) or not (
             np.isfinite(budget) and budget > 0):
         raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
-    P = n_monomials(n_features, degree)
     need = 3.0 * P * P * itemsize
     if need > budget:
-        raise ValueError(
-            f"degree={degree} with n_features={n_features} has {P:,} monomials: one query's normal "
-            f"equations need {need / 2**20:,.0f} MiB, more than the memory budget of {budget / 2**20:,.0f} MiB; "
-            "lower the degree or the number of features")
-    return P
+        raise ValueError(f"{what} {need / 2**20:,.0f} MiB, more than the memory budget of "
+                         f"{budget / 2**20:,.0f} MiB; {remedy}")
 
 
 def monomial_exponents(n_features, degree):
-    """Exponents ``(P, d)`` of the monomials of total degree <= ``degree``, graded (constant first)."""
-    rows = []
+    """Exponents ``(P, d)`` of the monomials of total degree <= ``degree``, graded (constant first)
+    and, within a degree, in decreasing lexicographic order of the exponents.
 
-    def grow(prefix, left):  # every composition, without enumerating (degree + 1)^d candidates
-        if len(prefix) == n_features:
-            rows.append(prefix)
-            return
-        for e in range(left, -1, -1):
-            grow(prefix + (e,), left - e)
-
-    grow((), degree)
-    rows.sort(key=lambda e: (sum(e), [-v for v in e]))
-    return np.array(rows, dtype=np.intp).reshape(len(rows), n_features)
+    A monomial of degree ``t`` is a multiset of ``t`` variables: ``combinations_with_replacement``
+    lists them in increasing order of their sorted variable indices, which is decreasing order of
+    their exponent vectors (no recursion over the features: d = 2,500 is as cheap as d = 2)."""
+    blocks = [np.zeros((1, n_features), dtype=np.intp)]
+    for t in range(1, degree + 1):
+        picks = np.array(list(combinations_with_replacement(range(n_features), t)), dtype=np.intp)
+        E = np.zeros((len(picks), n_features), dtype=np.intp)
+        for c in range(t):
+            np.add.at(E, (np.arange(len(picks)), picks[:, c]), 1)
+        blocks.append(E)
+    return np.concatenate(blocks)
 
 
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
@@ -199,7 +207,10 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
                                              exclude_self)
     dtype = samples.dtype
     n_q, d = queries.shape
-    P = check_design_fits(d, 1, dtype.itemsize, memory_budget)
+    P = d + 1
+    _check_budget(P, itemsize=dtype.itemsize, memory_budget=memory_budget,
+                  what=f"n_features={d}: one query's local covariance (a {P:,} x {P:,} system of moments) needs",
+                  remedy="reduce the number of features first (e.g. with PCA)")
     block, row_bytes, _ = _blocks(queries, samples, Y, sw, kern, 1, exclude_self, None, 0.0, None, algorithm)
     workers = resolve_n_jobs(n_jobs)
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
@@ -263,6 +274,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
+    twins = twin_groups(samples) if exclude_self else None
     a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
@@ -280,7 +292,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                 index, Qs[rows], Y, sw, k, E, a, p, None if balls is None else balls[rows])
             return G, b, total, _per_query(radius), near
         return grid_block, 0, found
-    if Xs.shape[1] == 1 and kern.metric == "euclidean":  # sorted order: neighbourhoods are windows
+    if Xs.shape[1] == 1 and kern.metric == "euclidean" and twins is None:  # sorted order: windows
         order = np.argsort(Xs[:, 0], kind="stable")
         x, Ys, ws = np.ascontiguousarray(Xs[order, 0]), Y[order], sw[order]
         if euclid:
@@ -316,11 +328,12 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         index = nb.make_index(Xs, kern.metric, exact=True)
 
         def neighbours(rows):
-            return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start)
+            return nb.kneighbors(index, Qs[rows], k, exclude_self=exclude_self, row_offset=rows.start,
+                                 groups=twins)
 
         def coincident(rows, dist):
             return nb.coincident(index, Qs[rows], dist, kern.profile, exclude_self=exclude_self,
-                                 row_offset=rows.start)
+                                 row_offset=rows.start, groups=twins)
     k0 = float(np.exp(kern.profile.log_k(np.zeros(1))[0]))
 
     def list_block(rows):
@@ -468,17 +481,19 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
         Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
         temperature = h if kern.is_softmax else 1.0
         index = nb.make_index(samples, kern.metric, exact=True)
+        twins = twin_groups(samples) if exclude_self else None
 
         def log_weights(Q, exclude_self=False, row_offset=0):
             L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
                                          s_scale=s_scale, temperature=temperature)
             L += offset[:, None]
             if exclude_self:
-                i = np.arange(len(Q))
-                L[i, i + row_offset] = -np.inf
+                mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, len(samples)), twins)
             return L
 
-        def nearest(Q):
+        def nearest(Q, self_rows=None):
+            if self_rows is not None:
+                return nb.nearest_other(index, Q, self_rows, twins)
             return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
     s = None
     if kern.n_neighbors is None and not kern.is_softmax:
@@ -505,7 +520,8 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
                                   np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)
         none = ~(total > 0)
-        if none.any():
-            near[none] = nearest(queries[rows][none])
+        if none.any():  # leave-one-out: the nearest other sample (at another point), never its own
+            near[none] = nearest(queries[rows][none],
+                                 self_rows=rows.start + np.flatnonzero(none) if exclude_self else None)
         return G, b, total, s[None, :, None], near
     return dense_block, 3 * len(samples) * samples.dtype.itemsize

@@ -55,7 +55,7 @@ def _row_block(m, n, memory_budget):
 
 
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
-                            memory_budget=None, per_query=False):
+                            memory_budget=None, per_query=False, twins=None):
     """``(error, gradient)`` of the local-mean reconstruction (see the module docstring).
 
     Parameters
@@ -69,6 +69,10 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     per_query : bool, default=False
         With queries: return the error of each query, shape (m,), instead of their sum. Row
         ``q`` of the gradient depends on query ``q`` only, so each query can take its own steps.
+    twins : array of shape (n,), optional
+        Group ids of the leave-one-out: point ``i`` leaves out every point of its group (the
+        codes of repeated rows of ``X``, which round-off may move apart); default: the points at
+        its point (:mod:`localkit.engine.twins`).
     """
     name = check_smooth_kernel(kernel)
     Z = np.asarray(points, dtype=np.float64)
@@ -82,7 +86,7 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     scale = (2.0 / n) if loo else 2.0
     block = _row_block(m, n, memory_budget)
     inv_h2 = 1.0 / (bandwidth * bandwidth)
-    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z)
+    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z, twins=twins)
     errors = np.zeros(m)
     grad = np.zeros_like(Q)
     for start in range(0, m, block):

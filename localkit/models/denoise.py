@@ -24,6 +24,7 @@ from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
 from ..engine.reconstruction import check_smooth_kernel, reconstruction_gradient
+from ..engine.twins import twin_groups
 from ..kernels import Kernel
 from .selection import spread
 from ._base import FLOATS, float_dtypes
@@ -218,11 +219,17 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
             raise ValueError(f"n_components must be <= n_features={X.shape[1]}, got {self.n_components}")
         self.kernel_ = Kernel(check_smooth_kernel(self.kernel), bandwidth=1.0)
         Xd = X.astype(np.float64)
-        Z0, self.init_error_ = self._scaled_pca(Xd)
+        # leave-one-out leaves out every repeated row of X with the row (their codes are one
+        # observation's, and round-off in the gradient moves them apart by ~1e-14)
+        twins = twin_groups(Xd)
+        if twins is None:
+            twins = np.arange(len(Xd))
+        Z0, self.init_error_ = self._scaled_pca(Xd, twins)
         n, q = Z0.shape
         bar, callback = optimizer_progress("lazy autoencoder", self.max_iter, self.verbose)
         with bar:
-            res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self.kernel_.name_),
+            res = minimize(lambda z: reconstruction_gradient(z.reshape(n, q), Xd, kernel=self.kernel_.name_,
+                                                             twins=twins),
                            Z0.ravel(), jac=True, method="L-BFGS-B", callback=callback,
                            options={"maxiter": self.max_iter})
         warn_optimizer(res, "LazyAutoencoder", self.max_iter)
@@ -235,17 +242,17 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z)
         return self
 
-    def _loo_error(self, Z, X):
-        F = local_mean(Z, Z, X, self.kernel_, exclude_self=True)
+    def _loo_error(self, Z, X, twins):
+        F = local_mean(Z, Z, X, self.kernel_, exclude_self=True, twins=twins)
         return float(np.mean(np.sum((F - X) ** 2, axis=1)))
 
-    def _scaled_pca(self, X):
+    def _scaled_pca(self, X, twins):
         """PCA scores at unit variance times the grid factor with the lowest leave-one-out error."""
         scores = PCA(self.n_components, svd_solver="full").fit_transform(X)
         std = scores.std(axis=0)
         scores = scores / np.where(std > 0, std, 1.0)
         factors = np.geomspace(0.25, 4.0 * len(X) ** (1.0 / self.n_components), 16)
-        errors = [self._loo_error(c * scores, X) for c in factors]
+        errors = [self._loo_error(c * scores, X, twins) for c in factors]
         best = int(np.argmin(errors))
         return factors[best] * scores, errors[best]
 

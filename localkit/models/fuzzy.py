@@ -52,6 +52,47 @@ def _inputs(Z, order):
     return np.c_[Z, ones] if order == 1 else ones
 
 
+#: The penalties ``alpha="loo"`` chooses from.
+ALPHAS = np.logspace(-6, 4, 21)
+
+
+def ridge_loo_errors(Psi, T, penalty, v, lambdas):
+    """Leave-one-out errors ``mean_i v_i (r_i / (1 - H_ii))^2`` of the weighted penalised least
+    squares ``min_c sum_i v_i |T_i - Psi_i c|^2 + lam sum_j penalty_j c_j^2``, one per ``lam``.
+
+    Exact for a linear smoother ``H = Psi A^-1 Psi^T V`` (``r_i`` the residuals of the full fit),
+    and every ``lam`` from one SVD: in the rows scaled by ``sqrt(v)``, split ``Psi`` into the
+    unpenalised columns ``G`` (``penalty_j = 0``) and the penalised ones ``R`` (divided by
+    ``sqrt(penalty_j)``); with ``P_G`` the projection on ``G``'s span and ``(I - P_G) R = U S W^T``,
+
+        H = P_G + U diag(s^2 / (s^2 + lam)) U^T.
+
+    The thin SVD costs ``O(min(n, p)^2 max(n, p))``: with fewer samples than columns it works
+    in the ``n x n`` space, where solving the ``p x p`` normal equations per ``lam`` was cubic in
+    the features. A sample whose leverage is 1 to within ``sqrt(eps)`` (its own fit is forced:
+    the residual is round-off) has no leave-one-out error: that ``lam`` gets ``inf``.
+    """
+    w = np.sqrt(v)
+    Pw, Tw = w * Psi, w * T
+    free = penalty == 0
+    G, R = Pw[:, free], Pw[:, ~free] / np.sqrt(penalty[~free])
+    Ug, sg, _ = np.linalg.svd(G, full_matrices=False)
+    Ug = Ug[:, sg > sg[:1] * max(G.shape) * np.finfo(G.dtype).eps]
+    R = R - Ug @ (Ug.T @ R)
+    U, s, _ = np.linalg.svd(R, full_matrices=False)
+    h_free, fit_free = np.sum(Ug * Ug, axis=1), Ug @ (Ug.T @ Tw)
+    UT, U2, s2 = U.T @ Tw, U * U, s * s
+    errors = np.empty(len(lambdas))
+    for k, lam in enumerate(lambdas):
+        f = s2 / (s2 + lam)
+        h = h_free + U2 @ f
+        r = Tw - fit_free - U @ (f[:, None] * UT)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.where((1.0 - h > np.sqrt(np.finfo(h.dtype).eps))[:, None], r / (1.0 - h)[:, None], np.inf)
+        errors[k] = np.mean(e * e)
+    return errors
+
+
 class _TSKBase(BaseEstimator):
     """Shared fitting, in standardised features ``z``.
 
@@ -146,12 +187,16 @@ class _TSKBase(BaseEstimator):
 
     def _blend(self, X):
         """``sum_r w_r(x) f_r(x)``: the local mean of the coefficients, applied to ``[x, 1]``
-        (computed in float64, returned in float32 for float32 input)."""
+        (computed in float64, returned in float32 for float32 input). The rules and their order
+        are read from the fitted attributes (``d + 1`` coefficients: order 1), so that
+        ``set_params`` changes nothing until the next ``fit``, as in scikit-learn."""
         dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
         X = self._validate_queries(X)
         W = prototype_weights(X, self.centers_, self.sigmas_)
-        coef = np.einsum("nr,rpt->npt", W, self.coefs_.reshape(self.n_rules, -1, self._n_out))
-        return np.einsum("np,npt->nt", _inputs(X, self.order), coef).astype(dtype, copy=False)
+        coefs = self.coefs_.reshape(len(self.centers_), -1, self._n_out)
+        coef = np.einsum("nr,rpt->npt", W, coefs)
+        order = 1 if coefs.shape[1] == X.shape[1] + 1 else 0
+        return np.einsum("np,npt->nt", _inputs(X, order), coef).astype(dtype, copy=False)
 
 
 class _HybridObjective:
@@ -332,22 +377,12 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         return np.linalg.lstsq(A, Psi.T @ (v * T) / n, rcond=None)[0]
 
     def _choose_alpha(self, Psi, T, penalty, v):
+        """The alpha of ``ALPHAS`` with the least leave-one-out error (see :func:`ridge_loo_errors`)."""
         if self.alpha != "loo":
             return float(self.alpha)
-        alphas = np.logspace(-6, 4, 21)
-        best, best_err = float(alphas[-1]), np.inf  # the strongest penalty if no error is finite
-        gram = Psi.T @ (v * Psi)
-        for alpha in alphas:
-            # leave-one-out residuals of (weighted) penalised least squares: r_i / (1 - H_ii),
-            # H = Psi A^-1 Psi^T V; the errors weighted as the loss is
-            A = gram + np.diag(len(Psi) * alpha * penalty)
-            coef = np.linalg.lstsq(A, Psi.T @ (v * T), rcond=None)[0]
-            h = v[:, 0] * np.einsum("ij,ji->i", Psi, np.linalg.lstsq(A, Psi.T, rcond=None)[0])
-            with np.errstate(divide="ignore", invalid="ignore"):  # leverage 1: an unbounded error, never chosen
-                err = np.mean(v * ((T - Psi @ coef) / (1.0 - h)[:, None]) ** 2)
-            if err < best_err:
-                best, best_err = float(alpha), err
-        return best
+        errors = ridge_loo_errors(Psi, T, penalty, v, len(Psi) * ALPHAS)
+        # the strongest penalty if no error is finite
+        return float(ALPHAS[np.argmin(errors)]) if np.any(np.isfinite(errors)) else float(ALPHAS[-1])
 
     @staticmethod
     def _loss(out, T, v):

@@ -18,6 +18,9 @@ from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ._dask import map_queries
 
+#: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
+INTERPOLATE_MAX_FEATURES = 4
+
 
 class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     """Local polynomial regression (LOESS): a weighted least-squares polynomial at each query.
@@ -79,7 +82,10 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         exact fits (values and slopes) only at the vertices of a k-d tree whose cells hold at
         most ``floor(n * frac * cell)`` samples, cubic Hermite blending inside the cells; queries
         outside the tree's box are fitted exactly. Equal to R's ``loess(surface = "interpolate")``
-        to round-off (1 to 3 features tested). Needs a span (``frac`` or ``n_neighbors``).
+        to round-off (1 to 3 features tested). Needs a span (``frac`` or ``n_neighbors``). Each
+        cell has ``2^d`` corners (557k vertex fits for 50 samples in 16 features), so beyond
+        ``INTERPOLATE_MAX_FEATURES = 4`` features (R's ``loess`` takes at most 4 predictors) the
+        fit is direct, with a ``UserWarning`` (``surface_`` is then None).
     cell : float, default=0.2
         The k-d tree's cell size as a fraction of the span (R's ``loess.control(cell=)``).
 
@@ -201,7 +207,11 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             self._fit_kernel(X, y, self.sample_weight_)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         self.surface_ = self._vertex_balls = self._sample_balls = None
-        if self.surface == "interpolate":
+        if self.surface == "interpolate" and X.shape[1] > INTERPOLATE_MAX_FEATURES:
+            warnings.warn(f"surface='interpolate' blends the 2^d corners of each cell and pays up to "
+                          f"{INTERPOLATE_MAX_FEATURES} features (R's loess limit); with n_features={X.shape[1]} "
+                          "this fit is surface='direct' (exact local fits)", UserWarning, stacklevel=3)
+        elif self.surface == "interpolate":
             per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
             self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
             self._fit_vertices()

@@ -192,7 +192,10 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         # of float32 data are float32, a float64 Y would only promote them after the fact
         Y = np.zeros((len(X), n_classes), dtype=X.dtype)
         Y[~unlabelled, np.searchsorted(self.classes_, y[~unlabelled])] = 1.0
-        self._bound = bind(kern, X)  # once: every iteration and predict_proba pass through it
+        # bound once: every iteration and predict_proba pass through it; the graph has no self-loops
+        # (twins: one group per row, so only the diagonal is zero, as in scikit-learn's LabelSpreading,
+        # not a leave-one-out, which leaves out every repeated row)
+        self._bound = bind(kern, X, twins=np.arange(len(X)))
         graph = self._graph(self._bound)
         soft = self.alpha is not None
         Y_static = (1 - self.alpha) * Y if soft else Y
