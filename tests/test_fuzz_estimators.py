@@ -7,7 +7,9 @@ targets, probabilities sum to one over ``classes_``, labels are among ``classes_
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+import sklearn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import is_classifier, is_regressor
@@ -147,3 +149,21 @@ def test_n_jobs_is_checked_on_every_path(kernel, n_jobs):
     X, y = np.random.default_rng(0).normal(size=(10, 2)), np.arange(10.0)
     with pytest.raises((ValueError, TypeError), match="n_jobs"):
         LocalMeanRegressor(kernel=kernel, n_jobs=n_jobs).fit(X, y).predict(X)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_pandas_output_mode(name):  # issue 26: internal transforms must not see set_output's DataFrames
+    est = ESTIMATORS[name]()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 3))
+    y = X[:, 0] + np.sin(X[:, 1])
+    if isinstance(est, HopfieldNetwork) and est.kind == "classical":
+        X = np.sign(X)
+    if is_classifier(est):
+        y = (y > 0).astype(int)
+    with sklearn.config_context(transform_output="pandas"):
+        assert _fit_and_check(est, X, None if isinstance(est, UNSUPERVISED) else y)
+        if is_regressor(est) or is_classifier(est):
+            assert np.isfinite(est.score(X, y))
+        if hasattr(est, "transform") and hasattr(est, "get_feature_names_out"):
+            assert isinstance(est.transform(X), pd.DataFrame)

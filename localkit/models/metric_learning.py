@@ -193,6 +193,11 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     @map_queries
     def transform(self, X: ArrayLike) -> np.ndarray:
         """The inputs in the learned metric, ``X A^T``."""
+        return self._map(X)
+
+    def _map(self, X):
+        """``X A^T`` as an array: ``transform`` without its output container (``set_output``),
+        which ``predict`` needs whatever ``transform_output`` is configured."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return (X @ self.components_.T).astype(X.dtype, copy=False)  # float32 in, float32 out
@@ -200,7 +205,7 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     @map_queries
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets under the learned kernel."""
-        Z = self.transform(X)
+        Z = self._map(X)
         return local_mean(Z, (self.X_fit_ @ self.components_.T).astype(Z.dtype, copy=False), self.y_fit_,
                           "gaussian", 1.0, n_jobs=self.n_jobs)
 
