@@ -167,3 +167,18 @@ def check_regression_target(y, dtype, name="y"):
         raise ValueError(f"{name} contains NaN or infinity, or values too large for {np.dtype(dtype).name}; "
                          "all targets must be finite")
     return y
+
+
+def check_class_labels(y, name="y"):
+    """scikit-learn's ``check_classification_targets``, after refusing labels that mix strings
+    with other objects (``["a", None]``), which its sorting meets with "'<' not supported between
+    instances of 'NoneType' and 'str'"; the message is its ``unique_labels``' for such a mix."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    labels = np.asarray(y)
+    if labels.dtype == object:
+        kinds = {"None" if v is None else type(v).__name__ for v in labels.flat}
+        if "str" in kinds and len(kinds) > 1:
+            raise ValueError(f"Mix of label input types (string and number); {name} holds {', '.join(sorted(kinds))}; "
+                             "class labels must be all strings or all numbers")
+    check_classification_targets(y)

@@ -7,12 +7,14 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris
-from sklearn.linear_model import LinearRegression
+from sklearn.base import is_classifier
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 import localkit
 from localkit import (Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
-                      MetricLearningKernelRegressor, TSKFuzzyRegressor, kernel_density, local_mean)
+                      MetricLearningKernelRegressor, RelaxationLabeling, TSKFuzzyClassifier, TSKFuzzyRegressor,
+                      kernel_density, local_mean)
 from localkit._validation import check_n_neighbors
 from localkit.kernels.profiles import PROFILES
 from localkit.engine.blocks import resolve_n_jobs
@@ -230,3 +232,26 @@ def test_a_real_dask_dataframe_gets_dataframe_advice():
     X = np.random.default_rng(0).normal(size=(10, 2))
     with pytest.raises(ValueError, match=r"samples\.to_dask_array\(lengths=True\)"):
         local_mean(X, dd.from_pandas(pd.DataFrame(X), npartitions=2), X[:, 0])
+
+
+CLASSIFIERS = {"LocalMeanClassifier": lambda: LocalMeanClassifier(), "RelaxationLabeling": lambda: RelaxationLabeling(),
+               "TSKFuzzyClassifier": lambda: TSKFuzzyClassifier(n_rules=2, random_state=0),
+               "Localized": lambda: Localized(LogisticRegression())}
+
+
+def test_every_classifier_is_listed():
+    classifiers = {type(e).__name__ for e in _estimators() if is_classifier(e)} | {"Localized"}
+    assert classifiers == set(CLASSIFIERS)
+
+
+@pytest.mark.parametrize("make", CLASSIFIERS.values(), ids=CLASSIFIERS.keys())
+@pytest.mark.parametrize("labels", [["a", None], ["a", 1], ["a", 2.5, None]])
+def test_labels_mixing_strings_with_others_get_scikit_learns_message(make, labels):
+    # KNeighborsClassifier().fit(X, ["a", None] * 30) leaks "'<' not supported between instances
+    # of 'NoneType' and 'str'"; the message is scikit-learn's unique_labels' for such a mix
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    y = np.array(labels * 30, dtype=object)[:60]
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\); y holds .*all strings or "
+                                         r"all numbers") as info:
+        make().fit(X, y)
+    assert "NoneType" not in str(info.value)

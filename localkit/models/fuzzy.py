@@ -28,14 +28,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Options, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
-from .._validation import check_array, check_regression_target
+from .._validation import check_array, check_class_labels, check_regression_target
 from ..engine.prototypes import prototype_weights
 from ._dask import map_queries
 
@@ -408,7 +407,7 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         weighted cross-entropy ``-sum_i c_i log p(y_i | x_i) / sum_i c_i``.
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
+        check_class_labels(y)
         w = check_sample_weight(sample_weight, X)
         self.classes_, codes = np.unique(y, return_inverse=True)
         self._n_out = len(self.classes_)
