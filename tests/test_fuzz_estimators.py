@@ -167,3 +167,26 @@ def test_pandas_output_mode(name):  # issue 26: internal transforms must not see
             assert np.isfinite(est.score(X, y))
         if hasattr(est, "transform") and hasattr(est, "get_feature_names_out"):
             assert isinstance(est.transform(X), pd.DataFrame)
+
+
+#: the monomials of a degree-1 design in 1,000 features: a RecursionError (one frame a feature) in
+#: engine.polynomial.monomial_exponents, rewritten without recursion on the branch rel-est
+RECURSIVE_MONOMIALS = {("LocalPCA", 1_000), ("LocalPolynomialRegressor", 1_000)}
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("n,d", [(6, 1_000), (4, 5_000)])
+def test_estimator_many_features(name, n, d, request):  # issue 26: a few samples, up to 5,000 features
+    if (name, d) in RECURSIVE_MONOMIALS:
+        request.applymarker(pytest.mark.xfail(raises=RecursionError, reason="monomial_exponents recursion"))
+    est = ESTIMATORS[name]()
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(n, d))
+    y = rng.normal(size=n)
+    if isinstance(est, HopfieldNetwork) and est.kind == "classical":
+        X = np.sign(X)
+    if is_classifier(est):
+        y = np.arange(n) % 2
+    if isinstance(est, NonLocalMeans):  # an image: n rows of d pixels
+        X = X[:, :64]
+    _fit_and_check(est, X, None if isinstance(est, UNSUPERVISED) else y)

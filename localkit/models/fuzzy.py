@@ -35,6 +35,7 @@ from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
 from .._validation import check_array, check_class_labels, check_regression_target
+from ..engine.blocks import DEFAULT_MEMORY_BUDGET
 from ..engine.prototypes import prototype_weights
 from ._dask import map_queries
 
@@ -284,6 +285,14 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         """
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         y = check_regression_target(y, np.float64)
+        # the consequents' normal equations: the shared model's and each rule's coefficients, 3 P^2
+        # floats held (Gram, a copy, the solver's workspace); n_features = 300 already took 11 s
+        self._check_params(len(X))
+        P = (self.n_rules + 1) * (X.shape[1] + 1 if self.order == 1 else 1)
+        if 24.0 * P * P > DEFAULT_MEMORY_BUDGET:
+            raise ValueError(f"n_rules={self.n_rules} with n_features={X.shape[1]} gives {P:,} consequent coefficients, "
+                             f"whose normal equations need {24.0 * P * P / 2**20:,.0f} MiB, more than the memory budget "
+                             f"of {DEFAULT_MEMORY_BUDGET / 2**20:,.0f} MiB; use fewer rules or features, or order=0")
         w = check_sample_weight(sample_weight, X)
         self._n_out = 1
         # the consequents are linear in the targets, so fitting y / scale and scaling back changes

@@ -228,8 +228,11 @@ def loo_objective(X, y, A, var, gradient=True):
         return loss, None
     c = (e[:, None] * W) * (y[None, :] - f[:, None])
     C = c + c.T
-    M = X.T @ (C.sum(axis=1)[:, None] * X - C @ X)  # sum_ij c_ij x_ij x_ij^T
+    # M = sum_ij c_ij x_ij x_ij^T = X^T B, never formed: A M = (X A^T)^T B = Z^T B and
+    # diag(M) = sum_i x_i * b_i cost O(n d r), where A @ M cost O(d^2 r) (35 s of a 39 s fit at
+    # d = 5,000, n = 6)
+    B = C.sum(axis=1)[:, None] * X - C @ X
     scale = -2.0 / (n * var)
     if diagonal:
-        return loss, scale * A * np.diag(M)
-    return loss, scale * (A @ M)
+        return loss, scale * A * np.einsum("ij,ij->j", X, B)
+    return loss, scale * (Z.T @ B)
