@@ -9,6 +9,7 @@ import argparse
 import numbers
 
 import numpy as np
+import scipy.sparse
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -18,14 +19,7 @@ def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=T
 
     ``ndim`` lists the accepted numbers of dimensions. ``dtype`` forces a float type.
     """
-    if x is None:
-        raise ValueError(f"{name} must be an array, got None")
-    try:
-        arr = np.asarray(x)
-    except Exception as exc:  # ragged lists and the like
-        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    arr = as_numbers(x, name)
     if np.iscomplexobj(arr):
         raise ValueError(f"{name} must be real, got a complex array")
     if dtype is None:
@@ -39,6 +33,47 @@ def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=T
     if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinity; all values must be finite")
     return arr
+
+
+def as_numbers(x, name):
+    """``x`` as a NumPy array of numbers (bool included), or an error that says what ``x`` is and
+    what to pass instead.
+
+    Converted: object arrays whose every element is a number, and pandas columns of a nullable
+    dtype (``Int64``, ``Float64``, ``boolean``) without NA. Refused with advice: scipy sparse
+    matrices (dense arrays only: ``x.toarray()``), pandas NA, objects that are not numbers.
+    """
+    if x is None:
+        raise ValueError(f"{name} must be an array, got None")
+    if scipy.sparse.issparse(x):
+        raise TypeError(f"{name} is a scipy sparse matrix ({type(x).__name__}); localkit takes dense arrays: "
+                        f"pass {name}.toarray()")
+    if _masked_dtypes(x):
+        if np.asarray(x.isna()).any():
+            raise ValueError(f"{name} contains pandas NA (a missing value in a nullable column); "
+                             "missing values are not allowed: drop or impute them first")
+        x = x.to_numpy(dtype=np.result_type(*(t.numpy_dtype for t in _masked_dtypes(x))))
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if arr.dtype == object:
+        others = {type(v).__name__ if v is not None else "None" for v in arr.flat
+                  if not isinstance(v, numbers.Real)}
+        if others:
+            raise ValueError(f"{name} must hold numbers, got an object array holding {', '.join(sorted(others))}; "
+                             "pass an array of numbers (float64 or float32)")
+        arr = arr.astype(np.float64)
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _masked_dtypes(x):
+    """The dtypes of a pandas Series/DataFrame when it has a nullable (masked) one, else ``[]``."""
+    dtypes = list(getattr(x, "dtypes", [])) if hasattr(x, "columns") else [getattr(x, "dtype", None)]
+    masked = type(x).__module__.startswith("pandas") and any(hasattr(t, "numpy_dtype") for t in dtypes)
+    return dtypes if masked and all(hasattr(t, "numpy_dtype") for t in dtypes) else []
 
 
 def check_points(x, name, *, n_features=None, dtype=None):
@@ -151,3 +186,18 @@ def check_regression_target(y, dtype, name="y"):
         raise ValueError(f"{name} contains NaN or infinity, or values too large for {np.dtype(dtype).name}; "
                          "all targets must be finite")
     return y
+
+
+def check_class_labels(y, name="y"):
+    """scikit-learn's ``check_classification_targets``, after refusing labels that mix strings
+    with other objects (``["a", None]``), which its sorting meets with "'<' not supported between
+    instances of 'NoneType' and 'str'"; the message is its ``unique_labels``' for such a mix."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    labels = np.asarray(y)
+    if labels.dtype == object:
+        kinds = {"None" if v is None else type(v).__name__ for v in labels.flat}
+        if "str" in kinds and len(kinds) > 1:
+            raise ValueError(f"Mix of label input types (string and number); {name} holds {', '.join(sorted(kinds))}; "
+                             "class labels must be all strings or all numbers")
+    check_classification_targets(y)

@@ -1,7 +1,7 @@
 """Kernel density against scikit-learn's KernelDensity and scipy's gaussian_kde."""
 import numpy as np
 import pytest
-from scipy import integrate
+from scipy import integrate, special
 from scipy.stats import gaussian_kde
 from sklearn.datasets import load_iris
 from sklearn.neighbors import KernelDensity
@@ -108,3 +108,35 @@ def test_bad_density_data(iris, queries, samples, match):
 def test_bad_density_input(iris, kwargs, match):
     with pytest.raises(ValueError, match=match):
         kernel_density(iris[:5, :2], iris[:, :2], **kwargs)
+
+
+def _sklearn_cosine_log_norm(d):
+    """scikit-learn's cosine normaliser (its series, exact in odd d) in arithmetic of d log10(d)
+    digits: in floats its alternating terms reach ~d! (2/pi)^d and overflow to NaN beyond d ~ 170."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(int(d * np.log10(d)) + 30):
+        factor, tmp, c = mpmath.mpf(0), 2 / mpmath.pi, (2 / mpmath.pi) ** 2
+        for k in range(1, d + 1, 2):
+            factor += tmp
+            tmp *= -(d - k) * (d - k - 1) * c
+        log_factor = float(mpmath.log(factor))
+    return log_factor + np.log(2) + d / 2 * np.log(np.pi) - special.gammaln(d / 2)  # + log |S^(d-1)|
+
+
+@pytest.mark.parametrize("d", [400, 3000])
+@pytest.mark.parametrize("sk,ours", SKLEARN_NAMES)
+def test_equals_sklearn_kernel_density_in_high_dimensions(sk, ours, d):
+    # issue 26: the normaliser overflowed from d = 303 (gaussian: "not integrable") and raised
+    # OverflowError from d ~ 2050; sklearn's log-space answer holds. Cosine: odd d (see above).
+    d += sk == "cosine"
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(30, d))
+    Q = np.vstack([X[:5] + 0.1, rng.normal(size=(3, d))])
+    h = 5.0 if sk == "gaussian" else 3 * np.sqrt(d)  # every query inside every compact support
+    ours = LocalKernelDensity(kernel=ours, bandwidth=h).fit(X).score_samples(Q)
+    if sk == "cosine":  # scikit-learn's floats give NaN here: its series, exactly, on the same sums
+        u = np.sqrt(((Q[:, None, :] - X[None]) ** 2).sum(axis=-1)) / h
+        ref = np.log(np.cos(0.5 * np.pi * u).sum(axis=1) / len(X)) - d * np.log(h) - _sklearn_cosine_log_norm(d)
+    else:
+        ref = KernelDensity(kernel=sk, bandwidth=h).fit(X).score_samples(Q)
+    np.testing.assert_allclose(ours, ref, rtol=1e-10)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
+import sklearn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import is_classifier, is_regressor
@@ -198,3 +200,37 @@ def test_repeating_every_row_changes_no_leave_one_out(name, data):
         np.testing.assert_allclose(twice[0], once[0], rtol=2e-3)
     else:
         np.testing.assert_allclose(twice, once, rtol=1e-9, atol=1e-12 * np.max(np.abs(once)))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_pandas_output_mode(name):  # issue 26: internal transforms must not see set_output's DataFrames
+    est = ESTIMATORS[name]()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 3))
+    y = X[:, 0] + np.sin(X[:, 1])
+    if isinstance(est, HopfieldNetwork) and est.kind == "classical":
+        X = np.sign(X)
+    if is_classifier(est):
+        y = (y > 0).astype(int)
+    with sklearn.config_context(transform_output="pandas"):
+        assert _fit_and_check(est, X, None if isinstance(est, UNSUPERVISED) else y)
+        if is_regressor(est) or is_classifier(est):
+            assert np.isfinite(est.score(X, y))
+        if hasattr(est, "transform") and hasattr(est, "get_feature_names_out"):
+            assert isinstance(est.transform(X), pd.DataFrame)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("n,d", [(6, 1_000), (4, 5_000)])
+def test_estimator_many_features(name, n, d):  # issue 26: a few samples, up to 5,000 features
+    est = ESTIMATORS[name]()
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(n, d))
+    y = rng.normal(size=n)
+    if isinstance(est, HopfieldNetwork) and est.kind == "classical":
+        X = np.sign(X)
+    if is_classifier(est):
+        y = np.arange(n) % 2
+    if isinstance(est, NonLocalMeans):  # an image: n rows of d pixels
+        X = X[:, :64]
+    _fit_and_check(est, X, None if isinstance(est, UNSUPERVISED) else y)

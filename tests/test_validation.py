@@ -7,12 +7,14 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris
-from sklearn.linear_model import LinearRegression
+from sklearn.base import is_classifier
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 import localkit
 from localkit import (Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
-                      MetricLearningKernelRegressor, TSKFuzzyRegressor, kernel_density, local_mean)
+                      MetricLearningKernelRegressor, RelaxationLabeling, TSKFuzzyClassifier, TSKFuzzyRegressor,
+                      kernel_density, local_mean)
 from localkit._validation import check_n_neighbors
 from localkit.kernels.profiles import PROFILES
 from localkit.engine.blocks import resolve_n_jobs
@@ -156,3 +158,100 @@ def test_local_means_refuse_one_vanishing_neighbour(make):
     with pytest.raises(ValueError, match="n_neighbors=1 with the 'tricube' kernel"):
         make(kernel="tricube", n_neighbors=1).fit(da.from_array(X, chunks=50), da.from_array(y, chunks=50))
     make(kernel="uniform", n_neighbors=1).fit(X, y)  # 1-NN
+
+
+# -- issue 26: what local_mean was given, and what to pass ------------------------------------------
+
+def _local_mean_with(role, x):
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    args = {"queries": X, "samples": X, "values": X[:, 0]} | {role: x}
+    return local_mean(args["queries"], args["samples"], args["values"], bandwidth=1.0)
+
+
+@pytest.mark.parametrize("role", ["queries", "samples", "values"])
+def test_a_sparse_matrix_gets_dense_advice(role):
+    import scipy.sparse
+
+    x = np.random.default_rng(0).normal(size=(10, 2 if role != "values" else 1))
+    for make in (scipy.sparse.csr_matrix, scipy.sparse.coo_array):
+        with pytest.raises(TypeError, match=rf"{role} is a scipy sparse matrix .* pass {role}\.toarray\(\)"):
+            _local_mean_with(role, make(x))
+
+
+@pytest.mark.parametrize("role", ["queries", "samples", "values"])
+def test_pandas_nullable_columns_are_numbers_and_their_na_is_named(role):
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    frame = pd.DataFrame({"a": pd.array(X[:, 0], dtype="Float64"), "b": pd.array(np.arange(10), dtype="Int64")})
+    x = frame if role != "values" else frame["a"]
+    plain = X[:, 0] if role == "values" else np.c_[X[:, 0], np.arange(10.0)]
+    np.testing.assert_array_equal(_local_mean_with(role, x), _local_mean_with(role, plain))
+    x = x.copy()
+    x.iloc[3] = pd.NA
+    with pytest.raises(ValueError, match=f"{role} contains pandas NA .* not allowed"):
+        _local_mean_with(role, x)
+
+
+def test_an_object_array_of_numbers_is_converted_and_one_of_others_is_named():
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    np.testing.assert_array_equal(_local_mean_with("samples", X.astype(object)), _local_mean_with("samples", X))
+    mixed = np.array([[1.0, "a"], [None, 2]] * 5, dtype=object)
+    with pytest.raises(ValueError, match="samples must hold numbers, got an object array holding None, str; pass"):
+        _local_mean_with("samples", mixed)
+
+
+class _DaskFrame:
+    """What ``local_mean`` meets of a dask DataFrame (``dask.dataframe`` itself needs pyarrow): a
+    dask collection whose ``to_dask_array()`` has unknown lengths, known with ``lengths=True``."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __dask_graph__(self):
+        return self.x.__dask_graph__()
+
+    def to_dask_array(self, lengths=False):
+        return self.x if lengths else self.x[self.x[:, 0] < np.inf]
+
+
+def test_a_dask_dataframe_gets_dataframe_advice():
+    da = pytest.importorskip("dask.array")
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    frame = _DaskFrame(da.from_array(X, chunks=5))
+    with pytest.raises(ValueError, match=r"samples has unknown chunk sizes; pass samples\.to_dask_array\(lengths=True\)"):
+        local_mean(X, frame, X[:, 0])
+    np.testing.assert_allclose(local_mean(X, frame.to_dask_array(lengths=True), X[:, 0]).compute(),
+                               local_mean(X, X, X[:, 0]), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"queries has unknown chunk sizes; pass queries\.compute_chunk_sizes\(\)"):
+        local_mean(frame.to_dask_array(), X, X[:, 0])
+
+
+def test_a_real_dask_dataframe_gets_dataframe_advice():
+    dd = pytest.importorskip("dask.dataframe")  # needs pyarrow
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match=r"samples\.to_dask_array\(lengths=True\)"):
+        local_mean(X, dd.from_pandas(pd.DataFrame(X), npartitions=2), X[:, 0])
+
+
+CLASSIFIERS = {"LocalMeanClassifier": lambda: LocalMeanClassifier(), "RelaxationLabeling": lambda: RelaxationLabeling(),
+               "TSKFuzzyClassifier": lambda: TSKFuzzyClassifier(n_rules=2, random_state=0),
+               "Localized": lambda: Localized(LogisticRegression())}
+
+
+def test_every_classifier_is_listed():
+    classifiers = {type(e).__name__ for e in _estimators() if is_classifier(e)} | {"Localized"}
+    assert classifiers == set(CLASSIFIERS)
+
+
+@pytest.mark.parametrize("make", CLASSIFIERS.values(), ids=CLASSIFIERS.keys())
+@pytest.mark.parametrize("labels", [["a", None], ["a", 1], ["a", 2.5, None]])
+def test_labels_mixing_strings_with_others_get_scikit_learns_message(make, labels):
+    # KNeighborsClassifier().fit(X, ["a", None] * 30) leaks "'<' not supported between instances
+    # of 'NoneType' and 'str'"; the message is scikit-learn's unique_labels' for such a mix
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    y = np.array(labels * 30, dtype=object)[:60]
+    with pytest.raises(ValueError, match=r"Mix of label input types \(string and number\); y holds .*all strings or "
+                                         r"all numbers") as info:
+        make().fit(X, y)
+    assert "NoneType" not in str(info.value)

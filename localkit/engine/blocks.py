@@ -83,14 +83,37 @@ def map_blocks(func, n, block, n_jobs, *, blas=True):
     one-job pass 13x slower (relaxation labeling, 400 points: 1.2 s -> 15.7 s). ``blas=False``
     (work that calls no BLAS, e.g. tree queries) skips that limit, whose setting and resetting
     cost ~0.1 ms: a third of a fitted kNN regressor's prediction of 10 points.
+
+    Ctrl-C is seen between blocks (a compiled block may turn it into numba's ``SystemError``:
+    :func:`interruptible` turns it back).
     """
     slices = [slice(i, min(i + block, n)) for i in range(0, n, block)]
     workers = min(resolve_n_jobs(n_jobs), len(slices))
-    with _blas_controller().limit(limits=1, user_api="blas") if blas else contextlib.nullcontext():
+    limit = _blas_controller().limit(limits=1, user_api="blas") if blas else contextlib.nullcontext()
+    with limit, interruptible():
         if workers <= 1:
             for s in slices:
                 func(s)
             return
-        with ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(workers) as pool:  # an exception (Ctrl-C) cancels the blocks not yet started
             for _ in pool.map(func, slices):
                 pass
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Re-raise the ``KeyboardInterrupt`` that a numba-compiled call returned with.
+
+    A signal that Python handles while a compiled function boxes its results comes back as
+    ``SystemError: CPUDispatcher(...) returned a result with an exception set``, with the
+    ``KeyboardInterrupt`` in its chain of causes, so that ``except KeyboardInterrupt`` missed it.
+    """
+    try:
+        yield
+    except SystemError as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, KeyboardInterrupt):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from None

@@ -87,7 +87,7 @@ def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
     da = _require_dask()
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
-    x = da.asarray(x)
+    frame, x = hasattr(x, "to_dask_array"), da.asarray(x)  # a dask DataFrame/Series: its values, lengths unknown
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise ValueError(f"{name} must hold numbers, got dtype {x.dtype}")
     if np.issubdtype(x.dtype, np.complexfloating):
@@ -95,7 +95,8 @@ def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
     if x.ndim not in ndim:
         raise ValueError(f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got an array of shape {x.shape}")
     if any(np.isnan(c) for axis in x.chunks for c in axis):
-        raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() first")
+        call = "to_dask_array(lengths=True)" if frame else "compute_chunk_sizes()"
+        raise ValueError(f"{name} has unknown chunk sizes; pass {name}.{call}")
     if x.size == 0:
         raise ValueError(f"{name} is empty (shape {x.shape}); at least one value is needed")
     if n_rows is not None and x.shape[0] != n_rows:

@@ -201,7 +201,9 @@ class Profile:
     name: str
     statement: Callable = field(repr=False)
     compact: bool = False
-    radial_moment: Callable[[int], float] = field(default=None, repr=False)  # int_0^inf k(r) r^(d-1) dr
+    # log int_0^inf k(r) r^(d-1) dr, in log space: the integral itself overflows for large d (the
+    # gaussian's 2^(d/2-1) Gamma(d/2) from d = 343, the laplacian's Gamma(d) from d = 172)
+    log_radial_moment: Callable[[int], float] = field(default=None, repr=False)
     # True for profiles with a kink at u = 0 (linear in u there): the matrix-product form of
     # |q - x|^2 carries an absolute error ~1e-16 |x|^2 whose square root (~1e-8) they would show
     exact_distance: bool = False
@@ -258,15 +260,19 @@ class Profile:
         return _rebind(self.statement, _scalar_namespace(), numba.njit(cache=False, inline="always"))
 
     def log_normalizer(self, d):
-        """``log c_d`` with ``c_d = int_{R^d} k(|u|) du``, the density normaliser in d dims."""
-        moment = self.radial_moment(d)
-        if not np.isfinite(moment):
+        """``log c_d`` with ``c_d = int_{R^d} k(|u|) du``, the density normaliser in d dims:
+
+        ``log c_d = log |S^(d-1)| + log int_0^inf k(r) r^(d-1) dr``, with the sphere's area
+        ``|S^(d-1)| = 2 pi^(d/2) / Gamma(d/2)``; both terms in log space, so any d is finite.
+        """
+        log_moment = self.log_radial_moment(d)
+        if not np.isfinite(log_moment):
             raise ValueError(
                 f"the {self.name!r} profile is not integrable in {d} dimensions, so it has "
                 "no normalised density there; choose another kernel"
             )
         log_sphere = np.log(2.0) + 0.5 * d * np.log(np.pi) - special.gammaln(0.5 * d)
-        return float(log_sphere + np.log(moment))
+        return float(log_sphere + log_moment)
 
     def __reduce__(self):  # pickle by name: the functions are module-level registry entries
         return get_profile, (self.name,)
@@ -303,27 +309,28 @@ def _numpy_statement(statement):
     return _NUMPY_CACHE[statement]
 
 
-def _poly_moment(a, b):
+def _poly_log_moment(a, b):
     # int_0^1 (1 - r^a)^b r^(d-1) dr = B(d/a, b+1) / a
-    return lambda d: float(special.beta(d / a, b + 1) / a)
+    return lambda d: float(special.betaln(d / a, b + 1) - math.log(a))
 
 
 def _poly_profile(name, statement, slope, a, b, **kwargs):
-    return Profile(name, statement, True, _poly_moment(a, b), poly=(a, b), slope=slope, **kwargs)
+    return Profile(name, statement, True, _poly_log_moment(a, b), poly=(a, b), slope=slope, **kwargs)
 
 
-def _cosine_moment(d):
-    return integrate.quad(lambda r: np.cos(0.5 * np.pi * r) * r ** (d - 1), 0.0, 1.0)[0]
+def _cosine_log_moment(d):
+    # int_0^1 cos(pi r / 2) r^(d-1) dr ~ pi / (2 d^2): small, never below the float range
+    return math.log(integrate.quad(lambda r: np.cos(0.5 * np.pi * r) * r ** (d - 1), 0.0, 1.0)[0])
 
 
-def _cauchy_moment(d):
-    return 0.5 * np.pi if d == 1 else np.inf
+def _cauchy_log_moment(d):
+    return math.log(0.5 * np.pi) if d == 1 else np.inf
 
 
 PROFILES = {
     p.name: p
     for p in [
-        Profile("gaussian", _log_gaussian, False, lambda d: 2 ** (0.5 * d - 1) * special.gamma(0.5 * d),
+        Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + special.gammaln(0.5 * d),
                 slope=_slope_gaussian),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
@@ -331,10 +338,10 @@ PROFILES = {
         _poly_profile("triweight", _log_poly_a2_b3, _slope_poly_a2_b3, 2, 3),
         _poly_profile("triangular", _log_triangular, _slope_triangular, 1, 1, exact_distance=True),
         _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
-        Profile("cosine", _log_cosine, True, _cosine_moment, slope=_slope_cosine),
-        Profile("laplacian", _log_laplacian, False, lambda d: special.gamma(d), exact_distance=True,
+        Profile("cosine", _log_cosine, True, _cosine_log_moment, slope=_slope_cosine),
+        Profile("laplacian", _log_laplacian, False, lambda d: special.gammaln(d), exact_distance=True,
                 slope=_slope_laplacian),
-        Profile("cauchy", _log_cauchy, False, _cauchy_moment, polynomial_tail=True, slope=_slope_cauchy),
+        Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy),
     ]
 }
 

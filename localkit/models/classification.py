@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils._array_api import device, get_namespace
 from sklearn.utils.validation import validate_data
 
+from .._validation import check_class_labels
 from ..engine.distributed import is_dask_collection
 from ._base import LocalMeanParams, check_sample_weight, float_dtypes
 from ._dask import fit_local_mean, labels_of
@@ -55,7 +55,7 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
             return fit_local_mean(self, X, y, sample_weight, classify=True)
         X, y = validate_data(self, X, y, dtype=float_dtypes(X))
-        check_classification_targets(y)
+        check_class_labels(y)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
         xp, _ = get_namespace(X)
         self.classes_, codes = xp.unique_inverse(y)

@@ -248,7 +248,7 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
 
     def _scaled_pca(self, X, twins):
         """PCA scores at unit variance times the grid factor with the lowest leave-one-out error."""
-        scores = PCA(self.n_components, svd_solver="full").fit_transform(X)
+        scores = PCA(self.n_components, svd_solver="full").set_output(transform="default").fit_transform(X)
         std = scores.std(axis=0)
         scores = scores / np.where(std > 0, std, 1.0)
         factors = np.geomspace(0.25, 4.0 * len(X) ** (1.0 / self.n_components), 16)

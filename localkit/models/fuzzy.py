@@ -28,14 +28,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Options, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
-from .._validation import check_array, check_regression_target
+from .._validation import check_array, check_class_labels, check_regression_target
+from ..engine.blocks import DEFAULT_MEMORY_BUDGET
 from ..engine.prototypes import prototype_weights
 from ._dask import map_queries
 
@@ -330,6 +330,14 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
         """
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         y = check_regression_target(y, np.float64)
+        # the consequents' normal equations: the shared model's and each rule's coefficients, 3 P^2
+        # floats held (Gram, a copy, the solver's workspace); n_features = 300 already took 11 s
+        self._check_params(len(X))
+        P = (self.n_rules + 1) * (X.shape[1] + 1 if self.order == 1 else 1)
+        if 24.0 * P * P > DEFAULT_MEMORY_BUDGET:
+            raise ValueError(f"n_rules={self.n_rules} with n_features={X.shape[1]} gives {P:,} consequent coefficients, "
+                             f"whose normal equations need {24.0 * P * P / 2**20:,.0f} MiB, more than the memory budget "
+                             f"of {DEFAULT_MEMORY_BUDGET / 2**20:,.0f} MiB; use fewer rules or features, or order=0")
         w = check_sample_weight(sample_weight, X)
         self._n_out = 1
         # the consequents are linear in the targets, so fitting y / scale and scaling back changes
@@ -443,7 +451,7 @@ class TSKFuzzyClassifier(ClassifierMixin, _TSKBase):
         weighted cross-entropy ``-sum_i c_i log p(y_i | x_i) / sum_i c_i``.
         """
         X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
+        check_class_labels(y)
         w = check_sample_weight(sample_weight, X)
         self.classes_, codes = np.unique(y, return_inverse=True)
         self._n_out = len(self.classes_)

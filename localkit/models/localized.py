@@ -11,11 +11,10 @@ from sklearn.base import (BaseEstimator, ClassifierMixin, MetaEstimatorMixin, Re
 from sklearn.utils import get_tags
 from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
 from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative
-from .._validation import check_regression_target
+from .._validation import check_class_labels, check_regression_target
 from ..engine.blocks import resolve_n_jobs
 from ..engine.weights import KernelWeights
 from ..kernels.bandwidth import resolve_bandwidth
@@ -140,7 +139,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         # regressors take 2-D targets when the inner estimator does (it says so in its own fit)
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=not classifier, multi_output=not classifier)
         if classifier:
-            check_classification_targets(y)
+            check_class_labels(y)
             self.classes_ = np.unique(y)  # a class seen only with zero weight gets probability 0
         else:  # string targets would fit (no arithmetic yet) and fail at the first prediction
             y = check_regression_target(y, X.dtype)

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import BANDWIDTH_CONSTRAINT, KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import map_blocks
-from ..engine.polynomial import local_covariance
+from ..engine.polynomial import check_design_fits, local_covariance
 from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
@@ -303,6 +303,12 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         """Store the samples and resolve the kernel. Returns ``self``."""
         X = validate_data(self, X, dtype=FLOATS)
         _check_n_components(self.n_components, X.shape[1])
+        try:  # each query's moments (local_covariance's degree-1 design) must fit the memory budget
+            check_design_fits(X.shape[1], 1, X.dtype.itemsize)
+        except ValueError:  # said in LocalPCA's terms: it has no degree
+            raise ValueError(f"LocalPCA holds an n_features x n_features covariance per query, and n_features="
+                             f"{X.shape[1]} is more than the memory budget allows; reduce the features first "
+                             "(e.g. sklearn.decomposition.PCA)") from None
         self._fit_kernel(X)
         self.X_fit_ = X
         self.center_ = safe_mean(X)

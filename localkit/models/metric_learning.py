@@ -193,6 +193,11 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     @map_queries
     def transform(self, X: ArrayLike) -> np.ndarray:
         """The inputs in the learned metric, ``X A^T``."""
+        return self._map(X)
+
+    def _map(self, X):
+        """``X A^T`` as an array: ``transform`` without its output container (``set_output``),
+        which ``predict`` needs whatever ``transform_output`` is configured."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return (X @ self.components_.T).astype(X.dtype, copy=False)  # float32 in, float32 out
@@ -200,7 +205,7 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     @map_queries
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets under the learned kernel."""
-        Z = self.transform(X)
+        Z = self._map(X)
         return local_mean(Z, (self.X_fit_ @ self.components_.T).astype(Z.dtype, copy=False), self.y_fit_,
                           "gaussian", 1.0, n_jobs=self.n_jobs)
 
@@ -223,8 +228,11 @@ def loo_objective(X, y, A, var, gradient=True):
         return loss, None
     c = (e[:, None] * W) * (y[None, :] - f[:, None])
     C = c + c.T
-    M = X.T @ (C.sum(axis=1)[:, None] * X - C @ X)  # sum_ij c_ij x_ij x_ij^T
+    # M = sum_ij c_ij x_ij x_ij^T = X^T B, never formed: A M = (X A^T)^T B = Z^T B and
+    # diag(M) = sum_i x_i * b_i cost O(n d r), where A @ M cost O(d^2 r) (35 s of a 39 s fit at
+    # d = 5,000, n = 6)
+    B = C.sum(axis=1)[:, None] * X - C @ X
     scale = -2.0 / (n * var)
     if diagonal:
-        return loss, scale * A * np.diag(M)
-    return loss, scale * (A @ M)
+        return loss, scale * A * np.einsum("ij,ij->j", X, B)
+    return loss, scale * (Z.T @ B)

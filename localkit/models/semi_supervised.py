@@ -21,11 +21,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
-from .._validation import check_array, check_n_neighbors
+from .._validation import check_array, check_class_labels, check_n_neighbors
 from ..engine import bind
 from ..engine.iteration import iterate, sum_abs_change
 from ..kernels import Kernel
@@ -172,7 +171,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     def fit(self, X: ArrayLike, y: ArrayLike):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS)
-        check_classification_targets(y)
+        check_class_labels(y)
         check_n_neighbors(self.n_neighbors, len(X))
         unlabelled = (y == -1) if y.dtype.kind in "iuf" else np.zeros(len(y), dtype=bool)
         if unlabelled.all():
