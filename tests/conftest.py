@@ -30,3 +30,16 @@ def dispatch(monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzz and robustness suites' size and time, in every run's summary (CI's log too)."""
+    reports = [r for outcome in ("passed", "failed", "xfailed", "skipped")
+               for r in terminalreporter.getreports(outcome)
+               if r.when == "call" and "/test_fuzz_" in f"/{r.nodeid}"]
+    if reports:
+        failed = sum(r.outcome == "failed" for r in reports)
+        seconds = sum(r.duration for r in reports)
+        terminalreporter.write_line(
+            f"fuzz suite: {len(reports)} cases ({failed} failed), {seconds:.1f} s; hypothesis profile "
+            f"{os.environ.get('HYPOTHESIS_PROFILE', 'ci')!r}, up to {settings.default.max_examples} examples a case")
