@@ -130,6 +130,7 @@ def test_tree_index_answers_as_nearest_neighbors(metric, p):
     Q = X[::7] + 1e-3
     ours = make_index(X, metric, p, exact=True)
     theirs = NearestNeighbors(metric=metric, p=p, algorithm="kd_tree").fit(X)
+    assert ours.n_samples_fit_ == theirs.n_samples_fit_
     for a, b in zip(ours.kneighbors(Q, n_neighbors=6), theirs.kneighbors(Q, n_neighbors=6)):
         np.testing.assert_array_equal(a, b)
     d_ours, i_ours = ours.radius_neighbors(Q, radius=0.05, sort_results=True)

@@ -42,6 +42,7 @@ class TreeIndex:
             metric = {1: "manhattan", 2: "euclidean", np.inf: "chebyshev"}.get(p, metric)
         params = {"p": p} if metric == "minkowski" else {}
         self.tree = KDTree(Xs, metric=metric, **params)
+        self.n_samples_fit_ = len(Xs)  # NearestNeighbors' name
 
     def kneighbors(self, Q, n_neighbors):
         """``(distances, indices)`` of the ``n_neighbors`` nearest samples, nearest first."""
