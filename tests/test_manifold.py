@@ -262,6 +262,6 @@ def test_local_pca_on_thousands_of_features_speaks_of_its_own_parameters():
     X = rng.normal(size=(4, 2500))
     z = LocalPCA(n_components=1, bandwidth=100.0).fit(X[:, :1000]).transform(X[:2, :1000])
     assert z.shape == (2, 1) and np.all(np.isfinite(z))
-    with pytest.raises(ValueError, match=r"n_features=2500: one query's local covariance") as err:
+    with pytest.raises(ValueError, match=r"covariance per query, and n_features=2500 is more than the memory") as err:
         LocalPCA(n_components=1, bandwidth=100.0).fit(X).transform(X[:1])
     assert "degree" not in str(err.value) and "monomial" not in str(err.value)

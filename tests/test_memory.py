@@ -170,8 +170,18 @@ def test_default_tolerance_is_1e8_in_float64_and_scaled_epsilons_in_float32():
 
 
 def test_an_explicit_tolerance_is_used_as_given():
+    """An explicit ``tol`` reaches the fixed-point driver unchanged in float32: 1e-8 (below the
+    default 16 eps) takes at least as many updates per row as the default, and more in all; a
+    tolerance above any move stops every row after its first update. (Whether 1e-8 also
+    oscillates at round-off until ``max_iter`` depends on the BLAS kernel's float32 rounding: it
+    did on one machine, not on another, so that is not what this test asserts.)"""
     P, probes = _digit_probes()
     net = HopfieldNetwork(beta=0.2, tol=1e-8).fit(P.astype(np.float32))
     assert net._tolerance(np.float32) == 1e-8
-    with pytest.warns(ConvergenceWarning, match="did not converge"):
-        net.retrieve(probes.astype(np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        tight = net.retrieve(probes.astype(np.float32))
+        default = HopfieldNetwork(beta=0.2).fit(P.astype(np.float32)).retrieve(probes.astype(np.float32))
+    assert np.all(tight.row_iter >= default.row_iter) and tight.row_iter.sum() > default.row_iter.sum()
+    loose = HopfieldNetwork(beta=0.2, tol=1e3).fit(P.astype(np.float32)).retrieve(probes.astype(np.float32))
+    assert np.all(loose.row_iter == 1)

@@ -54,7 +54,11 @@ def test_tensors_keep_the_samples_at_the_edge(digits, monkeypatch):
 
     monkeypatch.setenv("SCIPY_ARRAY_API", "1")
     X, y = digits
+    # leave-one-out on tensors takes distinct rows (repeated ones are refused there: engine.twins)
+    distinct = np.sort(np.unique(X, axis=0, return_index=True)[1])
     for exclude_self in (False, True):
+        if exclude_self:
+            X, y = X[distinct], y[distinct]
         ref = local_sums(None, X, y, "uniform", bandwidth=1.0, exclude_self=exclude_self)
         with sklearn.config_context(array_api_dispatch=True):
             got = local_sums(None, torch.tensor(X), torch.tensor(y), "uniform", bandwidth=1.0,
