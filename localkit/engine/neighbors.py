@@ -41,7 +41,7 @@ class TreeIndex:
         if metric == "minkowski":  # as NearestNeighbors: the special cases of p by their own metric
             metric = {1: "manhattan", 2: "euclidean", np.inf: "chebyshev"}.get(p, metric)
         params = {"p": p} if metric == "minkowski" else {}
-        self.tree = KDTree(Xs, metric=metric, **params)
+        self.tree = KDTree(Xs, leaf_size=30, metric=metric, **params)  # NearestNeighbors' leaf size
         self.n_samples_fit_ = len(Xs)  # NearestNeighbors' name
 
     def kneighbors(self, Q, n_neighbors):
