@@ -73,20 +73,27 @@ def _run(argv, capsys):
     return code, capsys.readouterr()
 
 
+def _interrupt_at(stop, monkeypatch):
+    """Make train-lm's progress report raise KeyboardInterrupt (Ctrl-C) at step ``stop``; returns
+    the original report."""
+    progress = train_lm._progress
+
+    def interrupt(step, *args):
+        if step == stop:
+            raise KeyboardInterrupt
+        progress(step, *args)
+
+    monkeypatch.setattr(train_lm, "_progress", interrupt)
+    return progress
+
+
 def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, capsys, monkeypatch):
     """Ctrl-C at step 3 saves a checkpoint; --resume continues at step 3 and ends exactly where an
     uninterrupted run of the same settings ends (same batches, same optimiser state)."""
     base = ["--kernel", "gaussian", "--steps", "6", "--eval-every", "2"] + TINY[2:]
     _, whole = _run(base + ["--log", str(tmp_path / "whole.json")], capsys)
     checkpoint = tmp_path / "run.pt"
-    progress = train_lm._progress
-
-    def interrupt(step, *args):
-        if step == 3:
-            raise KeyboardInterrupt
-        progress(step, *args)
-
-    monkeypatch.setattr(train_lm, "_progress", interrupt)
+    progress = _interrupt_at(3, monkeypatch)
     code, first = _run(base + ["--checkpoint", str(checkpoint)], capsys)
     assert code == 130 and "interrupted at step 3" in first.out and checkpoint.is_file()
     monkeypatch.setattr(train_lm, "_progress", progress)
@@ -178,14 +185,7 @@ def test_the_log_test_write_leaves_no_file_and_keeps_an_existing_one(tmp_path):
 
 
 def test_ctrl_c_writes_the_log_of_the_steps_done(tmp_path, capsys, monkeypatch):
-    progress = train_lm._progress
-
-    def interrupt(step, *args):
-        if step == 3:
-            raise KeyboardInterrupt
-        progress(step, *args)
-
-    monkeypatch.setattr(train_lm, "_progress", interrupt)
+    _interrupt_at(3, monkeypatch)
     log = tmp_path / "partial.json"
     code, out = _run(["--log", str(log), "--steps", "6"] + TINY[2:], capsys)
     assert code == 130 and out.out.strip().splitlines()[-1] == "interrupted at step 3"
