@@ -113,7 +113,8 @@ def test_bad_density_input(iris, kwargs, match):
 def _sklearn_cosine_log_norm(d):
     """scikit-learn's cosine normaliser (its series, exact in odd d) in arithmetic of d log10(d)
     digits: in floats its alternating terms reach ~d! (2/pi)^d and overflow to NaN beyond d ~ 170."""
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath  # a test extra
+
     with mpmath.workdps(int(d * np.log10(d)) + 30):
         factor, tmp, c = mpmath.mpf(0), 2 / mpmath.pi, (2 / mpmath.pi) ** 2
         for k in range(1, d + 1, 2):

@@ -180,7 +180,8 @@ def test_a_sparse_matrix_gets_dense_advice(role):
 
 @pytest.mark.parametrize("role", ["queries", "samples", "values"])
 def test_pandas_nullable_columns_are_numbers_and_their_na_is_named(role):
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     X = np.random.default_rng(0).normal(size=(10, 2))
     frame = pd.DataFrame({"a": pd.array(X[:, 0], dtype="Float64"), "b": pd.array(np.arange(10), dtype="Int64")})
     x = frame if role != "values" else frame["a"]
@@ -215,7 +216,8 @@ class _DaskFrame:
 
 
 def test_a_dask_dataframe_gets_dataframe_advice():
-    da = pytest.importorskip("dask.array")
+    import dask.array as da
+
     X = np.random.default_rng(0).normal(size=(10, 2))
     frame = _DaskFrame(da.from_array(X, chunks=5))
     with pytest.raises(ValueError, match=r"samples has unknown chunk sizes; pass samples\.to_dask_array\(lengths=True\)"):
@@ -227,8 +229,9 @@ def test_a_dask_dataframe_gets_dataframe_advice():
 
 
 def test_a_real_dask_dataframe_gets_dataframe_advice():
-    dd = pytest.importorskip("dask.dataframe")  # needs pyarrow
-    pd = pytest.importorskip("pandas")
+    import dask.dataframe as dd  # needs pyarrow (a test extra)
+    import pandas as pd
+
     X = np.random.default_rng(0).normal(size=(10, 2))
     with pytest.raises(ValueError, match=r"samples\.to_dask_array\(lengths=True\)"):
         local_mean(X, dd.from_pandas(pd.DataFrame(X), npartitions=2), X[:, 0])
