@@ -213,16 +213,15 @@ def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, dia
 
 @pytest.fixture
 def host_engine_off(monkeypatch):
-    """Call it after the NumPy references: from then on MeanShift must not call the NumPy engine
+    """Call it after the NumPy references: from then on MeanShift must not bind the NumPy engine
     (its passes run on the tensors' device)."""
-    import localkit.models.cluster as cluster
+    import localkit.engine.binding as binding
 
     def host(*args, **kwargs):
         raise AssertionError("the NumPy engine was called for tensors")
 
     def off():
-        monkeypatch.setattr(cluster, "BoundKernel", host)
-        monkeypatch.setattr(cluster, "local_sums", host)
+        monkeypatch.setattr(binding, "BoundKernel", host)
     return off
 
 

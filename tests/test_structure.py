@@ -88,3 +88,57 @@ def test_no_import_cycle():
 
 def test_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _imports_and_names(name, source=None):
+    """``(modules, names)``: every module that module ``name`` imports (its full dotted name,
+    relative imports resolved) and every identifier its source (or ``source``) uses."""
+    path = MODULES.get(name, ROOT / "models" / "probe.py")
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    modules, names = set(), set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            modules.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(stem + ([node.module] if node.module else []))
+            modules.add(base)
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+    return modules, names
+
+
+def _layer(prefix):
+    return [m for m in MODULES if m == prefix or m.startswith(prefix + ".")]
+
+
+def test_models_and_nn_reach_the_engine_through_its_door_only():
+    """``from ..engine import ...`` and nothing deeper: the engine's submodules are its own."""
+    for name in _layer("localkit.models") + _layer("localkit.nn"):
+        deep = {m for m in _imports_and_names(name)[0] if m.startswith("localkit.engine.")}
+        assert not deep, f"{name} imports {sorted(deep)}; import from localkit.engine"
+
+
+#: what only the engine's backends may ask: which array library or cluster holds the data
+BACKEND_QUESTIONS = {"is_dask_collection", "foreign_namespace", "_is_numpy_namespace", "xp_local_sums",
+                     "xp_nearest", "xp_bandwidth", "xp_kneighbors", "_convert_to_numpy", "dask_local_sums"}
+
+
+def test_no_model_imports_dask_or_tests_an_array_namespace():
+    for name in _layer("localkit.models"):
+        modules, names = _imports_and_names(name)
+        assert not {m for m in modules if m == "dask" or m.startswith("dask.")}, f"{name} imports dask"
+        assert not names & BACKEND_QUESTIONS, f"{name} asks {sorted(names & BACKEND_QUESTIONS)}; use backend_of"
+
+
+def test_the_structure_checks_can_fail():
+    """The checks read what they claim to: a model that imports an engine submodule and dask is seen."""
+    source = "import dask.array as da\nfrom ..engine.namespace import foreign_namespace\nforeign_namespace(1)\n"
+    modules, names = _imports_and_names("localkit.models.probe", source)
+    assert "dask.array" in modules and "localkit.engine.namespace" in modules
+    assert "foreign_namespace" in names

@@ -1,5 +1,8 @@
 """The engine: the one place where kernel weights meet values.
 
+* :func:`backend_of` — where arrays live (NumPy, a device under array-API dispatch, a dask
+  cluster): the checks and encoders a model calls, written once for every backend;
+  :func:`map_queries` maps an in-memory estimator's method over a dask array's chunks;
 * :func:`bind` — a kernel bound to its samples once, for passes on any array library (estimators
   keep the :class:`Binding` from ``fit``; NumPy samples are held in a :class:`BoundKernel`);
 * :class:`BoundKernel` — a kernel bound to its samples (bandwidth, centring, indexes, sample
@@ -17,21 +20,58 @@
 * :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
 * :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
 """
-from .blocks import block_sizes, map_blocks
+from .backend import backend_of, map_queries
+from .blocks import DEFAULT_MEMORY_BUDGET, block_sizes, map_blocks, resolve_n_jobs
 from .binding import Binding, bind
 from .bound import BoundKernel, BoundValues
-from .iteration import FixedPoint, iterate
+from .iteration import FixedPoint, iterate, row_max_abs_change, row_norm_change, sum_abs_change
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .loess_surface import KDSurface
 from .options import EngineOptions
-from .patches import patch_local_mean
-from .polynomial import LocalPolynomialFit, local_covariance, local_polynomial
+from .patches import gaussian_patch_weights, patch_local_mean
+from .polynomial import LocalPolynomialFit, check_design_fits, local_covariance, local_polynomial
 from .prototypes import prototype_weights
-from .reconstruction import reconstruction_gradient
+from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
+                             reconstruction_gradient)
 from .stream import OnlineLogSumExp, augment
+from .twins import twin_groups
 from .weights import KernelWeights
 
-__all__ = ["BoundKernel", "BoundValues", "Binding", "bind", "EngineOptions", "FixedPoint", "KDSurface", "KernelWeights", "LocalPolynomialFit", "LocalSums", "OnlineLogSumExp",
-           "augment", "block_sizes", "iterate", "local_covariance", "local_mean", "local_polynomial",
-           "local_sums",
-           "make_kernel", "map_blocks", "patch_local_mean", "prototype_weights", "reconstruction_gradient"]
+__all__ = [
+    "augment",
+    "backend_of",
+    "bind",
+    "Binding",
+    "block_sizes",
+    "BoundKernel",
+    "BoundValues",
+    "chained_query_gradient",
+    "chained_reconstruction_gradient",
+    "check_design_fits",
+    "check_smooth_kernel",
+    "DEFAULT_MEMORY_BUDGET",
+    "EngineOptions",
+    "FixedPoint",
+    "gaussian_patch_weights",
+    "iterate",
+    "KDSurface",
+    "KernelWeights",
+    "local_covariance",
+    "local_mean",
+    "local_polynomial",
+    "local_sums",
+    "LocalPolynomialFit",
+    "LocalSums",
+    "make_kernel",
+    "map_blocks",
+    "map_queries",
+    "OnlineLogSumExp",
+    "patch_local_mean",
+    "prototype_weights",
+    "reconstruction_gradient",
+    "resolve_n_jobs",
+    "row_max_abs_change",
+    "row_norm_change",
+    "sum_abs_change",
+    "twin_groups",
+]

@@ -13,11 +13,12 @@ import copy
 
 import numpy as np
 
+from .backend import backend_of
 from .bound import BoundKernel, BoundValues
-from .distributed import is_dask_collection
-from .local_mean import local_sums
-from .namespace import foreign_namespace
+from .distributed import dask_local_sums, is_dask_collection
+from .namespace import foreign_namespace, xp_local_sums
 from .options import EngineOptions
+from .results import LocalSums
 
 
 def elsewhere(*arrays):
@@ -62,11 +63,27 @@ class Binding:
         return other
 
     def sums(self, queries=None, values=None, *, exclude_self=False, query_scale=None):
+        """One pass at ``queries`` (the samples for None) on the backend of the arrays: the kept
+        :class:`~localkit.engine.BoundKernel` for NumPy, the arrays' device under array-API
+        dispatch (:func:`~localkit.engine.namespace.xp_local_sums`), or the dask cluster
+        (:func:`~localkit.engine.distributed.dask_local_sums`)."""
         if self.bound is not None and not elsewhere(queries, query_scale):
             return self.bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)
+        values = values.source if isinstance(values, BoundValues) else values
+        arrays = (queries, self.samples, values, self.sample_weight, query_scale, self.sample_scale)
         opts = self.options
-        return local_sums(queries, self.samples, values.source if isinstance(values, BoundValues) else values,
-                          self.kernel, exclude_self=exclude_self, sample_weight=self.sample_weight,
-                          sample_scale=self.sample_scale, query_scale=query_scale, twins=self.twins, empty=opts.empty,
-                          algorithm=opts.algorithm, block_size=opts.block_size, memory_budget=opts.memory_budget,
-                          n_jobs=opts.n_jobs)
+        if is_dask_collection(*arrays):  # query chunks map, sample chunks reduce on the cluster
+            return dask_local_sums(queries, self.samples, values, self.kernel, exclude_self=exclude_self,
+                                   sample_weight=self.sample_weight, empty=opts.empty, algorithm=opts.algorithm,
+                                   block_size=opts.block_size, memory_budget=opts.memory_budget, n_jobs=opts.n_jobs,
+                                   query_scale=query_scale, sample_scale=self.sample_scale,
+                                   exact_edge=opts.exact_edge)
+        return xp_local_sums(foreign_namespace(*arrays), queries, self.samples, values, self.kernel,
+                             exclude_self=exclude_self, sample_weight=self.sample_weight, options=opts,
+                             query_scale=query_scale, sample_scale=self.sample_scale)
+
+    def host_sums(self, queries=None, values=None):
+        """:meth:`sums` with NumPy results on the host, computed together (one distributed pass on
+        dask): for drivers that iterate in memory (mean shift's seeds)."""
+        out = self.sums(queries, values)
+        return LocalSums(*backend_of(out.mean, out.log_weight_sum).host(out.mean, out.log_weight_sum, out.empty))

@@ -399,12 +399,13 @@ def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, split_ev
 def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
                     exclude_self=False, *, metric="euclidean", sample_weight=None, empty="nearest",
                     algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
-                    sample_scale=None, split_every=None):
+                    sample_scale=None, split_every=None, exact_edge=False):
     """:func:`~localkit.engine.local_sums` on dask arrays (any mix with NumPy), lazily.
 
     Parameters are those of :func:`~localkit.engine.local_sums`; ``n_jobs`` is the number of
     native threads of one task (default 1: a worker runs ``threads_per_worker`` tasks at once),
-    ``split_every`` the fan-in of the tree reduction over sample chunks (dask's default if None).
+    ``split_every`` the fan-in of the tree reduction over sample chunks (dask's default if None),
+    ``exact_edge`` that of :class:`~localkit.engine.EngineOptions` in every chunk's pass.
     Sample chunks define the reduction; ``values``, ``sample_weight`` and ``sample_scale`` are
     re-chunked to them, and with ``exclude_self`` so are the queries (only diagonal pairs then
     drop a weight).
@@ -470,7 +471,8 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
             return _result(final, p, values is None, squeeze, dtype, out_dtype)
         q_scale = nearest.map_blocks(partial(_kth_distance, k=k), drop_axis=1, dtype=out_dtype)
     block = partial(_pair_state, kernel=bound, p=p, exclude_self=exclude_self, threads=threads,
-                    options=dict(algorithm=algorithm, block_size=block_size, memory_budget=memory_budget))
+                    options=dict(algorithm=algorithm, block_size=block_size, memory_budget=memory_budget,
+                                 exact_edge=exact_edge))
     merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale],
                      out_dtype, split_every)
     final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
@@ -493,15 +495,3 @@ def _result(final, p, no_values, squeeze, dtype, out_dtype):
         return LocalSums(None, log_sum, empty)
     mean = final[:, 0] if squeeze else final[:, :p]
     return LocalSums(mean.astype(out_dtype), log_sum, empty)
-
-
-def dask_kernel_density(queries, samples, kern, *, log=False, **options):
-    """:func:`localkit.kernel_density` on dask arrays: ``log p = log sum_j K - log n - sum log h - log c_d``,
-    lazily (``kern`` a validated fixed-bandwidth :class:`~localkit.Kernel`)."""
-    S = as_dask_points(samples, "samples")
-    n, d = S.shape
-    h = np.broadcast_to(dask_bandwidth(kern.bandwidth, S), (d,))
-    out = dask_local_sums(queries, S, None, Kernel(kern.name_, bandwidth=h), empty="nearest", **options)
-    # one Python float: a NumPy float64 scalar would promote float32 samples' densities to float64
-    log_p = out.log_weight_sum - float(np.log(n) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))
-    return log_p if log else np.exp(log_p)

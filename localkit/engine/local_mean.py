@@ -16,8 +16,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..kernels import Kernel
-from .bound import BoundKernel, make_kernel
-from .namespace import foreign_namespace, xp_local_sums
+from .binding import bind
+from .bound import make_kernel
 from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
 from .results import LocalSums
 
@@ -106,23 +106,13 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
         (default: every sample at its point, :mod:`localkit.engine.twins`; NumPy arrays only).
 
     The options form one :class:`~localkit.engine.EngineOptions`; the call is
-    ``BoundKernel(kernel, samples, ...).sums(queries, values, ...)``, which models that query
-    the same samples repeatedly keep and call directly.
+    ``bind(kernel, samples, ...).sums(queries, values, ...)`` (NumPy samples: a
+    :class:`~localkit.engine.BoundKernel`; a device or a dask cluster: the pass runs there), which
+    models that query the same samples repeatedly keep and call directly.
     """
-    from .distributed import dask_local_sums, is_dask_collection  # dask arrays: chunks reduce on the cluster
-
-    if is_dask_collection(queries, samples, values, sample_weight, query_scale, sample_scale):
-        return dask_local_sums(queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self, metric=metric,
-                               sample_weight=sample_weight, empty=empty, algorithm=algorithm, block_size=block_size,
-                               memory_budget=memory_budget, n_jobs=n_jobs, query_scale=query_scale,
-                               sample_scale=sample_scale)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
                             memory_budget=memory_budget, n_jobs=n_jobs)
-    xp = foreign_namespace(queries, samples, values, sample_weight, query_scale, sample_scale)
-    if xp is not None:  # torch / CuPy arrays under array-API dispatch: computed on their device
-        return xp_local_sums(xp, queries, samples, values, make_kernel(kernel, bandwidth, n_neighbors, metric, p),
-                             exclude_self=exclude_self, sample_weight=sample_weight, options=options,
-                             query_scale=query_scale, sample_scale=sample_scale)
-    bound = BoundKernel(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples,
-                        sample_weight=sample_weight, sample_scale=sample_scale, options=options, twins=twins)
-    return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)
+    return bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,
+                sample_scale=sample_scale, options=options, twins=twins).sums(queries, values,
+                                                                              exclude_self=exclude_self,
+                                                                              query_scale=query_scale)

@@ -21,6 +21,7 @@ import numpy as np
 
 from .blocks import block_sizes
 from .paths import LOG_WEIGHT_TOL
+from .planner import COMPILED_BANDWIDTHS
 from .results import LocalSums, value_offset
 from .twins import refuse_twins
 
@@ -136,8 +137,12 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     h = xp_bandwidth(xp, kernel, X, weight)
     logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
     support = None
-    if options.algorithm == "compiled":
-        _check_compiled(kernel, h, exclude_self, q_scale, s_scale)
+    compiled_ok = _compiled_fits(kernel, h, exclude_self, q_scale, s_scale)
+    if options.algorithm == "compiled" and not compiled_ok:
+        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
+                         f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "
+                         f"per-point scales and exclude_self=False; got {kernel!r}")
+    if compiled_ok and (options.algorithm == "compiled" or options.exact_edge):
         Qs, Xs, support = Q, X, h * h
     elif _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
         if isinstance(h, float):
@@ -222,15 +227,11 @@ def _check_scale(xp, scale, n, name, like):
     return xp.astype(scale, like.dtype)
 
 
-def _check_compiled(kernel, h, exclude_self, q_scale, s_scale):
-    from .planner import COMPILED_BANDWIDTHS
-
+def _compiled_fits(kernel, h, exclude_self, q_scale, s_scale):
+    """Whether the compiled compact pass's arithmetic (raw coordinates, ``|q - x|^2 <= h^2``) applies."""
     lo, hi = COMPILED_BANDWIDTHS
-    if not (kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean" and not exclude_self
-            and q_scale is None and s_scale is None and isinstance(h, float) and lo < h < hi):
-        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
-                         f"{lo:g} and {hi:g}), the euclidean metric, no per-point scales and exclude_self=False; "
-                         f"got {kernel!r}")
+    return bool(kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean" and not exclude_self
+                and q_scale is None and s_scale is None and isinstance(h, float) and lo < h < hi)
 
 
 def _logit_exponent(xp, Q, X, h):
@@ -495,8 +496,6 @@ def _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
     """True for the uniform profile (a jump at its edge) with a fixed bandwidth (scalar or per
     feature) where squared differences stay in the float range: its support is then decided by
     the compiled pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
-    from .planner import COMPILED_BANDWIDTHS
-
     lo, hi = COMPILED_BANDWIDTHS
     widths = np.atleast_1d(np.asarray(h, dtype=np.float64))
     if not (kernel.compact and not kernel.profile.vanishes_at_edge and kernel.n_neighbors is None

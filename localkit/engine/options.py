@@ -31,6 +31,11 @@ class EngineOptions:
     n_jobs : int, optional
         Threads over query blocks; ``None`` means one unless a joblib context says otherwise,
         ``-1`` all cores (scikit-learn's convention).
+    exact_edge : bool, default=False
+        Decide the samples at distance exactly ``h`` of a compact support by
+        ``|q - x|^2 <= h^2`` in the raw coordinates, the arithmetic of scikit-learn's radius
+        queries: the planner then takes the compiled compact pass wherever it applies, at any
+        number of features (mean shift, whose seeds land on such ties on gridded data).
     """
 
     empty: str = "nearest"
@@ -38,6 +43,7 @@ class EngineOptions:
     block_size: int | tuple | None = None
     memory_budget: float | None = None
     n_jobs: int | None = None
+    exact_edge: bool = False
 
     def __post_init__(self):
         check_choice(self.empty, "empty", EMPTY_POLICIES)

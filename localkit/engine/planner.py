@@ -66,7 +66,8 @@ def explain(bound, Q, q_scale, exclude_self):
     if path == "compiled":
         why_compiled = ("algorithm='compiled'" if algorithm == "compiled"
                         else f"a compact profile at a fixed bandwidth in {d} <= {COMPILED_MAX_FEATURES} features: "
-                             "measured fastest")
+                             "measured fastest" if d <= COMPILED_MAX_FEATURES
+                        else "exact_edge=True: points at distance h decided as scikit-learn's radius queries do")
     elif refused:
         why_compiled = "; ".join(refused)
     elif algorithm != "auto":
@@ -124,7 +125,7 @@ def plan(bound, Q, q_scale, exclude_self):
         return "neighbors"
     if algorithm == "dense":
         return "dense"
-    if compiled and bound.n_features <= COMPILED_MAX_FEATURES:
+    if compiled and (bound.n_features <= COMPILED_MAX_FEATURES or bound.options.exact_edge):
         return "compiled"
     if radius_ok and _few_in_support(bound, Q):
         return "neighbors"

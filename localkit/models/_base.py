@@ -7,16 +7,11 @@ from numbers import Real
 import numpy as np
 from sklearn.utils._array_api import get_namespace
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._params import ANY_METRIC_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT
 from .._validation import check_n_neighbors
-from ..engine import BoundValues, EngineOptions, bind
-from ..engine.distributed import is_dask_collection
-from ..engine.namespace import foreign_namespace, xp_bandwidth
+from ..engine import BoundValues, EngineOptions, backend_of, bind
 from ..kernels import Kernel
-from ..kernels.bandwidth import resolve_bandwidth
-from ._dask import dask_queries
 
 FLOATS = [np.float64, np.float32]
 
@@ -24,19 +19,13 @@ FLOATS = [np.float64, np.float32]
 def float_dtypes(*arrays):
     """``[float64, float32]`` of the arrays' namespace: NumPy's, or (under scikit-learn's
     ``array_api_dispatch``) PyTorch's or CuPy's, so that tensors stay on their device."""
-    xp, _ = get_namespace(*arrays)
-    return [xp.float64, xp.float32]
+    return backend_of(*arrays).floats(*arrays)
 
 
 def check_sample_weight(sample_weight, X):
     """``sample_weight`` as a float array of shape ``(n_samples,)`` (a scalar: the same for all),
     finite, ``>= 0`` and not all zero; ``None`` stays ``None`` (unweighted)."""
-    if sample_weight is None:
-        return None
-    try:  # scikit-learn's own checks (shape, NaN/inf, negative, all zero), its messages prefixed
-        return _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
-    except ValueError as exc:
-        raise ValueError(f"sample_weight is invalid: {exc}") from exc
+    return backend_of(X).sample_weight(sample_weight, X)
 
 
 def check_precomputed(X, *, fit=True):
@@ -68,6 +57,15 @@ class LocalKernelMixin:
         tags.input_tags.pairwise = getattr(self, "metric", None) == "precomputed"
         return tags
 
+    def _fit_data(self, X, y, sample_weight, **kwargs):
+        """``fit``'s checks on any backend (NumPy, tensors on a device, dask arrays on a cluster):
+        ``(X, y, backend)``: the data validated (``kwargs``: those of scikit-learn's ``validate_data``),
+        ``sample_weight_`` stored, and the backend, for the encoders of the targets."""
+        backend = backend_of(X, y, sample_weight)
+        X, y = backend.check_fit(self, X, y, **kwargs)
+        self.sample_weight_ = backend.sample_weight(sample_weight, X)
+        return X, y, backend
+
     def _fit_kernel(self, X, y=None, sample_weight=None):
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
@@ -85,15 +83,13 @@ class LocalKernelMixin:
         if self.kernel == "softmax":
             Kernel("softmax", bandwidth=self.bandwidth)  # validates the temperature
             return float(self.bandwidth)
+        backend = backend_of(X, sample_weight)
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
             from .selection import select_bandwidth  # exact leave-one-out; sets cv_results_
 
+            backend.require_in_memory("bandwidth='cv'", "it leaves out every sample in turn; give a number or a rule")
             return select_bandwidth(self, X, y)
-        xp = foreign_namespace(X, sample_weight)
-        if xp is not None and isinstance(self.bandwidth, str):  # a rule, on the tensors' device
-            h = xp_bandwidth(xp, Kernel(self.kernel, bandwidth=self.bandwidth), X, sample_weight)
-            return h if np.ndim(h) == 0 else np.asarray(h)
-        return resolve_bandwidth(self.bandwidth, X, sample_weight=sample_weight)
+        return backend.bandwidth(Kernel(self.kernel, bandwidth=self.bandwidth), X, sample_weight)
 
     def _fit_sample_scales(self, X):
         """``sample_scale_``: the sample-point factors ``h_i`` (distance of sample ``i`` to its
@@ -105,6 +101,8 @@ class LocalKernelMixin:
             return None
         from .selection import sample_point_scales
 
+        backend_of(X).require_in_memory("sample_neighbors", "it needs every sample's own neighbours; fit on NumPy "
+                                        "arrays or use a fixed bandwidth or n_neighbors")
         check_n_neighbors(k, len(X) - 1, "sample_neighbors")
         if self.metric == "precomputed":
             check_precomputed(X)
@@ -146,10 +144,7 @@ class LocalKernelMixin:
             self._bound_values = self._bound.prepare(self._bound_values)
 
     def _validate_queries(self, X):
-        if is_dask_collection(X):
-            return dask_queries(self, X)
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=float_dtypes(X))
+        X = backend_of(X).check_queries(self, X)
         if getattr(self, "metric", None) == "precomputed":
             check_precomputed(X, fit=False)
         return X

@@ -4,13 +4,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils._array_api import device, get_namespace
-from sklearn.utils.validation import validate_data
 
-from .._validation import check_class_labels
-from ..engine.distributed import is_dask_collection
-from ._base import LocalMeanParams, check_sample_weight, float_dtypes
-from ._dask import fit_local_mean, labels_of
+from ..engine import backend_of
+from ._base import LocalMeanParams
 
 
 class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
@@ -52,17 +48,11 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
         :meth:`localkit.LocalMeanRegressor.fit`). Classes of zero-weight samples stay in
         ``classes_`` with probability 0.
         """
-        if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
-            return fit_local_mean(self, X, y, sample_weight, classify=True)
-        X, y = validate_data(self, X, y, dtype=float_dtypes(X))
-        check_class_labels(y)
-        self.sample_weight_ = check_sample_weight(sample_weight, X)
-        xp, _ = get_namespace(X)
-        self.classes_, codes = xp.unique_inverse(y)
+        X, y, backend = self._fit_data(X, y, sample_weight)
+        self.classes_, self.onehot_ = backend.encode(y, X)
         self._fit_sample_scales(X)
         self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_ = X
-        self.onehot_ = xp.take(xp.eye(self.classes_.shape[0], dtype=X.dtype, device=device(X)), codes, axis=0)
         self._bind(X, self.onehot_)
         return self
 
@@ -74,7 +64,4 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class at each row of ``X``."""
         proba = self.predict_proba(X)
-        if is_dask_collection(proba):
-            return labels_of(self.classes_, proba)
-        xp, _ = get_namespace(proba)
-        return xp.take(self.classes_, xp.argmax(proba, axis=1), axis=0)
+        return backend_of(proba).decode(self.classes_, proba)

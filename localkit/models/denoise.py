@@ -23,12 +23,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
-from ..engine.reconstruction import check_smooth_kernel, reconstruction_gradient
-from ..engine.twins import twin_groups
+from ..engine import check_smooth_kernel, reconstruction_gradient
+from ..engine import twin_groups
 from ..kernels import Kernel
 from .selection import spread
 from ._base import FLOATS, float_dtypes
-from ._dask import map_queries
+from ..engine import map_queries
 
 
 

@@ -1,7 +1,6 @@
 """Kernel density: the local mean's normaliser, made a density."""
 from __future__ import annotations
 
-import math
 
 from numbers import Integral
 
@@ -15,9 +14,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import (ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT,
                        PROFILE_CONSTRAINT, positive)
-from .._validation import check_points, check_positive
-from ..engine import local_sums, make_kernel
-from ..engine.namespace import foreign_namespace, xp_bandwidth
+from .._validation import check_positive
+from ..engine import backend_of, local_sums, make_kernel
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
@@ -116,40 +114,22 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         raise ValueError("kernel='softmax' is a similarity kernel, not a density; choose a profile")
     if kern.n_neighbors is not None or kern.metric != "euclidean":
         raise ValueError("kernel_density needs a fixed bandwidth and the Euclidean metric")
-    from ..engine.distributed import dask_kernel_density, is_dask_collection
-
-    if is_dask_collection(queries, samples):  # lazily, on the cluster
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported with dask arrays; compute them first")
-        return dask_kernel_density(queries, samples, kern, log=log, algorithm=algorithm, block_size=block_size,
-                                   memory_budget=memory_budget, n_jobs=n_jobs)
-    xp = foreign_namespace(queries, samples, sample_weight)
-    if xp is not None:  # torch / CuPy under array-API dispatch: on their device, returned alike
-        samples = xp.reshape(samples, (samples.shape[0], -1))
-        out = local_sums(queries, samples, None, kern, empty="nearest", block_size=block_size,
-                         memory_budget=memory_budget, sample_weight=sample_weight)  # checks sample_weight
-        weight = None if sample_weight is None else xp.asarray(sample_weight, dtype=samples.dtype)
-        d = samples.shape[1]
-        # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
-        h = np.broadcast_to(np.asarray(xp_bandwidth(xp, kern, samples, weight), dtype=np.float64), (d,))
-        total = samples.shape[0] if sample_weight is None else float(xp.sum(xp.asarray(sample_weight)))
-        # the normaliser is a Python float: it adds in the tensor's own precision (float32 stays float32)
-        log_norm = math.log(total) + float(np.sum(np.log(h))) + kern.profile.log_normalizer(d)
-        log_p = out.log_weight_sum - log_norm
-        return log_p if log else xp.exp(log_p)
-    samples = check_points(samples, "samples")
-    queries = check_points(queries, "queries", n_features=samples.shape[1], dtype=samples.dtype)
+    backend = backend_of(queries, samples, sample_weight)  # NumPy, a device or a dask cluster
+    samples = backend.points(samples, "samples")
+    queries = backend.points(queries, "queries", like=samples)
     n, d = samples.shape
-    log_c = kern.profile.log_normalizer(d)
+    h = backend.bandwidth(kern, samples, sample_weight)
+    if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
+        kern = Kernel(kern.name_, bandwidth=h)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
                      memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
-    h = np.broadcast_to(kern.resolve_bandwidth(samples, sample_weight), (d,))
-    total = n if sample_weight is None else np.sum(np.asarray(sample_weight, dtype=np.float64))  # checked by local_sums
-    # the normaliser in float64, subtracted as a Python float: NumPy 2 would promote float32 sums to float64 with
-    # a float64 scalar, the tensor path keeps them float32; both keep the samples' precision
-    log_norm = float(np.log(total) + np.sum(np.log(h)) + log_c)
-    log_p = np.asarray(out.log_weight_sum - log_norm, dtype=samples.dtype)
-    return log_p if log else np.exp(log_p)
+    # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
+    h = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,))
+    total = n if sample_weight is None else backend.total(sample_weight)
+    # the normaliser in float64, subtracted as a Python float: a float64 scalar would promote float32 sums to
+    # float64; a Python float keeps the samples' precision on every backend
+    log_p = out.log_weight_sum - float(np.log(total) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))
+    return log_p if log else backend.xp.exp(log_p)
 
 
 class KernelDensity(BaseEstimator):

@@ -35,9 +35,9 @@ from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
 from .._validation import check_array, check_class_labels, check_regression_target
-from ..engine.blocks import DEFAULT_MEMORY_BUDGET
-from ..engine.prototypes import prototype_weights
-from ._dask import map_queries
+from ..engine import DEFAULT_MEMORY_BUDGET
+from ..engine import prototype_weights
+from ..engine import map_queries
 
 MEMBERSHIPS = ("gaussian",)
 #: Width floor, in units of each feature's standard deviation (singleton clusters, flat features).

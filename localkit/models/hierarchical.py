@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._params import PROFILE_CONSTRAINT, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ..engine import local_mean
-from ..engine.reconstruction import chained_query_gradient, chained_reconstruction_gradient
+from ..engine import chained_query_gradient, chained_reconstruction_gradient
 from .denoise import FLOATS, LazyAutoencoder, encoder_bandwidth, refine_codes
 
 

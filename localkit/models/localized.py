@@ -15,11 +15,11 @@ from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validat
 
 from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative
 from .._validation import check_class_labels, check_regression_target
-from ..engine.blocks import resolve_n_jobs
-from ..engine.weights import KernelWeights
+from ..engine import resolve_n_jobs
+from ..engine import KernelWeights
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
-from ._dask import map_queries
+from ..engine import map_queries
 
 BLOCK = 128  # queries whose weights are computed in one engine call
 

@@ -25,11 +25,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import BANDWIDTH_CONSTRAINT, KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import map_blocks
-from ..engine.polynomial import check_design_fits, local_covariance
+from ..engine import check_design_fits, local_covariance
 from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
-from ._dask import map_queries
+from ..engine import map_queries
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 #: Bytes of (neighbours x features) differences one block of Gram solves may hold.

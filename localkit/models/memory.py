@@ -23,9 +23,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import non_negative, positive
 from ..engine import local_mean, local_sums
-from ..engine.iteration import iterate, row_max_abs_change
+from ..engine import iterate, row_max_abs_change
 from ._base import FLOATS
-from ._dask import map_queries
+from ..engine import map_queries
 
 KINDS = ("modern", "classical")
 UPDATES = ("synchronous", "asynchronous")

@@ -17,8 +17,8 @@ from .._params import N_JOBS_CONSTRAINT, non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from .._validation import check_regression_target
 from ..engine import local_mean
-from ..engine.weights import KernelWeights
-from ._dask import map_queries
+from ..engine import KernelWeights
+from ..engine import map_queries
 from .regression import LocalMeanRegressor
 
 #: the objective holds dense (n, n) matrices: about 4 * 8 * n^2 bytes (0.8 GB at n = 5000)

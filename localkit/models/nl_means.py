@@ -37,7 +37,7 @@ from sklearn.utils import check_array as sk_check_array
 from sklearn.utils._param_validation import validate_params
 
 from .._params import N_JOBS_CONSTRAINT, Number, non_negative, positive
-from ..engine.patches import gaussian_patch_weights, patch_local_mean
+from ..engine import gaussian_patch_weights, patch_local_mean
 
 
 #: the parameters of :func:`denoise_nl_means` and :class:`NonLocalMeans`

@@ -12,11 +12,11 @@ from sklearn.utils.validation import validate_data
 
 from .._params import KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, non_negative
 from .._validation import check_n_neighbors, check_regression_target
-from ..engine.loess_surface import KDSurface
-from ..engine.polynomial import check_design_fits, local_polynomial
+from ..engine import KDSurface
+from ..engine import check_design_fits, local_polynomial
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
-from ._dask import map_queries
+from ..engine import map_queries
 
 #: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
 INTERPOLATE_MAX_FEATURES = 4

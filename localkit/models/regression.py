@@ -4,13 +4,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
-from sklearn.utils._array_api import get_namespace
-from sklearn.utils.validation import validate_data
 
-from .._validation import check_regression_target
-from ..engine.distributed import is_dask_collection
-from ._base import LocalMeanParams, check_sample_weight, float_dtypes
-from ._dask import fit_local_mean
+from ._base import LocalMeanParams
 
 
 class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
@@ -87,13 +82,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         and the effective size ``(sum c)^2 / sum c^2``, as ``scipy.stats.gaussian_kde(weights=c)``;
         "cv" and the ``n_neighbors`` / ``sample_neighbors`` distances are taken unweighted.
         """
-        if is_dask_collection(X, y, sample_weight):  # the samples stay on the cluster
-            return fit_local_mean(self, X, y, sample_weight, classify=False)
-        X, y = validate_data(self, X, y, dtype=float_dtypes(X), multi_output=True, y_numeric=True)
-        xp, _ = get_namespace(X)
-        # targets as finite floats of X's dtype (a tensor's finiteness was checked by validate_data)
-        y = check_regression_target(y, X.dtype) if isinstance(X, np.ndarray) else xp.astype(y, X.dtype)
-        self.sample_weight_ = check_sample_weight(sample_weight, X)
+        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True)
+        y = backend.regression_target(y, X)  # finite floats of X's dtype
         self._fit_sample_scales(X)
         self._fit_kernel(X, y, self.sample_weight_)
         self.X_fit_, self.y_fit_ = X, y

@@ -40,7 +40,7 @@ from sklearn.base import is_classifier
 
 from ..engine import local_sums
 from ..engine import neighbors as nb
-from ..engine.twins import twin_groups
+from ..engine import twin_groups
 from .._validation import check_n_neighbors, check_points
 
 GRID = 24

@@ -26,10 +26,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
 from .._validation import check_array, check_class_labels, check_n_neighbors
 from ..engine import bind
-from ..engine.iteration import iterate, sum_abs_change
+from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
-from ._dask import map_queries
+from ..engine import map_queries
 
 NORMALIZATIONS = ("mean", "symmetric")
 #: scikit-learn's default max_iter: LabelPropagation's (hard clamping) and LabelSpreading's (soft)
