@@ -32,6 +32,7 @@ from ..kernels import Kernel
 from ..kernels.kernel import exact_sq_distances
 from ..kernels.bandwidth import safe_mean
 from . import neighbors as nb
+from .checks import check_exclude_self, check_pass, check_weight_values
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -108,14 +109,11 @@ class BoundKernel:
         if twins is not None:  # the caller's groups (the samples are codes of data with repeated rows)
             self.twins = check_twins(twins, self.n_samples)
         k = kernel.n_neighbors
-        if k is not None and k > self.n_samples:
-            raise ValueError(f"n_neighbors must be <= n_samples={self.n_samples}, got {k}")
+        check_pass(kernel, self.n_samples, self.n_samples, sample_scale=sample_scale)
         self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
         with np.errstate(divide="ignore"):  # a zero weight: -inf, never a sample's share
             self.log_weight = None if self.weight is None else np.log(self.weight)
         self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
-        if self.sample_scale is not None and k is not None and kernel.compact:
-            raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
         self.h = kernel.resolve_bandwidth(samples, self.weight)
         if not np.all(np.isfinite(self.h)):
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
@@ -293,23 +291,11 @@ class BoundKernel:
         from .planner import plan
         from .results import finish
 
-        if not isinstance(exclude_self, (bool, np.bool_)):
-            raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
+        check_exclude_self(exclude_self)
         Q = self.coordinates(queries)
         n_q = len(Q)
-        if exclude_self and n_q != self.n_samples:
-            raise ValueError(
-                f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
-                f"got {n_q} queries for {self.n_samples} samples"
-            )
-        if exclude_self and self.n_samples < 2:
-            raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
-        k = self.kernel.n_neighbors
-        if k is not None and k + int(exclude_self) > self.n_samples:
-            raise ValueError(f"n_neighbors must be <= n_samples - 1 (exclude_self)={self.n_samples - 1}, got {k}")
+        check_pass(self.kernel, n_q, self.n_samples, exclude_self=exclude_self, query_scale=query_scale)
         q_scale = check_scale(query_scale, n_q, "query_scale")
-        if q_scale is not None and k is not None:
-            raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
         prepared = values if isinstance(values, BoundValues) else self.prepare(values)
         if len(prepared.V) != self.n_samples:
             raise ValueError(f"values were prepared for {len(prepared.V)} samples, not these {self.n_samples}")
@@ -438,13 +424,7 @@ def _check_sample_weight(sample_weight, n_samples, dtype):
     if sample_weight is None:
         return None, 0.0
     c = check_array(sample_weight, "sample_weight", ndim=(1,))
-    if c.shape != (n_samples,):
-        raise ValueError(f"sample_weight must have shape (n_samples,) = ({n_samples},), got {c.shape}")
-    if np.any(c < 0):
-        raise ValueError("sample_weight must be >= 0 everywhere")
-    top = c.max()
-    if top == 0:
-        raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+    top = check_weight_values(np, c, n_samples)
     return (c / top).astype(dtype, copy=False), float(np.log(top))
 
 

@@ -45,6 +45,7 @@ from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
 from .results import LocalSums
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
+from .checks import check_exclude_self, check_pass
 from .stream import augment
 from .twins import refuse_twins
 
@@ -419,8 +420,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     """
     check_choice(empty, "empty", EMPTY_POLICIES)
     check_choice(algorithm, "algorithm", ALGORITHMS)
-    if not isinstance(exclude_self, (bool, np.bool_)):
-        raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
+    check_exclude_self(exclude_self)
     threads = 1 if n_jobs is None else resolve_n_jobs(n_jobs)
     S = as_dask_points(samples, "samples")
     dtype, (n_s, d), rows = S.dtype, S.shape, S.chunks[0]
@@ -428,13 +428,6 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         Q = S
     else:
         Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype)
-    if exclude_self:
-        if Q.shape[0] != n_s:
-            raise ValueError(f"exclude_self=True drops sample i's weight at query i, so queries must be the samples; "
-                             f"got {Q.shape[0]} queries for {n_s} samples")
-        if n_s < 2:
-            raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
-        Q = Q.rechunk((rows, -1))  # aligned with the samples: only diagonal pairs hold a query's own sample
     p, squeeze, V = 0, False, None
     if values is not None:
         V = as_dask_array(values, "values", n_rows=n_s, rows=rows)
@@ -448,15 +441,11 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         raise ValueError(f"metric={kern.metric!r} is not available on dask arrays (chunks need coordinates); "
                          "use a named metric of coordinates")
     k = kern.n_neighbors
-    if k is not None and k + int(exclude_self) > n_s:
-        raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}"
-                         f"={n_s - int(exclude_self)}, got {k}")
+    check_pass(kern, Q.shape[0], n_s, exclude_self=exclude_self, query_scale=query_scale, sample_scale=sample_scale)
+    if exclude_self:
+        Q = Q.rechunk((rows, -1))  # aligned with the samples: only diagonal pairs hold a query's own sample
     q_scale = _per_point(query_scale, "query_scale", Q.shape[0], Q.chunks[0])
     s_scale = _per_point(sample_scale, "sample_scale", n_s, rows)
-    if q_scale is not None and k is not None:
-        raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
-    if s_scale is not None and k is not None and kern.compact:
-        raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
     h = dask_bandwidth(kern.bandwidth, S, sample_weight=c)
     bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)  # fixed from here on
     if k is not None:

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .blocks import block_sizes
+from .checks import check_exclude_self, check_pass, check_weight_values
 from .paths import LOG_WEIGHT_TOL
 from .planner import COMPILED_BANDWIDTHS
 from .results import LocalSums, value_offset
@@ -78,8 +79,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     """
     from .options import EngineOptions
 
-    if not isinstance(exclude_self, (bool, np.bool_)):  # as BoundKernel.sums
-        raise TypeError(f"exclude_self must be True or False, got {exclude_self!r}")
+    check_exclude_self(exclude_self)
     options = EngineOptions() if options is None else options
     if callable(kernel.metric) or kernel.metric == "precomputed":
         raise ValueError(f"metric={kernel.metric!r} is not available for array-API inputs; use a named metric "
@@ -95,8 +95,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     if Q.shape[1] != d:
         raise ValueError(f"queries has {Q.shape[1]} features, but {d} were expected")
     Q = xp.astype(Q, dtype)
-    if exclude_self and (Q.shape[0] != n or n < 2):
-        raise ValueError("exclude_self=True needs the queries to be the samples, and at least 2 of them")
+    check_pass(kernel, Q.shape[0], n, exclude_self=exclude_self, query_scale=query_scale, sample_scale=sample_scale)
     if exclude_self:
         from sklearn.utils._array_api import _convert_to_numpy
 
@@ -115,24 +114,11 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     weight, log_weight_max, dead = None, 0.0, None
     if sample_weight is not None:
         c = _as_float(xp, sample_weight, "sample_weight", like=X, ndim=(1,))
-        if c.shape[0] != n:
-            raise ValueError(f"sample_weight must have shape (n_samples,) = ({n},), got {tuple(c.shape)}")
-        if bool(xp.any(c < 0)):
-            raise ValueError("sample_weight must be >= 0 everywhere")
-        top = float(xp.max(c))
-        if top == 0:
-            raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
+        top = float(check_weight_values(xp, c, n))
         weight, log_weight_max, dead = xp.astype(c / top, dtype), math.log(top), c == 0
     k = kernel.n_neighbors
-    if k is not None and k + int(exclude_self) > n:
-        raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}="
-                         f"{n - int(exclude_self)}, got {k}")
     q_scale = _check_scale(xp, query_scale, Q.shape[0], "query_scale", X)
     s_scale = _check_scale(xp, sample_scale, n, "sample_scale", X)
-    if q_scale is not None and k is not None:
-        raise ValueError("query_scale cannot be combined with n_neighbors, which sets it")
-    if s_scale is not None and k is not None and kernel.compact:
-        raise ValueError("sample_scale cannot be combined with a compact kNN kernel")
 
     h = xp_bandwidth(xp, kernel, X, weight)
     logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
