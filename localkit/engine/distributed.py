@@ -39,10 +39,10 @@ import numpy as np
 
 from .._validation import FLOAT_DTYPES, check_choice
 from ..kernels import Kernel
-from ..kernels.bandwidth import RULES, effective_size, resolve_bandwidth, rule_factor, spread
+from ..kernels.bandwidth import resolve_bandwidth
 from .bound import BoundKernel, make_kernel
 from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
-from .results import LocalSums
+from .results import LocalSums, check_empty
 from . import neighbors as nb
 from .blocks import resolve_n_jobs
 from .checks import check_exclude_self, check_pass
@@ -118,23 +118,12 @@ def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
 
 
 def dask_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
-    """A bandwidth resolved on dask ``samples``: a rule ("scott", "silverman") from the standard
-    deviations (ddof=1) of one dask reduction (per-chunk moments merged, one pass over the data;
-    with a dask ``sample_weight``, the weighted spread of :func:`localkit.kernels.bandwidth.spread`,
-    a few passes); numbers and per-feature arrays checked as in memory (only the shape is read)."""
-    if not (isinstance(bandwidth, str) and bandwidth in RULES):
-        return resolve_bandwidth(bandwidth, np.broadcast_to(np.float64(0), samples.shape), name)
-    n, d = samples.shape
-    if n < 2:
-        raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
+    """A bandwidth resolved on dask ``samples``: a rule ("scott", "silverman") from the (weighted)
+    spread of :func:`localkit.kernels.bandwidth.spread` computed by dask reductions, its ``d``
+    numbers gathered; numbers and per-feature arrays checked as in memory (only the shape is read)."""
     import dask.array as da
 
-    sigma = samples.std(axis=0, ddof=1) if sample_weight is None else spread(samples, sample_weight, da)
-    h = rule_factor(bandwidth, effective_size(n, sample_weight, da), d) * np.asarray(sigma.compute())
-    if not np.all(np.isfinite(h) & (h > 0)):
-        raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples (a feature "
-                         "without spread?); give the bandwidth explicitly")
-    return float(h[0]) if d == 1 else h
+    return resolve_bandwidth(bandwidth, samples, name, sample_weight, xp=da, host=lambda a: np.asarray(a.compute()))
 
 
 # -- per-task settings ----------------------------------------------------------------------------
@@ -274,12 +263,9 @@ def _apply_empty(mean, rows, empty, nearest):
     ``nearest(rows)`` gives the values of their nearest samples that carry weight."""
     if not rows.any():
         return
-    if empty == "raise":
-        raise ValueError(f"{rows.sum()} queries have an empty neighbourhood (no sample inside the kernel's "
-                         "support); widen the bandwidth, or pass empty='nearest' or 'nan'")
-    if empty == "nan":  # the warning is raised where the chunk is computed (a worker, on a cluster)
-        warnings.warn(f"{rows.sum()} queries have an empty neighbourhood; their local means are NaN",
-                      RuntimeWarning, stacklevel=3)
+    # the warning is raised where the chunk is computed (a worker, on a cluster)
+    check_empty(empty, int(rows.sum()), stacklevel=3)
+    if empty == "nan":
         mean[rows] = np.nan
     else:
         mean[rows] = nearest(rows)

@@ -19,11 +19,12 @@ import math
 
 import numpy as np
 
+from ..kernels.bandwidth import resolve_bandwidth
 from .blocks import block_sizes
 from .checks import check_exclude_self, check_pass, check_weight_values
 from .paths import LOG_WEIGHT_TOL
 from .planner import COMPILED_BANDWIDTHS
-from .results import LocalSums, value_offset
+from .results import LocalSums, check_empty, value_offset
 from .twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -242,25 +243,12 @@ def _times_power_of_two(a, k):
 
 
 def xp_bandwidth(xp, kernel, X, weight=None):
-    """The bandwidth as a float or a per-feature tuple; rules from the samples' spread (computed
-    on the device, scale-free; weighted by ``weight`` as :mod:`localkit.kernels.bandwidth` says)."""
-    from ..kernels.bandwidth import effective_size, rule_factor, spread
+    """The bandwidth as a float or a per-feature list; rules from the samples' spread, computed
+    on the device (:func:`localkit.kernels.bandwidth.resolve_bandwidth`)."""
+    from sklearn.utils._array_api import _convert_to_numpy
 
-    if isinstance(kernel.bandwidth, str):
-        n, d = X.shape
-        if n < 2:
-            raise ValueError(f"bandwidth={kernel.bandwidth!r} needs at least 2 samples, got {n}")
-        carrying = n if weight is None else int(xp.sum(xp.astype(weight > 0, xp.int64)))
-        if carrying < 2:
-            raise ValueError(f"bandwidth={kernel.bandwidth!r} needs at least 2 samples of positive weight, got "
-                             f"{carrying}")
-        factor = rule_factor(kernel.bandwidth, effective_size(n, weight, xp), d)
-        h = [factor * float(s) for s in spread(X, weight, xp)]
-        if not all(math.isfinite(v) and v > 0 for v in h):
-            raise ValueError(f"bandwidth={kernel.bandwidth!r} gave {h} (zero spread or beyond the float range); "
-                             "give the bandwidth explicitly")
-        return h[0] if d == 1 else h
-    h = kernel.resolve_bandwidth(np.zeros((2, X.shape[1])))  # numbers and per-feature arrays: validated
+    h = resolve_bandwidth(kernel.bandwidth, X, sample_weight=weight, xp=xp,
+                          host=lambda a: _convert_to_numpy(xp.asarray(a), xp))
     return float(h) if np.ndim(h) == 0 else [float(v) for v in h]
 
 
@@ -528,15 +516,8 @@ def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
 
 
 def _empty_policy(xp, policy, kernel, Qs, Xs, V, mean, empty, exclude_self, dead):
-    count = int(xp.sum(xp.astype(empty, xp.int64)))
-    if policy == "raise":
-        raise ValueError(f"{count} queries have an empty neighbourhood (no sample inside the kernel's support); "
-                         "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'")
+    check_empty(policy, int(xp.sum(xp.astype(empty, xp.int64))), stacklevel=4)
     if policy == "nan":
-        import warnings
-
-        warnings.warn(f"{count} queries have an empty neighbourhood; their local means are NaN (empty='nan')",
-                      RuntimeWarning, stacklevel=4)
         return xp.where(empty[:, None], math.nan, mean)
     # the nearest sample that carries weight, for the empty queries only
     rows = xp.nonzero(empty)[0]

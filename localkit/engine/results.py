@@ -66,18 +66,25 @@ def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset
     return LocalSums(mean[:, 0] if squeeze else mean, log_sum.astype(dtype, copy=False), empty)
 
 
-def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
-    policy = bound.options.empty
-    n = int(rows.sum())
+def check_empty(policy, count, stacklevel):
+    """The empty-neighbourhood policy's verdict on ``count`` empty queries, worded once for every
+    backend: ``"raise"`` raises, ``"nan"`` warns (the backend then writes NaN), ``"nearest"``
+    passes (the backend writes the nearest sample's value)."""
     if policy == "raise":
         raise ValueError(
-            f"{n} queries have an empty neighbourhood (no sample inside the kernel's support); "
+            f"{count} queries have an empty neighbourhood (no sample inside the kernel's support); "
             "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'"
         )
+    if policy == "nan":
+        warnings.warn(f"{count} queries have an empty neighbourhood; their local means are NaN "
+                      "(empty='nan')", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
+def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
+    policy = bound.options.empty
+    check_empty(policy, int(rows.sum()), stacklevel=4)
     mean = np.array(mean, copy=True)
     if policy == "nan":
-        warnings.warn(f"{n} queries have an empty neighbourhood; their local means are NaN "
-                      "(empty='nan')", RuntimeWarning, stacklevel=4)
         mean[rows] = np.nan
         return mean
     idx = np.flatnonzero(rows)

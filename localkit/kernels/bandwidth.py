@@ -70,12 +70,15 @@ def safe_mean(X):
     return (X / scale).mean(axis=0) * scale
 
 
-def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
+def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, *, xp=np, host=np.asarray):
     """Return a positive float or a float array of shape ``(d,)``.
 
     ``bandwidth`` is a positive number, a per-feature array (a diagonal metric
     ``u^2 = sum_k (dx_k / h_k)^2``) or a rule name ("scott", "silverman"; weighted by
-    ``sample_weight``, non-negative and not all zero, if given).
+    ``sample_weight``, non-negative and not all zero, if given). ``samples`` and
+    ``sample_weight`` may be arrays of another namespace ``xp`` (an array-API library on its
+    device, ``dask.array`` on a cluster): the spread is computed there and ``host`` brings its
+    ``d`` numbers back; the rule itself, its checks and their messages are these, for all.
     """
     n, d = samples.shape
     if isinstance(bandwidth, str):
@@ -92,18 +95,19 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
             )
         if n < 2:
             raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
-        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        if weight is not None and np.count_nonzero(weight) < 2:
-            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples of positive weight, got "
-                             f"{np.count_nonzero(weight)}")
+        weight = None if sample_weight is None else (
+            np.asarray(sample_weight, dtype=np.float64) if xp is np else sample_weight)
+        carrying = n if weight is None else int(host(xp.sum(weight > 0)))
+        if carrying < 2:
+            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples of positive weight, got {carrying}")
         with np.errstate(over="ignore"):  # beyond the float range: inf, refused below
-            sigma = spread(samples, weight)
+            sigma = np.asarray(host(spread(samples, weight, xp)), dtype=np.float64)
         if np.any(sigma <= 0):
             raise ValueError(
                 f"{name}={bandwidth!r}: feature(s) {np.flatnonzero(sigma <= 0).tolist()} have zero "
                 "spread, so the rule gives a zero bandwidth; give the bandwidth explicitly"
             )
-        h = rule_factor(bandwidth, effective_size(n, weight), d) * sigma
+        h = rule_factor(bandwidth, effective_size(n, weight, xp), d) * sigma
         if not np.all(np.isfinite(h) & (h > 0)):
             raise ValueError(f"{name}={bandwidth!r} gave a bandwidth of {h.tolist()} for these samples, beyond the "
                              "float range; give the bandwidth explicitly")
