@@ -334,7 +334,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         def coincident(rows, dist):
             return nb.coincident(index, Qs[rows], dist, kern.profile, exclude_self=exclude_self,
                                  row_offset=rows.start, groups=twins)
-    k0 = float(np.exp(kern.profile.log_k(np.zeros(1))[0]))
+    k0 = float(np.exp(kern.profile.log_k0))
 
     def list_block(rows):
         dist, idx = neighbours(rows)

@@ -37,9 +37,11 @@ from ._base import check_sample_weight
 from .._validation import check_array, check_class_labels, check_regression_target
 from ..engine.blocks import DEFAULT_MEMORY_BUDGET
 from ..engine.prototypes import prototype_weights
+from ..kernels.profiles import PROFILES
 from ._dask import map_queries
 
-MEMBERSHIPS = ("gaussian",)
+#: the memberships whose product over features the prototype weights are: ``log k = -u^2 / 2``
+MEMBERSHIPS = tuple(name for name, profile in PROFILES.items() if profile.log_linear)
 #: Width floor, in units of each feature's standard deviation (singleton clusters, flat features).
 _MIN_WIDTH = 0.1
 #: Iterations of the inner L-BFGS that fits logistic consequents (classifier).
