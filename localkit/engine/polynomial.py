@@ -23,7 +23,7 @@ Paths, all through the engine's weights:
 * **gathered** (a kNN span with another metric, or leave-one-out): a tree's k nearest samples.
   These three use ``s`` = the query's own radius (the distance to its k-th neighbour).
 * **dense** (every other kernel): blocks of the engine's log-weights
-  (:class:`localkit.engine.KernelWeights`) against all samples, ``s`` = the bandwidth (the samples'
+  (:meth:`localkit.engine.BoundKernel.log_weights`) against all samples, ``s`` = the bandwidth (the samples'
   standard deviations where the bandwidth is beyond the float type's range and ``ridge = 0``,
   where ``s`` does not change the fit).
 
@@ -44,10 +44,10 @@ from .._validation import check_array, check_points
 from ..kernels import PROFILES, Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
+from .bound import BoundKernel
 from .local_mean import make_kernel
 from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
 from .twins import mask_twins, twin_groups
-from .weights import KernelWeights
 
 
 @dataclass
@@ -473,7 +473,7 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
     if s_scale is None and not kern.is_softmax:
-        weights = KernelWeights(samples, kern)
+        weights = BoundKernel(kern, samples)
         log_weights, nearest = weights.log_weights, weights.nearest
     else:
         h = kern.resolve_bandwidth(samples)
