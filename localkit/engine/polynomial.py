@@ -35,17 +35,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
+from numbers import Integral
 
 import numpy as np
 from numba import njit
 from scipy.special import comb
+from sklearn.utils._param_validation import StrOptions, validate_params
 
-from .._validation import check_array, check_points
+from .._validation import check_array, check_points, non_negative, positive
 from ..kernels import PROFILES, Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .bound import BoundKernel
 from .local_mean import make_kernel
+from .options import ALGORITHMS
 from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
 from .twins import mask_twins, twin_groups
 
@@ -109,6 +112,13 @@ def monomial_exponents(n_features, degree):
     return np.concatenate(blocks)
 
 
+#: the options both local fits declare (kernel, data, memory_budget and n_jobs have their own checks)
+_FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(ALGORITHMS))],
+                "block_size": positive(Integral) + [None]}
+
+
+@validate_params({**_FIT_OPTIONS, "degree": non_negative(Integral), "ridge": non_negative(), "rcond": non_negative(),
+                  "slopes": ["boolean"]}, prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
@@ -190,6 +200,7 @@ def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, r
     return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge), None)
 
 
+@validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
 def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neighbors=None, *, sample_weight=None,
                      exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
     """The kernel-weighted mean and covariance of the samples at each query, every moment taken
