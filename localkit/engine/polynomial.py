@@ -286,11 +286,11 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
     twins = twin_groups(samples) if exclude_self else None
-    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
+    a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
     # k-th neighbour counts, ties there would add samples; it keeps exactly k through the tree
-    euclid = (kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and kern.profile.vanishes_at_edge
+    euclid = (kern.metric == "euclidean" and kern.profile.poly is not None and kern.profile.vanishes_at_edge
               and not exclude_self)
     if euclid and Xs.shape[1] > 1:
         index = GridIndex(Xs, k)
