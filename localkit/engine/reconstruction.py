@@ -17,7 +17,9 @@ per evaluation (``O(n^2)`` for the leave-one-out error).
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils._param_validation import validate_params
 
+from .._validation import positive
 from ..kernels import Kernel, get_profile
 from ..kernels.profiles import PROFILES
 from .blocks import DEFAULT_MEMORY_BUDGET
@@ -56,6 +58,7 @@ def _row_block(m, n, memory_budget):
     return int(max(1, min(m, budget // (8 * 4 * n))))
 
 
+@validate_params({"memory_budget": positive() + [None], "per_query": ["boolean"]}, prefer_skip_nested_validation=True)
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
                             memory_budget=None, per_query=False, twins=None):
     """``(error, gradient)`` of the local-mean reconstruction (see the module docstring).
