@@ -17,20 +17,13 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
+from ._validation import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.kernel import NORM_METRICS
 from .kernels.profiles import ALIASES
-
-
-class Number(Interval):
-    """scikit-learn's ``Interval`` without bools: it admits ``True`` as the number 1, and a count or
-    a tolerance given as ``True`` then fails far from where it was set."""
-
-    def is_satisfied_by(self, val):
-        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
 
 
 #: a profile name, an alias of one, or "softmax" (functions also take a :class:`~localkit.Kernel`)
@@ -52,16 +45,6 @@ METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
 ANY_METRIC_CONSTRAINT = [StrOptions(set(METRICS)), callable]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
-
-
-def positive(kind=Real):
-    """A finite number (or integer, ``kind=Integral``) ``> 0``."""
-    return [Number(kind, 0, None if kind is Integral else np.inf, closed="neither")]
-
-
-def non_negative(kind=Real):
-    """A finite number (or integer) ``>= 0``."""
-    return [Number(kind, 0, None if kind is Integral else np.inf, closed="left")]
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

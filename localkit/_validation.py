@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import numbers
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse
+from sklearn.utils._param_validation import Interval
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -201,3 +203,23 @@ def check_class_labels(y, name="y"):
             raise ValueError(f"Mix of label input types (string and number); {name} holds {', '.join(sorted(kinds))}; "
                              "class labels must be all strings or all numbers")
     check_classification_targets(y)
+
+
+# -- pieces of declarative parameter constraints (scikit-learn's ``validate_params``; see
+#    :mod:`localkit._params`), here so that the engine can use them without importing upwards
+class Number(Interval):
+    """scikit-learn's ``Interval`` without bools: it admits ``True`` as the number 1, and a count or
+    a tolerance given as ``True`` then fails far from where it was set."""
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+def positive(kind=Real):
+    """A finite number (or integer, ``kind=Integral``) ``> 0``."""
+    return [Number(kind, 0, None if kind is Integral else np.inf, closed="neither")]
+
+
+def non_negative(kind=Real):
+    """A finite number (or integer) ``>= 0``."""
+    return [Number(kind, 0, None if kind is Integral else np.inf, closed="left")]

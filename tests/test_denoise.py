@@ -110,6 +110,10 @@ def test_reconstruction_error_is_the_engines_leave_one_out(rng):
     assert error == pytest.approx(np.mean(np.sum((loo - X) ** 2, axis=1)), rel=1e-12)
     with pytest.raises(ValueError, match="kernel must be one of"):
         reconstruction_gradient(Z, X, kernel="epanechnikov")
+    with pytest.raises(ValueError, match="'memory_budget' parameter of reconstruction_gradient"):
+        reconstruction_gradient(Z, X, memory_budget=-1)  # was taken as blocks of one row
+    with pytest.raises(TypeError, match="'per_query' parameter of reconstruction_gradient"):
+        reconstruction_gradient(Z, X, Z, X, per_query="yes")
 
 
 # -- LazyAutoencoder ---------------------------------------------------------------------------

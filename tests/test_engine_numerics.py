@@ -145,6 +145,20 @@ def test_each_profile_slope_is_the_derivative_of_its_statement(name):
         np.testing.assert_allclose(p.slope_for(np)(u2), t.grad.numpy(), rtol=1e-9, atol=0)
 
 
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_each_profiles_special_forms_are_facts_of_its_statement(name):
+    """``log_linear`` (the inner-product form) holds exactly where ``log k = -u2 / 2`` bit for bit,
+    ``smooth`` where ``log k`` is finite everywhere with a bounded slope at ``u = 0`` (no support's
+    edge, no kink), and ``log_k0`` is ``log k(0) = 0`` (``K(x, x) = 1``)."""
+    p = PROFILES[name]
+    u2 = np.concatenate([U2, np.random.default_rng(0).uniform(0, 2, 200)])
+    assert p.log_linear == np.array_equal(p.log_k(u2), -0.5 * u2)
+    with np.errstate(all="ignore"):
+        bounded = abs(p.slope_for(np)(np.array([1e-300]))[0]) < 1e10  # a kink: ~ 1 / u
+    assert p.smooth == (bool(np.all(np.isfinite(p.log_k(u2[np.isfinite(u2)])))) and bounded)
+    assert p.log_k0 == p.log_k(np.zeros(1))[0] == 0.0
+
+
 def test_a_profile_without_a_slope_says_so():
     from localkit.kernels.profiles import Profile
 

@@ -12,6 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import Kernel, Localized, LocalPolynomialRegressor
+from localkit.engine import BoundKernel
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +124,14 @@ def test_bad_estimators_and_parameters(diabetes):
         Localized(LinearRegression(), bandwidth=0.0).fit(X, y)
     with pytest.raises(ValueError, match="cv"):
         Localized(LinearRegression(), bandwidth="cv").fit(X, y)
+    with pytest.raises(ValueError, match="'kernel' parameter.*Got 'softmax'"):  # K(x, x) = 1: a distance profile
+        Localized(LinearRegression(), kernel="softmax").fit(X, y)
     with pytest.raises(ValueError, match="n_neighbors"):
         Localized(LinearRegression(), n_neighbors=10**6).fit(X, y)
     with pytest.raises(ValueError, match="NaN"):
         Localized(LinearRegression()).fit(np.where(X > 0.05, np.nan, X), y)
     model = Localized(LinearRegression()).fit(X, y)
+    assert isinstance(model.weights_, BoundKernel) and model.weights_.samples is model.X_fit_
     with pytest.raises(ValueError, match="features"):
         model.predict(X[:, :3])
     assert not hasattr(model, "predict_proba")

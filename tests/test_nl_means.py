@@ -17,6 +17,7 @@ from skimage.restoration import denoise_nl_means as sk_nl_means
 from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import NonLocalMeans, denoise_nl_means
+from localkit.engine import patch_local_mean
 
 
 def fast_exp(y):
@@ -252,3 +253,11 @@ def test_check_estimator():
         "check_n_features_in": not_features,
         "check_n_features_in_after_fitting": not_features,
     })
+
+
+@pytest.mark.parametrize("h", [-0.1, 0.0, np.nan])
+def test_the_engine_function_declares_its_width(h):
+    """``patch_local_mean`` squared ``h``: a negative width was taken as its absolute value."""
+    g = [np.ones(3) / 3, np.ones(3) / 3, np.ones(1)]
+    with pytest.raises(ValueError, match="'h' parameter of patch_local_mean"):
+        patch_local_mean(np.zeros((6, 6, 1, 1)), g, (2, 2, 0), h)

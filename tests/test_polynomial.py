@@ -12,6 +12,7 @@ from statsmodels.nonparametric.kernel_regression import KernelReg
 from statsmodels.nonparametric.smoothers_lowess import lowess
 
 from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor
+from localkit.engine import local_covariance, local_polynomial
 from localkit.engine.polynomial import POLY_PROFILES, monomial_exponents
 
 
@@ -262,3 +263,19 @@ def test_thousands_of_features_need_no_recursion():
     np.testing.assert_allclose(fit.predict(X[:3]), mean.predict(X[:3]), rtol=1e-12)
     with pytest.raises(ValueError, match="degree=1 with n_features=2500 has 2,501 monomials"):
         LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth=60.0).fit(X, y)
+
+
+@pytest.mark.parametrize("kwargs", [dict(degree=-1), dict(degree=1.5), dict(degree=True), dict(ridge=-1.0),
+                                    dict(ridge=np.nan), dict(rcond=-1.0), dict(algorithm="bogus"),
+                                    dict(slopes="yes"), dict(exclude_self="yes"), dict(block_size=0)])
+def test_bad_options_are_named_not_fitted(kwargs):
+    """Declared constraints (``validate_params``): each used to give a silent answer (a negative
+    degree the local mean, a negative ridge or rcond an unregularised fit, an unknown algorithm
+    the dense path) or an error from deep inside."""
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=f"'{name}' parameter of local_polynomial"):
+        local_polynomial(X[:3], X, X[:, 0], **kwargs)
+    if name in ("exclude_self", "algorithm", "block_size"):
+        with pytest.raises(ValueError, match=f"'{name}' parameter of local_covariance"):
+            local_covariance(X[:3], X, **kwargs)

@@ -6,15 +6,14 @@
 * :func:`bind` — a kernel bound to its samples once, for passes on any array library (estimators
   keep the :class:`Binding` from ``fit``; NumPy samples are held in a :class:`BoundKernel`);
 * :class:`BoundKernel` — a kernel bound to its samples (bandwidth, centring, indexes, sample
-  weights), with the operations every model needs: weighted sums, weight blocks, nearest samples;
+  weights), with the operations every model needs: weighted sums, weight blocks (for models that
+  fit per query: the localization trick for arbitrary estimators), nearest samples;
   :class:`EngineOptions` — how a pass runs (empty policy, path, blocks, memory, threads);
 * :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
   (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
 * :func:`local_covariance`, :func:`local_polynomial` — the samples' weighted mean and covariance
   about each query, and batched local least squares;
   :class:`KDSurface` — the k-d tree and cubic blend of the interpolated LOESS surface;
-* :class:`KernelWeights` — normalised weight blocks for models that fit per query (the
-  localization trick for arbitrary estimators, metric learning);
 * :func:`iterate` — the fixed-point driver (mean shift, relaxation labeling, Hopfield retrieval);
 * :func:`prototype_weights` — normalised memberships of prototype-centred kernels (TSK, RBF nets);
 * :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
@@ -35,7 +34,6 @@ from .reconstruction import (check_smooth_kernel, chained_query_gradient, chaine
                              reconstruction_gradient)
 from .stream import OnlineLogSumExp, augment
 from .twins import twin_groups
-from .weights import KernelWeights
 
 __all__ = [
     "augment",
@@ -55,7 +53,6 @@ __all__ = [
     "gaussian_patch_weights",
     "iterate",
     "KDSurface",
-    "KernelWeights",
     "local_covariance",
     "local_mean",
     "local_polynomial",

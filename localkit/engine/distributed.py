@@ -341,7 +341,7 @@ def _finish_knn(x, *, k, p, profile, empty):
     end = k + k * (p + 1)
     if profile.vanishes_at_edge:
         there = dist[:, -1] == 0
-        S[there], shift[there] = x[there, end:end + p + 1], profile.log_k(np.zeros(1))[0]
+        S[there], shift[there] = x[there, end:end + p + 1], profile.log_k0
         end += p + 1
 
     def nearest(rows):

@@ -332,7 +332,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         bs = min(n_s, 8192)
         bq = max(1, min(n_q, ACCELERATOR_BLOCK_CELLS // bs))
     log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)
-    gaussian = not kernel.is_softmax and kernel.profile.name == "gaussian"
+    gaussian = not kernel.is_softmax and kernel.profile.log_linear
     eps = float(xp.finfo(Qs.dtype).eps)
     # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
     degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, s_scale))

@@ -31,7 +31,9 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from sklearn.utils._param_validation import validate_params
 
+from .._validation import positive
 from .blocks import resolve_n_jobs
 
 #: Output rows (planes for 3-D) per strip: the strip buffers stay in cache.
@@ -68,6 +70,7 @@ def half_shifts(window):
     return np.ascontiguousarray(t[lead > 0], dtype=np.int64)
 
 
+@validate_params({"h": positive()}, prefer_skip_nested_validation=True)
 def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None):
     """The patch-similarity local mean ``m(x)`` at every pixel (see the module docstring).
 

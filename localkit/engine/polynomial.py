@@ -23,7 +23,7 @@ Paths, all through the engine's weights:
 * **gathered** (a kNN span with another metric, or leave-one-out): a tree's k nearest samples.
   These three use ``s`` = the query's own radius (the distance to its k-th neighbour).
 * **dense** (every other kernel): blocks of the engine's log-weights
-  (:class:`localkit.engine.KernelWeights`) against all samples, ``s`` = the bandwidth (the samples'
+  (:meth:`localkit.engine.BoundKernel.log_weights`) against all samples, ``s`` = the bandwidth (the samples'
   standard deviations where the bandwidth is beyond the float type's range and ``ridge = 0``,
   where ``s`` does not change the fit).
 
@@ -35,19 +35,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
+from numbers import Integral
 
 import numpy as np
 from numba import njit
 from scipy.special import comb
+from sklearn.utils._param_validation import StrOptions, validate_params
 
-from .._validation import check_array, check_points
+from .._validation import check_array, check_points, non_negative, positive
 from ..kernels import PROFILES, Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
+from .bound import BoundKernel
 from .local_mean import make_kernel
+from .options import ALGORITHMS
 from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
 from .twins import mask_twins, twin_groups
-from .weights import KernelWeights
 
 
 @dataclass
@@ -109,6 +112,13 @@ def monomial_exponents(n_features, degree):
     return np.concatenate(blocks)
 
 
+#: the options both local fits declare (kernel, data, memory_budget and n_jobs have their own checks)
+_FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(ALGORITHMS))],
+                "block_size": positive(Integral) + [None]}
+
+
+@validate_params({**_FIT_OPTIONS, "degree": non_negative(Integral), "ridge": non_negative(), "rcond": non_negative(),
+                  "slopes": ["boolean"]}, prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
@@ -190,6 +200,7 @@ def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, r
     return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge), None)
 
 
+@validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
 def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neighbors=None, *, sample_weight=None,
                      exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
     """The kernel-weighted mean and covariance of the samples at each query, every moment taken
@@ -275,11 +286,11 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
     twins = twin_groups(samples) if exclude_self else None
-    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
+    a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
     # k-th neighbour counts, ties there would add samples; it keeps exactly k through the tree
-    euclid = (kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and kern.profile.vanishes_at_edge
+    euclid = (kern.metric == "euclidean" and kern.profile.poly is not None and kern.profile.vanishes_at_edge
               and not exclude_self)
     if euclid and Xs.shape[1] > 1:
         index = GridIndex(Xs, k)
@@ -334,7 +345,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
         def coincident(rows, dist):
             return nb.coincident(index, Qs[rows], dist, kern.profile, exclude_self=exclude_self,
                                  row_offset=rows.start, groups=twins)
-    k0 = float(np.exp(kern.profile.log_k(np.zeros(1))[0]))
+    k0 = float(np.exp(kern.profile.log_k0))
 
     def list_block(rows):
         dist, idx = neighbours(rows)
@@ -473,7 +484,7 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
     if s_scale is None and not kern.is_softmax:
-        weights = KernelWeights(samples, kern)
+        weights = BoundKernel(kern, samples)
         log_weights, nearest = weights.log_weights, weights.nearest
     else:
         h = kern.resolve_bandwidth(samples)

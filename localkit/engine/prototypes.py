@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.profiles import get_profile
-
-_GAUSSIAN = get_profile("gaussian")
-
 
 def _ratio(a, b, shift):
     """``a / b * 2^shift`` without overflow or underflow on the way (the mantissas' ratio lies
@@ -60,5 +56,5 @@ def prototype_weights(X, centers, bandwidths):
         su = np.where(same, _ratio(half / 2 + hq / 2, bandwidths, 2 - F), U + Uq)
         D = np.sum(du * su, axis=2)  # (|u_r|^2 - |u_q|^2) 2^-2F, +inf for the far ones
         D -= D.min(axis=1, keepdims=True)  # q came from rounded norms: a tie may hide a nearer one
-        W = np.exp(_GAUSSIAN.log_k(np.ldexp(D, 2 * F[:, :, 0])))  # K_r / max_t K_t
+        W = np.exp(-0.5 * np.ldexp(D, 2 * F[:, :, 0]))  # K_r / max_t K_t = exp(-D_r / 2)
     return W / W.sum(axis=1, keepdims=True)

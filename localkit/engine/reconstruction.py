@@ -17,35 +17,39 @@ per evaluation (``O(n^2)`` for the leave-one-out error).
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils._param_validation import validate_params
 
+from .._validation import positive
 from ..kernels import Kernel, get_profile
+from ..kernels.profiles import PROFILES
 from .blocks import DEFAULT_MEMORY_BUDGET
 from .bound import BoundKernel
 from .local_mean import local_mean
 
-#: The profiles whose log is differentiable everywhere (no kink at 0, no support's edge); their
-#: slope ``phi' = d log k / d u^2`` is the one stated beside each profile (``Profile.slope_for``)
-SMOOTH_PROFILES = ("gaussian", "cauchy")
+#: The profiles whose log is differentiable everywhere (``Profile.smooth``: no kink at 0, no
+#: support's edge); their slope ``phi' = d log k / d u^2`` is the one stated beside each profile
+#: (``Profile.slope_for``)
+SMOOTH_PROFILES = tuple(name for name, profile in PROFILES.items() if profile.smooth)
 
 
 def check_smooth_kernel(kernel):
     """The profile name, if its log is differentiable (a gradient exists everywhere)."""
-    name = get_profile(kernel).name
-    if name not in SMOOTH_PROFILES:
+    profile = get_profile(kernel)
+    if not profile.smooth:
         raise ValueError(
             f"kernel must be one of {sorted(SMOOTH_PROFILES)} (a profile whose log is differentiable "
             f"everywhere, so that the reconstruction error has a gradient), got {kernel!r}"
         )
-    return name
+    return profile.name
 
 
 def _weight_block(bound, Q, rows, exclude_self):
     """``(phi', W)``: the profile's slope at each pair and the normalised weights of the queries
     ``Q[rows]`` against every point, from the engine's bound kernel (query ``i`` drops point ``i``
-    when ``exclude_self``)."""
-    slope = bound.kernel.profile.slope_for(np)
-    return slope(bound.squared_distances(Q[rows])), bound.weights(Q[rows], exclude_self=exclude_self,
-                                                                  row_offset=rows.start)
+    when ``exclude_self``). A log-linear profile's slope is one constant: no distances needed."""
+    profile = bound.kernel.profile
+    u2 = 0.0 if profile.log_linear else bound.squared_distances(Q[rows])
+    return profile.slope_for(np)(u2), bound.weights(Q[rows], exclude_self=exclude_self, row_offset=rows.start)
 
 
 def _row_block(m, n, memory_budget):
@@ -54,6 +58,7 @@ def _row_block(m, n, memory_budget):
     return int(max(1, min(m, budget // (8 * 4 * n))))
 
 
+@validate_params({"memory_budget": positive() + [None], "per_query": ["boolean"]}, prefer_skip_nested_validation=True)
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
                             memory_budget=None, per_query=False, twins=None):
     """``(error, gradient)`` of the local-mean reconstruction (see the module docstring).

@@ -215,6 +215,11 @@ class Profile:
     polynomial_tail: bool = False
     # ``d log k / d u2``, stated beside ``log k`` (kernels that write their own backward pass)
     slope: Callable = field(default=None, repr=False)
+    # True for ``log k(u2) = -u2 / 2`` exactly (the Gaussian): the log-weight is linear in u2, so it
+    # is an inner product of augmented points (``(q.x - |x|^2/2 - |q|^2/2) / h^2``, one matrix
+    # product), its slope is the constant -1/2, a product of per-feature kernels is the same
+    # profile of the joint distance, and normal offsets sample it
+    log_linear: bool = False
 
     def log_k_scaled(self, t, exponent):
         """``(L, c)`` with ``log k(2^exponent t) = L + c`` (``c`` the same for every ``t``), for
@@ -225,6 +230,17 @@ class Profile:
         # 2^-e, kept above 0 so that a coinciding sample (t = 0) outweighs all others, finitely
         floor = np.maximum(np.ldexp(t.dtype.type(1.0), -exponent), np.finfo(t.dtype).smallest_subnormal)
         return -np.log(floor + t), -exponent * math.log(2.0)
+
+    @cached_property
+    def smooth(self):
+        """``log k`` is differentiable everywhere: no support's edge (not compact) and no kink at
+        ``u = 0`` (not ``exact_distance``), so that errors through the weights have a gradient."""
+        return not self.compact and not self.exact_distance
+
+    @cached_property
+    def log_k0(self):
+        """``log k(0)``, the weight of a sample at the query's point."""
+        return float(self.log_k(np.zeros(1))[0])
 
     @cached_property
     def vanishes_at_edge(self):
@@ -331,7 +347,7 @@ PROFILES = {
     p.name: p
     for p in [
         Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + special.gammaln(0.5 * d),
-                slope=_slope_gaussian),
+                slope=_slope_gaussian, log_linear=True),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
         _poly_profile("biweight", _log_poly_a2_b2, _slope_poly_a2_b2, 2, 2),

@@ -50,9 +50,11 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     options = EngineOptions(exact_edge=True, n_jobs=n_jobs)
     intensity = np.zeros(len(seeds))
     tol = 1e-3 * h
-    # the uniform kernel's weight sum is a count; exp(log(count)) is off by an ulp, and ties in
-    # intensity are broken by the coordinates, so it must be the exact integer
-    exact = np.rint if kernel.profile.name == "uniform" and sample_weight is None else (lambda w: w)
+    # a flat profile's weights are 0 or 1 (the uniform kernel): its weight sum is a count, and
+    # exp(log(count)) is off by an ulp; ties in intensity are broken by the coordinates, so it
+    # must be the exact integer
+    flat = kernel.profile.compact and not kernel.profile.vanishes_at_edge
+    exact = np.rint if flat and sample_weight is None else (lambda w: w)
     if blurring:
         def step(Y):
             points = backend.like(Y, X)

@@ -261,7 +261,7 @@ class KernelDensity(BaseEstimator):
             cumulative = np.cumsum(self.sample_weight_, dtype=np.float64)
             rows = np.searchsorted(cumulative, u * cumulative[-1])
         z = rng.normal(size=(n_samples, d))
-        if self.kernel_.profile.name != "gaussian":
+        if not self.kernel_.profile.log_linear:
             s2 = np.einsum("ij,ij->i", z, z)
             r = radius_quantile(self.kernel_.profile, d, special.gammainc(0.5 * d, 0.5 * s2))
             z *= (r / np.sqrt(s2))[:, None]
@@ -284,7 +284,7 @@ def radius_quantile(profile, d, U):
         a, b = profile.poly
         t = U ** (a / d) if b == 0 else special.betaincinv(d / a, b + 1, U)
         return t ** (1.0 / a)
-    if profile.name == "gaussian":
+    if profile.log_linear:
         return np.sqrt(2.0 * special.gammaincinv(0.5 * d, U))
     if profile.name == "laplacian":
         return special.gammaincinv(d, U)

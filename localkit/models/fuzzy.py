@@ -35,11 +35,11 @@ from .._params import non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from ._base import check_sample_weight
 from .._validation import check_array, check_class_labels, check_regression_target
-from ..engine import DEFAULT_MEMORY_BUDGET
-from ..engine import prototype_weights
-from ..engine import map_queries
+from ..engine import DEFAULT_MEMORY_BUDGET, map_queries, prototype_weights
+from ..kernels.profiles import PROFILES
 
-MEMBERSHIPS = ("gaussian",)
+#: the memberships whose product over features the prototype weights are: ``log k = -u^2 / 2``
+MEMBERSHIPS = tuple(name for name, profile in PROFILES.items() if profile.log_linear)
 #: Width floor, in units of each feature's standard deviation (singleton clusters, flat features).
 _MIN_WIDTH = 0.1
 #: Iterations of the inner L-BFGS that fits logistic consequents (classifier).

@@ -13,10 +13,9 @@ from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, has_fit_parameter, validate_data
 
-from .._params import BANDWIDTH_CONSTRAINT, KERNEL_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative
+from .._params import BANDWIDTH_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, PROFILE_CONSTRAINT, non_negative
 from .._validation import check_class_labels, check_regression_target
-from ..engine import resolve_n_jobs
-from ..engine import KernelWeights
+from ..engine import BoundKernel, make_kernel, resolve_n_jobs
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
 from ..engine import map_queries
@@ -45,13 +44,14 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
     Each query's fit is its own problem, so the loop over queries is inherent; the weights of a
     block of queries come from one engine call
-    (:class:`localkit.engine.weights.KernelWeights`) and blocks run in parallel with joblib.
+    (:meth:`localkit.engine.BoundKernel.log_weights`) and blocks run in parallel with joblib.
 
     Parameters
     ----------
     estimator : estimator object
         Must have ``fit(X, y, sample_weight=...)`` and ``predict``.
     kernel : str, default="gaussian"
+        A distance profile of :class:`localkit.Kernel` (not "softmax": ``K(x, x) = 1``).
     bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
     n_neighbors : int or None, default=None
         Balloon kNN bandwidth; with a compact profile only the nearest samples carry weight.
@@ -71,8 +71,8 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     classes_ : ndarray (classifiers)
         The global classes; a class absent from a neighbourhood gets probability 0.
     bandwidth_ : float or ndarray
-    weights_ : KernelWeights
-        The kernel bound to the training samples.
+    weights_ : BoundKernel
+        The kernel bound to the training samples (:class:`localkit.engine.BoundKernel`).
     X_fit_, y_fit_ : the training data (samples of positive weight).
     sample_weight_ : ndarray of shape (n_samples_fit,) or None
         Their weights ``c_i``, which multiply ``K(x*, x_i)``.
@@ -116,7 +116,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "estimator": [HasMethods(["fit", "predict"])],
-        "kernel": KERNEL_CONSTRAINT,
+        "kernel": PROFILE_CONSTRAINT,  # weights K(x, x) = 1: a distance profile
         "bandwidth": BANDWIDTH_CONSTRAINT,  # no "cv": each leave-one-out score would need n fits
         "n_neighbors": N_NEIGHBORS_CONSTRAINT,
         "min_weight": non_negative(),
@@ -155,7 +155,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         bandwidth = self.bandwidth
         if c is not None and isinstance(bandwidth, str):  # a rule, weighted as the fits are
             bandwidth = resolve_bandwidth(bandwidth, X, sample_weight=c)
-        self.weights_ = KernelWeights(X, self.kernel, bandwidth, self.n_neighbors)
+        self.weights_ = BoundKernel(make_kernel(self.kernel, bandwidth, self.n_neighbors), X)
         self.bandwidth_ = self.weights_.h
         self.X_fit_, self.y_fit_, self.sample_weight_ = X, y, c
         return self
