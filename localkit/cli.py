@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from . import __version__
 from ._files import folder_lock, write_atomically
 
 #: sub-command -> (module, help). The module defines ``add_arguments(parser)`` and ``main(args)``.
@@ -116,6 +117,7 @@ def _delegate(command, argv):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="localkit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"localkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("tour", help="reproduce every method of the map against its reference")
     p.add_argument("--out", default="tour_output", help="directory for the figures (default: tour_output)")

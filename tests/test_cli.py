@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from localkit.cli import build_parser, write_section
+from localkit.cli import build_parser, main, write_section
 from localkit.tour import format_table, run_tour
 from localkit.tour._core import Row
 
@@ -152,3 +152,12 @@ def test_tour_out_an_existing_file_is_a_usage_error(capsys, tmp_path):
     out.write_text("not a folder")
     err = _usage_error(capsys, ["tour", "--out", str(out), "--only", "foundation"])
     assert f"--out {out}: cannot be a folder for the figures" in err
+
+
+def test_version_is_printed(capsys):
+    import localkit
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"localkit {localkit.__version__}"
