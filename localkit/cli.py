@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from ._extras import install_extra
 from ._files import folder_lock, write_atomically
 
 #: sub-command -> (module, help). The module defines ``add_arguments(parser)`` and ``main(args)``.
@@ -28,7 +29,7 @@ class UsageError(Exception):
 def _tour(args):
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("the tour draws its figures with matplotlib, which is not installed: "
-                         "pip install 'localkit[plot]' (or 'localkit[tour]' for the reference libraries too)")
+                         f"{install_extra('plot')}, or the 'tour' extra for the reference libraries too")
     from .tour import run_tour
     from .tour._core import section_names
 

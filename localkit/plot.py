@@ -5,7 +5,7 @@ The tour and the documentation gallery draw their figures with these functions. 
 optional matplotlib ``ax`` (or ``axes``) to draw into and returns what it drew on, so the figures
 compose with the rest of a user's plotting code.
 
-matplotlib is an optional dependency: ``pip install "localkit[plot]"``.
+matplotlib is an optional dependency: ``pip install ".[plot]"`` in a clone of localkit.
 """
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ._extras import install_extra
+
 try:
     import matplotlib  # noqa: F401  (pyplot is imported on first use, leaving the backend to the user)
 except ImportError as exc:
     raise ImportError(
-        "localkit.plot needs matplotlib, an optional extra: pip install localkit[plot]"
+        f"localkit.plot needs matplotlib, an optional extra: {install_extra('plot')}"
     ) from exc
 
 from ._validation import check_array, check_choice, check_positive

@@ -106,7 +106,7 @@ def test_tour_without_matplotlib_names_the_extra(capsys, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     err = _usage_error(capsys, ["tour"])
-    assert "matplotlib" in err and "pip install 'localkit[plot]'" in err
+    assert "matplotlib" in err and 'pip install ".[plot]"' in err
 
 
 def test_a_benchmark_with_nothing_to_measure_keeps_its_results(tmp_path, capsys):

@@ -45,7 +45,7 @@ def test_localkit_works_without_torch():
 def test_nn_without_torch_names_the_extra():
     for block in (NO_TORCH, 'import sys\nsys.modules["torch"] = None\n'):
         out = run(block + IMPORT_NN)
-        assert "IMPORT-ERROR:" in out and "pip install localkit[nn]" in out
+        assert "IMPORT-ERROR:" in out and 'pip install ".[nn]"' in out
 
 
 def test_import_localkit_does_not_import_torch():

@@ -22,7 +22,7 @@ def test_import_without_matplotlib_names_the_extra():
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "try:\n    import localkit.plot\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install localkit[plot]" in out
+    assert 'pip install ".[plot]"' in out
 
 
 def test_kernel_profiles_draw_the_profile_formulas():

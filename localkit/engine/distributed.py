@@ -37,6 +37,7 @@ from functools import partial
 
 import numpy as np
 
+from .._extras import install_extra
 from .._validation import FLOAT_DTYPES, check_choice
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
@@ -64,7 +65,7 @@ def _require_dask():
     try:
         import dask.array as da
     except ImportError as exc:  # pragma: no cover - the extra is installed with the tests
-        raise ImportError("dask arrays need the 'dask' extra: pip install 'localkit[dask]'") from exc
+        raise ImportError(f"dask arrays need the 'dask' extra: {install_extra('dask')}") from exc
     return da
 
 

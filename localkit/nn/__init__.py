@@ -9,11 +9,13 @@ a pointwise model, each with a residual blend.
 
 torch is imported only in this package; ``import localkit`` never needs it.
 """
+from .._extras import install_extra
+
 try:
     import torch  # noqa: F401
 except ImportError as exc:  # torch missing, or blocked
     raise ImportError(
-        "localkit.nn needs PyTorch, an optional extra: pip install localkit[nn]"
+        f"localkit.nn needs PyTorch, an optional extra: {install_extra('nn')}"
     ) from exc
 
 from .attention import LocalLinearAttention, LocalMeanAttention
