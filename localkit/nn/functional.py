@@ -35,13 +35,10 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
-from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none
+from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none, inner_product
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
                          make_plan, streamed_local_linear)
-
-#: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
-FUSED_KERNELS = ("softmax", "gaussian")
 
 
 def eager():
@@ -151,7 +148,7 @@ def _position_terms(q, k, mask, causal, window):
             log_k = LOG_PROFILES[name]((offset.to(compute_dtype(q.dtype)) / width) ** 2)
             inside = torch.isfinite(log_k)
             allowed = inside if allowed is None else allowed & inside
-            if name != "uniform":
+            if not PROFILES[name].flat:
                 bias = torch.where(inside, log_k, 0.0)
     if mask is not None:
         if mask.dtype == torch.bool:
@@ -203,8 +200,13 @@ def _scale(kernel, h, q, k):
         return c, False
     with torch.no_grad():
         qn, kn = (t.detach().abs().amax().to(compute_dtype(q.dtype)) for t in (q, k))
-        bound = {"softmax": qn * kn * q.shape[-1], "gaussian": qn * kn * q.shape[-1] + 0.5 * kn * kn * k.shape[-1]}
-        bound = bound.get(kernel, (qn + kn) ** 2 * q.shape[-1]) + finfo.tiny
+        if kernel == "softmax":
+            bound = qn * kn * q.shape[-1]
+        elif inner_product(kernel):  # the key bias adds |k|^2 / 2
+            bound = qn * kn * q.shape[-1] + 0.5 * kn * kn * k.shape[-1]
+        else:
+            bound = (qn + kn) ** 2 * q.shape[-1]
+        bound = bound + finfo.tiny
         cap = finfo.max * 1e-8 / bound
     if isinstance(c, torch.Tensor):
         return torch.minimum(c, cap), False
@@ -234,7 +236,8 @@ def _logit_shrink(kernel, q, k, c):
     """``e >= 0`` such that the logits of ``2^-e q`` and ``2^-e k`` (those of ``q, k`` over ``4^e``)
     and every partial sum on the way stay below ``2^(maxexp - 4)`` of the compute dtype.
 
-    Only the softmax and the Gaussian take products ``<q, k>`` and ``|k|^2``, which overflow for
+    Only the inner-product kernels (:func:`~localkit.fused.flex.inner_product`: softmax, Gaussian)
+    take products ``<q, k>`` and ``|k|^2``, which overflow for
     ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
     it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`). Calls
@@ -245,7 +248,7 @@ def _logit_shrink(kernel, q, k, c):
     ``torch.compile`` (see :func:`eager`): on other devices reading the bound would stall the
     stream once per call, so there such logits still give NaN.
     """
-    if kernel not in FUSED_KERNELS or q.dtype == torch.float16 or q.device.type != "cpu" or not eager():
+    if not inner_product(kernel) or q.dtype == torch.float16 or q.device.type != "cpu" or not eager():
         return 0  # float16 products fit float32
     with torch.no_grad():  # aminmax: one pass, no |t| copy (0.8 ms for 2M floats; abs().amax() 1.9 ms)
         q_lo, q_hi, k_lo, k_hi = torch.stack([*torch.aminmax(q.detach()), *torch.aminmax(k.detach())]).tolist()
@@ -253,7 +256,7 @@ def _logit_shrink(kernel, q, k, c):
         cn = float(c.detach().amax()) if isinstance(c, torch.Tensor) else c
     if not (0 < qn < math.inf and 0 < kn < math.inf):  # zeros cannot overflow; inf and NaN stay
         return 0
-    top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(max(qn, kn) if kernel == "gaussian" else qn)
+    top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(qn if kernel == "softmax" else max(qn, kn))
            + 1 + max(0.0, math.log2(cn)))
     return max(0, math.ceil((top - math.log2(torch.finfo(compute_dtype(q.dtype)).max) + 4) / 2))
 
@@ -284,7 +287,7 @@ def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0, twice_differentiab
     if allowed is not None:
         logits = logits.masked_fill(~allowed, -math.inf)
     if top_k is not None and top_k < logits.shape[-1]:  # the top_k closest admissible keys
-        closeness = (logits if kernel in FUSED_KERNELS
+        closeness = (logits if inner_product(kernel)
                      else -torch.cdist(qc, kc, compute_mode="donot_use_mm_for_euclid_dist"))
         if allowed is not None:
             closeness = closeness.masked_fill(~allowed, -math.inf)
@@ -410,7 +413,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     if not (eager() and torch.is_grad_enabled()
             and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c, mask))):
         return out
-    if dropout_p > 0 and kernel in FUSED_KERNELS and q.device.type == "cpu":
+    if dropout_p > 0 and inner_product(kernel) and q.device.type == "cpu":
         return out  # SDPA's dropout path on the CPU (its math kernel) is differentiable twice itself
 
     def reference(q, k, v, c, mask):
@@ -466,7 +469,7 @@ def _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_
     shrink = 0 if reports else _logit_shrink(kernel, q, k, c)
     if _dense_path(mask, dropout_p):
         allowed, bias = _position_terms(q, k, mask, causal, window)
-        if kernel in FUSED_KERNELS and top_k is None and not shrink:
+        if inner_product(kernel) and top_k is None and not shrink:
             return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
         weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, shrink)
         return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
@@ -490,7 +493,7 @@ def _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_
 def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
     """SDPA when it needs no (L, S) mask of ours: softmax or Gaussian, no window, and a causal
     kernel only as SDPA's own ``is_causal`` (which takes no mask besides)."""
-    if kernel not in FUSED_KERNELS or window is not None or capped:
+    if not inner_product(kernel) or window is not None or capped:
         return False
     if causal and mask is not None:
         return False
@@ -564,12 +567,12 @@ def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
         norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
         return _key_bias_attention(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c), is_causal)
     width = v.shape[-1]
-    if kernel == "gaussian" and (is_causal or q.is_cuda):
+    if kernel != "softmax" and (is_causal or q.is_cuda):
         # public SDPA's is_causal takes no mask; and on CUDA a key bias that needs grad, passed as
         # a mask, makes SDPA's backward form the (L, S) gradient of the mask (H200, B=4 H=8 L=4096
         # d=64 bf16: 11x SDPA's memory, 4.7x its time): fold the bias into the head dimension
         q, k, v, scale = *_fold_key_bias(q * scale, k, v, c), 1.0
-    elif kernel == "gaussian":
+    elif kernel != "softmax":
         key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * c)
         bias = key_bias if bias is None else bias + key_bias
     empty = None
