@@ -1,11 +1,12 @@
 """Attention kernels streamed over key blocks: O(L x block) memory, forward and backward.
 
-The algorithm is the engine's (:mod:`localkit.engine.stream`): for each block of queries we walk
-over blocks of keys keeping the running maximum ``m`` of the log-weights and the sums rescaled by
-``exp(m_old - m_new)``, so no ``(L, S)`` tensor is formed and a tiny bandwidth gives the nearest
-key's value instead of ``0 / 0``. Kernels in position are block sparsity: ``causal`` and
-``window`` bound the key range of each query block, and a mask skips the key blocks where it
-admits nothing, so a window of width ``w`` costs about ``L (w + block)`` kernel evaluations.
+The algorithm is the engine's, with its update rule (:meth:`localkit.engine.OnlineLogSumExp.step`):
+for each block of queries we walk over blocks of keys keeping the running maximum ``m`` of the
+log-weights and the sums rescaled by ``exp(m_old - m_new)``, so no ``(L, S)`` tensor is formed
+and a tiny bandwidth gives the nearest key's value instead of ``0 / 0``. Kernels in position are
+block sparsity: ``causal`` and ``window`` bound the key range of each query block, and a mask
+skips the key blocks where it admits nothing, so a window of width ``w`` costs about
+``L (w + block)`` kernel evaluations.
 
 The backward pass is flash attention's: the forward pass keeps only the output and the row
 log-sum-exp ``lse``; each block's weights ``P = exp(logits - lse)`` are recomputed and
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ..engine import OnlineLogSumExp
 from ..fused.flex import inner_product
 from ..kernels.profiles import PROFILES
 from ._profiles import LOG_PROFILES
@@ -217,15 +219,16 @@ def knn_threshold(plan, q, k, c, top_k):
 
 
 def online_step(m, logits, shrink=0):
-    """One step of the online log-sum-exp: ``(m_new, alpha, p)``.
+    """One step of the engine's online log-sum-exp (:meth:`localkit.engine.OnlineLogSumExp.step`):
+    ``(m_new, alpha, p)``.
 
-    ``alpha = exp(m - m_new)`` rescales what was summed so far; ``p = exp(logits - m_new)``
-    (differences grown by ``4^shrink``, see :func:`grow`). The shift is detached: the result
-    does not depend on it, so neither does its gradient.
+    ``alpha = exp(m - s)`` rescales what was summed so far; ``p = exp(logits - s)``, with the
+    shift ``s = m_new`` (0 where not finite) and differences grown by ``4^shrink = 2^(2 shrink)``
+    (see :func:`grow`). The shift is taken from detached logits: the result does not depend on
+    it, so neither does its gradient.
     """
-    m_new = torch.maximum(m, logits.detach().amax(-1))
-    shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
-    return m_new, torch.exp(grow(m - shift, shrink)), torch.exp(grow(logits - shift.unsqueeze(-1), shrink))
+    m_new, shift, alpha = OnlineLogSumExp.step(m, logits.detach().amax(-1), 2 * shrink, torch)
+    return m_new, alpha, torch.exp(grow(logits - shift.unsqueeze(-1), shrink))
 
 
 def _forward(plan, q, k, v, c):
