@@ -13,7 +13,8 @@ from test_fuzz_common import LAYOUTS, as_layout  # noqa: E402
 
 from localkit.engine import local_mean  # noqa: E402
 from localkit.kernels.profiles import PROFILES  # noqa: E402
-from localkit.nn import attention_weights, kernel_attention, local_linear_attention  # noqa: E402
+from localkit.nn import attention_weights, explain_attention, kernel_attention, local_linear_attention  # noqa: E402
+from localkit.nn import functional  # noqa: E402
 from localkit.nn._profiles import LOG_PROFILES  # noqa: E402
 
 TOL32 = 1e-5
@@ -90,7 +91,7 @@ def test_per_head_bandwidth_tensor():
 
 
 # --- every path takes views: transposed, strided, expanded q, k, v and masks -----------------
-#: one call per path of kernel_attention's cascade (see its Notes), by the arguments that select it
+#: one call per path of kernel_attention (localkit.nn.functional.PATHS), by the arguments that select it
 PATHS = {
     "softmax: CPU flash kernel": {},
     "softmax, causal: CPU flash kernel": {"causal": True},
@@ -100,14 +101,14 @@ PATHS = {
     "d_v != d: SDPA": {"dv": 5},
     "bool mask: SDPA": {"mask": "bool"},
     "gaussian, float mask: SDPA": {"kernel": "gaussian", "mask": "float"},
-    "dropout: SDPA": {"dropout_p": 0.3},
+    "dropout: dense SDPA": {"dropout_p": 0.3},
     "float mask with grad: dense SDPA": {"mask": "float-grad"},
     "uniform, float mask with grad: dense weights": {"kernel": "uniform", "bandwidth": 3.0, "mask": "float-grad"},
     "causal and a mask: streamed": {"causal": True, "mask": "bool"},
     "laplacian: streamed": {"kernel": "laplacian"},
     "epanechnikov, causal: streamed": {"kernel": "epanechnikov", "bandwidth": 3.0, "causal": True},
     "top_k: streamed twice": {"top_k": 3},
-    "overflowing logits: streamed over 4^e": {"scale": 1e19},
+    "overflowing logits: CPU flash kernel, then streamed over 4^e": {"scale": 1e19},
     "window: banded": {"window": 2},
     "window, key mask: banded": {"kernel": "gaussian", "window": ("tricube", 3.0), "mask": "key"},
     "window, float mask: streamed": {"window": 2, "mask": "float"},
@@ -161,7 +162,7 @@ def test_every_path_takes_views_of_q_k_v_and_masks(path, layout):
         torch.testing.assert_close(grad, ref_grad, msg=lambda m: f"gradient of {name}: {m}")
 
 
-@pytest.mark.parametrize("path", sorted(set(PATHS) - {"overflowing logits: streamed over 4^e"}))
+@pytest.mark.parametrize("path", sorted(set(PATHS) - {"overflowing logits: CPU flash kernel, then streamed over 4^e"}))
 def test_every_path_has_gradients_of_gradients(path):
     """Double backward (``create_graph=True``, as ``nn.MultiheadAttention`` allows) through every
     path, against finite differences in float64 (``gradgradcheck``). Before issue 26: the CPU flash
@@ -190,6 +191,42 @@ def test_every_path_has_gradients_of_gradients(path):
         return kernel_attention(q, k, v, mask=m, bandwidth=h, **options)
 
     assert torch.autograd.gradgradcheck(attention, [q, k, v] + learned, fast_mode=True)
+
+
+@pytest.mark.parametrize("case", sorted(PATHS))
+def test_explain_attention_names_the_path_that_runs(case, monkeypatch):
+    """The path :func:`explain_attention` names is the one the call runs (the dispatch reads the
+    same table), and the CPU flash kernel's overflow hands the call to the streamed path."""
+    options = dict(PATHS[case])
+    (q, k, v), mask = _path_inputs(**options)
+    for name in ("dv", "mask", "scale"):
+        options.pop(name, None)
+    if options.get("bandwidth") == "per-head":
+        options["bandwidth"] = torch.tensor([0.5, 1.0, 2.0]).view(3, 1, 1)
+    plan = explain_attention(q, k, v, mask=mask, **options)
+    assert case.split(": ")[1].startswith(plan.path)  # each case is named by its path
+    assert set(plan.reasons) == {p.name for p in functional.PATHS} and all(plan.reasons.values())
+    assert f"-> {plan.path}" in str(plan)
+    ran = []
+    monkeypatch.setattr(functional, "PATHS", tuple(
+        p._replace(run=lambda call, p=p: ran.append(p.name) or p.run(call)) for p in functional.PATHS))
+    kernel_attention(q, k, v, mask=mask, **options)
+    assert ran == ([plan.path, "streamed"] if "then streamed" in case else [plan.path])
+
+
+def test_explain_attention_says_why_not():
+    q, k, v = qkv(dv=8)
+    plan = explain_attention(q, k, v, "laplacian", window=2)
+    assert plan.path == "banded"
+    assert plan.reasons["SDPA"] == "the kernel is not a softmax of inner products (softmax, Gaussian)"
+    assert plan.reasons["streamed"] == "applies, but banded takes the call first"
+    plan = explain_attention(q, k, v, causal=True)
+    assert plan.path == "CPU flash kernel"
+    assert plan.reasons["SDPA"] == "the CPU flash kernel takes it"
+    assert plan.reasons["streamed"] == "applies: takes the call if CPU flash kernel hands it over"
+    assert explain_attention(q, k, v, top_k=3).reasons["SDPA"] == "top_k (a kNN kernel) streams"
+    with pytest.raises(ValueError, match="dropout_p"):
+        explain_attention(q, k, v, dropout_p=1.5)
 
 
 def test_gradients_of_gradients_with_dropout_and_a_distance_kernel_are_refused_by_name():

@@ -102,7 +102,7 @@ def test_far_from_the_origin_keeps_float32_digits(kernel):
 
 
 #: the half path compiled for an H200 returned wrong rows (right in Triton's interpreter); it is
-#: not routed to until fixed (see localkit.nn.functional._cuda_fused)
+#: not routed to until fixed (see the "Triton" row of localkit.nn.functional.PATHS)
 HALF_ON_CUDA = pytest.mark.xfail(CUDA, strict=True, reason="the compiled half path is wrong on an H200 (known bug)")
 
 

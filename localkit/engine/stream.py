@@ -11,6 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 
+def _times_power_of_two(x, k):
+    """``x * 2^k`` for ``k >= 0``, exact up to overflow (to ``+-inf``, as it should), on arrays of
+    any library: in factors of at most ``2^64``, which float32 holds (a float32 array times
+    ``2.0 ** 200`` takes that factor as ``inf``)."""
+    while k > 0:
+        x = x * 2.0 ** min(k, 64)
+        k -= min(k, 64)
+    return x
+
+
 def augment(values):
     """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum."""
     return np.concatenate([values, np.ones((len(values), 1), dtype=values.dtype)], axis=1)
@@ -30,13 +40,26 @@ class OnlineLogSumExp:
         self.S = np.zeros((n_rows, width + 1), dtype=dtype)
         self.exponent = exponent
 
+    @staticmethod
+    def step(m, block_max, exponent=0, xp=np):
+        """The update rule, on arrays of any library with ``maximum``, ``where``, ``isfinite`` and
+        ``exp`` (``xp``: NumPy, torch): for the running maxima ``m`` and a new block's row maxima,
+        ``(m_new, s, alpha)`` with
+
+            m_new = max(m, block_max),   s = m_new where finite, else 0,   alpha = exp(2^e (m - s)),
+
+        after which the sums are ``alpha S + sum_j exp(2^e (L_j - s)) [v_j, 1]`` (``e``:
+        ``exponent``). ``s = 0`` keeps a row that has seen no weight (``m_new = -inf``: ``alpha =
+        0``, nothing to rescale) free of ``-inf - (-inf)``.
+        """
+        new = xp.maximum(m, block_max)
+        shift = xp.where(xp.isfinite(new), new, 0.0)
+        return new, shift, xp.exp(_times_power_of_two(m - shift, exponent))
+
     def _shift(self, block_max):
-        new = np.maximum(self.m, block_max)
-        shift = np.where(np.isfinite(new), new, 0.0).astype(self.m.dtype, copy=False)
         with np.errstate(invalid="ignore", over="ignore"):
-            alpha = np.exp(np.ldexp(self.m - shift, self.exponent))  # m = -inf: 0, nothing was accumulated
+            self.m, shift, alpha = self.step(self.m, block_max, self.exponent)
         self.S *= alpha[:, None]
-        self.m = new
         return shift
 
     def update(self, L, V_aug):

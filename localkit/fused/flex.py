@@ -43,6 +43,15 @@ _BLOCK_MASKS = {}
 BLOCK_SIZE = 128
 
 
+def inner_product(kernel):
+    """Whether the log-weight of ``kernel`` (``"softmax"`` or a profile's name) is a scaled inner
+    product ``c <q, k>`` plus a key bias (the row terms cancel in the normalisation): the softmax,
+    and the profiles of that form (:attr:`~localkit.kernels.profiles.Profile.log_linear`: the
+    Gaussian's ``c (<q, k> - |k|^2 / 2)``). Those run through softmax kernels (SDPA, FlexAttention
+    without ``score_mod``)."""
+    return kernel == "softmax" or PROFILES[kernel].log_linear
+
+
 def fused_or_none(key, call):
     """``call()`` (a FlexAttention call, or our Triton kernel's when ``key[0] == "triton"``), or
     ``None`` when it failed to compile for ``key`` (now, with one warning, or earlier in the
@@ -113,7 +122,7 @@ def _features(kernel, q, k, c):
         return _pad16(q * c), _pad16(k)
     centre = k.mean(-2, keepdim=True)
     q, k = q - centre, k - centre
-    if kernel == "gaussian":
+    if inner_product(kernel):
         qf = torch.cat([q * c, (-0.5 * c).expand(q.shape[:-1] + (1,))], -1)
         kf = torch.cat([k, (k * k).sum(-1, keepdim=True)], -1)
     else:
@@ -184,8 +193,8 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, 
     q, k = q.to(compute), k.to(compute)
     qf, kf = _features(kernel, q, k, c.to(compute))
     flat = lambda t: t.reshape(-1, 1, *t.shape[-2:]).to(dtype)  # (N, 1, length, dim)
-    profile = None if kernel in ("softmax", "gaussian") else PROFILES[kernel].log_k_for(torch)
-    position = None if window is None or window[0] == "uniform" else window
+    profile = None if inner_product(kernel) else PROFILES[kernel].log_k_for(torch)
+    position = None if window is None or PROFILES[window[0]].flat else window
     position_profile = None if position is None else PROFILES[position[0]].log_k_for(torch)
 
     # a tensor, not a constant of the closure: a new offset must not recompile the kernel
@@ -218,7 +227,7 @@ def flex_kernel_attention(kernel, q, k, v, c, causal, window, compiled=True, *, 
     if not return_lse:
         return out
     lse = lse.reshape(batch + (L,))
-    if kernel == "gaussian":  # the features' score is -c |q - k|^2 / 2 + c |q|^2 / 2
+    if kernel != "softmax" and PROFILES[kernel].log_linear:  # the score is -c |q - k|^2 / 2 + c |q|^2 / 2
         centred = q - k.mean(-2, keepdim=True)
         lse = lse - 0.5 * c.reshape(batch + (1,)) * (centred * centred).sum(-1)
     return out, lse

@@ -329,7 +329,7 @@ def _launch_options(kernel, q, k, v, causal, window):
     if window is not None:
         name, width = window
         reach = math.floor(width)
-        if name != "uniform":
+        if not PROFILES[name].flat:
             pos_log_k, inv_w2 = _profile(name)[0], 1.0 / (width * width)
     constants = dict(LOG_K=log_k, SOFTMAX=softmax, CAUSAL=bool(causal), REACH=reach, POS_LOG_K=pos_log_k,
                      HAS_POS=pos_log_k is not None, IEEE=q.dtype == torch.float32)

@@ -251,6 +251,12 @@ class Profile:
         samples, as scikit-learn's ``KNeighborsRegressor`` does."""
         return self.compact and bool(np.isneginf(self.log_k(np.ones(1)))[0])
 
+    @cached_property
+    def flat(self):
+        """A compact profile with ``k = 1`` on its support (the uniform one): as a kernel in
+        position (a window) it only selects pairs and adds no log-weight."""
+        return self.compact and bool(np.all(self.log_k(np.linspace(0.0, 1.0, 9)) == 0.0))
+
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
         with np.errstate(divide="ignore", invalid="ignore"):

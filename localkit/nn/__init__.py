@@ -19,9 +19,9 @@ except ImportError as exc:  # torch missing, or blocked
     ) from exc
 
 from .attention import LocalLinearAttention, LocalMeanAttention
-from .functional import attention_weights, kernel_attention, local_linear_attention
+from .functional import AttentionPlan, attention_weights, explain_attention, kernel_attention, local_linear_attention
 from .nonlocal_block import NonLocalBlock
 from .transformer import LocalTransformer, LocalTransformerLayer
 
-__all__ = ["LocalLinearAttention", "LocalMeanAttention", "LocalTransformer", "LocalTransformerLayer", "NonLocalBlock",
-           "attention_weights", "kernel_attention", "local_linear_attention"]
+__all__ = ["AttentionPlan", "LocalLinearAttention", "LocalMeanAttention", "LocalTransformer", "LocalTransformerLayer",
+           "NonLocalBlock", "attention_weights", "explain_attention", "kernel_attention", "local_linear_attention"]

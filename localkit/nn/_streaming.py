@@ -1,11 +1,12 @@
 """Attention kernels streamed over key blocks: O(L x block) memory, forward and backward.
 
-The algorithm is the engine's (:mod:`localkit.engine.stream`): for each block of queries we walk
-over blocks of keys keeping the running maximum ``m`` of the log-weights and the sums rescaled by
-``exp(m_old - m_new)``, so no ``(L, S)`` tensor is formed and a tiny bandwidth gives the nearest
-key's value instead of ``0 / 0``. Kernels in position are block sparsity: ``causal`` and
-``window`` bound the key range of each query block, and a mask skips the key blocks where it
-admits nothing, so a window of width ``w`` costs about ``L (w + block)`` kernel evaluations.
+The algorithm is the engine's, with its update rule (:meth:`localkit.engine.OnlineLogSumExp.step`):
+for each block of queries we walk over blocks of keys keeping the running maximum ``m`` of the
+log-weights and the sums rescaled by ``exp(m_old - m_new)``, so no ``(L, S)`` tensor is formed
+and a tiny bandwidth gives the nearest key's value instead of ``0 / 0``. Kernels in position are
+block sparsity: ``causal`` and ``window`` bound the key range of each query block, and a mask
+skips the key blocks where it admits nothing, so a window of width ``w`` costs about
+``L (w + block)`` kernel evaluations.
 
 The backward pass is flash attention's: the forward pass keeps only the output and the row
 log-sum-exp ``lse``; each block's weights ``P = exp(logits - lse)`` are recomputed and
@@ -24,6 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from ..engine import OnlineLogSumExp
+from ..fused.flex import inner_product
+from ..kernels.profiles import PROFILES
 from ._profiles import LOG_PROFILES
 
 #: elements of one block of log-weights (4 MiB in float32): bounds the memory of a call (the
@@ -44,16 +48,18 @@ def compute_dtype(dtype):
 def block_scores(kernel, q, k, c, twice_differentiable=False):
     """Log-kernel of a block, ``(..., Lb, Sb)``, with the scale ``c`` (``1/h`` or ``1/h^2``).
 
-    softmax: ``c <q, k>``; Gaussian: ``c (<q, k> - |k|^2 / 2)`` (the row constant ``-c |q|^2 / 2``
-    cancels in the normalisation); profiles: ``log k(c |q - k|^2)``, with distances taken from
-    differences (not ``|q|^2 - 2 <q, k> + |k|^2``, which loses all accuracy near zero distance).
+    softmax: ``c <q, k>``; the Gaussian (the inner-product form,
+    :attr:`~localkit.kernels.profiles.Profile.log_linear`): ``c (<q, k> - |k|^2 / 2)`` (the row
+    constant ``-c |q|^2 / 2`` cancels in the normalisation); other profiles: ``log k(c |q - k|^2)``,
+    with distances taken from differences (not ``|q|^2 - 2 <q, k> + |k|^2``, which loses all
+    accuracy near zero distance).
     ``twice_differentiable``: the profiles' ``|q - k|^2`` summed from a ``(..., Lb, Sb, d)`` tensor
     of differences instead of ``cdist``, whose backward has no derivative (for gradients of
     gradients).
     """
     if kernel == "softmax":
         return (q @ k.transpose(-2, -1)) * c
-    if kernel == "gaussian":
+    if PROFILES[kernel].log_linear:
         return (q @ k.transpose(-2, -1) - 0.5 * (k * k).sum(-1).unsqueeze(-2)) * c
     if twice_differentiable:
         return LOG_PROFILES[kernel]((q.unsqueeze(-2) - k.unsqueeze(-3)).square().sum(-1) * c)
@@ -133,15 +139,15 @@ class Plan:
         kernel's zeros where :meth:`closeness` is below ``kth``."""
         s = self._position(block_scores(self.kernel, *self._shrunk(q, k), c), i0, i1, j0, j1)
         if self.kth is not None:
-            near = s if self.kernel in ("softmax", "gaussian") else self.closeness(q, k, c, i0, i1, j0, j1)
+            near = s if inner_product(self.kernel) else self.closeness(q, k, c, i0, i1, j0, j1)
             s = s.masked_fill(near.detach() < self.kth[..., i0:i1, None], -math.inf)
         return s
 
     def closeness(self, q, k, c, i0, i1, j0, j1):
         """What a kNN kernel ranks, ``-inf`` where the position kernels and the mask exclude a key:
-        the log-weights for the softmax and the Gaussian, ``-|q - k|`` for the profiles (as
-        :func:`localkit.nn.functional.attention_weights` ranks them)."""
-        if self.kernel in ("softmax", "gaussian"):
+        the log-weights for the inner-product kernels (softmax, Gaussian), ``-|q - k|`` for the other
+        profiles (as :func:`localkit.nn.functional.attention_weights` ranks them)."""
+        if inner_product(self.kernel):
             return self._position(block_scores(self.kernel, *self._shrunk(q, k), c), i0, i1, j0, j1)
         dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
         return (-dist).masked_fill(torch.isneginf(self._position(torch.zeros_like(dist), i0, i1, j0, j1)), -math.inf)
@@ -213,15 +219,16 @@ def knn_threshold(plan, q, k, c, top_k):
 
 
 def online_step(m, logits, shrink=0):
-    """One step of the online log-sum-exp: ``(m_new, alpha, p)``.
+    """One step of the engine's online log-sum-exp (:meth:`localkit.engine.OnlineLogSumExp.step`):
+    ``(m_new, alpha, p)``.
 
-    ``alpha = exp(m - m_new)`` rescales what was summed so far; ``p = exp(logits - m_new)``
-    (differences grown by ``4^shrink``, see :func:`grow`). The shift is detached: the result
-    does not depend on it, so neither does its gradient.
+    ``alpha = exp(m - s)`` rescales what was summed so far; ``p = exp(logits - s)``, with the
+    shift ``s = m_new`` (0 where not finite) and differences grown by ``4^shrink = 2^(2 shrink)``
+    (see :func:`grow`). The shift is taken from detached logits: the result does not depend on
+    it, so neither does its gradient.
     """
-    m_new = torch.maximum(m, logits.detach().amax(-1))
-    shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
-    return m_new, torch.exp(grow(m - shift, shrink)), torch.exp(grow(logits - shift.unsqueeze(-1), shrink))
+    m_new, shift, alpha = OnlineLogSumExp.step(m, logits.detach().amax(-1), 2 * shrink, torch)
+    return m_new, alpha, torch.exp(grow(logits - shift.unsqueeze(-1), shrink))
 
 
 def _forward(plan, q, k, v, c):

@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from ..kernels.profiles import PROFILES, get_profile
-from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none
+from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none, inner_product
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
                          make_plan, streamed_local_linear)
-
-#: kernels that are a softmax of ``<q, k> * scale`` plus a per-key bias: fused path.
-FUSED_KERNELS = ("softmax", "gaussian")
 
 
 def eager():
@@ -151,7 +150,7 @@ def _position_terms(q, k, mask, causal, window):
             log_k = LOG_PROFILES[name]((offset.to(compute_dtype(q.dtype)) / width) ** 2)
             inside = torch.isfinite(log_k)
             allowed = inside if allowed is None else allowed & inside
-            if name != "uniform":
+            if not PROFILES[name].flat:
                 bias = torch.where(inside, log_k, 0.0)
     if mask is not None:
         if mask.dtype == torch.bool:
@@ -203,8 +202,13 @@ def _scale(kernel, h, q, k):
         return c, False
     with torch.no_grad():
         qn, kn = (t.detach().abs().amax().to(compute_dtype(q.dtype)) for t in (q, k))
-        bound = {"softmax": qn * kn * q.shape[-1], "gaussian": qn * kn * q.shape[-1] + 0.5 * kn * kn * k.shape[-1]}
-        bound = bound.get(kernel, (qn + kn) ** 2 * q.shape[-1]) + finfo.tiny
+        if kernel == "softmax":
+            bound = qn * kn * q.shape[-1]
+        elif inner_product(kernel):  # the key bias adds |k|^2 / 2
+            bound = qn * kn * q.shape[-1] + 0.5 * kn * kn * k.shape[-1]
+        else:
+            bound = (qn + kn) ** 2 * q.shape[-1]
+        bound = bound + finfo.tiny
         cap = finfo.max * 1e-8 / bound
     if isinstance(c, torch.Tensor):
         return torch.minimum(c, cap), False
@@ -234,7 +238,8 @@ def _logit_shrink(kernel, q, k, c):
     """``e >= 0`` such that the logits of ``2^-e q`` and ``2^-e k`` (those of ``q, k`` over ``4^e``)
     and every partial sum on the way stay below ``2^(maxexp - 4)`` of the compute dtype.
 
-    Only the softmax and the Gaussian take products ``<q, k>`` and ``|k|^2``, which overflow for
+    Only the inner-product kernels (:func:`~localkit.fused.flex.inner_product`: softmax, Gaussian)
+    take products ``<q, k>`` and ``|k|^2``, which overflow for
     ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
     it cannot overflow itself; ``e > 0`` sends the call to the streamed path (:func:`grow`). Calls
@@ -245,7 +250,7 @@ def _logit_shrink(kernel, q, k, c):
     ``torch.compile`` (see :func:`eager`): on other devices reading the bound would stall the
     stream once per call, so there such logits still give NaN.
     """
-    if kernel not in FUSED_KERNELS or q.dtype == torch.float16 or q.device.type != "cpu" or not eager():
+    if not inner_product(kernel) or q.dtype == torch.float16 or q.device.type != "cpu" or not eager():
         return 0  # float16 products fit float32
     with torch.no_grad():  # aminmax: one pass, no |t| copy (0.8 ms for 2M floats; abs().amax() 1.9 ms)
         q_lo, q_hi, k_lo, k_hi = torch.stack([*torch.aminmax(q.detach()), *torch.aminmax(k.detach())]).tolist()
@@ -253,7 +258,7 @@ def _logit_shrink(kernel, q, k, c):
         cn = float(c.detach().amax()) if isinstance(c, torch.Tensor) else c
     if not (0 < qn < math.inf and 0 < kn < math.inf):  # zeros cannot overflow; inf and NaN stay
         return 0
-    top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(max(qn, kn) if kernel == "gaussian" else qn)
+    top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(qn if kernel == "softmax" else max(qn, kn))
            + 1 + max(0.0, math.log2(cn)))
     return max(0, math.ceil((top - math.log2(torch.finfo(compute_dtype(q.dtype)).max) + 4) / 2))
 
@@ -284,7 +289,7 @@ def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0, twice_differentiab
     if allowed is not None:
         logits = logits.masked_fill(~allowed, -math.inf)
     if top_k is not None and top_k < logits.shape[-1]:  # the top_k closest admissible keys
-        closeness = (logits if kernel in FUSED_KERNELS
+        closeness = (logits if inner_product(kernel)
                      else -torch.cdist(qc, kc, compute_mode="donot_use_mm_for_euclid_dist"))
         if allowed is not None:
             closeness = closeness.masked_fill(~allowed, -math.inf)
@@ -355,23 +360,21 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
 
     Notes
     -----
-    Paths: the softmax and the Gaussian (a softmax of ``<q, k> / h^2`` plus the key bias
-    ``-|k|^2 / 2h^2``, passed as a ``(..., 1, S)`` mask, with ``causal`` on the CPU as the mask
-    of the flash kernel's ``is_causal``) run through PyTorch's fused
-    ``scaled_dot_product_attention`` when no ``(L, S)`` mask would have to be built. Every other
-    case runs, on CUDA when there is no mask, through one flash kernel of ours written in Triton
-    for float32 (:mod:`localkit.fused.triton_attention`: every profile and kernel in position,
-    forward and backward, ``causal`` and ``window`` skipping whole key blocks), or through
-    FlexAttention (:mod:`localkit.fused.flex`, compiled once) for the other dtypes and inside
-    ``torch.compile`` (a kernel that fails to compile falls back, with one warning), and
-    otherwise streams over key blocks
-    (:mod:`localkit.nn._streaming`, the CPU path and the reference): memory ``O(L x block)`` in
-    forward and backward, ``causal``, ``window`` and masks skipping whole key blocks. ``top_k``
-    streams too, in two passes: a running top-k of each query's closeness over key blocks
-    (memory ``O(L (top_k + block))``), then its threshold as a kernel in position. Only
-    ``dropout_p > 0`` (the weights' dropout mask would have to be drawn again, block by block, in
-    the backward pass) and a float mask that requires grad (its gradient is ``(L, S)`` itself)
-    form the ``(L, S)`` weights.
+    Paths: one table, :data:`PATHS`, chooses how a call runs, and :func:`explain_attention` prints
+    it for a call (the path taken, and why each other one is not). In short: the kernels that
+    are a softmax of inner products (softmax; the Gaussian, whose key bias ``-|k|^2 / 2h^2`` goes
+    in as a ``(..., 1, S)`` mask) run through PyTorch's fused ``scaled_dot_product_attention`` or
+    its CPU flash kernel when no ``(L, S)`` mask would have to be built; every other case runs,
+    on CUDA when there is no mask, through our flash kernel in Triton for float32
+    (:mod:`localkit.fused.triton_attention`) or FlexAttention (:mod:`localkit.fused.flex`) for
+    the other dtypes and inside ``torch.compile`` (a kernel that fails to compile falls back,
+    with one warning), and otherwise streams over key blocks (:mod:`localkit.nn._streaming`, the
+    CPU path and the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
+    ``window`` and masks skipping whole key blocks. ``top_k`` streams too, in two passes: a
+    running top-k of each query's closeness over key blocks (memory ``O(L (top_k + block))``),
+    then its threshold as a kernel in position. Only ``dropout_p > 0`` (the weights' dropout mask
+    would have to be drawn again, block by block, in the backward pass) and a float mask that
+    requires grad (its gradient is ``(L, S)`` itself) form the ``(L, S)`` weights.
     On the CPU, softmax and Gaussian logits beyond the float range (``|q|, |k| ~ 1e20`` in
     float32) are streamed as ``logits / 4^e`` with their differences grown back before ``exp``:
     the weights are exact (one-hot on the best key where the spread is that large), never NaN.
@@ -401,16 +404,13 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     >>> kernel_attention(q, k, v, "uniform", bandwidth=1.5).squeeze(-1)  # neighbours within 1.5
     tensor([0.5000, 0.5000, 2.0000])
     """
-    _check_dropout(dropout_p)
-    kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
-    causal = bool(causal)
-    if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
-        top_k = None
-    out = _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p)
+    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p)
+    kernel, c, mask, causal, window, top_k = call.kernel, call.c, call.mask, call.causal, call.window, call.top_k
+    out = _attention(call)
     if not (eager() and torch.is_grad_enabled()
             and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c, mask))):
         return out
-    if dropout_p > 0 and kernel in FUSED_KERNELS and q.device.type == "cpu":
+    if dropout_p > 0 and inner_product(kernel) and q.device.type == "cpu":
         return out  # SDPA's dropout path on the CPU (its math kernel) is differentiable twice itself
 
     def reference(q, k, v, c, mask):
@@ -457,66 +457,213 @@ class _TwiceDifferentiable(torch.autograd.Function):
         return (None, None) + tuple(next(grads) if needed else None for needed in need)
 
 
-def _attention(q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p):
-    """:func:`kernel_attention` on checked arguments: the path cascade (see its Notes)."""
-    fused = top_k is None and not _dense_path(mask, dropout_p) and _sdpa_fits(kernel, q, c, capped, mask, causal,
-                                                                             window)
-    # the CPU flash kernel reports an overflow itself (see _fused)
-    reports = fused and mask is None and _cpu_flash_fits(q, k, v, 0.0)
-    shrink = 0 if reports else _logit_shrink(kernel, q, k, c)
-    if _dense_path(mask, dropout_p):
-        allowed, bias = _position_terms(q, k, mask, causal, window)
-        if kernel in FUSED_KERNELS and top_k is None and not shrink:
-            return _fused(q, k, v, kernel, c, allowed, bias, dropout_p, False)
-        weights, _ = _weights(q, k, kernel, c, allowed, bias, top_k, shrink)
-        return F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
-    if fused and not shrink:
-        allowed, bias = _position_terms(q, k, mask, False, None)
-        out = _fused(q, k, v, kernel, c, allowed, bias, 0.0, causal)
-        if out is not None:
-            return out
-        shrink = _logit_shrink(kernel, q, k, c)  # the kernel's log-sum-exp overflowed
-    if flex_available(q) and not shrink and top_k is None and mask is None:
-        out = _cuda_fused(kernel, q, k, v, c, causal, window)
-        if out is not None:
-            return out
-    q_, k_, v_, c_ = _to_compute(q, k, v, c)
-    if window is not None and not shrink and top_k is None and (mask is None or mask.shape[-2] == 1):
-        return banded_attention(kernel, q_, k_, v_, c_, window, causal, mask).to(q.dtype)  # a band around the diagonal
-    plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, v.shape[-1], shrink, top_k)
-    return StreamedAttention.apply(q_, k_, v_, c_, plan).to(q.dtype)
+class _Call:
+    """One :func:`kernel_attention` call on checked arguments, with the facts its path is chosen
+    on; ``shrink`` (:func:`_logit_shrink`, which reads ``q`` and ``k``) is computed only when a path
+    asks for it, so that a call taken by the CPU flash kernel does not pay for it."""
+
+    def __init__(self, q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p):
+        self.q, self.k, self.v, self.kernel, self.c, self.capped = q, k, v, kernel, c, capped
+        self.mask, self.causal, self.window, self.top_k, self.dropout_p = mask, causal, window, top_k, dropout_p
+        self.dense = _dense_path(mask, dropout_p)
+        self.inner = inner_product(kernel)
+        self._shrink = None
+
+    @property
+    def shrink(self):  # not a cached_property: torch.compile cannot enter its lock
+        if self._shrink is None:
+            self._shrink = _logit_shrink(self.kernel, self.q, self.k, self.c)
+        return self._shrink
 
 
-def _sdpa_fits(kernel, q, c, capped, mask, causal, window):
-    """SDPA when it needs no (L, S) mask of ours: softmax or Gaussian, no window, and a causal
-    kernel only as SDPA's own ``is_causal`` (which takes no mask besides)."""
-    if kernel not in FUSED_KERNELS or window is not None or capped:
-        return False
-    if causal and mask is not None:
-        return False
-    # float16 cannot hold q / h for a tiny per-head bandwidth: stream in float32 instead
-    return not (isinstance(c, torch.Tensor) and q.dtype == torch.float16)
+#: Conditions of the paths, ``(condition(call), why not)``, shared by the rows of :data:`PATHS`.
+_DENSE = (lambda a: a.dense, "no dropout and no float mask that requires grad: no weights to form")
+_INNER = (lambda a: a.inner, "the kernel is not a softmax of inner products (softmax, Gaussian)")
+_NOT_DENSE = (lambda a: not a.dense, "dropout or a float mask that requires grad: the weights are formed")
+_NO_TOP_K = (lambda a: a.top_k is None, "top_k (a kNN kernel) streams")
+_FITS = (lambda a: not a.shrink, "logits beyond the float range: streamed as logits / 4^e")
+#: what SDPA takes without an (L, S) mask of ours
+_SDPA = (
+    _NOT_DENSE, _NO_TOP_K, _INNER,
+    (lambda a: a.window is None, "a window would be an (L, S) mask"),
+    (lambda a: not a.capped, "the bandwidth's scale was capped (a tiny bandwidth): streamed"),
+    (lambda a: not (a.causal and a.mask is not None), "causal with a mask would be an (L, S) mask"),
+    (lambda a: not (isinstance(a.c, torch.Tensor) and a.q.dtype == torch.float16),
+     "float16 cannot hold q / h for a tiny per-head bandwidth: streamed in float32"),
+)
+_CPU_FLASH = (lambda a: a.mask is None and _cpu_flash_fits(a.q, a.k, a.v, 0.0),
+              "needs CPU tensors with d_v = d and no mask")
+#: what the fused CUDA kernels take
+_CUDA = (_NOT_DENSE, _NO_TOP_K,
+         (lambda a: a.mask is None, "masks stream: torch 2.11's Triton failed to compile a captured key mask (H200)"),
+         (lambda a: flex_available(a.q), "needs CUDA tensors and Triton"),
+         _FITS)
+#: half inputs stay on FlexAttention until our kernel's half path is fixed: on an H200 it returned
+#: wrong rows in bfloat16 and float16 (and an illegal memory access with BLOCK_M = 64), while its
+#: float32 path matched the float64 reference in every CUDA test; inside torch.compile,
+#: FlexAttention is traced
+_TRITON = (lambda a: eager() and a.q.dtype == torch.float32,
+           "our Triton kernel takes float32 outside torch.compile (its half path returned wrong rows on an H200)")
 
 
-def _cuda_fused(kernel, q, k, v, c, causal, window):
-    """Every kernel SDPA does not take, fused on CUDA: our Triton kernel
-    (:mod:`localkit.fused.triton_attention`) in eager mode for float32, FlexAttention inside
-    ``torch.compile`` (which traces it) and for the other dtypes; ``None`` if the kernel failed to
-    compile (the caller streams). Half inputs stay on FlexAttention until our kernel's half path
-    is fixed: on an H200 it returned wrong rows in bfloat16 and float16 (and an illegal memory
-    access with ``BLOCK_M = 64``), while its float32 path matched the float64 reference in every
-    CUDA test. Key-padding masks are not taken (they stream): torch 2.11's Triton failed to
-    compile a captured ``(B, S)`` key mask in FlexAttention (H200)."""
+def _dense_sdpa(a):
+    allowed, bias = _position_terms(a.q, a.k, a.mask, a.causal, a.window)
+    return _sdpa(a.q, a.k, a.v, a.kernel, a.c, allowed, bias, a.dropout_p, False)
+
+
+def _dense_weights(a):
+    allowed, bias = _position_terms(a.q, a.k, a.mask, a.causal, a.window)
+    weights, _ = _weights(a.q, a.k, a.kernel, a.c, allowed, bias, a.top_k, a.shrink)
+    return F.dropout(weights, a.dropout_p) @ a.v if a.dropout_p > 0 else weights @ a.v
+
+
+def _public_sdpa(a):
+    allowed, bias = _position_terms(a.q, a.k, a.mask, False, None)
+    return _sdpa(a.q, a.k, a.v, a.kernel, a.c, allowed, bias, 0.0, a.causal)
+
+
+def _triton(a):
+    from ..fused.triton_attention import triton_kernel_attention
+
+    q, k, v = _broadcast(a.q, a.k, a.v)
+    return fused_or_none(("triton", a.kernel, q.dtype, a.causal, a.window),
+                         lambda: triton_kernel_attention(a.kernel, q, k, v, a.c, a.causal, a.window))
+
+
+def _flex(a):
+    q, k, v = _broadcast(a.q, a.k, a.v)
+    c = _scale_tensor(a.c, compute_dtype(q.dtype), q.device, q.shape[:-2])
+    return fused_or_none((a.kernel, q.dtype, a.causal, a.window is not None),
+                         lambda: flex_kernel_attention(a.kernel, q, k, v, c, a.causal, a.window))
+
+
+def _banded(a):
+    q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
+    return banded_attention(a.kernel, q, k, v, c, a.window, a.causal, a.mask).to(a.q.dtype)
+
+
+def _streamed(a):
+    q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
+    plan = _streamed_plan(a.kernel, q, k, c, a.causal, a.window, a.mask, a.v.shape[-1], a.shrink, a.top_k)
+    return StreamedAttention.apply(q, k, v, c, plan).to(a.q.dtype)
+
+
+class _Path(NamedTuple):
+    """A path of :func:`kernel_attention`: taken when every ``(condition(call), reason)`` of
+    ``conditions`` holds (else the first that fails says why not); ``run(call)`` gives the output,
+    or None where ``hands_over`` (a fused kernel that failed to compile, the CPU flash kernel's
+    overflowed log-sum-exp): the call then goes to the next path that applies."""
+
+    name: str
+    what: str
+    conditions: tuple
+    run: Callable
+    hands_over: bool = False
+
+
+#: The paths of :func:`kernel_attention` in the order tried; the streamed one takes every call.
+PATHS = (
+    _Path("dense SDPA", "the (L, S) weights through scaled_dot_product_attention (its dropout, a mask's gradient)",
+          (_DENSE, _INNER, _NO_TOP_K, _FITS), _dense_sdpa),
+    _Path("dense weights", "the (L, S) weights formed (dropout, a mask's gradient)", (_DENSE,), _dense_weights),
+    _Path("CPU flash kernel", "PyTorch's CPU flash kernel with is_causal and the Gaussian's key bias as its mask",
+          (*_SDPA, _CPU_FLASH), lambda a: _cpu_flash(a.q, a.k, a.v, a.kernel, a.c, a.causal), hands_over=True),
+    _Path("SDPA", "scaled_dot_product_attention, the Gaussian's key bias as a (..., 1, S) mask or folded",
+          (*_SDPA, (lambda a: not _CPU_FLASH[0](a), "the CPU flash kernel takes it"), _FITS), _public_sdpa),
+    _Path("Triton", "our flash kernel in Triton (localkit.fused.triton_attention)", (*_CUDA, _TRITON), _triton,
+          hands_over=True),
+    _Path("FlexAttention", "FlexAttention (localkit.fused.flex), compiled once",
+          (*_CUDA, (lambda a: not _TRITON[0](a), "our Triton kernel takes it")), _flex, hands_over=True),
+    _Path("banded", "each block of queries against the band of keys around it, one batched product",
+          (_NOT_DENSE, _NO_TOP_K, (lambda a: a.window is not None, "no window"),
+           (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the band takes key masks)"),
+           _FITS), _banded),
+    _Path("streamed", "over key blocks with the online log-sum-exp (top_k: a first pass finds each row's threshold)",
+          (), _streamed),
+)
+
+
+def _refusal(conditions, call):
+    """The reason of the first condition that fails, or None."""
+    return next((why for holds, why in conditions if not holds(call)), None)
+
+
+def _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p):
+    """The :class:`_Call` of :func:`kernel_attention`'s arguments, checked."""
+    _check_dropout(dropout_p)
+    kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
+        top_k = None
+    return _Call(q, k, v, kernel, c, capped, mask, bool(causal), window, top_k, dropout_p)
+
+
+def _attention(call):
+    """:func:`kernel_attention` of a checked call: the first of :data:`PATHS` that applies and
+    returns a result."""
+    for path in PATHS:
+        if _refusal(path.conditions, call) is None:
+            out = path.run(call)
+            if out is not None:
+                return out
+    raise AssertionError("the streamed path takes every call")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The path a :func:`kernel_attention` call takes and, for every path in the order tried,
+    what it is and why it was or was not taken (as torch's ``why_not_fast_path``); ``str(plan)``
+    is a table. See :func:`explain_attention`."""
+
+    path: str
+    reasons: dict
+
+    def __str__(self):
+        width = max(map(len, self.reasons))
+        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+
+
+def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None,
+                      dropout_p=0.0):
+    """Which path :func:`kernel_attention` takes for these arguments, and why each other one is
+    not taken: an :class:`AttentionPlan` (``.path``, ``.reasons``; ``str`` is a table).
+
+    The dispatch reads the same table (:data:`PATHS`), so the explanation is the decision. Paths
+    after the one taken that also apply are listed as the fallback of a path that can hand a call
+    over (a fused kernel that fails to compile, the CPU flash kernel whose log-sum-exp overflows):
+    those are known only by running the call.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from localkit.nn import explain_attention
+    >>> q = k = v = torch.randn(1, 2, 16, 8)
+    >>> explain_attention(q, k, v, "laplacian").path
+    'streamed'
+    >>> explain_attention(q, k, v, "gaussian", causal=True).path
+    'CPU flash kernel'
+    """
+    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p)
+    taken, last, reasons = None, None, {}
+    for path in PATHS:
+        why = _refusal(path.conditions, call)
+        if why is not None:
+            reasons[path.name] = why
+            continue
+        if taken is None:
+            taken, reasons[path.name] = path.name, path.what
+        elif last is not None:
+            reasons[path.name] = f"applies: takes the call if {last} hands it over"
+        else:
+            reasons[path.name] = f"applies, but {taken} takes the call first"
+            continue
+        last = path.name if path.hands_over else None
+    return AttentionPlan(taken, reasons)
+
+
+def _broadcast(q, k, v):
+    """``q, k, v`` expanded to one batch shape (views)."""
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    q, k, v = (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
-    if eager() and q.dtype == torch.float32:
-        from ..fused.triton_attention import triton_kernel_attention
-
-        return fused_or_none(("triton", kernel, q.dtype, causal, window),
-                             lambda: triton_kernel_attention(kernel, q, k, v, c, causal, window))
-    c = _scale_tensor(c, compute_dtype(q.dtype), q.device, batch)
-    return fused_or_none((kernel, q.dtype, causal, window is not None),
-                         lambda: flex_kernel_attention(kernel, q, k, v, c, causal, window))
+    return (t.expand(batch + t.shape[-2:]) for t in (q, k, v))
 
 
 def _scale_tensor(c, dtype, device, batch):
@@ -538,38 +685,45 @@ def _check_dropout(dropout_p):
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
 
 
-def _fused(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
-    """Softmax and Gaussian kernels through ``scaled_dot_product_attention`` with scale ``c``.
+def _scaled(q, c):
+    """``(q, scale)`` for a softmax kernel of scale ``c``: a per-head tensor is folded into ``q``."""
+    return (q * c.to(q.dtype), 1.0) if isinstance(c, torch.Tensor) else (q, c)
+
+
+def _cpu_flash(q, k, v, kernel, c, is_causal):
+    """An inner-product kernel as one call of PyTorch's CPU flash kernel (the softmax's is what
+    SDPA calls there), with the Gaussian's key bias ``-c |k|^2 / 2`` as its ``(..., 1, S)`` mask
+    (:class:`_KeyBiasAttention`), which it takes together with ``is_causal`` (public SDPA does
+    not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal SDPA, folded 0.82x). None when the
+    log-sum-exp overflowed, for the caller to stream instead."""
+    q, scale = _scaled(q, c)
+    if kernel == "softmax":
+        return _key_bias_attention(q, k, v, scale, None, is_causal)
+    # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
+    # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
+    norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
+    return _key_bias_attention(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c), is_causal)
+
+
+def _sdpa(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
+    """An inner-product kernel through ``scaled_dot_product_attention`` with scale ``c``.
 
     The Gaussian's key bias ``-c |k|^2 / 2`` goes in as a ``(..., 1, S)`` float mask. Folding it
     into one more head dimension (``q' = [c q, 1]``, ``k' = [k, -c |k|^2 / 2]``, scale 1) was
     slower on CPU (B=2, H=4, L=1024, d=64, one thread: SDPA 43 ms, key-bias mask 49 ms, folded
     63 ms with ``v`` padded to the same head dimension; with ``v`` left at ``d`` SDPA leaves its
-    flash kernel and takes 4-5x longer). On the CPU with no other mask, the flash kernel is
-    called directly (the softmax's is what SDPA calls there), with the Gaussian's bias
-    (:class:`_KeyBiasAttention`), which it also takes together with ``is_causal`` (public SDPA
-    does not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal SDPA, folded 0.82x); it returns
-    the log-sum-exp: None is returned when that overflowed, for the caller to stream instead. The fold remains for ``d_v != d`` with ``is_causal``; on CUDA
-    the Gaussian always folds (:func:`_fold_key_bias`).
+    flash kernel and takes 4-5x longer). The fold remains for ``is_causal`` (on the CPU, where
+    :func:`_cpu_flash` does not fit: ``d_v != d``); on CUDA the Gaussian always folds
+    (:func:`_fold_key_bias`).
     """
-    if isinstance(c, torch.Tensor):  # per-head bandwidths: fold the scale into q
-        q, scale = q * c.to(q.dtype), 1.0
-    else:
-        scale = c
-    if allowed is None and bias is None and _cpu_flash_fits(q, k, v, dropout_p):
-        if kernel == "softmax":
-            return _key_bias_attention(q, k, v, scale, None, is_causal)
-        # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
-        # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
-        norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
-        return _key_bias_attention(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c), is_causal)
+    q, scale = _scaled(q, c)
     width = v.shape[-1]
-    if kernel == "gaussian" and (is_causal or q.is_cuda):
+    if kernel != "softmax" and (is_causal or q.is_cuda):
         # public SDPA's is_causal takes no mask; and on CUDA a key bias that needs grad, passed as
         # a mask, makes SDPA's backward form the (L, S) gradient of the mask (H200, B=4 H=8 L=4096
         # d=64 bf16: 11x SDPA's memory, 4.7x its time): fold the bias into the head dimension
         q, k, v, scale = *_fold_key_bias(q * scale, k, v, c), 1.0
-    elif kernel == "gaussian":
+    elif kernel != "softmax":
         key_bias = torch.linalg.vecdot(k, k).unsqueeze(-2) * (-0.5 * c)
         bias = key_bias if bias is None else bias + key_bias
     empty = None
