@@ -349,6 +349,17 @@ def test_softmax_logits_beyond_the_float_range_on_tensors(dispatch, scale):
     same(beyond.mean, got.mean, "cpu", 1e-12)  # 2^k beyond the float range itself (the NumPy engine overflows)
 
 
+def test_softmax_logits_beyond_float32s_range_on_float32_tensors(dispatch):
+    """float32 logits past float32's range: the shift by 2^-k takes the tensor's dtype, so a
+    step of 2^1000 was float32's inf and every mean came out 0."""
+    rng = np.random.default_rng(0)
+    X, y = (1e35 * rng.standard_normal((50, 3))).astype(np.float32), rng.integers(0, 40, 50).astype(np.float32)
+    ref = local_sums(X[:4], X, y, "softmax", 1.0)
+    got = local_sums(torch.tensor(X[:4]), torch.tensor(X), torch.tensor(y), "softmax", 1.0)
+    np.testing.assert_array_equal(ref.mean, y[np.argmax(X[:4].astype(np.float64) @ X.T.astype(np.float64), axis=1)])
+    same(got.mean, ref.mean, "cpu", 0)
+
+
 @pytest.mark.parametrize("metric, h", [("euclidean", 0.04), ("manhattan", 0.1)])
 def test_empty_neighbourhoods_leave_one_out_on_tensors_equal_numpy(dispatch, diabetes, metric, h):
     """Many queries with no other sample in the support: each takes its nearest other sample

@@ -28,6 +28,7 @@ from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .loess_surface import KDSurface
 from .options import EngineOptions
 from .patches import gaussian_patch_weights, patch_local_mean
+from .planner import Plan
 from .polynomial import LocalPolynomialFit, check_design_fits, local_covariance, local_polynomial
 from .prototypes import prototype_weights
 from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
@@ -64,6 +65,7 @@ __all__ = [
     "map_queries",
     "OnlineLogSumExp",
     "patch_local_mean",
+    "Plan",
     "prototype_weights",
     "reconstruction_gradient",
     "resolve_n_jobs",

@@ -233,10 +233,11 @@ def _logit_exponent(xp, Q, X, h):
 
 
 def _times_power_of_two(a, k):
-    """``a * 2^k`` in steps of at most ``2^1000`` (``2^k`` itself may be beyond the float range;
-    the product then overflows to ``-inf`` or underflows to 0, as it should)."""
+    """``a * 2^k`` in steps of at most ``2^64`` (``2^k`` itself may be beyond the float range;
+    the product then overflows to ``-inf`` or underflows to 0, as it should). The factor takes
+    ``a``'s dtype: a larger step would be float32's ``inf`` (or 0) itself, whatever ``a``."""
     while k != 0:
-        step = max(-1000, min(1000, k))
+        step = max(-64, min(64, k))
         a = a * 2.0 ** step
         k -= step
     return a

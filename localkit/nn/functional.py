@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from ..engine import Plan
 from ..kernels.profiles import PROFILES, get_profile
 from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none, inner_product
 from ._profiles import LOG_PROFILES
@@ -608,18 +608,10 @@ def _attention(call):
     raise AssertionError("the streamed path takes every call")  # pragma: no cover
 
 
-@dataclass(frozen=True)
-class AttentionPlan:
+class AttentionPlan(Plan):
     """The path a :func:`kernel_attention` call takes and, for every path in the order tried,
     what it is and why it was or was not taken (as torch's ``why_not_fast_path``); ``str(plan)``
-    is a table. See :func:`explain_attention`."""
-
-    path: str
-    reasons: dict
-
-    def __str__(self):
-        width = max(map(len, self.reasons))
-        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+    is a table, as the engine's :class:`~localkit.engine.Plan`. See :func:`explain_attention`."""
 
 
 def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None,
