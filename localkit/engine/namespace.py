@@ -25,6 +25,7 @@ from .checks import check_exclude_self, check_pass, check_weight_values
 from .paths import LOG_WEIGHT_TOL
 from .planner import COMPILED_BANDWIDTHS
 from .results import LocalSums, check_empty, value_offset
+from .stream import OnlineLogSumExp, times_power_of_two
 from .twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -138,7 +139,7 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
             hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
             Qs, Xs, support = Q / hh, X / hh, 1.0
     elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
-        Qs, Xs = _times_power_of_two(Q, -logit_exponent) / h, X
+        Qs, Xs = times_power_of_two(Q, -logit_exponent) / h, X
     elif kernel.norm_metric:
         centre = xp.mean(X, axis=0)
         hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
@@ -230,17 +231,6 @@ def _logit_exponent(xp, Q, X, h):
     limit = 60 if Q.dtype == xp.float32 else 500
     top = math.log2(top_q) + math.log2(top_x) + math.log2(Q.shape[1]) - math.log2(h)
     return max(0, math.ceil(top - limit))
-
-
-def _times_power_of_two(a, k):
-    """``a * 2^k`` in steps of at most ``2^64`` (``2^k`` itself may be beyond the float range;
-    the product then overflows to ``-inf`` or underflows to 0, as it should). The factor takes
-    ``a``'s dtype: a larger step would be float32's ``inf`` (or 0) itself, whatever ``a``."""
-    while k != 0:
-        step = max(-64, min(64, k))
-        a = a * 2.0 ** step
-        k -= step
-    return a
 
 
 def xp_bandwidth(xp, kernel, X, weight=None):
@@ -380,18 +370,16 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                                   None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
                     L = -0.5 * u2 if gaussian else log_k(u2)
             if log_weight is not None:  # log c_j inside the shift's maximum (see paths.run_path)
-                L = L + _times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
+                L = L + times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
                 cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))
                 L = xp.where(rows[:, None] == cols[None, :], -math.inf, L)
-            new = xp.maximum(m, xp.max(L, axis=1))
-            safe = xp.where(new > -math.inf, new, xp.zeros_like(new))
-            S = (S * xp.exp(_times_power_of_two(m - safe, logit_exponent))[:, None]
-                 + xp.exp(_times_power_of_two(L - safe[:, None], logit_exponent)) @ V_aug[c0:c0 + X.shape[0], ...])
-            m = new
+            m, safe, alpha = OnlineLogSumExp.step(m, xp.max(L, axis=1), logit_exponent, xp=xp)
+            S = S * alpha[:, None] + (xp.exp(times_power_of_two(L - safe[:, None], logit_exponent))
+                                      @ V_aug[c0:c0 + X.shape[0], ...])
         S_blocks.append(S)
-        shift_blocks.append(xp.where(m > -math.inf, _times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
+        shift_blocks.append(xp.where(m > -math.inf, times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
     inverse = xp.argsort(order)
     return xp.take(xp.concat(S_blocks, axis=0), inverse, axis=0), xp.take(xp.concat(shift_blocks, axis=0), inverse)
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def _times_power_of_two(x, k):
-    """``x * 2^k`` for ``k >= 0``, exact up to overflow (to ``+-inf``, as it should), on arrays of
-    any library: in factors of at most ``2^64``, which float32 holds (a float32 array times
-    ``2.0 ** 200`` takes that factor as ``inf``)."""
-    while k > 0:
-        x = x * 2.0 ** min(k, 64)
-        k -= min(k, 64)
+def times_power_of_two(x, k):
+    """``x * 2^k`` for an integer ``k``, exact up to overflow (to ``+-inf``) or underflow (to 0),
+    as it should be, on arrays of any library: in factors of at most ``2^64`` or ``2^-64``,
+    which float32 holds (the factor takes the array's dtype: a float32 array times ``2.0 ** 200``
+    takes it as ``inf``)."""
+    while k != 0:
+        step = max(-64, min(64, k))
+        x = x * 2.0 ** step
+        k -= step
     return x
 
 
@@ -54,7 +56,7 @@ class OnlineLogSumExp:
         """
         new = xp.maximum(m, block_max)
         shift = xp.where(xp.isfinite(new), new, 0.0)
-        return new, shift, xp.exp(_times_power_of_two(m - shift, exponent))
+        return new, shift, xp.exp(times_power_of_two(m - shift, exponent))
 
     def _shift(self, block_max):
         with np.errstate(invalid="ignore", over="ignore"):
