@@ -41,11 +41,11 @@ from numba import njit
 from scipy.special import comb
 
 from .._validation import check_array, check_points
-from ..kernels import PROFILES, Kernel
+from ..kernels import Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
-from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
+from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from .twins import mask_twins, twin_groups
 from .weights import KernelWeights
 
@@ -259,11 +259,6 @@ def _solve(G, b, ridge, rcond):
     return beta, ~ok
 
 
-#: compact profiles ``(1 - u^a)^b`` (see :mod:`localkit.kernels.profiles`) whose weights the fused
-#: kernels evaluate inline; a test checks it against ``Profile.log_k``
-POLY_PROFILES = {name: p.poly for name, p in PROFILES.items() if p.poly is not None}
-
-
 def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
     design centred at each query and scaled by its radius; the extra bytes per query; and the
@@ -275,11 +270,12 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
     twins = twin_groups(samples) if exclude_self else None
-    a, p = POLY_PROFILES.get(kern.profile.name, (0, 0))
+    # the fused paths evaluate the compact profiles ``(1 - u^a)^b`` inline (``Profile.poly``)
+    a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
     # k-th neighbour counts, ties there would add samples; it keeps exactly k through the tree
-    euclid = (kern.metric == "euclidean" and kern.profile.name in POLY_PROFILES and kern.profile.vanishes_at_edge
+    euclid = (kern.metric == "euclidean" and kern.profile.poly is not None and kern.profile.vanishes_at_edge
               and not exclude_self)
     if euclid and Xs.shape[1] > 1:
         index = GridIndex(Xs, k)
@@ -430,8 +426,8 @@ def _column(X, Y, q, s, w, inv, Z, WPsi, Yv, m):
 def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
     """1-D windows ``[lo, hi)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
     (m <= 2 degree) and ``T_m = sum_j w_j dz_j^m y_j`` (m <= degree), ``dz = (x_j - x*) / radius``,
-    with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (every window sample has
-    ``|dz| <= 1``; the farthest gets weight 0). The Gram matrix is the Hankel matrix
+    with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (the profiles' ``_poly``; every
+    window sample has ``|dz| <= 1``, the farthest gets weight 0). The Gram matrix is the Hankel matrix
     ``G_ac = S_(a+c)``."""
     bq, t = len(q), Y.shape[1]
     S = np.zeros((bq, 2 * degree + 1))
@@ -444,7 +440,7 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
             s0 = s1 = s2 = t0 = t1 = 0.0
             for j in range(l, u):
                 dz = (x[j] - q[i]) * inv
-                w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
+                w = _poly(dz * dz, a, p) * sw[j]
                 wd = w * dz
                 s0 += w
                 s1 += wd
@@ -455,7 +451,7 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
             continue
         for j in range(l, u):
             dz = (x[j] - q[i]) * inv
-            w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
+            w = _poly(dz * dz, a, p) * sw[j]
             for m in range(2 * degree + 1):
                 S[i, m] += w
                 if m <= degree:
