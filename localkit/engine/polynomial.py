@@ -46,6 +46,7 @@ from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .local_mean import make_kernel
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
+from .stream import UNDERFLOW, flush_underflow
 from .twins import mask_twins, twin_groups
 from .weights import KernelWeights
 
@@ -511,7 +512,8 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     def dense_block(rows):
         L = log_weights(queries[rows], exclude_self=exclude_self, row_offset=rows.start)
         top = L.max(axis=1, keepdims=True)
-        W = np.exp(L - np.where(np.isfinite(top), top, 0.0)).astype(samples.dtype, copy=False)
+        L -= np.where(np.isfinite(top), top, 0.0)
+        W = np.exp(flush_underflow(L, UNDERFLOW[L.dtype]), out=L).astype(samples.dtype, copy=False)
         G, b, total = _accumulate(samples, queries[rows], Y, sw, np.broadcast_to(every, W.shape), W,
                                   np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)
