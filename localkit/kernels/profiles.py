@@ -303,6 +303,9 @@ class Profile:
         import numba
 
         njit = numba.njit(cache=False, inline="always")
+        if self.poly is None and self.direct is None:  # a profile stated only as log k
+            log_k = _rebind(self.statement, _scalar_namespace(), njit)
+            return njit(lambda u2: math.exp(log_k(u2)))
         if self.poly is None:
             return _rebind(self.direct, _scalar_namespace(), njit)
         a, b = self.poly
@@ -312,6 +315,8 @@ class Profile:
     def k(self, u2):
         """``k`` of the squared scaled distance (NumPy), from the direct statement."""
         u2 = np.asarray(u2)
+        if self.poly is None and self.direct is None:  # a profile stated only as log k
+            return np.exp(self.log_k(u2))
         if self.poly is None:
             return _numpy_statement(self.direct)(u2)
         return _numpy_statement(_poly)(u2, *self.poly)
