@@ -108,7 +108,8 @@ def _loess(quick):
 def run(quick=False):
     repeat = 2 if quick else 3
     rates = machine_rates()
-    lines = [f"The machine has 2 cores and was shared with other work while this ran (load average "
+    lines = ["Issue 28: the engine at the arithmetic limit.", "",
+             f"The machine has 2 cores and was shared with other work while this ran (load average "
              f"{os.getloadavg()[0]:.1f} at the start): compare ratios within a table, not times across runs.", "",
              rates_line(rates), ""]
     lines += _gaussian(quick, repeat) + [""] + _compact(quick, repeat) + [""] + _loess(quick)
