@@ -180,7 +180,7 @@ class Kernel:
             q_sq = np.einsum("ij,ij->i", Q, Q)
         if x_sq is None:
             x_sq = np.einsum("ij,ij->i", X, X)
-        if self.profile.name == "gaussian" and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
+        if self.profile.quadratic and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
             # one matrix product: [q, -1/2] / h_q^2 . [x, |x|^2]  =  (q.x - |x|^2 / 2) / h_q^2
             # (folded: [q, -1/2, -|q|^2/2] / h_q^2 . [x, |x|^2, 1] = -|q - x|^2 / (2 h_q^2))
             d = Q.shape[1]

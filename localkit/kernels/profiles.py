@@ -255,6 +255,9 @@ class Profile:
     polynomial_tail: bool = False
     # ``d log k / d u2``, stated beside ``log k`` (kernels that write their own backward pass)
     slope: Callable = field(default=None, repr=False)
+    # ``log k = -u^2 / 2`` (the Gaussian): the log-weights of a block are one matrix product, and
+    # coordinates scaled by ``sqrt(log2 e)`` give them in base 2
+    quadratic: bool = False
     # ``k(u2)`` itself (see ``_k_cosine``), for the profiles that are not ``(1 - u^a)^b`` (those
     # share ``_poly``): the passes that sum weights without a log-space shift use it
     direct: Callable = field(default=None, repr=False)
@@ -403,7 +406,7 @@ PROFILES = {
     p.name: p
     for p in [
         Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + special.gammaln(0.5 * d),
-                slope=_slope_gaussian, direct=_k_gaussian),
+                slope=_slope_gaussian, direct=_k_gaussian, quadratic=True),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
         _poly_profile("biweight", _log_poly_a2_b2, _slope_poly_a2_b2, 2, 2),
