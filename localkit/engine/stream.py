@@ -68,7 +68,9 @@ class OnlineLogSumExp:
         if self.exponent:
             with np.errstate(over="ignore", invalid="ignore"):
                 np.ldexp(L, self.exponent, out=L)
-        np.exp(flush_underflow(L, UNDERFLOW[L.dtype]), out=L)
+        if L.dtype in UNDERFLOW:  # the engine's dtypes (a caller's float16 is summed as it comes)
+            flush_underflow(L, UNDERFLOW[L.dtype])
+        np.exp(L, out=L)
         self.S += L @ V_aug
 
     def result(self):
