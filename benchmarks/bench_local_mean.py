@@ -4,7 +4,7 @@ statsmodels, in one process, on the same data. Throughput in kernel pairs per se
 import os
 
 import numpy as np
-from localkit._timing import interleaved, median_time
+from localkit._timing import interleaved, machine_rates, median_time, rates_line
 
 TITLE = "Nadaraya-Watson prediction, Gaussian, float64 and float32 (engine throughput)"
 
@@ -76,5 +76,5 @@ def run(quick=False):
         g = p / t / 1e9
         lines.append(f"| {name} | {size:,} | {t:.3f} s | {g:.3f} | {g_ours / g:.1f}x | {diff:.1e} |")
     lines += ["", f"float32 against float64: {t_ours / t_ours32:.2f}x faster, relative error {rel32:.1e} "
-              "(max |diff| / max |mean|)."]
+              "(max |diff| / max |mean|).", "", rates_line(machine_rates())]
     return "\n".join(lines)

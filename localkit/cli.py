@@ -88,7 +88,12 @@ def write_section(results, name, markdown, command):
 
 
 def _bench(args):
-    for f in bench_files(args.dir, args.only):
+    files = bench_files(args.dir, args.only)
+    from ._timing import machine_rates, rates_line
+
+    # the limit that the benchmarks' pairs per second are read against
+    print(rates_line(machine_rates(repeat=2 if args.quick else 5)), flush=True)
+    for f in files:
         name = f.stem[len("bench_"):]
         spec = importlib.util.spec_from_file_location(f"localkit_bench_{name}", f)
         mod = importlib.util.module_from_spec(spec)

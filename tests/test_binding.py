@@ -193,3 +193,16 @@ def test_explain_says_why_the_compiled_pass_is_refused():
     assert plan.path != "compiled" and "exclude_self" in plan.reasons["compiled"]
     plan = BoundKernel(Kernel("gaussian", bandwidth=0.1, metric="manhattan"), X).explain()
     assert "compact" in plan.reasons["compiled"] and "manhattan" in plan.reasons["compiled"]
+
+
+@pytest.mark.parametrize("d, path", [(24, "compiled"), (40, "dense")])
+def test_a_compact_kernel_in_many_features_takes_the_compiled_pass_up_to_its_limit(d, path):
+    # diabetes' 10 features side by side with noise columns: both passes give the same local means
+    X, y = load_diabetes(return_X_y=True)
+    X = np.c_[X, np.random.default_rng(0).normal(scale=0.05, size=(len(X), d - X.shape[1]))]
+    kern = Kernel("epanechnikov", bandwidth=0.4)
+    plan = BoundKernel(kern, X).explain(X[:40])
+    assert plan.path == path and f"{d}" in plan.reasons["compiled"]
+    auto = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.4).fit(X, y).predict(X[:40])
+    dense = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.4, algorithm="dense").fit(X, y).predict(X[:40])
+    np.testing.assert_allclose(auto, dense, rtol=1e-12)

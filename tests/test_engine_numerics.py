@@ -26,11 +26,10 @@ def exact_local_mean(Q, X, v, name, h):
 def test_the_three_evaluations_of_a_profile_agree(name):
     p = PROFILES[name]
     ref = p.log_k(U2)
-    compiled = np.array([p.compiled(float(u)) for u in U2])
     via_torch = p.log_k_for(torch)(torch.tensor(U2)).numpy()
     # the same statement; the libraries' sqrt/log1p may differ by an ulp, which log(1 - u^a)
     # amplifies by its condition number 1 / (1 - u^a) ~ 1e6 next to the edge of the support
-    for other in (compiled, via_torch, LOG_PROFILES[name](torch.tensor(U2)).numpy()):
+    for other in (via_torch, LOG_PROFILES[name](torch.tensor(U2)).numpy()):
         np.testing.assert_allclose(other, ref, rtol=1e-9, atol=0)
     # and the values are the documented formulas
     u = np.sqrt(U2[:8])  # inside every support (u <= 1)
@@ -39,10 +38,35 @@ def test_the_three_evaluations_of_a_profile_agree(name):
                "uniform": np.ones_like(u), "cosine": np.cos(np.pi * u / 2), "laplacian": np.exp(-u),
                "cauchy": 1 / (1 + u**2)}[name]
     np.testing.assert_allclose(np.exp(ref[:8]), formula, rtol=1e-12, atol=1e-15)
+    # the direct weights (no log/exp: the compiled compact pass) are the same function, edges included
+    direct = p.k(U2)
+    np.testing.assert_array_equal(np.array([p.compiled_k(float(u)) for u in U2]), direct)
+    np.testing.assert_allclose(direct, np.exp(ref), rtol=1e-14, atol=1e-300)
+    np.testing.assert_array_equal(direct == 0, np.exp(ref) == 0)
     # gradients stay finite everywhere, also on the boundary of a compact support
     t = torch.tensor(U2[:-1], requires_grad=True)
     p.log_k_for(torch)(t).sum().backward()
     assert torch.isfinite(t.grad).all()
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 1e-4), (np.float64, 1e-9)])
+@pytest.mark.parametrize("name", ["gaussian", "laplacian", "cauchy"])
+def test_weights_flushed_below_the_float_range_leave_the_mean_as_the_definition(dtype, tol, name):
+    """Diabetes in 3 standardised features, bandwidths at which most log-weights fall below
+    ``log(tiny)`` of the largest in their row (flushed to 0 before ``exp``), on both passes."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    X = (X[:, :3] - X[:, :3].mean(0)) / X[:, :3].std(0)
+    v = (y - y.mean()) / y.std()
+    for h in (0.05, 0.4):
+        L = PROFILES[name].log_k(cdist(X[::4], X, "sqeuclidean") / h**2)
+        if name == "gaussian" and h < 0.1:  # the flush has something to do
+            assert np.mean(L - L.max(axis=1, keepdims=True) < np.log(np.finfo(dtype).tiny)) > 0.2
+        ref = exact_local_mean(X[::4], X, v, name, h)
+        for algorithm in ("dense", "auto"):
+            got = local_mean(X[::4].astype(dtype), X.astype(dtype), v.astype(dtype), name, h, algorithm=algorithm)
+            np.testing.assert_allclose(got, ref, rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 1e-4), (np.float64, 1e-9)])

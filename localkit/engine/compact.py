@@ -14,8 +14,9 @@ query, without storing any block:
    samples in their support get bit-identical sums). With a scalar bandwidth this runs in the raw
    coordinates, with the arithmetic of a tree's radius query; a per-feature bandwidth rescales.
 
-The sums equal the dense path's to round-off (the weights of a compact profile need no
-log-space shift: they lie in ``[0, 1]``).
+The weights of a compact profile need no log-space shift (they lie in ``[0, 1]``), so ``k`` is
+evaluated directly (:attr:`~localkit.kernels.profiles.Profile.compiled_k`: ``(1 - u^a)^b`` is a
+few products, no ``log``/``exp``), and the sums equal the dense path's to round-off.
 """
 from __future__ import annotations
 
@@ -25,17 +26,16 @@ import numpy as np
 from ..kernels import PROFILES
 from .blocks import interruptible
 
-# The compact profiles' compiled statements (:attr:`localkit.kernels.profiles.Profile.compiled`)
+# The compact profiles' compiled weights (:attr:`localkit.kernels.profiles.Profile.compiled_k`)
 # under fixed names, chosen by a code inside the compiled pass: numba caches the pass on disk
 # only when it calls module-level functions (a function passed as an argument is compiled anew
 # in every process, ~20 s).
 COMPACT = tuple(name for name, p in PROFILES.items() if p.compact)
-(_k0, _k1, _k2, _k3, _k4, _k5, _k6) = (PROFILES[name].compiled for name in COMPACT)
-UNIFORM = COMPACT.index("uniform")
+(_k0, _k1, _k2, _k3, _k4, _k5, _k6) = (PROFILES[name].compiled_k for name in COMPACT)
 
 
 @numba.njit(inline="always")
-def _log_k(code, u2):
+def _k(code, u2):
     if code == 0:
         return _k0(u2)
     if code == 1:
@@ -73,7 +73,7 @@ CHUNK_PAIRS = 1 << 24
 def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
     with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
-    statement (``code`` indexes ``COMPACT``);
+    weight ``k(u2)`` (``code`` indexes ``COMPACT``);
     samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
     along a segment run over contiguous memory."""
     n_q, d = Q.shape
@@ -92,14 +92,9 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
                 for j in range(m):
                     t = qk - xk[j]
                     u2[j] += t * t
-            w = np.zeros(m)
-            if code == UNIFORM:  # k = 1 on the support: a branch-free loop the compiler vectorises
-                for j in range(m):
-                    w[j] = 1.0 if u2[j] <= r2 else 0.0
-            else:
-                for j in range(m):
-                    if u2[j] <= r2:
-                        w[j] = np.exp(_log_k(code, u2[j] / r2))
+            w = np.empty(m)
+            for j in range(m):  # the test in raw units (ties with the edge decided as a tree does)
+                w[j] = _k(code, u2[j] / r2) if u2[j] <= r2 else 0.0
             for c in range(p):
                 vc = Vt[c, start:start + m]
                 total = 0.0

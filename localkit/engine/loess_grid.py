@@ -16,6 +16,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..kernels.profiles import poly_compiled
+
+#: ``(1 - u^a)^b`` of ``(u^2, a, b)``, stated once in :mod:`localkit.kernels.profiles` (module-level: numba
+#: caches the passes that call it)
+_poly = poly_compiled()
+
 #: target samples per grid cell, as a fraction of k (cells of width ~0.3 h in 2-D); 1/8, 1/16,
 #: 1/32 and 1/64 measured 0.25, 0.20, 0.18 and 0.17 s for the radii above
 CELL_FRACTION = 1 / 32
@@ -183,7 +189,8 @@ def _grid_accumulate(points, Y, sw, start, lo, width, shape, stride, Q, k, paren
             if dist[j] >= h2 and not (h2 == 0.0 and dist[j] == 0.0):
                 continue  # outside the ball, or the k-th neighbour itself (weight 0)
             s = cand[j]
-            w = sw[s] * _ipow(1.0 - _ipow(np.sqrt(dist[j]) * inv, a), p)
+            u = np.sqrt(dist[j]) * inv
+            w = sw[s] * _poly(u * u, a, p)
             if w == 0.0:
                 continue
             for c in range(d):
@@ -273,10 +280,3 @@ def _select(a, n, kth):
             return a[kth]
     return a[kth]
 
-
-@njit(nogil=True, cache=True, inline="always")
-def _ipow(x, n):
-    r = 1.0
-    for _ in range(n):
-        r *= x
-    return r

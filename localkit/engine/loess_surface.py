@@ -34,6 +34,7 @@ the samples and interpolate in between.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 #: each side of the bounding box is widened by this fraction of the samples' extent, so that
 #: boundary samples lie strictly inside the tree
@@ -146,19 +147,8 @@ class KDSurface:
         """Nodes reached from ``node`` (one per query) down to a leaf (``<=`` a split: low child);
         and, per coordinate, the last node passed on its low side (``upper``: it cut the cell's
         upper face) and on its high side (``lower``), -1 where none did."""
-        node = node.copy()
-        upper = np.full((Q.shape[1], len(Q)), -1, dtype=np.intp)
-        lower = np.full((Q.shape[1], len(Q)), -1, dtype=np.intp)
-        while True:
-            dim = self.split_dim[node]
-            rows = np.flatnonzero(dim >= 0)
-            if len(rows) == 0:
-                return node, upper, lower
-            d, at = dim[rows], node[rows]
-            go_low = Q[rows, d] <= self.split_value[at]
-            upper[d[go_low], rows[go_low]] = at[go_low]
-            lower[d[~go_low], rows[~go_low]] = at[~go_low]
-            node[rows] = np.where(go_low, self.left[at], self.right[at])
+        return _descend(np.ascontiguousarray(Q), np.asarray(node, dtype=np.intp), self.split_dim,
+                        self.split_value, self.left, self.right)
 
     def blend(self, Q, values, slopes):
         """The surface at queries inside the box from vertex ``values (n_vertices,)`` and
@@ -221,6 +211,28 @@ class KDSurface:
             curve[name] = value, h0[:, 0] * g0[:, across] + h0[:, 1] * g1[:, across]
         return _blend_pair(curve["south"], curve["north"], t[:, 1], width[:, 1]) + \
             _blend_pair(curve["west"], curve["east"], t[:, 0], width[:, 0])
+
+
+@njit(nogil=True, cache=True)
+def _descend(Q, start, split_dim, split_value, left, right):
+    """:meth:`KDSurface._descend`, one query at a time (compiled: a level-by-level NumPy descent
+    spent 0.75 s of a 1.8 s fit and prediction at n = 1,000,000 in 1-D)."""
+    n, d = Q.shape
+    node = np.empty(n, dtype=np.intp)
+    upper = np.full((d, n), -1, dtype=np.intp)
+    lower = np.full((d, n), -1, dtype=np.intp)
+    for i in range(n):
+        at = start[i]
+        while split_dim[at] >= 0:
+            m = split_dim[at]
+            if Q[i, m] <= split_value[at]:
+                upper[m, i] = at
+                at = left[at]
+            else:
+                lower[m, i] = at
+                at = right[at]
+        node[i] = at
+    return node, upper, lower
 
 
 def _blend_pair(low, high, t, width):

@@ -29,7 +29,7 @@ from scipy.spatial.distance import cdist
 
 from . import neighbors as nb
 from .blocks import block_sizes, map_blocks
-from .stream import OnlineLogSumExp
+from .stream import UNDERFLOW, OnlineLogSumExp, flush_underflow
 from .twins import mask_twins
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
@@ -177,12 +177,15 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
 
-    base2 = (bounded and bound.kernel.profile.name == "gaussian" and bound.kernel.metric == "euclidean"
+    base2 = (bounded and bound.kernel.profile.log_linear and bound.kernel.metric == "euclidean"
              and V_aug.dtype in BASE2_DTYPES)
     if base2:
         with np.errstate(over="ignore"):  # a query at the float's edge becomes inf: exact distances
             Q2 = (Q * BASE2_SCALE).astype(Q.dtype)
     exp = np.exp2 if base2 else np.exp
+    # log K <= 0 = log k(0): weights below tiny relative to that are flushed (stream.UNDERFLOW; the
+    # rows kept here have sums >= BOUNDED_FLOOR, so they change by < n tiny / floor, 2^-46 at n = 2^20)
+    underflow = UNDERFLOW[np.dtype(V_aug.dtype)] * (LOG2E if base2 else 1.0)
 
     P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
 
@@ -205,7 +208,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         if bounded:
             sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
             for L, _, V in blocks(block_of(idx, base2), idx, True, LOG2E if base2 else 1.0):
-                sums += exp(L, out=L) @ V
+                sums += exp(flush_underflow(L, underflow), out=L) @ V
             S[idx] = sums
             idx = idx[~(sums[:, -1] >= floor)]
             if len(idx) == 0:

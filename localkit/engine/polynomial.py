@@ -43,13 +43,14 @@ from scipy.special import comb
 from sklearn.utils._param_validation import StrOptions, validate_params
 
 from .._validation import check_array, check_points, non_negative, positive
-from ..kernels import PROFILES, Kernel
+from ..kernels import Kernel
 from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .bound import BoundKernel
 from .local_mean import make_kernel
 from .options import ALGORITHMS
-from .loess_grid import GridIndex, _ipow, column_buffers, column_moments, grid_moments, monomial_parents
+from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
+from .stream import UNDERFLOW, flush_underflow
 from .twins import mask_twins, twin_groups
 
 
@@ -270,11 +271,6 @@ def _solve(G, b, ridge, rcond):
     return beta, ~ok
 
 
-#: compact profiles ``(1 - u^a)^b`` (see :mod:`localkit.kernels.profiles`) whose weights the fused
-#: kernels evaluate inline; a test checks it against ``Profile.log_k``
-POLY_PROFILES = {name: p.poly for name, p in PROFILES.items() if p.poly is not None}
-
-
 def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
     design centred at each query and scaled by its radius; the extra bytes per query; and the
@@ -286,6 +282,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
     twins = twin_groups(samples) if exclude_self else None
+    # the fused paths evaluate the compact profiles ``(1 - u^a)^b`` inline (``Profile.poly``)
     a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
     # the fused paths weigh every sample within the k-th distance: for the uniform profile, whose
@@ -441,8 +438,8 @@ def _column(X, Y, q, s, w, inv, Z, WPsi, Yv, m):
 def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
     """1-D windows ``[lo, hi)`` of sorted samples: the power sums ``S_m = sum_j w_j dz_j^m``
     (m <= 2 degree) and ``T_m = sum_j w_j dz_j^m y_j`` (m <= degree), ``dz = (x_j - x*) / radius``,
-    with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (every window sample has
-    ``|dz| <= 1``; the farthest gets weight 0). The Gram matrix is the Hankel matrix
+    with the weights ``(1 - |dz|^a)^p r_j`` computed in the same pass (the profiles' ``_poly``; every
+    window sample has ``|dz| <= 1``, the farthest gets weight 0). The Gram matrix is the Hankel matrix
     ``G_ac = S_(a+c)``."""
     bq, t = len(q), Y.shape[1]
     S = np.zeros((bq, 2 * degree + 1))
@@ -455,7 +452,7 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
             s0 = s1 = s2 = t0 = t1 = 0.0
             for j in range(l, u):
                 dz = (x[j] - q[i]) * inv
-                w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
+                w = _poly(dz * dz, a, p) * sw[j]
                 wd = w * dz
                 s0 += w
                 s1 += wd
@@ -466,7 +463,7 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
             continue
         for j in range(l, u):
             dz = (x[j] - q[i]) * inv
-            w = _ipow(1.0 - _ipow(abs(dz), a), p) * sw[j]
+            w = _poly(dz * dz, a, p) * sw[j]
             for m in range(2 * degree + 1):
                 S[i, m] += w
                 if m <= degree:
@@ -526,7 +523,8 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     def dense_block(rows):
         L = log_weights(queries[rows], exclude_self=exclude_self, row_offset=rows.start)
         top = L.max(axis=1, keepdims=True)
-        W = np.exp(L - np.where(np.isfinite(top), top, 0.0)).astype(samples.dtype, copy=False)
+        L -= np.where(np.isfinite(top), top, 0.0)
+        W = np.exp(flush_underflow(L, UNDERFLOW[L.dtype]), out=L).astype(samples.dtype, copy=False)
         G, b, total = _accumulate(samples, queries[rows], Y, sw, np.broadcast_to(every, W.shape), W,
                                   np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)

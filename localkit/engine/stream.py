@@ -8,7 +8,29 @@ the nearest sample's value instead of ``0 / 0``, and memory is one block, whatev
 """
 from __future__ import annotations
 
+import math
+
+import numba
 import numpy as np
+
+#: Log-weights this far below the row's largest (``log`` of the dtype's smallest normal number) are
+#: flushed to weight 0 before ``exp``: each such weight is below ``tiny`` relative to the largest
+#: term, so all of them together (fewer than 2^100 samples) change a sum by less than an ulp of
+#: that term, while an ``exp`` whose result is subnormal or underflows costs far more than one
+#: with a normal result (measured on the 2-core machine: float32's ``exp2`` 2x, float64's ``exp`` 4x),
+#: and the weights handed to BLAS are then never subnormal. Gaussian float32, d = 3, h = 0.25,
+#: one thread: the flush (1.6 ns a pair) took ``exp2`` from 0.94 to 0.67 s over 80 M pairs.
+UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).tiny)) for t in (np.float32, np.float64)}
+
+
+@numba.njit(nogil=True, cache=True)
+def flush_underflow(L, floor):
+    """``L[L < floor] = -inf`` in place (one compiled sweep; returns ``L``)."""
+    for i in range(L.shape[0]):
+        for j in range(L.shape[1]):
+            if L[i, j] < floor:
+                L[i, j] = -np.inf
+    return L
 
 
 def times_power_of_two(x, k):
@@ -71,6 +93,8 @@ class OnlineLogSumExp:
         if self.exponent:
             with np.errstate(over="ignore", invalid="ignore"):
                 np.ldexp(L, self.exponent, out=L)
+        if L.dtype in UNDERFLOW:  # the engine's dtypes (a caller's float16 is summed as it comes)
+            flush_underflow(L, UNDERFLOW[L.dtype])
         np.exp(L, out=L)
         self.S += L @ V_aug
 

@@ -96,6 +96,44 @@ def _log_cauchy(u2):  # 1 / (1 + u^2)
     return -xp.log1p(u2)  # noqa: F821
 
 
+# The weights ``k(u2)`` themselves, without ``log``/``exp`` where a direct form exists, for the passes
+# that sum weights without a log-space shift (the compiled compact pass, the fused LOESS windows).
+# The polynomial profiles share one statement, ``(1 - u^a)^b``.
+
+
+def _ipow(x, n):  # x^n by n products (n a small int), the same bits in every namespace
+    r = 1.0
+    for _ in range(n):
+        r = r * x
+    return r
+
+
+def _poly(u2, a, b):  # (1 - u^a)^b on the closed support u <= 1 (the uniform, b = 0, keeps its edge), 0 beyond
+    inside = u2 <= 1.0
+    t = xp.where(inside, u2, 1.0)  # noqa: F821
+    ua = _ipow(t, a // 2)  # u^a from u^2: a square root only for odd a
+    if a % 2:
+        ua = ua * xp.sqrt(t)  # noqa: F821
+    return xp.where(inside, _ipow(1.0 - ua, b), 0.0)  # noqa: F821
+
+
+def _k_cosine(u2):  # cos(pi u / 2)
+    inside = u2 < 1.0
+    return xp.where(inside, xp.cos(0.5 * math.pi * xp.sqrt(xp.where(inside, u2, 0.0))), 0.0)  # noqa: F821
+
+
+def _k_gaussian(u2):  # exp(-u^2 / 2)
+    return xp.exp(-0.5 * u2)  # noqa: F821
+
+
+def _k_laplacian(u2):  # exp(-u): one exp, no log
+    return xp.exp(-xp.sqrt(u2))  # noqa: F821
+
+
+def _k_cauchy(u2):  # 1 / (1 + u^2): neither exp nor log
+    return 1.0 / (1.0 + u2)
+
+
 # The slope ``d log k / d u2`` of each statement, for kernels that write their own backward pass
 # (the Triton attention kernel): zero outside a compact support and, where the statement takes
 # ``sqrt`` through ``_safe_sqrt``, zero at ``u = 0``, exactly as autograd of the statement gives
@@ -166,6 +204,7 @@ def _slope_cauchy(u2):
 
 _STATEMENTS = (_safe_sqrt, _log_poly_a2_b1, _log_poly_a2_b2, _log_poly_a2_b3, _log_tricube, _log_triangular,
                _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy,
+               _ipow, _poly, _k_cosine, _k_gaussian, _k_laplacian, _k_cauchy,
                _inside_or_zero, _slope_poly_a2_b1, _slope_poly_a2_b2, _slope_poly_a2_b3, _slope_tricube_inside,
                _slope_tricube, _slope_triangular_inside, _slope_triangular, _slope_uniform, _slope_cosine_inside,
                _slope_cosine, _slope_gaussian, _slope_laplacian, _slope_cauchy)
@@ -193,9 +232,10 @@ class Profile:
     """A radial profile ``k(u)``, stated once as ``log k`` of ``u2 = u^2`` (see the module notes).
 
     ``log_k`` evaluates it on NumPy arrays; :meth:`log_k_for` on another namespace (``torch``, or
-    Triton's through :mod:`localkit.fused.triton_namespace`); :attr:`compiled` is the numba scalar
-    version used by the compiled compact pass; :meth:`slope_for` gives ``d log k / d u2``, stated
-    beside ``log k`` for kernels that write their own backward pass (tested against autograd).
+    Triton's through :mod:`localkit.fused.triton_namespace`); :meth:`k` and :attr:`compiled_k`
+    (numba, one float: the compiled compact pass) give ``k`` itself, without ``log``/``exp`` where
+    a direct form exists; :meth:`slope_for` gives ``d log k / d u2``, stated beside ``log k`` for
+    kernels that write their own backward pass (tested against autograd).
     """
 
     name: str
@@ -217,9 +257,13 @@ class Profile:
     slope: Callable = field(default=None, repr=False)
     # True for ``log k(u2) = -u2 / 2`` exactly (the Gaussian): the log-weight is linear in u2, so it
     # is an inner product of augmented points (``(q.x - |x|^2/2 - |q|^2/2) / h^2``, one matrix
-    # product), its slope is the constant -1/2, a product of per-feature kernels is the same
-    # profile of the joint distance, and normal offsets sample it
+    # product; coordinates scaled by ``sqrt(log2 e)`` give it in base 2), its slope is the constant
+    # -1/2, a product of per-feature kernels is the same profile of the joint distance, and normal
+    # offsets sample it
     log_linear: bool = False
+    # ``k(u2)`` itself (see ``_k_cosine``), for the profiles that are not ``(1 - u^a)^b`` (those
+    # share ``_poly``): the passes that sum weights without a log-space shift use it
+    direct: Callable = field(default=None, repr=False)
 
     def log_k_scaled(self, t, exponent):
         """``(L, c)`` with ``log k(2^exponent t) = L + c`` (``c`` the same for every ``t``), for
@@ -275,11 +319,30 @@ class Profile:
         return _rebind(self.slope, namespace, compile_with)
 
     @cached_property
-    def compiled(self):
-        """``log k(u2)`` of one float, compiled by numba (for the compiled compact pass)."""
+    def compiled_k(self):
+        """``k(u2)`` of one float, compiled by numba from the direct statement, so that a pass
+        summing weights pays no ``log``/``exp``: ``(1 - u^a)^b`` is products and at most one
+        square root (the compiled compact pass)."""
         import numba
 
-        return _rebind(self.statement, _scalar_namespace(), numba.njit(cache=False, inline="always"))
+        njit = numba.njit(cache=False, inline="always")
+        if self.poly is None and self.direct is None:  # a profile stated only as log k
+            log_k = _rebind(self.statement, _scalar_namespace(), njit)
+            return njit(lambda u2: math.exp(log_k(u2)))
+        if self.poly is None:
+            return _rebind(self.direct, _scalar_namespace(), njit)
+        a, b = self.poly
+        poly = poly_compiled()
+        return njit(lambda u2: poly(u2, a, b))
+
+    def k(self, u2):
+        """``k`` of the squared scaled distance (NumPy), from the direct statement."""
+        u2 = np.asarray(u2)
+        if self.poly is None and self.direct is None:  # a profile stated only as log k
+            return np.exp(self.log_k(u2))
+        if self.poly is None:
+            return _numpy_statement(self.direct)(u2)
+        return _numpy_statement(_poly)(u2, *self.poly)
 
     def log_normalizer(self, d):
         """``log c_d`` with ``c_d = int_{R^d} k(|u|) du``, the density normaliser in d dims:
@@ -317,9 +380,19 @@ def _scalar_namespace():
         return a if condition else b
 
     namespace = types.ModuleType("localkit_scalar_xp")
-    namespace.where, namespace.log1p, namespace.log = where, math.log1p, math.log
+    namespace.where, namespace.log1p, namespace.log, namespace.exp = where, math.log1p, math.log, math.exp
     namespace.sqrt, namespace.cos, namespace.sin = math.sqrt, math.cos, math.sin
     return namespace
+
+
+@functools.cache
+def poly_compiled():
+    """``(1 - u^a)^b`` of ``(u2, a, b)``, one float, compiled by numba (see ``_poly``): the
+    statement that the compiled passes share (the compact pass, the fused LOESS windows). Given
+    ``u2 = z * z`` it has the bits of ``(1 - |z|^a)^b`` by products (``sqrt(z * z) = |z|``)."""
+    import numba
+
+    return _rebind(_poly, _scalar_namespace(), numba.njit(cache=False, inline="always"))
 
 
 _NUMPY_CACHE = {}
@@ -353,17 +426,18 @@ PROFILES = {
     p.name: p
     for p in [
         Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + special.gammaln(0.5 * d),
-                slope=_slope_gaussian, log_linear=True),
+                slope=_slope_gaussian, direct=_k_gaussian, log_linear=True),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
         _poly_profile("biweight", _log_poly_a2_b2, _slope_poly_a2_b2, 2, 2),
         _poly_profile("triweight", _log_poly_a2_b3, _slope_poly_a2_b3, 2, 3),
         _poly_profile("triangular", _log_triangular, _slope_triangular, 1, 1, exact_distance=True),
         _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
-        Profile("cosine", _log_cosine, True, _cosine_log_moment, slope=_slope_cosine),
+        Profile("cosine", _log_cosine, True, _cosine_log_moment, slope=_slope_cosine, direct=_k_cosine),
         Profile("laplacian", _log_laplacian, False, lambda d: special.gammaln(d), exact_distance=True,
-                slope=_slope_laplacian),
-        Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy),
+                slope=_slope_laplacian, direct=_k_laplacian),
+        Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy,
+                direct=_k_cauchy),
     ]
 }
 
