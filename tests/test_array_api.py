@@ -457,3 +457,24 @@ def test_estimators_on_the_strict_array_api_namespace(dispatch, diabetes):
     for got, ref in pairs:
         assert type(got).__module__.startswith("array_api_strict")
         np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.float64, 1e-9)])
+@pytest.mark.parametrize("name", ["gaussian", "laplacian", "cauchy"])
+def test_weights_flushed_below_the_float_range_on_tensors(dispatch, dtype, tol, name):
+    """Diabetes in 3 standardised features at h = 0.05, where most Gaussian log-weights fall below
+    ``log(tiny)`` of their row's largest and are flushed before ``exp`` on the streamed tensor
+    path too: the means are those of the definition (float64 NumPy, a sum of exact weights)."""
+    from scipy.spatial.distance import cdist
+
+    from localkit.kernels import PROFILES
+
+    X, y = load_diabetes(return_X_y=True)
+    X = (X[:, :3] - X[:, :3].mean(0)) / X[:, :3].std(0)
+    v = (y - y.mean()) / y.std()
+    L = PROFILES[name].log_k(cdist(X[::4], X, "sqeuclidean") / 0.05**2)
+    W = np.exp(L - L.max(axis=1, keepdims=True))
+    ref = W @ v / W.sum(axis=1)
+    got = local_sums(torch.tensor(X[::4], dtype=dtype), torch.tensor(X, dtype=dtype), torch.tensor(v, dtype=dtype),
+                     name, 0.05, block_size=64)  # block_size: the streamed path, not a fused one
+    np.testing.assert_allclose(got.mean.numpy(), ref, rtol=0, atol=tol)

@@ -353,6 +353,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
             exact = exact or 2 * eps * float(xp.max(size)) > tol
         q_sq = xp.sum(Q * Q, axis=1)
         m = xp.full((Q.shape[0],), -math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
+        floor = math.log(float(xp.finfo(Qs.dtype).smallest_normal))
         S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
         for c0 in range(0, n_s, bs):
             X = Xs[c0:min(c0 + bs, n_s), ...]
@@ -376,8 +377,9 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                 cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))
                 L = xp.where(rows[:, None] == cols[None, :], -math.inf, L)
             m, safe, alpha = OnlineLogSumExp.step(m, xp.max(L, axis=1), logit_exponent, xp=xp)
-            S = S * alpha[:, None] + (xp.exp(times_power_of_two(L - safe[:, None], logit_exponent))
-                                      @ V_aug[c0:c0 + X.shape[0], ...])
+            D = times_power_of_two(L - safe[:, None], logit_exponent)
+            D = xp.where(D < floor, -math.inf, D)  # below tiny of the row's largest: 0 (stream.UNDERFLOW)
+            S = S * alpha[:, None] + xp.exp(D) @ V_aug[c0:c0 + X.shape[0], ...]
         S_blocks.append(S)
         shift_blocks.append(xp.where(m > -math.inf, times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
     inverse = xp.argsort(order)
