@@ -17,6 +17,14 @@ def module_name(path):
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
+def _from_module(node, package):
+    """The dotted module of ``from ... import`` in ``package``, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    stem = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(stem + ([node.module] if node.module else []))
+
+
 def imported_modules(name):
     """The localkit modules that module ``name`` imports, anywhere in its source."""
     path = MODULES[name]
@@ -26,10 +34,7 @@ def imported_modules(name):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(stem + ([node.module] if node.module else []))
+            base = _from_module(node, package)
             for alias in node.names:  # ``from pkg import module`` names a module too
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
     return {m for m in found if m in MODULES and m != name}
@@ -100,11 +105,7 @@ def _imports_and_names(name, source=None):
         if isinstance(node, ast.Import):
             modules.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(stem + ([node.module] if node.module else []))
-            modules.add(base)
+            modules.add(_from_module(node, package))
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.Name):
             names.add(node.id)
