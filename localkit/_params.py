@@ -21,6 +21,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ._validation import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
+from .engine.options import EXACT_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.kernel import NORM_METRICS
 from .kernels.profiles import ALIASES
@@ -45,6 +46,8 @@ METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
 ANY_METRIC_CONSTRAINT = [StrOptions(set(METRICS)), callable]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
+#: the models with no binned pass yet (local polynomials: binned moments are to come)
+EXACT_ALGORITHM_CONSTRAINT = [StrOptions(set(EXACT_ALGORITHMS))]
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

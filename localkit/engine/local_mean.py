@@ -57,7 +57,7 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options: ``empty`` ("nearest", "nan", "raise"), ``algorithm`` ("auto", "dense",
-        "neighbors"), ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
+        "neighbors", "compiled", "binned"), ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
         ``query_scale`` / ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
     Returns
@@ -86,17 +86,18 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                p: float = 2, sample_weight: ArrayLike | None = None, empty: str = "nearest", algorithm: str = "auto",
                block_size: int | tuple[int, int] | None = None, memory_budget: float | None = None,
                n_jobs: int | None = None, query_scale: ArrayLike | None = None,
-               sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None) -> LocalSums:
+               sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None,
+               grid_size: int | tuple | None = None) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
     Parameters beyond :func:`local_mean`:
 
-    empty, algorithm, block_size, memory_budget, n_jobs
+    empty, algorithm, block_size, memory_budget, n_jobs, grid_size
         Engine options, described once in :class:`~localkit.engine.EngineOptions`: the policy
         for an empty neighbourhood ("nearest", "nan", "raise"), the path ("auto", "dense",
-        "neighbors", "compiled"; see :mod:`localkit.engine.planner`), block sizes, the bytes
-        blocks may take (128 MiB), and threads (``None``: one unless a joblib context says
-        otherwise; ``-1``: all cores).
+        "neighbors", "compiled", "binned"; see :mod:`localkit.engine.planner`), block sizes, the
+        bytes blocks may take (128 MiB), threads (``None``: one unless a joblib context says
+        otherwise; ``-1``: all cores), and the binned pass's grid points per feature.
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
@@ -111,7 +112,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     models that query the same samples repeatedly keep and call directly.
     """
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
-                            memory_budget=memory_budget, n_jobs=n_jobs)
+                            memory_budget=memory_budget, n_jobs=n_jobs, grid_size=grid_size)
     return bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,
                 sample_scale=sample_scale, options=options, twins=twins).sums(queries, values,
                                                                               exclude_self=exclude_self,

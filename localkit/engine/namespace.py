@@ -126,6 +126,8 @@ def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, s
     logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
     support = None
     compiled_ok = _compiled_fits(kernel, h, exclude_self, q_scale, s_scale)
+    if options.algorithm == "binned":
+        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.binned)")
     if options.algorithm == "compiled" and not compiled_ok:
         raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
                          f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "

@@ -10,7 +10,9 @@ from .._validation import check_choice
 from .blocks import resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
-ALGORITHMS = ("auto", "dense", "neighbors", "compiled")
+ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
+#: the paths of the passes that have no binned form yet (local polynomials: binned moments are to come)
+EXACT_ALGORITHMS = ALGORITHMS[:-1]
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,13 @@ class EngineOptions:
         weights zero): "nearest" gives the value of the nearest sample (the limit of growing
         the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
         warning; "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
-        The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose.
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
+        The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, never
+        "binned", the one path that approximates (:mod:`localkit.engine.binned`: asked for only).
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (one int, or one per feature); by default
+        :data:`localkit.engine.binned.GRID_SIZE` (2^16, 2^9, 2^6 for 1, 2, 3 features). Its
+        error falls as ``(spacing / bandwidth)^2``.
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
     memory_budget : float, optional
@@ -44,6 +51,7 @@ class EngineOptions:
     memory_budget: float | None = None
     n_jobs: int | None = None
     exact_edge: bool = False
+    grid_size: int | tuple | None = None
 
     def __post_init__(self):
         check_choice(self.empty, "empty", EMPTY_POLICIES)
@@ -57,6 +65,11 @@ class EngineOptions:
                 isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, numbers.Real)
                 or not np.isfinite(self.memory_budget) or self.memory_budget <= 0):
             raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget!r}")
+        if self.grid_size is not None:
+            sizes = (self.grid_size,) if np.isscalar(self.grid_size) else tuple(self.grid_size)
+            if not sizes or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 2
+                                    for g in sizes):
+                raise ValueError(f"grid_size must be an integer >= 2 or one per feature, got {self.grid_size!r}")
         resolve_n_jobs(self.n_jobs)  # raises on 0, floats, strings
 
     @property

@@ -14,6 +14,8 @@ multiplied by the sample weights). The true weighted sums are ``S * exp(shift[:,
 * **neighbors** — a tree finds the k nearest samples (compact kNN kernels) or the samples within
   the support (compact profiles with a fixed bandwidth).
 * **compiled** — one numba pass over samples sorted into strips (:mod:`localkit.engine.compact`).
+* **binned** — linear binning onto a grid, FFT convolution and multilinear interpolation, in 1 to
+  3 features (:mod:`localkit.engine.binned`; approximate, asked for only).
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
@@ -279,5 +281,13 @@ def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
 
 
-PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path}
+# -- binned -----------------------------------------------------------------------------------------
+def binned_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    from .binned import binned_sums
+
+    S = binned_sums(bound.X, Q, _weighted(bound, V_aug), bound.kernel.profile, bound.options.grid_size)
+    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
+
+
+PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path}
 

@@ -6,7 +6,9 @@
 * "auto" takes the compiled compact pass where it applies, up to ``COMPILED_MAX_FEATURES``
   features (measured faster than the dense and radius paths at d = 2, 4 and 8 for every
   bandwidth tried, and than the dense path at d = 32), else the radius path for compact
-  profiles whose support holds few samples, else the dense path.
+  profiles whose support holds few samples, else the dense path;
+* "binned" (:mod:`localkit.engine.binned`) approximates, so it is taken only when asked for, and
+  refused with a ``ValueError`` naming the parameter where it cannot apply.
 
 :func:`explain` says which path a pass takes and why each other one was not taken.
 """
@@ -37,6 +39,24 @@ def compiled_refusals(bound, q_scale, exclude_self):
         (bound.sample_scale is None, "takes no per-sample scales"),
         (not exclude_self, "cannot leave one out (exclude_self=True)"),
         (bool(np.all((bound.h > lo) & (bound.h < hi))), f"needs bandwidths between {lo:g} and {hi:g}"),
+    ]
+    return [reason for ok, reason in checks if not ok]
+
+
+def binned_refusals(bound, q_scale, exclude_self):
+    """Why the binned pass cannot compute this pass, each reason naming its parameter (empty: it can)."""
+    from .binned import MAX_FEATURES
+
+    kern = bound.kernel
+    checks = [
+        (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
+        (bound.n_features <= MAX_FEATURES, f"n_features={bound.n_features} > {MAX_FEATURES}"),
+        (kern.n_neighbors is None, "n_neighbors: needs a fixed bandwidth"),
+        (kern.metric == "euclidean", f"metric={kern.metric!r}: needs the euclidean metric"),
+        (bound.scaled, "bandwidth: the data's extent in bandwidths leaves the float range"),
+        (q_scale is None, "query_scale: takes no per-query scales"),
+        (bound.sample_scale is None, "sample_scale: takes no per-sample scales"),
+        (not exclude_self, "exclude_self=True: cannot leave one out"),
     ]
     return [reason for ok, reason in checks if not ok]
 
@@ -96,8 +116,14 @@ def explain(bound, Q, q_scale, exclude_self):
     elif knn_compact:
         why_dense = "a compact kNN kernel takes the tree's distances (the edge of the support is exact there)"
     else:
-        why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies"}[path]
-    return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled})
+        why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies",
+                     "binned": "algorithm='binned' asked for"}[path]
+    if path == "binned":
+        why_binned = "algorithm='binned'"
+    else:
+        why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self)) or "approximate: taken only when asked for"
+    return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled,
+                       "binned": why_binned})
 
 
 def _radius_ok(bound, q_scale):
@@ -106,9 +132,14 @@ def _radius_ok(bound, q_scale):
 
 
 def plan(bound, Q, q_scale, exclude_self):
-    """``"dense"``, ``"neighbors"`` or ``"compiled"`` for this pass; raises when the requested
-    algorithm cannot compute it."""
+    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for this pass; raises when the
+    requested algorithm cannot compute it."""
     kern, algorithm = bound.kernel, bound.options.algorithm
+    if algorithm == "binned":
+        refused = binned_refusals(bound, q_scale, exclude_self)
+        if refused:
+            raise ValueError("algorithm='binned' cannot compute this pass: " + "; ".join(refused))
+        return "binned"
     compiled = compiled_applies(bound, q_scale, exclude_self)
     if algorithm == "compiled":
         if not compiled:

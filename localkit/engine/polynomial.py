@@ -48,7 +48,7 @@ from . import neighbors as nb
 from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from .bound import BoundKernel
 from .local_mean import make_kernel
-from .options import ALGORITHMS
+from .options import EXACT_ALGORITHMS
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from .stream import UNDERFLOW, flush_underflow
 from .twins import mask_twins, twin_groups
@@ -114,7 +114,7 @@ def monomial_exponents(n_features, degree):
 
 
 #: the options both local fits declare (kernel, data, memory_budget and n_jobs have their own checks)
-_FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(ALGORITHMS))],
+_FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(EXACT_ALGORITHMS))],
                 "block_size": positive(Integral) + [None]}
 
 

@@ -161,7 +161,9 @@ class KernelDensity(BaseEstimator):
         ``gaussian_kde``; in ``d > 1`` it is ``gaussian_kde`` with a diagonal covariance, while
         ``gaussian_kde`` itself scales by the full covariance (they differ on correlated
         features; see :func:`kernel_density`).
-    algorithm : {"auto", "dense", "neighbors", "compiled"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
+        The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
+        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.binned`).
     n_jobs : int or None, default=None
         Engine threads.
 
