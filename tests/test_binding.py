@@ -170,6 +170,7 @@ def test_dask_queries_against_a_kept_numpy_kernel():
     (Kernel("uniform", n_neighbors=5), {"algorithm": "dense"}, "neighbors"),  # the tree's distances, always
     (Kernel("epanechnikov", bandwidth=0.1), {"algorithm": "dense"}, "dense"),
     (Kernel("epanechnikov", bandwidth=0.1), {"algorithm": "neighbors"}, "neighbors"),
+    (Kernel("gaussian", bandwidth=0.5), {"algorithm": "binned"}, "binned"),
 ])
 def test_explain_names_the_path_that_runs(kernel, options, path, monkeypatch):
     from localkit.engine import EngineOptions
@@ -178,7 +179,7 @@ def test_explain_names_the_path_that_runs(kernel, options, path, monkeypatch):
     X = np.random.default_rng(0).normal(size=(3000, 3))
     bound = BoundKernel(kernel, X, options=EngineOptions(**options))
     plan = bound.explain(X[:50])
-    assert plan.path == path and set(plan.reasons) == {"dense", "neighbors", "compiled"}
+    assert plan.path == path and set(plan.reasons) == {"dense", "neighbors", "compiled", "binned"}
     assert all(plan.reasons.values()) and f"-> {path}" in str(plan)
     ran = []
     for name, func in list(paths_module.PATHS.items()):
