@@ -128,3 +128,22 @@ def test_grid_size_must_match_the_features():
     X, _ = _data(2)
     with pytest.raises(ValueError, match="grid_size"):
         local_sums(None, X, algorithm="binned", grid_size=(64, 64, 64))
+
+
+def test_binned_on_dask_chunks():
+    """Each sample chunk is binned on its own grid; the chunks' sums merge as the exact ones do."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data(1)
+    h = 0.3 * X.std()
+    got = local_sums(da.from_array(X[:50], chunks=25), da.from_array(X, chunks=150), da.from_array(y, chunks=150),
+                     "gaussian", h, algorithm="binned")
+    ref = local_sums(X[:50], X, y, "gaussian", h, algorithm="dense")
+    np.testing.assert_allclose(np.asarray(got.mean.compute()), ref.mean, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(got.log_weight_sum.compute()), ref.log_weight_sum, atol=1e-6)
+
+
+def test_binned_refuses_tensors_under_array_api_dispatch(dispatch):
+    torch = pytest.importorskip("torch")
+    X, y = _data(1)
+    with pytest.raises(ValueError, match="binned"):
+        local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 0.01, algorithm="binned")
