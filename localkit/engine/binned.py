@@ -100,24 +100,29 @@ def _corners(i0, frac, shape):
 
 
 @njit(cache=False)
-def _bin(X, lo, delta, dims, strides, V, B):
+def _bin(X, lo, inv_delta, dims, strides, V, B):
     """``B[flat(m), col] += a_im V[i, col]`` over the ``2^d`` corners ``m`` of each sample's cell
-    (:func:`_cells`' arithmetic), in one pass over the samples: NumPy's ``bincount`` per corner and
-    column took 50 ms for a million samples in 1-D, this 20 ms."""
-    n, d = X.shape
-    i0 = np.empty(d, dtype=np.intp)
+    (:func:`_cells`' arithmetic; the samples lie above ``lo``, so ``int`` is ``floor``), in one
+    pass over the samples. ``dims`` and ``strides`` are tuples, so that numba compiles one loop
+    per ``d`` with its length known: a million samples in 1-D take 14 ms (NumPy's ``bincount``
+    per corner and column 50 ms, this loop with ``d`` read at run time 28 ms)."""
+    d = len(dims)
     frac = np.empty(d)
-    for i in range(n):
+    for i in range(X.shape[0]):
+        base = 0
         for f in range(d):
-            t = (X[i, f] - lo[f]) / delta[f]
-            i0[f] = min(max(np.floor(t), 0.0), dims[f] - 2)
-            frac[f] = t - i0[f]
-        for corner in range(2**d):
-            share, flat = 1.0, 0
+            t = (X[i, f] - lo[f]) * inv_delta[f]
+            j = min(max(int(t), 0), dims[f] - 2)
+            frac[f] = t - j
+            base += j * strides[f]
+        for corner in range(1 << d):
+            share, flat = 1.0, base
             for f in range(d):
-                up = (corner >> f) & 1
-                share *= frac[f] if up else 1.0 - frac[f]
-                flat += (i0[f] + up) * strides[f]
+                if (corner >> f) & 1:
+                    share *= frac[f]
+                    flat += strides[f]
+                else:
+                    share *= 1.0 - frac[f]
             for col in range(V.shape[1]):
                 B[flat, col] += share * V[i, col]
 
@@ -146,7 +151,7 @@ def binned_sums(X, Q, V_aug, profile, grid_size=None):
     V = np.asarray(V_aug, dtype=np.float64)
     cells = int(np.prod(shape))
     B = np.zeros((cells, V.shape[1]))
-    _bin(X, lo, delta, np.array(shape, dtype=np.intp), _strides(shape), V, B)
+    _bin(X, lo, 1.0 / delta, shape, tuple(int(s) for s in _strides(shape)), V, B)
     B = B.T.reshape((V.shape[1],) + shape)
     # convolve with the kernel at the grid's offsets, out to its reach (at most the grid's span)
     half = [min(n - 1, int(np.ceil(R / dl))) if np.isfinite(R) else n - 1 for n, dl in zip(shape, delta)]
