@@ -83,6 +83,8 @@ def check_empty(policy, count, stacklevel):
 def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
     policy = bound.options.empty
     check_empty(policy, int(rows.sum()), stacklevel=4)
+    if mean.shape[1] == 0:  # no values (a density): nothing to fill, no nearest sample to look for
+        return mean
     mean = np.array(mean, copy=True)
     if policy == "nan":
         mean[rows] = np.nan
