@@ -73,7 +73,7 @@ def test_binned_density_against_statsmodels_fft():
     bins' DFT by the Gaussian's continuous Fourier transform on a periodic grid 3 bandwidths
     beyond the data: that aliases its tails, by up to 1e-3 of the peak (measured 2e-4 to 8e-4 on
     diabetes and iris); the binned pass is within 1e-6 of the exact density there."""
-    sm = pytest.importorskip("statsmodels.api")
+    import statsmodels.api as sm
     for x in (load_diabetes().data[:, 2], load_iris().data[:, 0]):
         h = 0.3 * x.std()
         kde = sm.nonparametric.KDEUnivariate(x)
@@ -134,7 +134,7 @@ def test_grid_size_must_match_the_features():
 
 def test_binned_on_dask_chunks():
     """Each sample chunk is binned on its own grid; the chunks' sums merge as the exact ones do."""
-    da = pytest.importorskip("dask.array")
+    import dask.array as da
     X, y = _data(1)
     h = 0.3 * X.std()
     got = local_sums(da.from_array(X[:50], chunks=25), da.from_array(X, chunks=150), da.from_array(y, chunks=150),
@@ -145,7 +145,7 @@ def test_binned_on_dask_chunks():
 
 
 def test_binned_refuses_tensors_under_array_api_dispatch(dispatch):
-    torch = pytest.importorskip("torch")
+    import torch
     X, y = _data(1)
     with pytest.raises(ValueError, match="binned"):
         local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 0.01, algorithm="binned")
