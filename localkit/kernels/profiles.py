@@ -264,6 +264,10 @@ class Profile:
     # ``k(u2)`` itself (see ``_k_cosine``), for the profiles that are not ``(1 - u^a)^b`` (those
     # share ``_poly``): the passes that sum weights without a log-space shift use it
     direct: Callable = field(default=None, repr=False)
+    # ``(d, U) -> r``: the quantile function of the radius of density ``r^{d-1} k(r)`` where a
+    # closed form exists beyond those of ``poly`` and ``log_linear`` (None in dimensions it does
+    # not cover): what sampling from a density of this profile draws
+    radius_quantile: Callable = field(default=None, repr=False)
 
     def log_k_scaled(self, t, exponent):
         """``(L, c)`` with ``log k(2^exponent t) = L + c`` (``c`` the same for every ``t``), for
@@ -422,6 +426,14 @@ def _cauchy_log_moment(d):
     return math.log(0.5 * np.pi) if d == 1 else np.inf
 
 
+def _laplacian_radius(d, U):  # r^{d-1} e^{-r}: r is Gamma(d)
+    return special.gammaincinv(d, U)
+
+
+def _cauchy_radius(d, U):  # 1 / (1 + r^2) in 1-D: r = tan(pi U / 2); no finite mass beyond d = 1
+    return np.tan(0.5 * np.pi * U) if d == 1 else None
+
+
 PROFILES = {
     p.name: p
     for p in [
@@ -435,9 +447,9 @@ PROFILES = {
         _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
         Profile("cosine", _log_cosine, True, _cosine_log_moment, slope=_slope_cosine, direct=_k_cosine),
         Profile("laplacian", _log_laplacian, False, lambda d: special.gammaln(d), exact_distance=True,
-                slope=_slope_laplacian, direct=_k_laplacian),
+                slope=_slope_laplacian, direct=_k_laplacian, radius_quantile=_laplacian_radius),
         Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy,
-                direct=_k_cauchy),
+                direct=_k_cauchy, radius_quantile=_cauchy_radius),
     ]
 }
 

@@ -275,8 +275,9 @@ def radius_quantile(profile, d, U):
     ``r^{d-1} k(r)``, at the probabilities ``U``.
 
     Closed forms: for ``k = (1 - r^a)^b`` (uniform, epanechnikov, biweight, triweight, tricube,
-    triangular) ``r^a`` is ``Beta(d/a, b + 1)``; for the Laplacian ``r`` is ``Gamma(d)``; for the
-    Cauchy (``d = 1``) ``r = tan(pi U / 2)``; the Gaussian's is ``sqrt(2 P^{-1}(d/2, U))``. Any other
+    triangular) ``r^a`` is ``Beta(d/a, b + 1)``; the Gaussian's is ``sqrt(2 P^{-1}(d/2, U))``;
+    others are the profile's own (:attr:`Profile.radius_quantile <localkit.kernels.profiles.Profile>`:
+    the Laplacian's ``r`` is ``Gamma(d)``, the Cauchy's (``d = 1``) ``r = tan(pi U / 2)``). Any other
     compact profile (the cosine) is inverted numerically: its CDF is a 64-point Gauss-Legendre
     rule (exact to round-off for a smooth ``k`` on ``[0, 1]``), tabulated to bracket each root,
     then Newton steps inside the bracket.
@@ -288,10 +289,9 @@ def radius_quantile(profile, d, U):
         return t ** (1.0 / a)
     if profile.log_linear:
         return np.sqrt(2.0 * special.gammaincinv(0.5 * d, U))
-    if profile.name == "laplacian":
-        return special.gammaincinv(d, U)
-    if profile.name == "cauchy" and d == 1:
-        return np.tan(0.5 * np.pi * U)
+    closed = None if profile.radius_quantile is None else profile.radius_quantile(d, U)
+    if closed is not None:  # the profile's own closed form (the Laplacian's Gamma, the Cauchy's tangent)
+        return closed
     if not profile.compact:
         raise ValueError(f"no radius sampler for the {profile.name!r} profile in {d} dimensions")
     nodes, weights = np.polynomial.legendre.leggauss(64)
