@@ -28,13 +28,34 @@ def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=T
         dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
     arr = np.asarray(arr, dtype=dtype)
     if arr.ndim not in ndim:
-        allowed = " or ".join(f"{d}-D" for d in ndim)
-        raise ValueError(f"{name} must be {allowed}, got an array of shape {arr.shape}")
+        raise ValueError(wrong_ndim(name, ndim, arr.shape))
     if not allow_empty and arr.size == 0:
-        raise ValueError(f"{name} is empty (shape {arr.shape}); at least one value is needed")
+        raise ValueError(empty_input(name, arr.shape))
     if finite and not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinity; all values must be finite")
+        raise ValueError(not_finite(name))
     return arr
+
+
+# The messages of the array checks, worded once for NumPy arrays, arrays on a device
+# (localkit.engine.checks.as_floats) and dask chunks (localkit.engine.distributed).
+def wrong_ndim(name, ndim, shape):
+    return f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got an array of shape {tuple(shape)}"
+
+
+def empty_input(name, shape):
+    return f"{name} is empty (shape {tuple(shape)}); at least one value is needed"
+
+
+def not_finite(name):
+    return f"{name} contains NaN or infinity; all values must be finite"
+
+
+def wrong_features(name, got, expected):
+    return f"{name} has {got} features, but {expected} were expected"
+
+
+def not_numbers(name, dtype):
+    return f"{name} must hold numbers, got dtype {dtype}"
 
 
 def as_numbers(x, name):
@@ -67,7 +88,7 @@ def as_numbers(x, name):
                              "pass an array of numbers (float64 or float32)")
         arr = arr.astype(np.float64)
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise ValueError(f"{name} must hold numbers, got dtype {arr.dtype}")
+        raise ValueError(not_numbers(name, arr.dtype))
     return arr
 
 
@@ -86,9 +107,7 @@ def check_points(x, name, *, n_features=None, dtype=None):
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has no features (shape {arr.shape})")
     if n_features is not None and arr.shape[1] != n_features:
-        raise ValueError(
-            f"{name} has {arr.shape[1]} features, but {n_features} were expected"
-        )
+        raise ValueError(wrong_features(name, arr.shape[1], n_features))
     return arr
 
 

@@ -213,15 +213,15 @@ def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, dia
 
 @pytest.fixture
 def host_engine_off(monkeypatch):
-    """Call it after the NumPy references: from then on MeanShift must not bind the NumPy engine
-    (its passes run on the tensors' device)."""
-    import localkit.engine.binding as binding
+    """Call it after the NumPy references: from then on MeanShift must run no host path of the
+    engine (its passes run on the tensors' device)."""
+    import localkit.engine.paths as paths
 
     def host(*args, **kwargs):
-        raise AssertionError("the NumPy engine was called for tensors")
+        raise AssertionError("a host path of the engine was called for tensors")
 
     def off():
-        monkeypatch.setattr(binding, "BoundKernel", host)
+        monkeypatch.setattr(paths, "PATHS", {name: host for name in paths.PATHS})
     return off
 
 
@@ -305,30 +305,23 @@ def test_fixed_bandwidth_metrics_on_tensors_equal_numpy(dispatch, diabetes, name
 
 @pytest.mark.parametrize("name", ["gaussian", "epanechnikov", "laplacian", "uniform"])
 def test_per_point_scales_on_tensors_equal_numpy(dispatch, diabetes, name):
-    """``u = d / (h q_i s_j)`` through the array-API engine itself (local_sums still refuses
-    scales for tensors), zero scales included: distance 0 counts fully, others not at all."""
-    from sklearn.utils._array_api import get_namespace
-
-    from localkit.engine.namespace import xp_local_sums
-    from localkit.kernels import Kernel
-
+    """``u = d / (h q_i s_j)`` on tensors, zero scales included: distance 0 counts fully, others
+    not at all."""
     X, y = diabetes
-    xp, _ = get_namespace(torch.tensor(X))
     rng = np.random.default_rng(3)
     qs, ss = rng.uniform(0.5, 2, 80), rng.uniform(0.5, 2, len(X))
     qs[3], ss[5] = 0.0, 0.0
     Q = np.vstack([X[:79], X[5:6]])  # the last query sits on the sample of zero scale
-    got = xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, bandwidth=0.08),
-                        query_scale=torch.tensor(qs), sample_scale=torch.tensor(ss))
+    got = local_sums(torch.tensor(Q), torch.tensor(X), torch.tensor(y), name, 0.08,
+                     query_scale=torch.tensor(qs), sample_scale=torch.tensor(ss))
     ref = local_sums(Q, X, y, name, 0.08, query_scale=qs, sample_scale=ss)
     same(got.mean, ref.mean, "cpu", 1e-9)
     same(got.log_weight_sum, ref.log_weight_sum, "cpu", 1e-12)
     with pytest.raises(ValueError, match="query_scale cannot be combined with n_neighbors"):
-        xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, n_neighbors=3),
-                      query_scale=torch.tensor(qs))
+        local_sums(torch.tensor(Q), torch.tensor(X), torch.tensor(y), name, n_neighbors=3,
+                   query_scale=torch.tensor(qs))
     with pytest.raises(ValueError, match=r"sample_scale must have shape \(442,\)"):
-        xp_local_sums(xp, torch.tensor(Q), torch.tensor(X), torch.tensor(y), Kernel(name, bandwidth=0.08),
-                      sample_scale=torch.tensor(qs))
+        local_sums(torch.tensor(Q), torch.tensor(X), torch.tensor(y), name, 0.08, sample_scale=torch.tensor(qs))
 
 
 @pytest.mark.parametrize("scale", [1e154, 1e200])

@@ -126,8 +126,8 @@ def test_models_and_nn_reach_the_engine_through_its_door_only():
 
 
 #: what only the engine's backends may ask: which array library or cluster holds the data
-BACKEND_QUESTIONS = {"is_dask_collection", "foreign_namespace", "_is_numpy_namespace", "xp_local_sums",
-                     "xp_nearest", "xp_bandwidth", "xp_kneighbors", "_convert_to_numpy", "dask_local_sums"}
+BACKEND_QUESTIONS = {"is_dask_collection", "foreign_namespace", "namespace_of", "first_foreign", "_is_numpy_namespace",
+                     "streamed_path", "xp_nearest", "xp_kneighbors", "to_host", "_convert_to_numpy", "dask_local_sums"}
 
 
 def test_no_model_imports_dask_or_tests_an_array_namespace():

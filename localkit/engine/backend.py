@@ -24,7 +24,8 @@ from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from . import neighbors as nb
 from .distributed import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
-from .namespace import _as_float, foreign_namespace, xp_bandwidth, xp_nearest
+from .checks import as_points
+from .namespace import foreign_namespace, to_host, xp_nearest
 
 
 def backend_of(*arrays):
@@ -146,11 +147,8 @@ class ArrayAPIBackend(NumPyBackend):
         self.xp = xp
 
     def points(self, x, name, *, like=None):
-        x = _as_float(self.xp, x, name, like=like)
-        x = self.xp.reshape(x, (x.shape[0], -1))
-        if like is not None and x.shape[1] != like.shape[1]:
-            raise ValueError(f"{name} has {x.shape[1]} features, but {like.shape[1]} were expected")
-        return x if like is None else self.xp.astype(x, like.dtype)
+        return as_points(self.xp, x, name, like=like, n_features=None if like is None else like.shape[1],
+                         dtype=None if like is None else like.dtype)
 
     def regression_target(self, y, X):  # finite already: validate_data checked the tensor
         return self.xp.astype(y, X.dtype)
@@ -163,8 +161,9 @@ class ArrayAPIBackend(NumPyBackend):
             return super().bandwidth(kernel, X, sample_weight)
         if sample_weight is not None:
             sample_weight = self.xp.asarray(sample_weight, dtype=X.dtype, device=device(X))
-        h = xp_bandwidth(self.xp, kernel, X, sample_weight)  # a rule, on the tensors' device
-        return h if np.ndim(h) == 0 else np.asarray(h)
+        # a rule, its spread computed on the tensors' device
+        return resolve_bandwidth(kernel.bandwidth, X, sample_weight=sample_weight, xp=self.xp,
+                                 host=functools.partial(to_host, self.xp))
 
     def host(self, *arrays):
         out = tuple(None if a is None else np.asarray(a) if isinstance(a, (np.ndarray, list, tuple))

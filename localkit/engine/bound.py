@@ -27,12 +27,13 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._validation import check_array, check_points
 from ..kernels import Kernel
 from ..kernels.kernel import exact_sq_distances
-from ..kernels.bandwidth import safe_mean
+from ..kernels.bandwidth import resolve_bandwidth, safe_mean
 from . import neighbors as nb
-from .checks import check_exclude_self, check_pass, check_weight_values
+from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,
+                     log_of_weights)
+from .namespace import device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path, to_host
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -102,22 +103,32 @@ class BoundKernel:
             raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
         self.kernel = kernel
         self.options = EngineOptions() if options is None else options
-        samples = check_points(samples, "samples")
+        # the namespace the passes run in: NumPy, or the device of a foreign array (array-API dispatch)
+        xp = namespace_of(samples, sample_weight, sample_scale)
+        self.xp, self.on_host = xp, xp is np
+        if not self.on_host:
+            refuse_on_device(kernel)
+        samples = as_points(xp, samples, "samples", like=first_foreign(samples, sample_weight, sample_scale))
         self.samples = samples
         self.dtype = samples.dtype
         self.n_samples, self.n_features = samples.shape
+        self._given_twins = twins
         if twins is not None:  # the caller's groups (the samples are codes of data with repeated rows)
             self.twins = check_twins(twins, self.n_samples)
         k = kernel.n_neighbors
         check_pass(kernel, self.n_samples, self.n_samples, sample_scale=sample_scale)
-        self.weight, self.log_weight_max = _check_sample_weight(sample_weight, self.n_samples, self.dtype)
-        with np.errstate(divide="ignore"):  # a zero weight: -inf, never a sample's share
-            self.log_weight = None if self.weight is None else np.log(self.weight)
-        self.sample_scale = check_scale(sample_scale, self.n_samples, "sample_scale")
-        self.h = kernel.resolve_bandwidth(samples, self.weight)
+        self.weight, self.log_weight_max = check_sample_weight(xp, sample_weight, self.n_samples, samples)
+        self.log_weight = log_of_weights(xp, self.weight)
+        self.sample_scale = check_scale(xp, sample_scale, self.n_samples, "sample_scale", like=samples)
+        self.h = resolve_bandwidth(kernel.bandwidth, samples, sample_weight=self.weight, xp=xp,
+                                   host=np.asarray if self.on_host else self.host)
         if not np.all(np.isfinite(self.h)):
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")
+        self._cache = {}  # indexes and derived samples built on first use; shared by the copies of :meth:`using`
+        if not self.on_host:  # the streamed pass lays out its own coordinates (localkit.engine.namespace)
+            self.centre, self.scaled, self.X = None, True, samples
+            return
         if kernel.metric == "precomputed" and samples.shape[0] != samples.shape[1]:
             raise ValueError(f"metric='precomputed' takes the samples' distances to each other, a square "
                              f"(n_samples, n_samples) array; got shape {samples.shape}")
@@ -139,13 +150,30 @@ class BoundKernel:
         self._raw_index = bool(self.centre is not None and self.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
         self._index_centre = _index_centre(samples) if self._raw_index else 0.0
-        # indexes and derived samples built on first use; shared by the copies of :meth:`using`
-        self._cache = {}
+
+    def host(self, a):
+        """A NumPy copy of an array of this kernel's namespace."""
+        return np.asarray(a) if self.on_host else to_host(self.xp, a)
+
+    def on(self, xp, like):
+        """This kernel bound to the same samples in the namespace ``xp`` on ``like``'s device
+        (queries that live there: the pass runs there), built once and kept."""
+        key = ("on", xp.__name__, str(device_of(like)))
+        if key not in self._cache:
+            move = (lambda a: None if a is None else xp.asarray(a, device=device_of(like)))
+            other = BoundKernel(self.kernel, move(self.samples), sample_weight=move(self.weight),
+                                sample_scale=move(self.sample_scale), options=self.options, twins=self._given_twins)
+            other.log_weight_max = self.log_weight_max  # the weights moved are c / max c
+            self._cache[key] = other
+        return self._cache[key]
 
     # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_cache"] = {}  # indexes are rebuilt on first use
+        state["xp"] = None  # a module: found again from the samples
+        if not self.on_host:
+            return state
         if state["X"] is not self.samples:  # the engine's coordinates, recomputed bit for bit
             state["X"] = None
         del state["x_sq"]
@@ -153,6 +181,12 @@ class BoundKernel:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        if not self.on_host:
+            from sklearn.externals.array_api_compat import array_namespace
+
+            self.xp = array_namespace(self.samples)
+            return
+        self.xp = np
         if self.X is None:
             self.X = self._transform(self.samples)
         self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
@@ -167,7 +201,7 @@ class BoundKernel:
         """Validated queries in the engine's coordinates (``None``: the samples)."""
         if queries is None:
             return self.X
-        Q = check_points(queries, name, n_features=self.n_features, dtype=self.dtype)
+        Q = as_points(self.xp, queries, name, like=self.samples, n_features=self.n_features, dtype=self.dtype)
         return Q if self.centre is None else self._transform(Q)
 
     def _transform(self, points):
@@ -202,7 +236,7 @@ class BoundKernel:
                 self._cache["index_samples"] = self._to_index(self.samples)
             P = self._cache["index_samples"]
         else:
-            P = self._to_index(check_points(queries, "queries", n_features=self.n_features, dtype=self.dtype))
+            P = self._to_index(as_points(np, queries, "queries", n_features=self.n_features, dtype=self.dtype))
         return P if rows is None else P[rows]
 
     def _to_index(self, points):
@@ -247,7 +281,7 @@ class BoundKernel:
     def twins(self):
         """Group ids of the samples at one point, or None where all differ: leave-one-out
         (``exclude_self``) leaves out every sample at the query's point (:mod:`localkit.engine.twins`)."""
-        return twin_groups(self.samples)
+        return twin_groups(self.host(self.samples))
 
     def knn_scale(self, queries, *, exclude_self=False, row_offset=0):
         """The balloon bandwidth of each query: distance to its k-th nearest sample (engine units)."""
@@ -264,9 +298,9 @@ class BoundKernel:
         from .results import value_offset
 
         V, squeeze = self._values(values)
-        offset = value_offset(np, V)
-        # the paths apply the sample weights (see paths.run_path)
-        return BoundValues(V, augment(V - offset), offset, squeeze, values is None, values)
+        offset = value_offset(self.xp, V)
+        # the paths apply the sample weights (see paths.PATHS)
+        return BoundValues(V, augment(V - offset, self.xp), offset, squeeze, values is None, values)
 
     def using(self, options: EngineOptions) -> BoundKernel:
         """This kernel with other engine options (none changes a result beyond round-off); the
@@ -287,20 +321,27 @@ class BoundKernel:
         per-query bandwidth factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d
         form. Returns :class:`~localkit.engine.LocalSums`.
         """
-        from .paths import run_path
+        from .paths import PATHS
         from .planner import plan
         from .results import finish
 
         check_exclude_self(exclude_self)
+        xp = namespace_of(queries, query_scale)
+        if self.on_host and xp is not np:  # queries on a device beside host samples: the pass runs on that device
+            if isinstance(values, BoundValues):
+                values = values.source
+            return self.on(xp, first_foreign(queries, query_scale)).sums(queries, values, exclude_self=exclude_self,
+                                                                          query_scale=query_scale)
         Q = self.coordinates(queries)
-        n_q = len(Q)
+        n_q = Q.shape[0]
         check_pass(self.kernel, n_q, self.n_samples, exclude_self=exclude_self, query_scale=query_scale)
-        q_scale = check_scale(query_scale, n_q, "query_scale")
+        q_scale = check_scale(self.xp, query_scale, n_q, "query_scale", like=self.samples)
         prepared = values if isinstance(values, BoundValues) else self.prepare(values)
-        if len(prepared.V) != self.n_samples:
+        if prepared.V.shape[0] != self.n_samples:
             raise ValueError(f"values were prepared for {len(prepared.V)} samples, not these {self.n_samples}")
         path = plan(self, Q, q_scale, exclude_self)
-        S, shift = run_path(path, self, queries, Q, prepared.V_aug, q_scale, exclude_self)
+        run = streamed_path if path == "streamed" else PATHS[path]  # on a device / on the host
+        S, shift = run(self, queries, Q, prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                       prepared.offset)
 
@@ -318,7 +359,8 @@ class BoundKernel:
         from .planner import explain
 
         Q = self.coordinates(queries)
-        return explain(self, Q, check_scale(query_scale, len(Q), "query_scale"), exclude_self)
+        return explain(self, Q, check_scale(self.xp, query_scale, Q.shape[0], "query_scale", like=self.samples),
+                       exclude_self)
 
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                     row_offset: int = 0) -> np.ndarray:
@@ -330,6 +372,7 @@ class BoundKernel:
         """
         from .paths import knn_log_weights, log_weight_block
 
+        self._require_host("log_weights")
         Q = self.coordinates(queries)
         k = self.kernel.n_neighbors
         if k is not None and self.kernel.compact:
@@ -351,6 +394,7 @@ class BoundKernel:
         ``d log k / d u^2`` is the profile's :meth:`~localkit.kernels.profiles.Profile.slope_for`).
         A fixed bandwidth and no per-sample scale; memory ``n_queries x n_samples``: callers walk
         blocks of queries."""
+        self._require_host("squared_distances")
         if self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None:
             raise ValueError("squared_distances needs a distance kernel with a fixed bandwidth and no "
                              f"sample_scale, got {self.kernel!r}")
@@ -372,13 +416,19 @@ class BoundKernel:
             W = np.where(total > 0, W / total, 0.0)
         return (W, L) if return_log_weights else W
 
-    def nearest(self, queries=None, *, rows=None, self_rows=None):
+    def nearest(self, queries=None, *, rows=None, self_rows=None, return_distance=False):
         """Index of the nearest sample that carries weight, in the kernel's metric and scaling,
         for ``queries`` (the samples for None; ``rows`` of them, if given).
 
         ``self_rows`` (one per query) excludes sample ``self_rows[i]`` at query ``i`` (the query
-        is that sample: leave-one-out), and every sample at its point.
+        is that sample: leave-one-out), and every sample at its point; where no other sample
+        carries weight, the query's own is its nearest. ``return_distance``: ``(u, index)``, with
+        ``u`` the scaled distance ``d / h`` (NumPy samples).
         """
+        if not self.on_host:  # exact distances streamed on the device
+            from .namespace import device_nearest
+
+            return device_nearest(self, queries, rows, self_rows)
         P = self.index_points(queries, rows)
         live = np.arange(self.n_samples) if self.weight is None else np.flatnonzero(self.weight > 0)
         index = self.index
@@ -389,43 +439,33 @@ class BoundKernel:
             P = P[:, live] if precomputed else P
             index = nb.make_index(X, self.kernel.metric, self.kernel.p, exact=True)
         if self_rows is None:
-            return live[index.kneighbors(P, n_neighbors=1)[1][:, 0]]
-        return nb.nearest_other(index, P, np.asarray(self_rows), self.twins, live)
+            dist, idx = index.kneighbors(P, n_neighbors=1)
+            dist, idx = dist[:, 0], live[idx[:, 0]]
+        else:
+            dist, idx = nb.nearest_other(index, P, np.asarray(self_rows), self.twins, live, return_distance=True)
+        if not return_distance:
+            return idx
+        if self.raw_h is not None:  # a raw distance (cosine), divided by h
+            return dist / self.raw_h, idx
+        return (dist / self.index_unit if self.scaled else np.ldexp(dist, self.exponent)), idx
 
     # -- helpers ---------------------------------------------------------------------------
+    def _require_host(self, what):
+        if not self.on_host:
+            raise ValueError(f"{what} forms (n_queries, n_samples) blocks on the host: it needs NumPy samples, "
+                             f"got arrays of {self.xp.__name__}; sums() runs on their device")
+
     def _values(self, values):
+        xp = self.xp
         if values is None:
-            return np.zeros((self.n_samples, 0), dtype=self.dtype), False
-        V = check_array(values, "values", ndim=(1, 2))
+            return xp.zeros((self.n_samples, 0), dtype=self.dtype, **device_kw(self.samples)), False
+        V = as_floats(xp, values, "values", like=self.samples)
         squeeze = V.ndim == 1
-        V = V.reshape(len(V), -1)
-        if len(V) != self.n_samples:
-            raise ValueError(f"values has {len(V)} rows but samples has {self.n_samples}; they must match")
-        # float32 samples keep float32 arithmetic (float64 values would promote every block)
-        return V.astype(self.dtype if self.dtype == np.float32 else np.result_type(self.dtype, V.dtype),
-                        copy=False), squeeze
-
-
-def check_scale(scale, n, name):
-    """``None`` or a non-negative array of shape ``(n,)``."""
-    if scale is None:
-        return None
-    scale = check_array(scale, name, ndim=(1,))
-    if scale.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {scale.shape}")
-    if np.any(scale < 0):
-        raise ValueError(f"{name} must be >= 0")
-    return scale
-
-
-def _check_sample_weight(sample_weight, n_samples, dtype):
-    """``(c / max c, log max c)``, or ``(None, 0)`` without weights: the local mean is invariant
-    to the scale of the weights, and weights in ``[0, 1]`` never overflow the sums."""
-    if sample_weight is None:
-        return None, 0.0
-    c = check_array(sample_weight, "sample_weight", ndim=(1,))
-    top = check_weight_values(np, c, n_samples)
-    return (c / top).astype(dtype, copy=False), float(np.log(top))
+        V = xp.reshape(V, (V.shape[0], -1))
+        if V.shape[0] != self.n_samples:
+            raise ValueError(f"values has {V.shape[0]} rows but samples has {self.n_samples}; they must match")
+        # in the samples' dtype: float32 samples keep float32 arithmetic (float64 values would promote every block)
+        return (V.astype(self.dtype, copy=False) if self.on_host else xp.astype(V, self.dtype)), squeeze
 
 
 #: scikit-learn's neighbour search is brute force (matrix-product distances) above this many features

@@ -38,7 +38,8 @@ from functools import partial
 import numpy as np
 
 from .._extras import install_extra
-from .._validation import FLOAT_DTYPES, check_choice
+from .._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
+                           wrong_ndim)
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from .bound import BoundKernel, make_kernel
@@ -72,7 +73,7 @@ def _require_dask():
 # -- validation of dask inputs (lazy: values are checked inside the tasks) -------------------
 def _check_finite(block, param):
     if not np.all(np.isfinite(block)):
-        raise ValueError(f"{param} contains NaN or infinity; all values must be finite")
+        raise ValueError(not_finite(param))
     return block
 
 
@@ -91,16 +92,16 @@ def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
         raise ValueError(f"{name} must be an array, got None")
     frame, x = hasattr(x, "to_dask_array"), da.asarray(x)  # a dask DataFrame/Series: its values, lengths unknown
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise ValueError(f"{name} must hold numbers, got dtype {x.dtype}")
+        raise ValueError(not_numbers(name, x.dtype))
     if np.issubdtype(x.dtype, np.complexfloating):
         raise ValueError(f"{name} must be real, got a complex array")
     if x.ndim not in ndim:
-        raise ValueError(f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got an array of shape {x.shape}")
+        raise ValueError(wrong_ndim(name, ndim, x.shape))
     if any(np.isnan(c) for axis in x.chunks for c in axis):
         call = "to_dask_array(lengths=True)" if frame else "compute_chunk_sizes()"
         raise ValueError(f"{name} has unknown chunk sizes; pass {name}.{call}")
     if x.size == 0:
-        raise ValueError(f"{name} is empty (shape {x.shape}); at least one value is needed")
+        raise ValueError(empty_input(name, x.shape))
     if n_rows is not None and x.shape[0] != n_rows:
         raise ValueError(f"{name} has {x.shape[0]} rows, but {n_rows} are needed (one per point)")
     dtype = dtype or (x.dtype if x.dtype in FLOAT_DTYPES else np.float64)
@@ -114,7 +115,7 @@ def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
     if x.ndim == 1:
         x = x[:, None]
     if n_features is not None and x.shape[1] != n_features:
-        raise ValueError(f"{name} has {x.shape[1]} features, but {n_features} were expected")
+        raise ValueError(wrong_features(name, x.shape[1], n_features))
     return x
 
 
@@ -175,11 +176,10 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
         refuse_twins(s if exclude else np.concatenate([q, s]), "the dask path")
     state = np.zeros((len(q), 1, 2 * p + 2), dtype=q.dtype if v is None else v.dtype)
     state[:, 0, p], state[:, 0, p + 1] = -np.inf, np.inf
-    live = np.ones(len(s), dtype=bool) if c is None else c > 0
-    if not live.any():  # nothing can carry weight in this chunk
+    if c is not None and not np.any(c > 0):  # nothing can carry weight in this chunk
         return state
     if exclude and len(s) == 1:  # the query's own sample only (the engine needs 2 for leave-one-out)
-        state[:, 0, p + 1], state[:, 0, p + 2:] = _nearest(q, np.arange(len(q)), s, v, live, kernel, exclude, p,
+        state[:, 0, p + 1], state[:, 0, p + 2:] = _nearest(q, np.arange(len(q)), s, v, c, kernel, exclude, p,
                                                            state.dtype)
         return state
     # A chunk whose only live sample is one query's own still weighs for every other query:
@@ -194,41 +194,31 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
     state[:, 0, p] = out.log_weight_sum
     rows = np.flatnonzero(out.empty)
     if len(rows):
-        state[rows, 0, p + 1], state[rows, 0, p + 2:] = _nearest(q[rows], rows, s, v, live, kernel, exclude, p,
+        state[rows, 0, p + 1], state[rows, 0, p + 2:] = _nearest(q[rows], rows, s, v, c, kernel, exclude, p,
                                                                  state.dtype)
     return state
 
 
-def _nearest(q, rows, s, v, live, kernel, exclude, p, dtype):
-    """Distance to and value of the nearest live sample of the chunk for the queries ``q``
-    (chunk rows ``rows``); with ``exclude`` another than the query's own sample, which counts
-    only where it is the one live sample, at the distance ``_self_only(dtype)``; inf where no
-    sample is live."""
-    dist_out = np.full(len(q), np.inf, dtype=dtype)
+def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
+    """Distance to and value of the chunk's nearest sample that carries weight for the queries
+    ``q`` (chunk rows ``rows``), found by the engine
+    (:meth:`BoundKernel.nearest <localkit.engine.BoundKernel.nearest>`); with ``exclude`` another
+    than the query's own sample, which counts only where it is the one live sample, at the
+    distance ``_self_only(dtype)``; inf where no sample is live."""
+    dist = np.full(len(q), np.inf, dtype=dtype)
     values = np.zeros((len(q), p), dtype=dtype)
-    idx = np.flatnonzero(live)
-    if len(idx) == 0 or len(q) == 0:
-        return dist_out, values
-    h = kernel.bandwidth
+    if len(q) == 0 or (c is not None and not np.any(c > 0)):
+        return dist, values
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        index = nb.make_index(kernel.scale(s[idx], h), kernel.metric, kernel.p, exact=True)
-        dist, near = index.kneighbors(kernel.scale(q, h), n_neighbors=min(1 + int(exclude), len(idx)))
-    near = idx[near]
-    r = np.arange(len(q))
-    col = np.zeros(len(q), dtype=np.intp)
-    self_only = np.zeros(len(q), dtype=bool)
+        u, near = BoundKernel(kernel, s, sample_weight=c).nearest(q, self_rows=rows if exclude else None,
+                                                                  return_distance=True)
+    dist[:] = u
     if exclude:
-        is_self = near[:, 0] == rows
-        if near.shape[1] > 1:
-            col[is_self] = 1
-        else:
-            self_only = is_self
-    dist_out[:] = dist[r, col]
-    dist_out[self_only] = _self_only(dtype)
+        dist[near == rows] = _self_only(dtype)
     if p:
-        values[:] = v.reshape(len(s), p)[near[r, col]]
-    return dist_out, values
+        values[:] = v.reshape(len(s), p)[near]
+    return dist, values
 
 
 def _merge_states(x, p):
@@ -307,9 +297,8 @@ def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads,
             if p:
                 near[:, 1:] = v.reshape(len(s), p)[idx[:, 0]]
     if nearest and (c is not None or kk == 0):
-        live = np.ones(len(s), dtype=bool) if c is None else c > 0
         with _native_threads(threads):
-            near[:, 0], near[:, 1:] = _nearest(q, np.arange(len(q)), s, v, live, kernel, exclude, p, dtype)
+            near[:, 0], near[:, 1:] = _nearest(q, np.arange(len(q)), s, v, c, kernel, exclude, p, dtype)
     return np.concatenate([dist, vals.reshape(len(q), -1), at_point, near], axis=1)[:, None, :]
 
 

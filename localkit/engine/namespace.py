@@ -2,10 +2,16 @@
 
 scikit-learn's convention: with ``sklearn.config_context(array_api_dispatch=True)`` (and
 ``SCIPY_ARRAY_API=1``), arrays that are not NumPy's are computed on their own device and the
-result comes back in the same library on the same device. NumPy input keeps the NumPy engine
-(and its compiled CPU paths).
+result comes back in the same library on the same device. NumPy input keeps the NumPy passes
+(and their compiled CPU forms).
 
-The algorithm is the engine's streaming local mean: blocks of queries against blocks of
+What is specific to a namespace lives here: detection and coercion (:func:`namespace_of`,
+:func:`first_foreign`, :func:`to_host`) and the one pass the planner takes on a device,
+:func:`streamed_path`. Everything else (the checks, bandwidth rules, sample weights, the
+empty-neighbourhood policy, the result) is the :class:`~localkit.engine.BoundKernel`'s, written
+once for every namespace.
+
+The streamed pass is the engine's streaming local mean: blocks of queries against blocks of
 samples, the log-weights of each block from one matrix product (queries recentred per block, so
 that float32 keeps its digits far from the origin), an online log-sum-exp across sample blocks
 (as flash attention does). Memory is one block, never ``n_queries x n_samples``. The kernel's
@@ -19,12 +25,9 @@ import math
 
 import numpy as np
 
-from ..kernels.bandwidth import resolve_bandwidth
 from .blocks import block_sizes
-from .checks import check_exclude_self, check_pass, check_weight_values
 from .paths import LOG_WEIGHT_TOL
 from .planner import COMPILED_BANDWIDTHS
-from .results import LocalSums, check_empty, value_offset
 from .stream import OnlineLogSumExp, times_power_of_two
 from .twins import refuse_twins
 
@@ -45,183 +48,128 @@ def foreign_namespace(*arrays):
     return None if not is_array_api or _is_numpy_namespace(xp) else xp
 
 
-def _device(xp, a):
+def namespace_of(*arrays):
+    """The namespace a pass over ``arrays`` runs in: :func:`foreign_namespace`, else NumPy."""
+    xp = foreign_namespace(*arrays)
+    return np if xp is None else xp
+
+
+def first_foreign(*arrays):
+    """The first of ``arrays`` that is not NumPy's (whose device the others move to), or None."""
+    return next((a for a in arrays if a is not None and not isinstance(a, (np.ndarray, int, float, str, list, tuple))),
+                None)
+
+
+def device_of(a):
     from sklearn.utils._array_api import device
 
     return device(a)
 
 
-def _as_float(xp, a, name, like=None, ndim=(1, 2)):
-    """``a`` as a floating array of the namespace (on ``like``'s device), validated."""
-    if like is not None:
-        a = xp.asarray(np.asarray(a) if isinstance(a, (list, tuple)) else a, device=_device(xp, like))
-    if not xp.isdtype(a.dtype, "real floating"):
-        if not xp.isdtype(a.dtype, ("integral", "bool")):
-            raise ValueError(f"{name} must hold real numbers, got dtype {a.dtype}")
-        a = xp.astype(a, xp.float32 if like is not None and like.dtype == xp.float32 else xp.float64)
-    if a.ndim not in ndim:
-        raise ValueError(f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got shape {tuple(a.shape)}")
-    if a.shape[0] == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(a.shape)}); at least one value is needed")
-    if not bool(xp.all(xp.isfinite(a))):
-        raise ValueError(f"{name} contains NaN or infinity; all values must be finite")
-    return a
+def device_kw(like):
+    """``{"device": ...}`` for creating arrays beside ``like`` (nothing for NumPy arrays)."""
+    return {} if isinstance(like, np.ndarray) else {"device": device_of(like)}
 
 
-def xp_local_sums(xp, queries, samples, values, kernel, *, exclude_self=False, sample_weight=None, options=None,
-                  query_scale=None, sample_scale=None):
-    """:func:`localkit.local_sums` for arrays of the namespace ``xp``: every profile and the
-    softmax kernel (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature
-    and rule bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm
-    metrics and "cosine", ``exclude_self``, ``sample_weight``, the empty policy.
+def to_host(xp, a):
+    """A NumPy copy of the array ``a`` of the namespace ``xp``."""
+    from sklearn.utils._array_api import _convert_to_numpy
 
-    ``options.algorithm="compiled"`` takes the compiled compact pass's arithmetic: raw
-    coordinates, the support ``|q - x|^2 <= h^2`` summed feature by feature, so that points at
-    distance ``h`` are decided as on the host (and as scikit-learn's radius queries decide them).
-    """
-    from .options import EngineOptions
+    return _convert_to_numpy(xp.asarray(a), xp)
 
-    check_exclude_self(exclude_self)
-    options = EngineOptions() if options is None else options
+
+def refuse_on_device(kernel):
+    """Raise for what the array-API pass cannot compute: callables and precomputed distances."""
     if callable(kernel.metric) or kernel.metric == "precomputed":
         raise ValueError(f"metric={kernel.metric!r} is not available for array-API inputs; use a named metric "
                          f"({', '.join(XP_METRICS)}), or pass NumPy arrays")
-    X = _as_float(xp, samples, "samples")
-    if X.ndim == 1:
-        X = xp.reshape(X, (-1, 1))
-    n, d = X.shape
-    dtype = X.dtype
-    Q = X if queries is None else _as_float(xp, queries, "queries", like=X)
-    if Q.ndim == 1:
-        Q = xp.reshape(Q, (-1, 1))
-    if Q.shape[1] != d:
-        raise ValueError(f"queries has {Q.shape[1]} features, but {d} were expected")
-    Q = xp.astype(Q, dtype)
-    check_pass(kernel, Q.shape[0], n, exclude_self=exclude_self, query_scale=query_scale, sample_scale=sample_scale)
-    if exclude_self:
-        from sklearn.utils._array_api import _convert_to_numpy
 
-        refuse_twins(_convert_to_numpy(X, xp), "the array-API path")
-    squeeze = False
-    if values is None:
-        V = xp.zeros((n, 0), dtype=dtype, device=_device(xp, X))
-    else:
-        V = _as_float(xp, values, "values", like=X)
-        squeeze = V.ndim == 1
-        V = xp.astype(xp.reshape(V, (V.shape[0], -1)), dtype)
-        if V.shape[0] != n:
-            raise ValueError(f"values has {V.shape[0]} rows but samples has {n}; they must match")
-    offset = value_offset(xp, V)
-    Vc = V - offset  # summed about their mean (results.value_offset); V itself for the nearest
-    weight, log_weight_max, dead = None, 0.0, None
-    if sample_weight is not None:
-        c = _as_float(xp, sample_weight, "sample_weight", like=X, ndim=(1,))
-        top = float(check_weight_values(xp, c, n))
-        weight, log_weight_max, dead = xp.astype(c / top, dtype), math.log(top), c == 0
+
+def _device(xp, a):
+    return device_of(a)
+
+
+def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    """The engine's pass on arrays of another namespace, on their device: ``(S, shift)`` as every
+    path returns them (:mod:`localkit.engine.paths`), for every profile and the softmax kernel
+    (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature and rule
+    bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm metrics and
+    "cosine", ``exclude_self`` and sample weights.
+
+    ``options.algorithm="compiled"`` (or ``exact_edge``) takes the compiled compact pass's
+    arithmetic: raw coordinates, the support ``|q - x|^2 <= h^2`` summed feature by feature, so
+    that points at distance ``h`` are decided as on the host (and as scikit-learn's radius
+    queries decide them).
+    """
+    from .planner import device_compiled_fits
+
+    xp, kernel, options = bound.xp, bound.kernel, bound.options
+    X, h, s_scale, weight = bound.samples, bound.h, bound.sample_scale, bound.weight
+    if exclude_self and bound.twins is not None:
+        refuse_twins(bound.host(X), "the array-API path")
     k = kernel.n_neighbors
-    q_scale = _check_scale(xp, query_scale, Q.shape[0], "query_scale", X)
-    s_scale = _check_scale(xp, sample_scale, n, "sample_scale", X)
-
-    h = xp_bandwidth(xp, kernel, X, weight)
-    logit_exponent = _logit_exponent(xp, Q, X, h) if kernel.is_softmax else 0
+    logit_exponent = _logit_exponent(xp, Q, X, float(h)) if kernel.is_softmax else 0
     support = None
-    compiled_ok = _compiled_fits(kernel, h, exclude_self, q_scale, s_scale)
-    if options.algorithm == "binned":
-        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.binned)")
-    if options.algorithm == "compiled" and not compiled_ok:
-        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
-                         f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "
-                         f"per-point scales and exclude_self=False; got {kernel!r}")
-    if compiled_ok and (options.algorithm == "compiled" or options.exact_edge):
-        Qs, Xs, support = Q, X, h * h
+    if device_compiled_fits(bound, q_scale, exclude_self) and (options.algorithm == "compiled" or options.exact_edge):
+        Qs, Xs, support = Q, X, float(h) ** 2
     elif _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
-        if isinstance(h, float):
-            Qs, Xs, support = Q, X, h * h
+        if np.ndim(h) == 0:
+            Qs, Xs, support = Q, X, float(h) ** 2
         else:  # each feature over its bandwidth, the support u^2 <= 1 (the compiled pass's per-feature form)
-            hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
+            hh = _h_array(xp, h, X)
             Qs, Xs, support = Q / hh, X / hh, 1.0
     elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
-        Qs, Xs = times_power_of_two(Q, -logit_exponent) / h, X
+        Qs, Xs = times_power_of_two(Q, -logit_exponent) / float(h), X
     elif kernel.norm_metric:
         centre = xp.mean(X, axis=0)
-        hh = xp.asarray(h, dtype=dtype, device=_device(xp, X))
+        hh = _h_array(xp, h, X)
         Qs, Xs = (Q - centre) / hh, (X - centre) / hh
     else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
         Qs, Xs = Q, X
         if k is None:
-            q_scale = h * (xp.ones(Q.shape[0], dtype=dtype, device=_device(xp, X)) if q_scale is None else q_scale)
+            q_scale = float(h) * (xp.ones(Q.shape[0], dtype=Q.dtype, device=_device(xp, X)) if q_scale is None
+                                  else q_scale)
     if (support is not None or k is not None or kernel.metric != "euclidean" or q_scale is not None
             or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
         if k is not None and kernel.compact:
-            S, shift = _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel), _augment(xp, Vc, weight),
-                                 kernel, exclude_self)
-        else:
-            if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
-                q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
-            S, shift = _stream(xp, Qs, Xs, _augment(xp, Vc, None), kernel, exclude_self, options, support=support,
-                               q_scale=q_scale, s_scale=s_scale, logit_exponent=logit_exponent,
-                               log_weight=_log(xp, weight))
-        return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
-                       offset)
+            return _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel),
+                             V_aug if weight is None else V_aug * weight[:, None], kernel, exclude_self)
+        if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
+            q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
+        return _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
+                       s_scale=s_scale, logit_exponent=logit_exponent, log_weight=bound.log_weight)
     fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
         from ..fused.flex import fused_or_none
 
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
-                              lambda: flex_sums(Qs, Xs, Vc, weight, kernel, exclude_self))
-    S, shift = fused if fused is not None else _stream(xp, Qs, Xs, _augment(xp, Vc, None), kernel, exclude_self,
-                                                       options, log_weight=_log(xp, weight))
-    return _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze,
-                   offset)
+                              lambda: flex_sums(Qs, Xs, V_aug[:, :-1], weight, kernel, exclude_self))
+    return fused if fused is not None else _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
+                                                   log_weight=bound.log_weight)
+
+
+def device_nearest(bound, queries, rows=None, self_rows=None):
+    """:meth:`BoundKernel.nearest <localkit.engine.BoundKernel.nearest>` on a device: the nearest
+    sample that carries weight, from exact distances in the kernel's metric (each feature over its
+    bandwidth for a norm), streamed over blocks."""
+    xp, kernel, X = bound.xp, bound.kernel, bound.samples
+    Q = bound.coordinates(queries)
+    if rows is not None:
+        Q = xp.take(Q, rows, axis=0)
+    if kernel.norm_metric:
+        hh = _h_array(xp, bound.h, X)
+        Q, X = Q / hh, X / hh
+    dead = None if bound.weight is None else bound.weight == 0
+    return xp_nearest(xp, Q, X, kernel, rows=self_rows, dead=dead)[0]
+
+
+def _h_array(xp, h, like):
+    """The bandwidth (a float or per-feature floats) as an array beside ``like``."""
+    return xp.asarray(np.asarray(h, dtype=np.float64).tolist(), dtype=like.dtype, device=_device(xp, like))
 
 
 #: Metrics of the array-API path (callables and precomputed distances need NumPy arrays)
 XP_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
-
-
-def _finish(xp, options, kernel, Qs, Xs, V, S, shift, log_weight_max, exclude_self, dead, values, squeeze, offset):
-    """Normalise ``S * exp(shift)`` (sums of the values less ``offset``), apply the
-    empty-neighbourhood policy, shape the result."""
-    mean = S[:, :-1] / S[:, -1:] + offset
-    log_sum = shift + xp.log(S[:, -1]) + log_weight_max
-    empty = ~(log_sum > -math.inf)
-    if bool(xp.any(empty)):
-        mean = _empty_policy(xp, options.empty, kernel, Qs, Xs, V, mean, empty, exclude_self, dead)
-    if values is None:
-        return LocalSums(None, log_sum, empty)
-    return LocalSums(mean[:, 0] if squeeze else mean, log_sum, empty)
-
-
-def _log(xp, weight):
-    """``log c`` of the sample weights (``-inf`` where zero), or None."""
-    if weight is None:
-        return None
-    return xp.where(weight > 0, xp.log(xp.where(weight > 0, weight, xp.ones_like(weight))), -math.inf)
-
-
-def _augment(xp, V, weight):
-    """The values with a column of ones, times the sample weights."""
-    V_aug = xp.concat([V, xp.ones((V.shape[0], 1), dtype=V.dtype, device=_device(xp, V))], axis=1)
-    return V_aug if weight is None else V_aug * weight[:, None]
-
-
-def _check_scale(xp, scale, n, name, like):
-    """``None`` or a non-negative array of shape ``(n,)`` on ``like``'s device, in its dtype."""
-    if scale is None:
-        return None
-    scale = _as_float(xp, scale, name, like=like, ndim=(1,))
-    if scale.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},), got {tuple(scale.shape)}")
-    if bool(xp.any(scale < 0)):
-        raise ValueError(f"{name} must be >= 0")
-    return xp.astype(scale, like.dtype)
-
-
-def _compiled_fits(kernel, h, exclude_self, q_scale, s_scale):
-    """Whether the compiled compact pass's arithmetic (raw coordinates, ``|q - x|^2 <= h^2``) applies."""
-    lo, hi = COMPILED_BANDWIDTHS
-    return bool(kernel.compact and kernel.n_neighbors is None and kernel.metric == "euclidean" and not exclude_self
-                and q_scale is None and s_scale is None and isinstance(h, float) and lo < h < hi)
 
 
 def _logit_exponent(xp, Q, X, h):
@@ -233,16 +181,6 @@ def _logit_exponent(xp, Q, X, h):
     limit = 60 if Q.dtype == xp.float32 else 500
     top = math.log2(top_q) + math.log2(top_x) + math.log2(Q.shape[1]) - math.log2(h)
     return max(0, math.ceil(top - limit))
-
-
-def xp_bandwidth(xp, kernel, X, weight=None):
-    """The bandwidth as a float or a per-feature list; rules from the samples' spread, computed
-    on the device (:func:`localkit.kernels.bandwidth.resolve_bandwidth`)."""
-    from sklearn.utils._array_api import _convert_to_numpy
-
-    h = resolve_bandwidth(kernel.bandwidth, X, sample_weight=weight, xp=xp,
-                          host=lambda a: _convert_to_numpy(xp.asarray(a), xp))
-    return float(h) if np.ndim(h) == 0 else [float(v) for v in h]
 
 
 def _flex_fits(xp, Qs, Xs, kernel, options):
@@ -372,7 +310,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                     u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + Q.shape[0], None],
                                   None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
                     L = -0.5 * u2 if gaussian else log_k(u2)
-            if log_weight is not None:  # log c_j inside the shift's maximum (see paths.run_path)
+            if log_weight is not None:  # log c_j inside the shift's maximum (see paths.PATHS)
                 L = L + times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
@@ -481,8 +419,8 @@ def _index_coordinates(xp, Q, X, h, Qs, Xs, kernel):
     if not kernel.norm_metric:
         return Qs, Xs
     scaled = Q, X
-    if getattr(h, "ndim", np.ndim(h)) != 0:
-        hh = xp.asarray(h, dtype=X.dtype, device=_device(xp, X))
+    if np.ndim(h) != 0:
+        hh = _h_array(xp, h, X)
         scaled = Q / hh, X / hh
     limit = float(xp.finfo(X.dtype).max) ** 0.25
     big = max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in scaled)
@@ -506,18 +444,6 @@ def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
         parts.append(S)
     S = xp.concat(parts, axis=0)
     return S, xp.zeros((S.shape[0],), dtype=S.dtype, device=_device(xp, S))
-
-
-def _empty_policy(xp, policy, kernel, Qs, Xs, V, mean, empty, exclude_self, dead):
-    check_empty(policy, int(xp.sum(xp.astype(empty, xp.int64))), stacklevel=4)
-    if policy == "nan":
-        return xp.where(empty[:, None], math.nan, mean)
-    # the nearest sample that carries weight, for the empty queries only
-    rows = xp.nonzero(empty)[0]
-    arg, _ = xp_nearest(xp, xp.take(Qs, rows, axis=0), Xs, kernel, rows=rows if exclude_self else None, dead=dead)
-    at = xp.cumulative_sum(xp.astype(empty, xp.int64)) - 1  # row i's place among the empty ones
-    nearest = xp.take(V, xp.take(arg, xp.clip(at, min=0)), axis=0)
-    return xp.where(empty[:, None], nearest, mean)
 
 
 def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):

@@ -91,15 +91,17 @@ def knn_bandwidth(index, Q, k, *, exclude_self=False, row_offset=0, groups=None)
     return dist[:, -1]
 
 
-def nearest_other(index, Q, self_rows, groups=None, live=None):
+def nearest_other(index, Q, self_rows, groups=None, live=None, return_distance=False):
     """The nearest sample of each query other than sample ``self_rows[i]`` (the query itself,
-    leave-one-out) and, with ``groups``, than every sample at its point; ``live`` maps the
-    index's samples to the caller's (default: the same)."""
-    near = index.kneighbors(Q, n_neighbors=min(1 + largest_group(groups), index.n_samples_fit_))[1]
+    leave-one-out) and, with ``groups``, than every sample at its point (where there is no other,
+    the query's own); ``live`` maps the index's samples to the caller's (default: the same).
+    ``return_distance``: ``(distance, index)``."""
+    dist, near = index.kneighbors(Q, n_neighbors=min(1 + largest_group(groups), index.n_samples_fit_))
     if live is not None:
         near = live[near]
     other = near != self_rows[:, None] if groups is None else groups[near] != groups[self_rows][:, None]
-    return near[np.arange(len(near)), np.argmax(other, axis=1)]
+    rows, col = np.arange(len(near)), np.argmax(other, axis=1)
+    return (dist[rows, col], near[rows, col]) if return_distance else near[rows, col]
 
 
 def scaled_sq_distances(dist, h):

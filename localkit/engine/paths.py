@@ -39,14 +39,6 @@ from .twins import mask_twins
 LOG_WEIGHT_TOL = {np.dtype(np.float32): 2.0 ** -10, np.dtype(np.float64): 2.0 ** -30}
 
 
-def run_path(path, bound, queries, Q, V_aug, q_scale, exclude_self):
-    """Dispatch to the path the planner chose. ``V_aug`` are the values and a column of ones; the
-    paths apply the sample weights: the dense path adds their logs to the log-weights, so that the
-    shift of its log-sum-exp is taken over ``log c_j K`` (a zero-weight sample nearest a far
-    query must not set it: every live sample would underflow against it), the others multiply."""
-    return PATHS[path](bound, queries, Q, V_aug, q_scale, exclude_self)
-
-
 def _weighted(bound, V_aug):
     return V_aug if bound.weight is None else V_aug * bound.weight[:, None]
 
@@ -289,5 +281,10 @@ def binned_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
 
 
+#: The planner's host paths by name (a device runs :func:`localkit.engine.namespace.streamed_path`).
+#: ``V_aug`` are the values and a column of ones; the paths apply the sample weights: the dense
+#: path adds their logs to the log-weights, so that the shift of its log-sum-exp is taken over
+#: ``log c_j K`` (a zero-weight sample nearest a far query must not set it: every live sample would
+#: underflow against it), the others multiply.
 PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path}
 

@@ -83,6 +83,14 @@ class Plan:
 def explain(bound, Q, q_scale, exclude_self):
     """:class:`Plan`: the path :func:`plan` takes for this pass, with the reason for every path."""
     path = plan(bound, Q, q_scale, exclude_self)
+    if not bound.on_host:
+        where = f"arrays of {bound.xp.__name__.rsplit('.', 1)[-1]}"
+        host_only = f"NumPy arrays only; these are {where}"
+        return Plan(path, {"dense": f"{host_only} (the streamed pass is its form on a device)",
+                           "neighbors": f"{host_only} (a tree on the host)",
+                           "compiled": f"{host_only} (numba; the streamed pass takes its arithmetic where asked)",
+                           "binned": host_only,
+                           "streamed": f"{where}: blocks on their device, online log-sum-exp"})
     kern, algorithm, d = bound.kernel, bound.options.algorithm, bound.n_features
     refused = compiled_refusals(bound, q_scale, exclude_self)
     knn_compact = kern.compact and kern.n_neighbors is not None
@@ -123,7 +131,7 @@ def explain(bound, Q, q_scale, exclude_self):
     else:
         why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self)) or "approximate: taken only when asked for"
     return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled,
-                       "binned": why_binned})
+                       "binned": why_binned, "streamed": "arrays on a device only (the dense path on the host)"})
 
 
 def _radius_ok(bound, q_scale):
@@ -131,9 +139,29 @@ def _radius_ok(bound, q_scale):
     return kern.compact and bound.scaled and q_scale is None and kern.norm_metric
 
 
+def device_compiled_fits(bound, q_scale, exclude_self):
+    """Whether the streamed pass can take the compiled compact pass's arithmetic (raw coordinates,
+    ``|q - x|^2 <= h^2``) on a device: the compiled pass's conditions, a scalar bandwidth."""
+    return np.ndim(bound.h) == 0 and compiled_applies(bound, q_scale, exclude_self)
+
+
+def _device_plan(bound, q_scale, exclude_self):
+    """The streamed pass, the one path on a device; raises where the requested algorithm cannot be had."""
+    algorithm = bound.options.algorithm
+    if algorithm == "binned":
+        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.binned)")
+    if algorithm == "compiled" and not device_compiled_fits(bound, q_scale, exclude_self):
+        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
+                         f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "
+                         f"per-point scales and exclude_self=False; got {bound.kernel!r}")
+    return "streamed"
+
+
 def plan(bound, Q, q_scale, exclude_self):
-    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for this pass; raises when the
-    requested algorithm cannot compute it."""
+    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for a pass over NumPy arrays,
+    ``"streamed"`` on a device; raises when the requested algorithm cannot compute it."""
+    if not bound.on_host:
+        return _device_plan(bound, q_scale, exclude_self)
     kern, algorithm = bound.kernel, bound.options.algorithm
     if algorithm == "binned":
         refused = binned_refusals(bound, q_scale, exclude_self)

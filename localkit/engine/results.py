@@ -1,6 +1,7 @@
 """What an engine pass returns, and the empty-neighbourhood policy applied to it."""
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -51,19 +52,20 @@ def value_offset(xp, V):
 
 def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset=0.0):
     """Normalise the sums ``S * exp(shift)`` of a path (of the values less ``offset``), apply the
-    empty-neighbourhood policy and shape the result."""
+    empty-neighbourhood policy and shape the result, in the bound kernel's namespace."""
+    xp = bound.xp
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = S[:, :-1] / S[:, -1:] + offset
-        log_sum = shift + np.log(S[:, -1]) + bound.log_weight_max
-    empty = ~(log_sum > -np.inf)  # NaN (0 / 0) counts as empty too
-    log_sum[empty] = -np.inf
-    if empty.any():
+        log_sum = shift + xp.log(S[:, -1]) + bound.log_weight_max
+    empty = ~(log_sum > -math.inf)  # NaN (0 / 0) counts as empty too
+    if bool(xp.any(empty)):
+        log_sum = xp.where(empty, -math.inf, log_sum)
         mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
-    dtype = bound.dtype
+    cast = (lambda a, t: a.astype(t, copy=False)) if xp is np else xp.astype
     if no_values:
-        return LocalSums(None, log_sum.astype(dtype, copy=False), empty)
-    mean = mean.astype(V.dtype, copy=False)
-    return LocalSums(mean[:, 0] if squeeze else mean, log_sum.astype(dtype, copy=False), empty)
+        return LocalSums(None, cast(log_sum, bound.dtype), empty)
+    mean = cast(mean, V.dtype)
+    return LocalSums(mean[:, 0] if squeeze else mean, cast(log_sum, bound.dtype), empty)
 
 
 def check_empty(policy, count, stacklevel):
@@ -81,14 +83,18 @@ def check_empty(policy, count, stacklevel):
 
 
 def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
-    policy = bound.options.empty
-    check_empty(policy, int(rows.sum()), stacklevel=4)
+    xp, policy = bound.xp, bound.options.empty
+    count = int(rows.sum()) if xp is np else int(xp.sum(xp.astype(rows, xp.int64)))
+    check_empty(policy, count, stacklevel=4)
     if mean.shape[1] == 0:  # no values (a density): nothing to fill, no nearest sample to look for
         return mean
-    mean = np.array(mean, copy=True)
     if policy == "nan":
-        mean[rows] = np.nan
+        return xp.where(rows[:, None], math.nan, mean)
+    idx = xp.nonzero(rows)[0]
+    nearest = xp.take(V, bound.nearest(queries, rows=idx, self_rows=idx if exclude_self else None), axis=0)
+    if xp is np:
+        mean = mean.copy()
+        mean[idx] = nearest
         return mean
-    idx = np.flatnonzero(rows)
-    mean[idx] = V[bound.nearest(queries, rows=idx, self_rows=idx if exclude_self else None)]
-    return mean
+    at = xp.cumulative_sum(xp.astype(rows, xp.int64)) - 1  # row i's place among the empty ones
+    return xp.where(rows[:, None], xp.take(nearest, xp.clip(at, min=0), axis=0), mean)

@@ -45,9 +45,14 @@ def times_power_of_two(x, k):
     return x
 
 
-def augment(values):
-    """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum."""
-    return np.concatenate([values, np.ones((len(values), 1), dtype=values.dtype)], axis=1)
+def augment(values, xp=np):
+    """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum
+    (``values`` an array of the namespace ``xp``, on its device)."""
+    if xp is np:
+        return np.concatenate([values, np.ones((len(values), 1), dtype=values.dtype)], axis=1)
+    from sklearn.utils._array_api import device
+
+    return xp.concat([values, xp.ones((values.shape[0], 1), dtype=values.dtype, device=device(values))], axis=1)
 
 
 class OnlineLogSumExp:
