@@ -2,7 +2,7 @@
 tensors out), against plain PyTorch baselines in the same run. Skips without CUDA.
 
 Rows: localkit's default (FlexAttention calls over chunks of 8,192 samples,
-:func:`localkit.engine.namespace.flex_sums`), localkit's streamed blocks (the path taken when the
+:func:`localkit.engine.backends.array_api.flex_sums`), localkit's streamed blocks (the path taken when the
 fused one does not fit: ``block_size`` given), the same mean as one call of our Triton attention
 kernel (:mod:`localkit.fused.triton_attention`, float32 sums Kahan-compensated per block), a plain
 blocked PyTorch softmax, and PyTorch's fused ``scaled_dot_product_attention`` with the Gaussian's

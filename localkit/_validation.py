@@ -37,7 +37,7 @@ def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=T
 
 
 # The messages of the array checks, worded once for NumPy arrays, arrays on a device
-# (localkit.engine.checks.as_floats) and dask chunks (localkit.engine.distributed).
+# (localkit.engine.checks.as_floats) and dask chunks (localkit.engine.backends.dask).
 def wrong_ndim(name, ndim, shape):
     return f"{name} must be {' or '.join(f'{d}-D' for d in ndim)}, got an array of shape {tuple(shape)}"
 

@@ -131,9 +131,9 @@ def test_flexattention_formulation_equals_numpy(diabetes, monkeypatch, name, h, 
     of 100 samples (and one of 42) merged by their log-sum-exp."""
     import warnings
 
-    from localkit.engine import namespace
-    from localkit.engine.namespace import flex_sums
-    from localkit.engine.paths import LOG_WEIGHT_TOL
+    from localkit.engine.backends import array_api as namespace
+    from localkit.engine.backends.array_api import flex_sums
+    from localkit.engine.passes.dense import LOG_WEIGHT_TOL
     from localkit.kernels import Kernel
 
     X64, y64 = diabetes
@@ -168,9 +168,9 @@ def test_flexattention_chunks_and_new_sample_weights_do_not_recompile(monkeypatc
 
     from torch.nn.attention.flex_attention import flex_attention
 
-    from localkit.engine import namespace
+    from localkit.engine.backends import array_api as namespace
     from localkit.fused import flex
-    from localkit.engine.namespace import flex_sums
+    from localkit.engine.backends.array_api import flex_sums
     from localkit.kernels import Kernel
 
     torch._dynamo.reset()
@@ -193,7 +193,7 @@ def test_flexattention_chunks_and_new_sample_weights_do_not_recompile(monkeypatc
 @cuda
 @pytest.mark.parametrize("name, h", [("gaussian", 0.05), ("epanechnikov", 0.12), ("softmax", 0.01)])
 def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, diabetes, name, h):
-    from localkit.engine.namespace import _flex_fits
+    from localkit.engine.backends.array_api import _flex_fits
     from localkit.engine.options import EngineOptions
     from localkit.kernels import Kernel
 
@@ -215,7 +215,7 @@ def test_float32_on_cuda_takes_the_fused_path_and_keeps_its_digits(dispatch, dia
 def host_engine_off(monkeypatch):
     """Call it after the NumPy references: from then on MeanShift must run no host path of the
     engine (its passes run on the tensors' device)."""
-    import localkit.engine.paths as paths
+    import localkit.engine.passes as paths
 
     def host(*args, **kwargs):
         raise AssertionError("a host path of the engine was called for tensors")
@@ -397,7 +397,7 @@ def test_per_point_scales_through_local_sums(dispatch, diabetes):
 
 def test_fused_local_sums_that_fail_to_compile_stream_instead(dispatch, diabetes, monkeypatch):
     import localkit.fused.flex as flex
-    import localkit.engine.namespace as namespace
+    import localkit.engine.backends.array_api as namespace
 
     def broken(*args, **kwargs):
         raise RuntimeError("LoweringException: NYI")

@@ -11,7 +11,7 @@ from sklearn.neighbors import KNeighborsRegressor, NearestNeighbors
 from localkit import Kernel, LocalMeanClassifier, LocalMeanRegressor, LocalMeanTransformer, local_sums
 from localkit.engine import BoundKernel, bind
 from localkit.engine import bound as bound_module
-from localkit.engine.neighbors import make_index
+from localkit.engine.passes.neighbors import make_index
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def test_dask_queries_against_a_kept_numpy_kernel():
 ])
 def test_explain_names_the_path_that_runs(kernel, options, path, monkeypatch):
     from localkit.engine import EngineOptions
-    from localkit.engine import paths as paths_module
+    from localkit.engine import passes as paths_module
 
     X = np.random.default_rng(0).normal(size=(3000, 3))
     bound = BoundKernel(kernel, X, options=EngineOptions(**options))

@@ -1,4 +1,4 @@
-"""The binned pass (localkit.engine.binned) against the exact one, statsmodels' FFT density, and
+"""The binned pass (localkit.engine.passes.binned) against the exact one, statsmodels' FFT density, and
 the inputs it refuses."""
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from sklearn.datasets import load_diabetes, load_iris, load_wine
 
 from localkit import KernelDensity, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density, local_sums
 from localkit.engine import BoundKernel, EngineOptions
-from localkit.engine.binned import GRID_SIZE
+from localkit.engine.passes.binned import GRID_SIZE
 from localkit.kernels import Kernel
 from localkit.kernels.profiles import PROFILES
 
@@ -28,7 +28,7 @@ def _data(d):
 
 
 def _bound(profile, spacing, dtype):
-    """The documented bound (localkit.engine.binned): relative error ``8 (delta/h)^2`` for a
+    """The documented bound (localkit.engine.passes.binned): relative error ``8 (delta/h)^2`` for a
     profile smooth inside its support, ``4 delta/h`` for a rough one; float32 adds its round-off."""
     bound = 4 * spacing if profile in ROUGH else 8 * spacing**2
     return bound + (2e-5 if dtype == np.float32 else 1e-12)

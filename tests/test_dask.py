@@ -272,7 +272,7 @@ def test_native_threads_follow_threads_per_worker(client):
         import numba
         from threadpoolctl import threadpool_info
 
-        from localkit.engine.distributed import _native_threads
+        from localkit.engine.backends.dask import _native_threads
 
         with _native_threads(1):
             return numba.get_num_threads(), {lib["num_threads"] for lib in threadpool_info()}

@@ -17,7 +17,7 @@ da = pytest.importorskip("dask.array")
 import dask
 
 from localkit.engine import local_sums
-from localkit.engine.distributed import dask_local_sums
+from localkit.engine.backends.dask import dask_local_sums
 
 CHUNKS = [1, 2, 3, 7]
 PROFILES = {  # k(u) of the scaled distance u, by hand

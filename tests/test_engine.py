@@ -50,7 +50,7 @@ def test_neighbour_path_equals_dense_path(diabetes, name):
 
 
 def test_auto_takes_the_neighbour_path_when_few_samples_carry_weight(rng, monkeypatch):
-    from localkit.engine import neighbors
+    from localkit.engine.passes import neighbors
 
     X = rng.uniform(size=(5000, 2))
     y = np.sin(6 * X[:, 0])
@@ -260,7 +260,7 @@ def test_leave_one_out_of_one_sample_is_an_error_not_a_leak():
 
 def test_an_exception_in_a_worker_thread_reaches_the_caller(monkeypatch):
     """Query blocks run on threads; a failure in one of them is raised in the caller, no hang."""
-    from localkit.engine import paths
+    from localkit.engine.passes import dense as paths
 
     X = np.random.default_rng(0).normal(size=(3000, 2))
     calls = []

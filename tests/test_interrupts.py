@@ -12,8 +12,8 @@ import threading
 import numpy as np
 import pytest
 
-import localkit.engine.compact as compact
-import localkit.engine.loess_grid as loess_grid
+import localkit.engine.passes.compiled as compact
+import localkit.engine.local_models.loess_grid as loess_grid
 from localkit import LocalPolynomialRegressor, local_mean
 from localkit.engine.blocks import interruptible
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localkit.engine import local_sums
-from localkit.engine.compact import COMPACT
+from localkit.engine.passes.compiled import COMPACT
 from localkit.engine.iteration import (ConvergenceWarning, iterate, row_norm_change, sum_abs_change)
 from localkit.kernels import PROFILES
 
@@ -128,7 +128,7 @@ def test_compact_pass_rejects_what_it_cannot_do():
 
 
 def test_auto_takes_the_compiled_pass_in_few_dimensions(rng, monkeypatch):
-    paths = importlib.import_module("localkit.engine.paths")
+    paths = importlib.import_module("localkit.engine.passes")
 
     calls = []  # the planner dispatches through the PATHS table
     monkeypatch.setitem(paths.PATHS, "compiled", lambda *a, f=paths.PATHS["compiled"]: calls.append(1) or f(*a))

@@ -86,7 +86,7 @@ def test_array_api_tensors_take_every_coincident_sample(lattice, monkeypatch):
 
 def test_dask_takes_every_coincident_sample_across_chunks(lattice):
     da = pytest.importorskip("dask.array")
-    from localkit.engine.distributed import dask_local_sums
+    from localkit.engine.backends.dask import dask_local_sums
 
     X, y, w = lattice
     perm = np.random.default_rng(2).permutation(len(X))  # the origin's samples spread over the chunks
@@ -106,7 +106,7 @@ def test_dask_takes_every_coincident_sample_across_chunks(lattice):
 
 def test_dask_compact_knn_applies_the_empty_policy():
     da = pytest.importorskip("dask.array")
-    from localkit.engine.distributed import dask_local_sums
+    from localkit.engine.backends.dask import dask_local_sums
 
     X = np.array([[0.0], [1.0], [-1.0], [5.0]])  # the query 0 leaves itself out: two neighbours at distance 1
     y = np.array([0.0, 1.0, 3.0, 7.0])

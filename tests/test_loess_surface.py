@@ -10,8 +10,8 @@ from scipy.spatial import cKDTree
 
 import localkit.models.polynomial as lp
 from localkit import LocalPolynomialRegressor
-from localkit.engine.loess_surface import KDSurface
-from localkit.engine.polynomial import local_polynomial, monomial_exponents
+from localkit.engine.local_models.loess_surface import KDSurface
+from localkit.engine.local_models.polynomial import local_polynomial, monomial_exponents
 from r_reference import have_r, r_loess
 
 needs_r = pytest.mark.skipif(not have_r(), reason="Rscript (R's stats::loess) is not installed")
@@ -283,7 +283,7 @@ def test_interpolated_surface_equals_r(columns, span, degree):
 
 
 def test_cells_are_cut_at_r_s_order_statistic_off_ties():
-    from localkit.engine.loess_surface import _split_value
+    from localkit.engine.local_models.loess_surface import _split_value
 
     assert _split_value(np.array([1.0, 2, 3, 4])) == 2  # m = ceil(n / 2): the 2nd of 4
     assert _split_value(np.array([1.0, 2, 3, 4, 5])) == 3

@@ -13,7 +13,7 @@ from statsmodels.nonparametric.smoothers_lowess import lowess
 
 from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor
 from localkit.engine import local_covariance, local_polynomial
-from localkit.engine.polynomial import monomial_exponents
+from localkit.engine.local_models.polynomial import monomial_exponents
 from localkit.kernels import PROFILES
 
 
@@ -238,7 +238,7 @@ def test_invariant_to_permutation_and_translation(seed, shift, degree, span):
 def test_weighted_bandwidth_rule_is_the_local_means():
     """degree 0 with a rule and sample weights: the local mean's (weighted) rule and result."""
     from localkit import local_mean
-    from localkit.engine.polynomial import local_polynomial
+    from localkit.engine.local_models.polynomial import local_polynomial
 
     X, y = load_diabetes(return_X_y=True)
     X = X[:, :3]

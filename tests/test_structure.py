@@ -139,7 +139,7 @@ def test_no_model_imports_dask_or_tests_an_array_namespace():
 
 def test_the_structure_checks_can_fail():
     """The checks read what they claim to: a model that imports an engine submodule and dask is seen."""
-    source = "import dask.array as da\nfrom ..engine.namespace import foreign_namespace\nforeign_namespace(1)\n"
+    source = "import dask.array as da\nfrom ..engine.backends.array_api import foreign_namespace\nforeign_namespace(1)\n"
     modules, names = _imports_and_names("localkit.models.probe", source)
-    assert "dask.array" in modules and "localkit.engine.namespace" in modules
+    assert "dask.array" in modules and "localkit.engine.backends.array_api" in modules
     assert "foreign_namespace" in names

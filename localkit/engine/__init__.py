@@ -19,17 +19,18 @@
 * :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
 * :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
 """
-from .backend import backend_of, map_queries
+from .backends import backend_of, map_queries
 from .blocks import DEFAULT_MEMORY_BUDGET, block_sizes, map_blocks, resolve_n_jobs
 from .binding import Binding, bind
 from .bound import BoundKernel, BoundValues
 from .iteration import FixedPoint, iterate, row_max_abs_change, row_norm_change, sum_abs_change
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
-from .loess_surface import KDSurface
+from .local_models.loess_surface import KDSurface
 from .options import EngineOptions
+from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
 from .patches import gaussian_patch_weights, patch_local_mean
 from .planner import Plan
-from .polynomial import LocalPolynomialFit, check_design_fits, local_covariance, local_polynomial
+from .local_models.polynomial import LocalPolynomialFit, check_design_fits, local_covariance, local_polynomial
 from .prototypes import prototype_weights
 from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
                              reconstruction_gradient)
@@ -63,6 +64,7 @@ __all__ = [
     "make_kernel",
     "map_blocks",
     "map_queries",
+    "neighbors",
     "OnlineLogSumExp",
     "patch_local_mean",
     "Plan",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 
 
-from .backend import backend_of
+from .backends import backend_of
 from .bound import BoundKernel, BoundValues
-from .distributed import dask_local_sums, is_dask_collection
+from .backends.dask import dask_local_sums, is_dask_collection
 from .options import EngineOptions
 from .results import LocalSums
 
@@ -57,7 +57,7 @@ class Binding:
         """One pass at ``queries`` (the samples for None): the kept
         :class:`~localkit.engine.BoundKernel` (on the host or on the arrays' device), or on the dask
         cluster when any array is a dask collection
-        (:func:`~localkit.engine.distributed.dask_local_sums`: query chunks map, sample chunks reduce)."""
+        (:func:`~localkit.engine.backends.dask.dask_local_sums`: query chunks map, sample chunks reduce)."""
         if self.bound is not None and not is_dask_collection(queries, values, query_scale):
             return self.bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)
         values = values.source if isinstance(values, BoundValues) else values

@@ -6,7 +6,7 @@ checks the sample weights and per-sample bandwidth factors, and builds the neigh
 the compiled compact index on first use. It then offers the few operations every model needs:
 
 * :meth:`~BoundKernel.sums` — local means and log weight sums, streamed (the planner picks the
-  path; :mod:`localkit.engine.paths`);
+  path; :mod:`localkit.engine.passes`);
 * :meth:`~BoundKernel.log_weights` / :meth:`~BoundKernel.weights` — blocks of (normalised)
   weights, for models that fit per query (the localization trick, metric learning);
 * :meth:`~BoundKernel.nearest` — the nearest sample of each query.
@@ -30,10 +30,10 @@ from numpy.typing import ArrayLike
 from ..kernels import Kernel
 from ..kernels.kernel import exact_sq_distances
 from ..kernels.bandwidth import resolve_bandwidth, safe_mean
-from . import neighbors as nb
+from .passes import neighbors as nb
 from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,
                      log_of_weights)
-from .namespace import device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path, to_host
+from .backends.array_api import device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path, to_host
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -126,7 +126,7 @@ class BoundKernel:
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")
         self._cache = {}  # indexes and derived samples built on first use; shared by the copies of :meth:`using`
-        if not self.on_host:  # the streamed pass lays out its own coordinates (localkit.engine.namespace)
+        if not self.on_host:  # the streamed pass lays out its own coordinates (localkit.engine.backends.array_api)
             self.centre, self.scaled, self.X = None, True, samples
             return
         if kernel.metric == "precomputed" and samples.shape[0] != samples.shape[1]:
@@ -222,7 +222,7 @@ class BoundKernel:
 
     def index_points(self, queries, rows=None):
         """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
-        coordinates: where it is safe, the compiled pass's (:mod:`localkit.engine.compact`): the
+        coordinates: where it is safe, the compiled pass's (:mod:`localkit.engine.passes.compiled`): the
         raw coordinates for a scalar bandwidth, each feature divided by its bandwidth otherwise
         (above 15 features shifted by :func:`_index_centre`), so that distances ``/ index_unit``
         are ``u``. Their differences are exact for points on a lattice: a tie between two
@@ -261,7 +261,7 @@ class BoundKernel:
     def compact_index(self):
         """The samples sorted into strips for the compiled pass, built on first use."""
         if "compact" not in self._cache:
-            from .compact import CompactIndex
+            from .passes.compiled import CompactIndex
 
             self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
         return self._cache["compact"]
@@ -269,9 +269,9 @@ class BoundKernel:
     @property
     def base2_samples(self):
         """``(X', |X'|^2)`` with ``X' = X sqrt(log2 e)``: the samples' side of the Gaussian's
-        log2-weights (see :data:`localkit.engine.paths.BASE2_SCALE`), built on first use."""
+        log2-weights (see :data:`localkit.engine.passes.dense.BASE2_SCALE`), built on first use."""
         if "base2" not in self._cache:
-            from .paths import BASE2_SCALE
+            from .passes.dense import BASE2_SCALE
 
             X2 = (self.X * BASE2_SCALE).astype(self.dtype)
             self._cache["base2"] = X2, np.einsum("ij,ij->i", X2, X2)
@@ -299,7 +299,7 @@ class BoundKernel:
 
         V, squeeze = self._values(values)
         offset = value_offset(self.xp, V)
-        # the paths apply the sample weights (see paths.PATHS)
+        # the paths apply the sample weights (see localkit.engine.passes)
         return BoundValues(V, augment(V - offset, self.xp), offset, squeeze, values is None, values)
 
     def using(self, options: EngineOptions) -> BoundKernel:
@@ -321,7 +321,7 @@ class BoundKernel:
         per-query bandwidth factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d
         form. Returns :class:`~localkit.engine.LocalSums`.
         """
-        from .paths import PATHS
+        from .passes import PATHS
         from .planner import plan
         from .results import finish
 
@@ -370,7 +370,8 @@ class BoundKernel:
         that of every sample at its point.
         Memory is ``n_queries x n_samples``: callers walk blocks of queries.
         """
-        from .paths import knn_log_weights, log_weight_block
+        from .passes.dense import log_weight_block
+        from .passes.neighbors import knn_log_weights
 
         self._require_host("log_weights")
         Q = self.coordinates(queries)
@@ -426,7 +427,7 @@ class BoundKernel:
         ``u`` the scaled distance ``d / h`` (NumPy samples).
         """
         if not self.on_host:  # exact distances streamed on the device
-            from .namespace import device_nearest
+            from .backends.array_api import device_nearest
 
             return device_nearest(self, queries, rows, self_rows)
         P = self.index_points(queries, rows)
@@ -450,6 +451,10 @@ class BoundKernel:
         return (dist / self.index_unit if self.scaled else np.ldexp(dist, self.exponent)), idx
 
     # -- helpers ---------------------------------------------------------------------------
+    def weighted(self, V_aug):
+        """``c_j [v_j, 1]``: the values times the sample weights (the paths that multiply them in)."""
+        return V_aug if self.weight is None else V_aug * self.weight[:, None]
+
     def _require_host(self, what):
         if not self.on_host:
             raise ValueError(f"{what} forms (n_queries, n_samples) blocks on the host: it needs NumPy samples, "

@@ -2,7 +2,7 @@
 
 :func:`local_mean` and :func:`local_sums` are thin calls on a
 :class:`~localkit.engine.BoundKernel` (the kernel bound to the samples), whose planner picks
-the path (:mod:`localkit.engine.planner`, :mod:`localkit.engine.paths`): a dense blocked pass
+the path (:mod:`localkit.engine.planner`, :mod:`localkit.engine.passes`): a dense blocked pass
 with an online log-sum-exp, a neighbour-tree path, or a compiled pass for compact profiles. All
 give the same numbers to round-off; memory is bounded by a budget, never
 ``n_queries x n_samples``. The weight sum ``sum_j K(x*, x_j)`` (kept in log-space) is, up to the

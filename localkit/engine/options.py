@@ -26,10 +26,10 @@ class EngineOptions:
         warning; "raise" raises a ``ValueError``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
         The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, never
-        "binned", the one path that approximates (:mod:`localkit.engine.binned`: asked for only).
+        "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`: asked for only).
     grid_size : int or tuple of ints, optional
         Grid points per feature of the binned pass (one int, or one per feature); by default
-        :data:`localkit.engine.binned.GRID_SIZE` (2^16, 2^9, 2^6 for 1, 2, 3 features). Its
+        :data:`localkit.engine.passes.binned.GRID_SIZE` (2^16, 2^9, 2^6 for 1, 2, 3 features). Its
         error falls as ``(spacing / bandwidth)^2``.
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.

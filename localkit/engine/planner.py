@@ -1,4 +1,4 @@
-"""The planner: which path computes an engine pass (see :mod:`localkit.engine.paths`).
+"""The planner: which path computes an engine pass (see :mod:`localkit.engine.passes`).
 
 * a compact kNN kernel always takes the neighbour path, whose tree distances put the k-th
   neighbour at ``u = 1`` exactly (matrix-product distances could push it past the edge of the
@@ -7,7 +7,7 @@
   features (measured faster than the dense and radius paths at d = 2, 4 and 8 for every
   bandwidth tried, and than the dense path at d = 32), else the radius path for compact
   profiles whose support holds few samples, else the dense path;
-* "binned" (:mod:`localkit.engine.binned`) approximates, so it is taken only when asked for, and
+* "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken only when asked for, and
   refused with a ``ValueError`` naming the parameter where it cannot apply.
 
 :func:`explain` says which path a pass takes and why each other one was not taken.
@@ -45,7 +45,7 @@ def compiled_refusals(bound, q_scale, exclude_self):
 
 def binned_refusals(bound, q_scale, exclude_self):
     """Why the binned pass cannot compute this pass, each reason naming its parameter (empty: it can)."""
-    from .binned import MAX_FEATURES
+    from .passes.binned import MAX_FEATURES
 
     kern = bound.kernel
     checks = [
@@ -149,7 +149,7 @@ def _device_plan(bound, q_scale, exclude_self):
     """The streamed pass, the one path on a device; raises where the requested algorithm cannot be had."""
     algorithm = bound.options.algorithm
     if algorithm == "binned":
-        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.binned)")
+        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.passes.binned)")
     if algorithm == "compiled" and not device_compiled_fits(bound, q_scale, exclude_self):
         raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
                          f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "
@@ -199,7 +199,7 @@ def _few_in_support(bound, Q, probe=64, subset=20_000, fraction=0.05):
     beats a full pass (few samples inside the support, low dimension)."""
     if bound.n_features > 16 or bound.n_samples < 2000:
         return False
-    from .paths import log_weight_block
+    from .passes.dense import log_weight_block
 
     rng = np.random.default_rng(0)
     rows = rng.choice(len(Q), size=min(probe, len(Q)), replace=False)

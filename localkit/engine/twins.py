@@ -16,7 +16,7 @@ the diagonal only.
 
 The groups are computed once per set of samples (:func:`twin_groups`: ``np.unique`` of the rows);
 each path then drops, at query ``i``, the samples ``j`` with ``groups[j] == groups[i]``
-(:func:`mask_twins` for weight blocks, :func:`~localkit.engine.neighbors.kneighbors` for trees).
+(:func:`mask_twins` for weight blocks, :func:`~localkit.engine.passes.neighbors.kneighbors` for trees).
 """
 from __future__ import annotations
 

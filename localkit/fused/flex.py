@@ -1,7 +1,7 @@
 """Every localization kernel through PyTorch's FlexAttention (the CUDA path; compiled once, cached).
 
 Used by :func:`localkit.nn.kernel_attention` (attention heads) and by the engine's array-API path
-(:mod:`localkit.engine.namespace`: local means of torch CUDA tensors), so that a local mean on a
+(:mod:`localkit.engine.backends.array_api`: local means of torch CUDA tensors), so that a local mean on a
 GPU is one fused kernel that never forms the ``n x m`` weights.
 
 FlexAttention fuses ``softmax(score_mod(q . k)) V`` with a block mask that skips whole tiles. Each

@@ -295,7 +295,7 @@ class Profile:
         """A compact profile with ``k(1) = 0`` (every one but the uniform): with a kNN bandwidth
         the samples tied with the k-th neighbour weigh nothing, and when that neighbour is at
         distance 0 every sample there weighs ``k(0)`` (the limit ``h -> 0``; see
-        :func:`localkit.engine.neighbors.coincident`). The uniform profile keeps exactly ``k``
+        :func:`localkit.engine.passes.neighbors.coincident`). The uniform profile keeps exactly ``k``
         samples, as scikit-learn's ``KNeighborsRegressor`` does."""
         return self.compact and bool(np.isneginf(self.log_k(np.ones(1)))[0])
 

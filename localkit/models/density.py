@@ -163,7 +163,7 @@ class KernelDensity(BaseEstimator):
         features; see :func:`kernel_density`).
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
         The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
-        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.binned`).
+        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
     n_jobs : int or None, default=None
         Engine threads.
 

@@ -245,7 +245,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
 
     **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the offsets
     ``x_i - x*`` and their products (one pass of weighted moments about the query,
-    :func:`localkit.engine.polynomial.local_covariance`: no digits lost to a far origin, in
+    :func:`localkit.engine.local_models.polynomial.local_covariance`: no digits lost to a far origin, in
     float32 too). **Local
     model:** a Gaussian (PCA) model fitted with the weights ``w_i(x*)``,
 

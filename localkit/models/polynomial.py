@@ -37,7 +37,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     it is Cleveland's LOWESS, statsmodels' ``lowess(frac=f, it=it, delta=0)``; with a Gaussian
     kernel and per-feature bandwidths and ``degree=1`` it is statsmodels'
     ``KernelReg(reg_type="ll")``. Fits are batched over queries through
-    :func:`localkit.engine.polynomial.local_polynomial` (no Python loop over queries).
+    :func:`localkit.engine.local_models.polynomial.local_polynomial` (no Python loop over queries).
 
     Parameters
     ----------
@@ -78,7 +78,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     n_jobs : int or None, default=None
     surface : {"direct", "interpolate"}, default="direct"
         ``"direct"``: an exact local fit at every query. ``"interpolate"``: Cleveland and
-        Grosse's surface, R's ``loess`` default (:class:`localkit.engine.loess_surface.KDSurface`):
+        Grosse's surface, R's ``loess`` default (:class:`localkit.engine.local_models.loess_surface.KDSurface`):
         exact fits (values and slopes) only at the vertices of a k-d tree whose cells hold at
         most ``floor(n * frac * cell)`` samples, cubic Hermite blending inside the cells; queries
         outside the tree's box are fitted exactly. Equal to R's ``loess(surface = "interpolate")``

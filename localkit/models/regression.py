@@ -48,7 +48,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         ("nearest": the target of the nearest training sample).
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
         The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
-        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.binned`).
+        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
     n_jobs : int or None, default=None
         Threads for the engine: None means 1 unless a ``joblib.parallel_config`` says otherwise,
         -1 all cores (scikit-learn's convention).

@@ -37,19 +37,19 @@ from functools import partial
 
 import numpy as np
 
-from .._extras import install_extra
-from .._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
+from ..._extras import install_extra
+from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
-from ..kernels import Kernel
-from ..kernels.bandwidth import resolve_bandwidth
-from .bound import BoundKernel, make_kernel
-from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
-from .results import LocalSums, check_empty
-from . import neighbors as nb
-from .blocks import resolve_n_jobs
-from .checks import check_exclude_self, check_pass
-from .stream import augment
-from .twins import refuse_twins
+from ...kernels import Kernel
+from ...kernels.bandwidth import resolve_bandwidth
+from ..bound import BoundKernel, make_kernel
+from ..options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
+from ..results import LocalSums, check_empty
+from ..passes import neighbors as nb
+from ..blocks import resolve_n_jobs
+from ..checks import check_exclude_self, check_pass
+from ..stream import augment
+from ..twins import refuse_twins
 
 
 def is_dask_collection(*objects):

@@ -25,11 +25,11 @@ import math
 
 import numpy as np
 
-from .blocks import block_sizes
-from .paths import LOG_WEIGHT_TOL
-from .planner import COMPILED_BANDWIDTHS
-from .stream import OnlineLogSumExp, times_power_of_two
-from .twins import refuse_twins
+from ..blocks import block_sizes
+from ..passes.dense import LOG_WEIGHT_TOL
+from ..planner import COMPILED_BANDWIDTHS
+from ..stream import OnlineLogSumExp, times_power_of_two
+from ..twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
 ACCELERATOR_BLOCK_CELLS = 2**26
@@ -91,7 +91,7 @@ def _device(xp, a):
 
 def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     """The engine's pass on arrays of another namespace, on their device: ``(S, shift)`` as every
-    path returns them (:mod:`localkit.engine.paths`), for every profile and the softmax kernel
+    path returns them (:mod:`localkit.engine.passes.dense`), for every profile and the softmax kernel
     (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature and rule
     bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm metrics and
     "cosine", ``exclude_self`` and sample weights.
@@ -101,7 +101,7 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     that points at distance ``h`` are decided as on the host (and as scikit-learn's radius
     queries decide them).
     """
-    from .planner import device_compiled_fits
+    from ..planner import device_compiled_fits
 
     xp, kernel, options = bound.xp, bound.kernel, bound.options
     X, h, s_scale, weight = bound.samples, bound.h, bound.sample_scale, bound.weight
@@ -140,7 +140,7 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                        s_scale=s_scale, logit_exponent=logit_exponent, log_weight=bound.log_weight)
     fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
-        from ..fused.flex import fused_or_none
+        from ...fused.flex import fused_or_none
 
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
                               lambda: flex_sums(Qs, Xs, V_aug[:, :-1], weight, kernel, exclude_self))
@@ -192,7 +192,7 @@ def _flex_fits(xp, Qs, Xs, kernel, options):
     differences."""
     if options.block_size is not None or Qs.dtype != xp.float32 or not getattr(Qs, "is_cuda", False):
         return False  # torch (an optional dependency) is imported for CUDA tensors only
-    from ..fused.flex import flex_available
+    from ...fused.flex import flex_available
 
     if not flex_available(Qs):
         return False
@@ -220,7 +220,7 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     as log weights added to the scores. Torch tensors, scaled coordinates."""
     import torch
 
-    from ..fused.flex import flex_kernel_attention
+    from ...fused.flex import flex_kernel_attention
 
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
     log_weight = None if weight is None else torch.log(weight)
@@ -283,7 +283,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
             Q = Q - centre
-            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.paths), divided
+            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.passes.dense), divided
             # by the square of a per-query scale (a kNN bandwidth)
             tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
             size = xp.sum(Q * Q, axis=1)
@@ -310,7 +310,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
                     u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + Q.shape[0], None],
                                   None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
                     L = -0.5 * u2 if gaussian else log_k(u2)
-            if log_weight is not None:  # log c_j inside the shift's maximum (see paths.PATHS)
+            if log_weight is not None:  # log c_j inside the shift's maximum (see localkit.engine.passes)
                 L = L + times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
             if exclude_self:
                 rows = order[r0:r0 + Q.shape[0]]
@@ -430,7 +430,7 @@ def _index_coordinates(xp, Q, X, h, Qs, Xs, kernel):
 def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
     """``(S, shift)`` over exactly the k nearest samples of each query, ``u = d / d_k``, as the
     NumPy engine's neighbour path: where ``d_k = 0`` every sample at the query's point, each of
-    weight ``k(0)``, for a profile that vanishes at the edge (:func:`localkit.engine.neighbors.coincident`)."""
+    weight ``k(0)``, for a profile that vanishes at the edge (:func:`localkit.engine.passes.neighbors.coincident`)."""
     log_k, k = kernel.profile.log_k_for(xp), kernel.n_neighbors
     parts = []
     for D in _sq_distance_rows(xp, Qs, Xs, kernel, exclude_self):

@@ -18,7 +18,7 @@ from the origin (float64 and float32 alike). Queries are walked in blocks whose 
 Paths, all through the engine's weights:
 
 * **grid** (compact profile with a kNN span, euclidean, >= 2 features): the exact k-th-neighbour
-  radius and the moments in one compiled pass per query (:mod:`localkit.engine.loess_grid`).
+  radius and the moments in one compiled pass per query (:mod:`localkit.engine.local_models.loess_grid`).
 * **window** (the same in 1-D): the k nearest samples are a window of the sorted samples.
 * **gathered** (a kNN span with another metric, or leave-one-out): a tree's k nearest samples.
   These three use ``s`` = the query's own radius (the distance to its k-th neighbour).
@@ -42,16 +42,16 @@ from numba import njit
 from scipy.special import comb
 from sklearn.utils._param_validation import StrOptions, validate_params
 
-from .._validation import check_array, check_points, non_negative, positive
-from ..kernels import Kernel
-from . import neighbors as nb
-from .blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
-from .bound import BoundKernel
-from .local_mean import make_kernel
-from .options import EXACT_ALGORITHMS
+from ..._validation import check_array, check_points, non_negative, positive
+from ...kernels import Kernel
+from ..passes import neighbors as nb
+from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
+from ..bound import BoundKernel
+from ..local_mean import make_kernel
+from ..options import EXACT_ALGORITHMS
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
-from .stream import UNDERFLOW, flush_underflow
-from .twins import mask_twins, twin_groups
+from ..stream import UNDERFLOW, flush_underflow
+from ..twins import mask_twins, twin_groups
 
 
 @dataclass

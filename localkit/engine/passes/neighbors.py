@@ -7,7 +7,8 @@ import numpy as np
 from scipy import sparse
 from sklearn.neighbors import KDTree, NearestNeighbors
 
-from .twins import largest_group
+from ..blocks import map_blocks
+from ..twins import largest_group
 
 
 #: metrics whose k-d tree measures distances from coordinate differences
@@ -181,3 +182,50 @@ def _gathered_sums(L, idx, V_aug):
     w = np.exp(L - m[:, None]).astype(V_aug.dtype, copy=False)
     sums = np.einsum("qk,qkp->qp", w, V_aug[idx])
     return sums, m.astype(V_aug.dtype, copy=False)
+
+
+# -- the neighbour path ------------------------------------------------------------------------
+def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    kern, opts = bound.kernel, bound.options
+    n_q = len(Q)
+    V_aug = bound.weighted(V_aug)
+    S = np.empty((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.empty(n_q, dtype=V_aug.dtype)
+    k = kern.n_neighbors
+    width = k if k is not None else 64
+    bq = opts.block_size if np.isscalar(opts.block_size) else (opts.block_size or (0,))[0]
+    bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
+
+    P = bound.index_points(queries)
+    twins = bound.twins if exclude_self else None
+
+    def run(rows):
+        if k is not None:
+            s, m = knn_block_sums(bound.index, P[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
+                                     row_offset=rows.start, groups=twins)
+        else:
+            s, m = radius_block_sums(bound.index, P[rows], kern.profile, V_aug, unit=bound.index_unit,
+                                        s_scale=bound.sample_scale, exclude_self=exclude_self,
+                                        row_offset=rows.start, groups=twins)
+        S[rows], shift[rows] = s, m
+
+    # trees, gathers and sparse products: no BLAS call to hold to one thread
+    map_blocks(run, n_q, bq, opts.threads, blas=False)
+    return S, shift
+
+
+def knn_log_weights(bound, Q, exclude_self, row_offset):
+    """Log-weights of a compact kNN kernel: exactly the k nearest samples (every sample at the
+    query's point when the k-th is there too, :func:`~localkit.engine.passes.neighbors.coincident`),
+    with the tree's distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
+    twins = bound.twins if exclude_self else None
+    dist, idx = kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
+                              row_offset=row_offset, groups=twins)
+    log_k = bound.kernel.profile.log_k
+    L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
+    L[np.arange(len(Q))[:, None], idx] = log_k(scaled_sq_distances(dist, dist[:, -1]))
+    rows, found = coincident(bound.index, Q, dist, bound.kernel.profile, exclude_self=exclude_self,
+                                row_offset=row_offset, groups=twins)
+    for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
+        L[r, f] = log_k(np.zeros(1))[0]
+    return L

@@ -2,8 +2,8 @@
 
 An engine pass runs where its arrays are: in NumPy (with the compiled CPU paths), in another
 array library under scikit-learn's array-API dispatch (PyTorch on CPU or CUDA, CuPy; the passes
-run on the arrays' device, :mod:`localkit.engine.namespace`), or on a dask cluster (query chunks
-map, sample chunks reduce, :mod:`localkit.engine.distributed`). A model asks :func:`backend_of`
+run on the arrays' device, :mod:`localkit.engine.backends.array_api`), or on a dask cluster (query chunks
+map, sample chunks reduce, :mod:`localkit.engine.backends.dask`). A model asks :func:`backend_of`
 for the backend of its inputs and calls its methods (check the data, encode labels, resolve a
 bandwidth rule, copy to the host); it never tests which backend it got, so it is written once.
 
@@ -19,13 +19,13 @@ import numpy as np
 from sklearn.utils._array_api import _convert_to_numpy, device, get_namespace
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .._validation import check_class_labels, check_points, check_regression_target
-from ..kernels import Kernel
-from ..kernels.bandwidth import resolve_bandwidth
-from . import neighbors as nb
-from .distributed import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
-from .checks import as_points
-from .namespace import foreign_namespace, to_host, xp_nearest
+from ..._validation import check_class_labels, check_points, check_regression_target
+from ...kernels import Kernel
+from ...kernels.bandwidth import resolve_bandwidth
+from ..passes import neighbors as nb
+from .dask import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
+from ..checks import as_points
+from .array_api import foreign_namespace, to_host, xp_nearest
 
 
 def backend_of(*arrays):

@@ -167,3 +167,8 @@ def binned_sums(X, Q, V_aug, profile, grid_size=None):
     for flat, share in _corners(i0, frac, shape):
         out[inside] += share[:, None] * S[:, flat].T
     return out
+
+
+def binned_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    S = binned_sums(bound.X, Q, bound.weighted(V_aug), bound.kernel.profile, bound.options.grid_size)
+    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)

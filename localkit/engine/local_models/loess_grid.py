@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..kernels.profiles import poly_compiled
+from ...kernels.profiles import poly_compiled
 
 #: ``(1 - u^a)^b`` of ``(u^2, a, b)``, stated once in :mod:`localkit.kernels.profiles` (module-level: numba
 #: caches the passes that call it)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..kernels import PROFILES
-from .blocks import interruptible
+from ...kernels import PROFILES
+from ..blocks import interruptible
 
 # The compact profiles' compiled weights (:attr:`localkit.kernels.profiles.Profile.compiled_k`)
 # under fixed names, chosen by a code inside the compiled pass: numba caches the pass on disk
@@ -178,3 +178,9 @@ class CompactIndex:
             return np.concatenate(parts) if parts else np.zeros((0, len(Vt)))
         finally:
             numba.set_num_threads(before)
+
+
+def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    raw = bound.samples if queries is None else np.asarray(queries, dtype=bound.dtype).reshape(len(Q), -1)
+    S = bound.compact_index.sums(raw, bound.weighted(V_aug), threads=bound.options.threads)
+    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)

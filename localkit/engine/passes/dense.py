@@ -1,21 +1,8 @@
-"""The engine's paths, one function each with one signature.
-
-``path(bound, queries, Q, V_aug, q_scale, exclude_self) -> (S, shift)``: ``bound`` is the
-:class:`~localkit.engine.BoundKernel`, ``queries`` the caller's points (``None``: the samples),
-``Q`` the same in the engine's coordinates, ``V_aug`` the values with a column of ones (already
-multiplied by the sample weights). The true weighted sums are ``S * exp(shift[:, None])``:
-``S[:, -1]`` is the weight sum, ``S[:, :-1] / S[:, -1:]`` the local mean.
-
-* **dense** — blocks of queries against blocks of samples (sized to stay in cache,
-  :func:`~localkit.engine.block_sizes`), log-weights from one matrix product; distance kernels
-  sum the weights directly (``log K <= 0``; the float32 Gaussian in base 2, see ``BASE2_SCALE``)
-  and hand rows whose weights underflow to the online log-sum-exp (:mod:`localkit.engine.stream`);
-  threads over query blocks.
-* **neighbors** — a tree finds the k nearest samples (compact kNN kernels) or the samples within
-  the support (compact profiles with a fixed bandwidth).
-* **compiled** — one numba pass over samples sorted into strips (:mod:`localkit.engine.compact`).
-* **binned** — linear binning onto a grid, FFT convolution and multilinear interpolation, in 1 to
-  3 features (:mod:`localkit.engine.binned`; approximate, asked for only).
+"""The dense path: blocks of queries against blocks of samples (sized to stay in cache,
+:func:`~localkit.engine.block_sizes`), log-weights from one matrix product; distance kernels
+sum the weights directly (``log K <= 0``; the float32 Gaussian in base 2, see ``BASE2_SCALE``)
+and hand rows whose weights underflow to the online log-sum-exp (:mod:`localkit.engine.stream`);
+threads over query blocks.
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
@@ -29,21 +16,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from . import neighbors as nb
-from .blocks import block_sizes, map_blocks
-from .stream import UNDERFLOW, OnlineLogSumExp, flush_underflow
-from .twins import mask_twins
+from ..blocks import block_sizes, map_blocks
+from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow
+from ..twins import mask_twins
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
 #: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
 LOG_WEIGHT_TOL = {np.dtype(np.float32): 2.0 ** -10, np.dtype(np.float64): 2.0 ** -30}
 
 
-def _weighted(bound, V_aug):
-    return V_aug if bound.weight is None else V_aug * bound.weight[:, None]
-
-
-# -- dense --------------------------------------------------------------------------------------
 def _cancellation_ok(Q):
     """True when the matrix-product form keeps log-weights within ``LOG_WEIGHT_TOL`` for these
     queries (in the engine's coordinates, about the point they are measured from)."""
@@ -217,74 +198,3 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
     map_blocks(run, n_q, bq, threads)
     return S, shift
-
-
-# -- neighbours -----------------------------------------------------------------------------------
-def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
-    kern, opts = bound.kernel, bound.options
-    n_q = len(Q)
-    V_aug = _weighted(bound, V_aug)
-    S = np.empty((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
-    shift = np.empty(n_q, dtype=V_aug.dtype)
-    k = kern.n_neighbors
-    width = k if k is not None else 64
-    bq = opts.block_size if np.isscalar(opts.block_size) else (opts.block_size or (0,))[0]
-    bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
-
-    P = bound.index_points(queries)
-    twins = bound.twins if exclude_self else None
-
-    def run(rows):
-        if k is not None:
-            s, m = nb.knn_block_sums(bound.index, P[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
-                                     row_offset=rows.start, groups=twins)
-        else:
-            s, m = nb.radius_block_sums(bound.index, P[rows], kern.profile, V_aug, unit=bound.index_unit,
-                                        s_scale=bound.sample_scale, exclude_self=exclude_self,
-                                        row_offset=rows.start, groups=twins)
-        S[rows], shift[rows] = s, m
-
-    # trees, gathers and sparse products: no BLAS call to hold to one thread
-    map_blocks(run, n_q, bq, opts.threads, blas=False)
-    return S, shift
-
-
-def knn_log_weights(bound, Q, exclude_self, row_offset):
-    """Log-weights of a compact kNN kernel: exactly the k nearest samples (every sample at the
-    query's point when the k-th is there too, :func:`~localkit.engine.neighbors.coincident`),
-    with the tree's distances (a matrix-product distance could push the k-th neighbour past ``u = 1``)."""
-    twins = bound.twins if exclude_self else None
-    dist, idx = nb.kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
-                              row_offset=row_offset, groups=twins)
-    log_k = bound.kernel.profile.log_k
-    L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
-    L[np.arange(len(Q))[:, None], idx] = log_k(nb.scaled_sq_distances(dist, dist[:, -1]))
-    rows, found = nb.coincident(bound.index, Q, dist, bound.kernel.profile, exclude_self=exclude_self,
-                                row_offset=row_offset, groups=twins)
-    for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
-        L[r, f] = log_k(np.zeros(1))[0]
-    return L
-
-
-# -- compiled ---------------------------------------------------------------------------------------
-def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
-    raw = bound.samples if queries is None else np.asarray(queries, dtype=bound.dtype).reshape(len(Q), -1)
-    S = bound.compact_index.sums(raw, _weighted(bound, V_aug), threads=bound.options.threads)
-    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
-
-
-# -- binned -----------------------------------------------------------------------------------------
-def binned_path(bound, queries, Q, V_aug, q_scale, exclude_self):
-    from .binned import binned_sums
-
-    S = binned_sums(bound.X, Q, _weighted(bound, V_aug), bound.kernel.profile, bound.options.grid_size)
-    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
-
-
-#: The planner's host paths by name (a device runs :func:`localkit.engine.namespace.streamed_path`).
-#: ``V_aug`` are the values and a column of ones; the paths apply the sample weights: the dense
-#: path adds their logs to the log-weights, so that the shift of its log-sum-exp is taken over
-#: ``log c_j K`` (a zero-weight sample nearest a far query must not set it: every live sample would
-#: underflow against it), the others multiply.
-PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path}
-
