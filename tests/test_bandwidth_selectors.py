@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, load_wine
 
 from localkit import KernelDensity, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density
@@ -20,6 +22,7 @@ from localkit.kernels.plugin import improved_sheather_jones, sheather_jones, zer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from r_reference import have_r, r_bw_sj  # noqa: E402
+from test_fuzz_common import examples  # noqa: E402
 
 RTOL = 1e-6  # the issue's tolerance; the measured differences are ~1e-15
 
@@ -284,3 +287,21 @@ def test_rules_on_dask_equal_numpy(data):
             got = kernel_density(X[:9], da.from_array(X, chunks=(100, 2)), bandwidth=rule,
                                  sample_weight=None if weight is None else da.from_array(weight, chunks=100))
             np.testing.assert_allclose(np.asarray(got.compute() if hasattr(got, "compute") else got), ref, rtol=1e-9)
+
+
+@settings(max_examples=examples(2))
+@given(n=st.integers(2, 80), distinct=st.integers(1, 80), power=st.sampled_from([-300, -150, -20, 0, 0, 20, 150, 300]),
+       offset=st.sampled_from([0.0, 1.0, 1e8]), seed=st.integers(0, 2**16), weighted=st.booleans(),
+       rule=st.sampled_from(["isj", "sj"]))
+def test_selectors_answer_or_refuse_clearly(n, distinct, power, offset, seed, weighted, rule):
+    """Any finite data, from 1e-300 to 1e300, tied, far from 0: a finite positive bandwidth or a
+    ValueError naming ``bandwidth`` (never NaN, an overflow, a hang or another exception)."""
+    rng = np.random.default_rng(seed)
+    x = (offset + rng.standard_t(3, size=min(n, distinct))[rng.integers(0, min(n, distinct), n)]) * 10.0**power
+    w = rng.integers(0, 3, n).astype(float) if weighted and rule == "isj" else None
+    try:
+        h = resolve_bandwidth(rule, x[:, None], sample_weight=w)
+    except ValueError as exc:
+        assert "bandwidth" in str(exc)
+    else:
+        assert np.isfinite(h) and h > 0
