@@ -1,4 +1,4 @@
-"""R's ``loess`` (Cleveland and Grosse's reference code, base package ``stats``) as a reference for
+"""R's ``loess`` (Cleveland and Grosse's reference code) and ``bw.SJ`` (base package ``stats``) as references for
 tests and benchmarks, called through ``Rscript`` with the data in temporary binary files."""
 from __future__ import annotations
 
@@ -72,3 +72,37 @@ def r_loess(X, y, queries=None, *, span=0.75, degree=1, surface="direct", robust
         read = lambda name: np.fromfile(os.path.join(tmp, name), dtype="<f8")  # noqa: E731
         fitted, pred, times = read("fitted.bin"), read("pred.bin"), read("times.bin")
     return fitted, (None if queries is None else pred), float(np.median(times))
+
+
+BW_SJ_SCRIPT = r"""
+args <- commandArgs(trailingOnly = TRUE)
+dir <- args[1]
+n <- as.integer(args[2]); repeats <- as.integer(args[3])
+x <- readBin(file.path(dir, "x.bin"), "double", n)
+times <- numeric(repeats)
+for (r in seq_len(repeats)) {
+  times[r] <- system.time(h <- bw.SJ(x))[["elapsed"]]
+}
+writeBin(c(h, times), file.path(dir, "out.bin"))
+cat(R.version.string, "\n")
+"""
+
+
+def r_bw_sj(x, repeats=1):
+    """R's ``bw.SJ(x)`` (its defaults: method "ste", ``nb = 1000``): returns ``(h, seconds, version)``.
+
+    ``x`` travels as little-endian float64 (``x.astype("<f8").tofile(f)``; R:
+    ``readBin(f, "double", n)``), so R sees exactly these doubles; ``h`` comes back the same way.
+    ``seconds`` is the median over ``repeats`` of ``system.time(bw.SJ(x))`` inside R (no process
+    start-up, no file transfer); ``version`` is ``R.version.string``.
+    """
+    x = np.asarray(x, dtype="<f8").ravel()
+    with tempfile.TemporaryDirectory() as tmp:
+        x.tofile(os.path.join(tmp, "x.bin"))
+        script = os.path.join(tmp, "run.R")
+        with open(script, "w") as f:
+            f.write(BW_SJ_SCRIPT)
+        done = subprocess.run(["Rscript", "--vanilla", script, tmp, str(x.size), str(repeats)], check=True,
+                              capture_output=True, text=True, timeout=600)
+        out = np.fromfile(os.path.join(tmp, "out.bin"), dtype="<f8")
+    return float(out[0]), float(np.median(out[1:])), done.stdout.strip()

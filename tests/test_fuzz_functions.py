@@ -135,7 +135,8 @@ def test_local_sums_n_jobs(seed, n_jobs, kernel):
 @settings(max_examples=examples(2))
 @given(queries=arrays(rows=(0, 4)), samples=arrays(rows=(0, 6)),
        kernel=st.sampled_from(("gaussian", "epanechnikov", "uniform", "cosine", "softmax", "cauchy", "bogus")),
-       bandwidth=st.sampled_from([1.0, 0.3, "scott", "silverman", 0.0, -1.0, np.nan, "cv", [1.0, 2.0]]),
+       bandwidth=st.sampled_from([1.0, 0.3, "scott", "silverman", "isj", "sj", 0.0, -1.0, np.nan, "cv",
+                                  [1.0, 2.0]]),
        extra=st.sampled_from([{}, {"log": True}, {"log": "yes"}, {"metric": "manhattan"}, {"n_neighbors": 3},
                               {"n_jobs": 0}, {"algorithm": "dense"}, {"bogus": 1}]))
 def test_kernel_density(queries, samples, kernel, bandwidth, extra):

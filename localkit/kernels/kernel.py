@@ -37,9 +37,11 @@ class Kernel:
         A profile of :mod:`localkit.kernels.profiles` (gaussian, epanechnikov, tricube,
         biweight, triweight, triangular, uniform, cosine, laplacian, cauchy) or ``"softmax"``
         for ``exp(<x*, x> / h)``.
-    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
-        is resolved on the samples (see :mod:`localkit.kernels.bandwidth`). For the Gaussian
+        is resolved on the samples (see :mod:`localkit.kernels.bandwidth`): the normal-reference
+        rules "scott" and "silverman", the plug-in rules "isj" (KDEpy's improved Sheather-Jones)
+        and "sj" (R's ``bw.SJ``), the last two per feature. For the Gaussian
         profile ``h`` is the standard deviation. Ignored when ``n_neighbors`` is set.
     n_neighbors : int or None, default=None
         Adaptive (balloon) bandwidth: ``h(x*)`` is the distance from ``x*`` to its k-th

@@ -52,7 +52,9 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         Must have ``fit(X, y, sample_weight=...)`` and ``predict``.
     kernel : str, default="gaussian"
         A distance profile of :class:`localkit.Kernel` (not "softmax": ``K(x, x) = 1``).
-    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
+        A rule is resolved on the samples (:mod:`localkit.kernels.bandwidth`), weighted by
+        ``sample_weight`` ("sj" takes equal weights only).
     n_neighbors : int or None, default=None
         Balloon kNN bandwidth; with a compact profile only the nearest samples carry weight.
     min_weight : float, default=0.0

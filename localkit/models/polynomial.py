@@ -43,8 +43,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     ----------
     degree : int, default=1
     kernel : str, default="tricube"
-    bandwidth : float, array of shape (n_features,), "scott", "silverman", "cv" or None
-        A fixed bandwidth ``h`` ("cv": exact leave-one-out selection of an isotropic ``h`` for
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj", "cv" or None
+        A fixed bandwidth ``h``, or a rule of :mod:`localkit.kernels.bandwidth` ("cv": exact leave-one-out selection of an isotropic ``h`` for
         the non-robust fit, see :mod:`localkit.models.selection`). Cannot be combined with
         ``frac`` or ``n_neighbors``.
     frac : float in (0, 1] or None

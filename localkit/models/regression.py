@@ -25,8 +25,10 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     ----------
     kernel : str, default="gaussian"
         A profile name of :class:`localkit.Kernel` (or "softmax").
-    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
-        ``h``; an array gives one bandwidth per feature. Ignored with ``n_neighbors``.
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
+        ``h``; an array gives one bandwidth per feature; a rule is resolved on the samples
+        (:mod:`localkit.kernels.bandwidth`: "isj" and "sj" per feature). Ignored with
+        ``n_neighbors``.
     n_neighbors : int or None, default=None
         Balloon (per-query) adaptive bandwidth: ``h(x*)`` is the distance from the query to its
         k-th nearest training sample.
@@ -82,6 +84,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         ``f(x*) = sum_i c_i K_i y_i / sum_j c_j K_j`` (integer weights act as repeated samples,
         zero weights drop them). The rules "scott" and "silverman" take the weighted spread
         and the effective size ``(sum c)^2 / sum c^2``, as ``scipy.stats.gaussian_kde(weights=c)``;
+        "isj" bins with the weights, as KDEpy; "sj" (R's ``bw.SJ``) takes equal weights only;
         "cv" and the ``n_neighbors`` / ``sample_neighbors`` distances are taken unweighted.
         """
         X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True)

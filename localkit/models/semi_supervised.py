@@ -82,7 +82,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     ----------
     kernel : str, default="gaussian"
         A profile of :class:`localkit.Kernel` (or "softmax").
-    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
+        A rule is resolved on the samples (:mod:`localkit.kernels.bandwidth`).
     n_neighbors : int or None, default=None
         kNN bandwidth: the distance to the k-th nearest sample (the sample itself included).
     alpha : float in (0, 1) or None, default=None
