@@ -360,11 +360,13 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return self._fit_at(self.X_fit_, self.kernel_, exclude_self=True)
 
     def _loo_loss(self, X, y, bandwidth):
-        """Mean squared leave-one-out error of the (non-robust) fit with a fixed ``bandwidth``."""
+        """Mean squared leave-one-out error of the (non-robust) fit with a fixed ``bandwidth``
+        (fits and mean weighted by ``sample_weight_``, if any)."""
         kernel = Kernel(self.kernel, bandwidth=bandwidth, metric=self.metric)
-        out = local_polynomial(None, X, y, self.degree, kernel, sample_scale=self.sample_scale_,
-                               exclude_self=True, ridge=self.ridge, algorithm=self.algorithm, n_jobs=self.n_jobs)
-        return float(np.mean((out.values[:, 0] - y) ** 2))
+        out = local_polynomial(None, X, y, self.degree, kernel, sample_weight=self.sample_weight_,
+                               sample_scale=self.sample_scale_, exclude_self=True, ridge=self.ridge,
+                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+        return float(np.average((out.values[:, 0] - y) ** 2, weights=self.sample_weight_))
 
 
 def bisquare_weights(residuals, frequency=None):
