@@ -44,6 +44,8 @@ N_JOBS_CONSTRAINT = [Number(Integral, None, -1, closed="right"), Number(Integral
 METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
 #: any distance the engine takes (local means): also cosine, precomputed and callables
 ANY_METRIC_CONSTRAINT = [StrOptions(set(METRICS)), callable]
+#: what sample weights mean: counts of repeated samples (scikit-learn's) or prior weights (R's)
+SAMPLE_WEIGHT_TYPE_CONSTRAINT = [StrOptions({"frequency", "prior"})]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
 #: the models with no binned pass yet (local polynomials: binned moments are to come)

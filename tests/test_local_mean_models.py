@@ -138,3 +138,75 @@ def test_sample_point_bandwidth_is_the_definition(diabetes, Est):
         Est(sample_neighbors=150).fit(Xtr, y)
     cv = Est(bandwidth="cv", sample_neighbors=5).fit(Xtr, y)
     assert cv.bandwidth_ > 0 and np.isfinite(cv.cv_results_["loo_loss"]).all()
+
+
+# -- issue 25: defaults that work on any scale, a warning for a bandwidth beyond the data's spread
+def test_default_bandwidth_works_on_any_scale():
+    """The default is Scott's rule per feature, scipy's gaussian_kde bandwidths: the same R^2 on
+    diabetes as given (scaled) and raw, above KNeighborsRegressor()'s. The old default
+    (bandwidth=1.0) gave the global mean there: R^2 -0.02 scaled, -0.23 raw."""
+    from scipy.stats import gaussian_kde
+    from sklearn.model_selection import cross_val_score
+
+    X, y = load_diabetes(return_X_y=True)
+    raw, _ = load_diabetes(return_X_y=True, scaled=False)
+    scores = [cross_val_score(LocalMeanRegressor(), data, y).mean() for data in (X, raw)]
+    knn = cross_val_score(KNeighborsRegressor(), X, y).mean()  # 0.377
+    assert scores[0] == pytest.approx(scores[1], abs=1e-10)
+    assert scores[0] > knn  # 0.397
+    reg = LocalMeanRegressor().fit(raw, y)
+    kde = gaussian_kde(raw.T, bw_method="scott")
+    np.testing.assert_allclose(reg.bandwidth_, np.sqrt(np.diag(kde.covariance)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_default_rule_reads_weights_as_repeated_rows_or_as_gaussian_kde(Est):
+    """scikit-learn's weight-equivalence check on the default (a rule); sample_weight_type="prior"
+    keeps gaussian_kde(weights=)'s effective size instead."""
+    from scipy.stats import gaussian_kde
+    from sklearn.utils.estimator_checks import check_sample_weight_equivalence_on_dense_data
+
+    check_sample_weight_equivalence_on_dense_data(Est.__name__, Est())
+    X, y = load_wine(return_X_y=True)
+    c = np.random.default_rng(0).integers(0, 4, size=len(X))
+    weighted = Est().fit(X, y, sample_weight=c)
+    repeated = Est().fit(np.repeat(X, c, axis=0), np.repeat(y, c))
+    np.testing.assert_allclose(weighted.bandwidth_, repeated.bandwidth_, rtol=1e-12)
+    prior = Est(sample_weight_type="prior").fit(X, y, sample_weight=c)
+    kde = gaussian_kde(X.T, bw_method="scott", weights=c)
+    np.testing.assert_allclose(prior.bandwidth_, np.sqrt(np.diag(kde.covariance)), rtol=1e-10)
+
+
+def test_bandwidth_far_beyond_the_spread_warns():
+    X, y = load_diabetes(return_X_y=True)  # spread 0.15: h = 1 is 6.6 times it
+    with pytest.warns(UserWarning, match=r"bandwidth=1.0 is more than 3 times the data's spread .*0.151.*global "
+                                         r"mean") as rec:
+        LocalMeanRegressor(bandwidth=1.0).fit(X, y)
+    assert rec[0].filename == __file__
+    with pytest.warns(UserWarning, match="more than 3 times"):
+        LocalMeanClassifier(bandwidth=np.full(X.shape[1], 1.0)).fit(X, y > 140)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LocalMeanRegressor(bandwidth=0.05).fit(X, y)
+        LocalMeanRegressor().fit(X, y)
+        LocalMeanRegressor(kernel="uniform", n_neighbors=5).fit(X * 1e6, y)
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
+def test_default_rule_bad_input(Est):
+    X, y = load_wine(return_X_y=True)
+    with pytest.raises(ValueError, match="sample_weight_type"):
+        Est(sample_weight_type="counts").fit(X, y)
+    with pytest.raises(ValueError, match=r"sample_weight_type='frequency' .* sum to more than 1 \(got 0.89"):
+        Est().fit(X, y, sample_weight=np.full(len(X), 0.005))
+    Est(sample_weight_type="prior").fit(X, y, sample_weight=np.full(len(X), 0.005))
+    Est(bandwidth=2.0).fit(X, y, sample_weight=np.full(len(X), 0.005))  # a number: no count involved
+    D = np.abs(X[:, :1] - X[:, 0])
+    with pytest.raises(ValueError, match=r"bandwidth='scott' is a per-feature rule .* metric='precomputed' give a "
+                                         "scalar bandwidth or n_neighbors"):
+        Est(metric="precomputed").fit(D, y)
+    Est(metric="precomputed", n_neighbors=5).fit(D, y)  # the rule goes unused
+    with pytest.raises(ValueError, match="n_samples=1"):
+        Est().fit(X[:1], y[:1])

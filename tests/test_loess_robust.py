@@ -120,8 +120,8 @@ def test_prior_weights_do_not_weight_the_median():
     d = sm.datasets.engel.load_pandas().data
     X, y = d[["income"]].values, d["foodexp"].values
     w = np.random.default_rng(0).uniform(0.5, 2, len(X))
-    first = LocalPolynomialRegressor(frac=0.75).fit(X, y, sample_weight=w).predict(X)
-    model = LocalPolynomialRegressor(frac=0.75, robust_iters=1).fit(X, y, sample_weight=w)
+    first = LocalPolynomialRegressor(frac=0.75, sample_weight_type="prior").fit(X, y, sample_weight=w).predict(X)
+    model = LocalPolynomialRegressor(frac=0.75, robust_iters=1, sample_weight_type="prior").fit(X, y, sample_weight=w)
     a = np.abs(y - first)
     u = a / (6 * np.median(a))
     np.testing.assert_allclose(model.robust_weights_, np.where(u <= 0.001, 1, np.where(u <= 0.999, (1 - u * u) ** 2, 0)),
@@ -136,5 +136,6 @@ def test_weighted_robust_fit_equals_r_loess(span, degree):
     X, y = d[["income"]].values, d["foodexp"].values
     w = np.random.default_rng(0).uniform(0.5, 2, len(X))
     fitted, _, _ = r_loess(X, y, span=span, degree=degree, surface="direct", robust=True, sample_weight=w)
-    ours = LocalPolynomialRegressor(frac=span, degree=degree, robust_iters=3).fit(X, y, sample_weight=w).predict(X)
+    ours = LocalPolynomialRegressor(frac=span, degree=degree, robust_iters=3, sample_weight_type="prior").fit(
+        X, y, sample_weight=w).predict(X)
     np.testing.assert_allclose(ours, fitted, rtol=0, atol=1e-8 * np.abs(y).max())

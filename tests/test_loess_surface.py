@@ -79,7 +79,8 @@ def test_direct_equals_r_loess(degree, span):
     # prior weights multiply the kernel weights, as R's weights=
     w = np.random.default_rng(4).uniform(0.2, 3.0, size=len(X))
     fitted, _, _ = r_loess(X, y, span=span, degree=degree, surface="direct", sample_weight=w)
-    got = LocalPolynomialRegressor(degree=degree, frac=span).fit(X, y, sample_weight=w).predict(X)
+    got = LocalPolynomialRegressor(degree=degree, frac=span, sample_weight_type="prior").fit(
+        X, y, sample_weight=w).predict(X)
     np.testing.assert_allclose(got, fitted, rtol=0, atol=1e-9)
 
 
@@ -150,7 +151,8 @@ def test_interpolated_robust_and_weighted_fits():
     X, y = surface_data(3000, noise=0.2)
     y[::50] += 5.0
     w = np.random.default_rng(7).uniform(0.5, 2.0, size=len(X))
-    model = LocalPolynomialRegressor(frac=0.15, surface="interpolate", robust_iters=2).fit(X, y, sample_weight=w)
+    model = LocalPolynomialRegressor(frac=0.15, surface="interpolate", robust_iters=2,
+                                     sample_weight_type="prior").fit(X, y, sample_weight=w)
     # the vertex fits are the exact weighted fits with the final robustness weights
     direct = local_polynomial(model.surface_.vertices, X, y, 1, "tricube", n_neighbors=model.n_neighbors_,
                               sample_weight=w * model.robust_weights_, slopes=True)

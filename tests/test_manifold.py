@@ -139,6 +139,7 @@ def iris():
     return load_iris().data
 
 
+@pytest.mark.filterwarnings("ignore:bandwidth=.* times the data's spread:UserWarning")  # wide on purpose
 def test_local_pca_tends_to_global_pca(iris):
     n = len(iris)
     ref = PCA(n_components=3).fit(iris)

@@ -164,11 +164,13 @@ def test_bad_data(sine):
 def test_check_estimator():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
-        # a span counts samples (R's loess, statsmodels' lowess), so weights cannot equal repeated
-        # rows there; with a fixed bandwidth they do, and every check runs
-        check_estimator(LocalPolynomialRegressor(), expected_failed_checks={
-            "check_sample_weight_equivalence_on_dense_data": "a span counts samples, not weight"})
+        # the default span is measured in weight (sample_weight_type="frequency"): every check runs
+        check_estimator(LocalPolynomialRegressor())
         check_estimator(LocalPolynomialRegressor(degree=2, kernel="gaussian", bandwidth=1.0))
+        # R's prior weights: a span counts samples, not weight, so integer weights are not
+        # repeated rows there; that is their definition, not a gap
+        check_estimator(LocalPolynomialRegressor(sample_weight_type="prior"), expected_failed_checks={
+            "check_sample_weight_equivalence_on_dense_data": "R's prior weights: a span counts samples"})
 
 
 def test_check_estimator_interpolated_surface():
@@ -177,8 +179,7 @@ def test_check_estimator_interpolated_surface():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
         warnings.simplefilter("ignore", UserWarning)  # the direct fallback beyond 4 features
-        check_estimator(LocalPolynomialRegressor(surface="interpolate"), expected_failed_checks={
-            "check_sample_weight_equivalence_on_dense_data": "a span counts samples, not weight"})
+        check_estimator(LocalPolynomialRegressor(surface="interpolate"))
 
 
 def test_interpolated_surface_beyond_four_features_is_direct_with_a_warning():
@@ -280,3 +281,68 @@ def test_bad_options_are_named_not_fitted(kwargs):
     if name in ("exclude_self", "algorithm", "block_size"):
         with pytest.raises(ValueError, match=f"'{name}' parameter of local_covariance"):
             local_covariance(X[:3], X, **kwargs)
+
+
+# -- issue 25: sample weights as scikit-learn means them (repeated rows) or as R's prior weights
+def test_default_span_passes_scikit_learns_weight_equivalence_check():
+    """scikit-learn's own check (integer weights, zeros included, against the repeated rows):
+    a span counted in samples was 0.17 off; measured in weight it is the repeated rows' fit."""
+    from sklearn.utils.estimator_checks import check_sample_weight_equivalence_on_dense_data
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # tiny random data: singular designs
+        for est in (LocalPolynomialRegressor(), LocalPolynomialRegressor(frac=0.5, robust_iters=2),
+                    LocalPolynomialRegressor(n_neighbors=9, degree=0)):
+            check_sample_weight_equivalence_on_dense_data(type(est).__name__, est)
+        with pytest.raises(AssertionError, match="not equivalent to fitting with removed or repeated"):
+            check_sample_weight_equivalence_on_dense_data("prior", LocalPolynomialRegressor(sample_weight_type="prior"))
+
+
+@pytest.mark.parametrize("params", [dict(), dict(frac=0.2), dict(n_neighbors=25), dict(frac=0.3, degree=2),
+                                    dict(frac=0.4, robust_iters=3), dict(kernel="epanechnikov", frac=0.3),
+                                    dict(frac=0.3, metric="manhattan")])
+@pytest.mark.parametrize("d", [1, 3])
+def test_frequency_weights_are_repeated_rows_for_every_span(params, d):
+    """Diabetes, integer weights 0..3: the span in weight, the weighted median of the robustness
+    iterations and leave-one-out (every copy of a row left out with it, as twins) equal the fit on
+    the rows repeated."""
+    X, y = load_diabetes(return_X_y=True)
+    X, y = X[:150, 2:2 + d], y[:150]
+    c = np.random.default_rng(d).integers(0, 4, size=len(X))
+    weighted = LocalPolynomialRegressor(**params).fit(X, y, sample_weight=c)
+    repeated = LocalPolynomialRegressor(**params).fit(np.repeat(X, c, axis=0), np.repeat(y, c))
+    Q = load_diabetes(return_X_y=True)[0][300:340, 2:2 + d]
+    np.testing.assert_allclose(weighted.predict(Q), repeated.predict(Q), rtol=0, atol=1e-9 * np.abs(y).max())
+    np.testing.assert_allclose(weighted.predict(X), repeated.predict(X), rtol=0, atol=1e-9 * np.abs(y).max())
+    if params.get("robust_iters"):
+        np.testing.assert_allclose(np.repeat(weighted.robust_weights_, c), repeated.robust_weights_, atol=1e-9)
+    else:
+        kept = c > 0
+        np.testing.assert_allclose(weighted.loo_predict()[kept], repeated.loo_predict()[np.cumsum(c)[kept] - 1],
+                                   rtol=0, atol=1e-9 * np.abs(y).max())
+    # R's prior weights keep the span in samples: another fit (the one tests/test_loess_* pin to R)
+    prior = LocalPolynomialRegressor(**params, sample_weight_type="prior").fit(X, y, sample_weight=c)
+    assert np.abs(prior.predict(Q) - repeated.predict(Q)).max() > 1e-3 * np.abs(y).max()
+
+
+def test_weighted_median_is_the_median_of_repeated_values():
+    from localkit.models.polynomial import weighted_median
+
+    rng = np.random.default_rng(0)
+    for n in range(1, 12):
+        for _ in range(20):
+            a, c = rng.normal(size=n).round(1), rng.integers(0, 4, size=n)
+            if c.sum():
+                assert weighted_median(a, c) == np.median(np.repeat(a, c))
+
+
+def test_sample_weight_type_bad_values(sine):
+    x, y = sine
+    X = x[:, None]
+    with pytest.raises(ValueError, match="sample_weight_type"):
+        LocalPolynomialRegressor(sample_weight_type="counts").fit(X, y)
+    with pytest.raises(ValueError, match=r"span of 30 exceeds the total sample weight 20.*sample_weight_type='prior'"):
+        LocalPolynomialRegressor(n_neighbors=30).fit(X[:40], y[:40], sample_weight=np.full(40, 0.5))
+    # a span in samples has no such bound
+    LocalPolynomialRegressor(n_neighbors=30, sample_weight_type="prior").fit(X[:40], y[:40],
+                                                                            sample_weight=np.full(40, 0.5))

@@ -118,11 +118,24 @@ def test_bad_cv_requests(diabetes):
 
 @pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])
 def test_check_estimator_with_cv(Est):
-    # leave-one-out differs by definition between a repeated row (its copy stays when it is left
-    # out) and a weighted one, so the bandwidth chosen by cv does too; weights are tested without cv
-    why = "leave-one-out bandwidth selection: a repeated row's copy stays in when it is left out"
-    check_estimator(Est(bandwidth="cv"), expected_failed_checks={
-        "check_sample_weight_equivalence_on_dense_data": why, "check_sample_weight_equivalence_on_sparse_data": why})
+    # every check: the leave-one-out error is weighted as the fit (copies of a row leave out
+    # together, engine/twins.py), so integer weights select the repeated rows' bandwidth
+    check_estimator(Est(bandwidth="cv"))
+
+
+@pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier, LocalPolynomialRegressor])
+def test_cv_with_integer_weights_selects_the_repeated_rows_bandwidth(Est):
+    """scikit-learn's weight-equivalence check on bandwidth='cv' (it failed: the leave-one-out
+    error and its grid ignored the weights), and the same on diabetes."""
+    from sklearn.utils.estimator_checks import check_sample_weight_equivalence_on_dense_data
+
+    check_sample_weight_equivalence_on_dense_data(Est.__name__, Est(bandwidth="cv"))
+    X, y = load_diabetes(return_X_y=True)
+    X, y = X[:120, :3], (y[:120] if Est is not LocalMeanClassifier else y[:120] > 140)
+    c = np.random.default_rng(1).integers(0, 4, size=len(X))
+    weighted = Est(bandwidth="cv").fit(X, y, sample_weight=c)
+    repeated = Est(bandwidth="cv").fit(np.repeat(X, c, axis=0), np.repeat(y, c))
+    assert weighted.bandwidth_ == pytest.approx(repeated.bandwidth_, rel=1e-6)
 
 
 def test_sample_point_local_linear_equals_weighted_least_squares(diabetes):

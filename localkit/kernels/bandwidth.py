@@ -125,7 +125,7 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, 
                 f"got {bandwidth!r}"
             )
         if n < 2:
-            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got {n}")
+            raise ValueError(f"{name}={bandwidth!r} needs at least 2 samples, got n_samples={n}")
         weight = None if sample_weight is None else (
             np.asarray(sample_weight, dtype=np.float64) if xp is np else sample_weight)
         carrying = n if weight is None else int(host(xp.sum(weight > 0)))

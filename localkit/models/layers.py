@@ -74,13 +74,20 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
     def __init__(self, kernel="gaussian", bandwidth=1.0, n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", empty="nearest", algorithm="auto", n_jobs=None, values="inputs",
                  leave_one_out=True):
-        super().__init__(kernel=kernel, bandwidth=bandwidth, n_neighbors=n_neighbors,
-                         sample_neighbors=sample_neighbors, metric=metric, empty=empty, algorithm=algorithm,
-                         n_jobs=n_jobs)
+        # its own parameters only (no p, no sample_weight_type: fit takes no weights)
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.n_neighbors = n_neighbors
+        self.sample_neighbors = sample_neighbors
+        self.metric = metric
+        self.empty = empty
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs
         self.values = values
         self.leave_one_out = leave_one_out
 
-    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "values": [StrOptions(set(VALUES))],
+    _parameter_constraints: dict = {**{k: v for k, v in LocalMeanParams._parameter_constraints.items()
+                                       if k not in ("p", "sample_weight_type")}, "values": [StrOptions(set(VALUES))],
                                     "leave_one_out": ["boolean"]}
 
     @_fit_context(prefer_skip_nested_validation=True)

@@ -10,10 +10,14 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
-from .._params import EXACT_ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, non_negative
+from .._params import (EXACT_ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT,
+                       SAMPLE_WEIGHT_TYPE_CONSTRAINT, non_negative)
 from .._validation import check_n_neighbors, check_regression_target
 from ..engine import KDSurface
 from ..engine import check_design_fits, local_polynomial
+from ..engine import neighbors as nb
+from ..engine.polynomial import LocalPolynomialFit
+from ..engine.twins import largest_group, twin_groups
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ..engine import map_queries
@@ -51,7 +55,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         The LOESS span: ``h(x*)`` is the distance to the k-th nearest sample with
         ``k = max(2, int(frac * n + 1e-10))``, exactly as statsmodels' lowess (with a compact
         profile the k-th neighbour itself gets weight 0). When ``bandwidth``, ``frac`` and
-        ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default).
+        ``n_neighbors`` are all None, ``frac=2/3`` (lowess' default). With ``sample_weight`` and
+        ``sample_weight_type="frequency"`` the span is measured in weight (see there).
     n_neighbors : int or None
         The span as a number of neighbours (balloon bandwidth: ``h(x*)`` varies with the query).
         At least 2 with a profile that vanishes at ``u = 1`` (every compact one but the uniform):
@@ -88,6 +93,17 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         fit is direct, with a ``UserWarning`` (``surface_`` is then None).
     cell : float, default=0.2
         The k-d tree's cell size as a fraction of the span (R's ``loess.control(cell=)``).
+    sample_weight_type : {"frequency", "prior"}, default="frequency"
+        What ``sample_weight`` ``c_i`` means. Both multiply the kernel weights,
+        ``K(x*, x_i) c_i r_i``. ``"frequency"`` (scikit-learn's meaning): ``c_i`` counts copies of
+        row ``i``, and integer weights equal repeated rows. The span is measured in total weight:
+        with ``q = max(2, int(frac * sum_i c_i + 1e-10))`` (or ``q = n_neighbors``), ``h(x*)`` is
+        the smallest distance ``d`` with ``sum_{i: |x_i - x*| <= d} c_i >= q``; the robustness
+        iterations take the weighted median of ``|e_i|`` (the median of the repeated residuals)
+        and a bandwidth rule the weighted spread with ``n = sum c`` (see
+        :class:`localkit.LocalMeanRegressor`). ``"prior"``: R's ``loess(weights=)``: the span
+        counts samples, the median is the plain one over all samples (zero weights included).
+        Without ``sample_weight`` both are the same fit.
 
     Notes
     -----
@@ -100,16 +116,25 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     bisquare; the fits agree to round-off), except on exactly fitted data, where R's ``loess``
     has no stopping rule and localkit stops as R's ``lowess`` does. statsmodels' ``lowess`` uses
     the bisquare unclipped and has no stopping rule: fits differ by about 1e-10 on ordinary data.
-    ``sample_weight`` are R's prior ``weights``: they multiply the kernel weights and the
-    robustness weights, but not the median of the residuals, which is the plain median over all
-    samples (zero weights included), as R's; and a span still counts samples, not weight. So
-    integer weights equal repeated rows for a fixed bandwidth and ``robust_iters=0`` only.
+    With ``sample_weight_type="prior"``, ``sample_weight`` are R's prior ``weights``: they
+    multiply the kernel weights and the robustness weights, but not the median of the residuals,
+    which is the plain median over all samples (zero weights included), as R's; and a span still
+    counts samples, not weight. So integer weights equal repeated rows there for a fixed
+    bandwidth and ``robust_iters=0`` only; with the default ``"frequency"`` they equal repeated
+    rows for every span, bandwidth and ``robust_iters`` (scikit-learn's
+    ``check_sample_weight_equivalence``), with two exceptions: the uniform profile, whose k-th
+    neighbour keeps its weight, counts ties at the span's edge whole, where repeated rows may be
+    split; and ``surface="interpolate"`` builds its k-d tree cells from the distinct samples
+    (a repeated row is one point of the tree), so its vertices differ from those of the repeated
+    rows. A span in weight pays one engine pass per distinct neighbour count among the queries
+    (leave-one-out: over all samples per count).
 
     Attributes
     ----------
     bandwidth_ : float, ndarray or None (span)
-    n_neighbors_ : int or None
-        The span in neighbours (from ``frac`` or ``n_neighbors``).
+    n_neighbors_ : int, float or None
+        The span in neighbours (from ``frac`` or ``n_neighbors``); in total weight with
+        ``sample_weight`` and ``sample_weight_type="frequency"``.
     sample_scale_ : ndarray of shape (n_samples,) or None
         The sample-point factors ``h_i``.
     kernel_ : Kernel
@@ -140,7 +165,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
 
     def __init__(self, degree=1, kernel="tricube", bandwidth=None, frac=None, n_neighbors=None,
                  sample_neighbors=None, robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto",
-                 n_jobs=None, surface="direct", cell=0.2):
+                 n_jobs=None, surface="direct", cell=0.2, sample_weight_type="frequency"):
         self.degree = degree
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -154,6 +179,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.surface = surface
         self.cell = cell
+        self.sample_weight_type = sample_weight_type
 
     _parameter_constraints: dict = {
         **{k: v for k, v in KERNEL_PARAMS.items() if k != "empty"},  # empty is always "nearest"
@@ -166,10 +192,12 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         "ridge": non_negative(),
         "surface": [StrOptions({"direct", "interpolate"})],
         "cell": [Interval(Real, 0, None, closed="neither")],
+        "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,
     }
 
-    def _check_params(self, n):
-        """The span and what depends on the data (the types are in ``_parameter_constraints``)."""
+    def _check_params(self, n, total=None):
+        """The span and what depends on the data (the types are in ``_parameter_constraints``);
+        ``total``: the samples' total weight, the span's unit (a span in weight), or None."""
         given = [name for name in ("bandwidth", "frac", "n_neighbors") if getattr(self, name) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of bandwidth, frac and n_neighbors, not {' and '.join(given)}")
@@ -182,6 +210,18 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 raise ValueError("sample_neighbors scales a fixed bandwidth per sample; it cannot be "
                                  "combined with frac or n_neighbors")
             return None
+        if self.bandwidth is not None:
+            return None
+        if total is not None:  # the span in weight: q units of sample_weight
+            if self.n_neighbors is not None:
+                check_n_neighbors(self.n_neighbors, max(n, int(total + 1e-10)), kernel=self.kernel)  # k = 1
+            q = (self.n_neighbors if self.n_neighbors is not None
+                 else max(2, int((2.0 / 3.0 if self.frac is None else self.frac) * total + 1e-10)))
+            if q > total * (1 + 1e-12):
+                raise ValueError(f"the span of {q} exceeds the total sample weight {total:g} (a span measured in "
+                                 "weight, sample_weight_type='frequency'); give a smaller n_neighbors, or "
+                                 "sample_weight_type='prior' for a span in samples")
+            return q
         if not given:
             return max(2, int(2.0 / 3.0 * n + 1e-10))
         if self.frac is not None:
@@ -194,16 +234,21 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         iterations. ``sample_weight`` (n_samples,) multiplies every kernel weight. Returns ``self``."""
         X, y = validate_data(self, X, y, dtype=FLOATS, y_numeric=True)
         y = check_regression_target(y, X.dtype)
-        span = self._check_params(len(X))
-        check_design_fits(X.shape[1], self.degree, X.dtype.itemsize)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
+        self._weighted_span = self.sample_weight_type == "frequency" and self.sample_weight_ is not None
+        span = self._check_params(len(X), float(np.sum(self.sample_weight_, dtype=np.float64))
+                                  if self._weighted_span else None)
+        self._weighted_span &= span is not None
+        check_design_fits(X.shape[1], self.degree, X.dtype.itemsize)
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         self._fit_sample_scales(X)
-        self.n_neighbors_ = None if span is None else min(span, len(X))
+        self.n_neighbors_ = None if span is None else span if self._weighted_span else min(span, len(X))
         if span is not None or self.bandwidth is None:  # a span, or sample-point factors alone
             self.bandwidth_ = None if span is not None else 1.0
-            self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_ or 1.0, n_neighbors=self.n_neighbors_,
-                                  metric=self.metric)
+            # a span in weight: each query's count of neighbours is found at the query (_exact)
+            self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_ or 1.0, metric=self.metric,
+                                  n_neighbors=None if self.n_neighbors_ is None else
+                                  min(len(X), int(np.ceil(self.n_neighbors_))))
         else:
             self._fit_kernel(X, y, self.sample_weight_)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
@@ -216,9 +261,10 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
             self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
             self._fit_vertices()
+        frequency = self.sample_weight_ if self.sample_weight_type == "frequency" else None
         for _ in range(self.robust_iters):
             residuals = self.y_fit_ - self._fit_at(X, self.kernel_, at_samples=True)
-            weights = bisquare_weights(residuals)
+            weights = bisquare_weights(residuals) if frequency is None else bisquare_weights(residuals, frequency)
             if weights is None:  # the fit is exact up to round-off: keep it (R's lowess stops here)
                 break
             self.robust_weights_ = weights.astype(X.dtype, copy=False)
@@ -262,9 +308,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         return out
 
     def _exact(self, X, kernel, exclude_self=False, slopes=False, balls=None):
-        out = local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
-                               sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
-                               slopes=slopes, balls=balls, algorithm=self.algorithm, n_jobs=self.n_jobs)
+        fit = self._exact_in_weight if getattr(self, "_weighted_span", False) else self._exact_fit
+        out = fit(X, kernel, exclude_self=exclude_self, slopes=slopes, balls=balls)
         if out.singular.any():
             warnings.warn(
                 f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
@@ -273,20 +318,58 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 RuntimeWarning, stacklevel=4)
         return out
 
+    def _exact_fit(self, X, kernel, exclude_self=False, slopes=False, balls=None):
+        return local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
+                                sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
+                                slopes=slopes, balls=balls, algorithm=self.algorithm, n_jobs=self.n_jobs)
+
+    def _exact_in_weight(self, X, kernel, exclude_self=False, slopes=False, balls=None):
+        """The fits with a span in weight: each query's count ``k(x*)`` of nearest samples whose
+        weights first reach the span (:func:`weighted_span_counts`), then one engine pass per
+        distinct count (the k-th neighbour's distance is the span's radius). ``balls``: the
+        counts and the engine's radii of an earlier call at the same queries."""
+        Q = self.X_fit_ if exclude_self else X
+        if balls is None:
+            counts = weighted_span_counts(self.X_fit_, Q, self.sample_weight_, self.n_neighbors_, self.metric,
+                                          exclude_self=exclude_self)
+            found = {}
+        else:
+            counts, found = balls
+        n_q, t = len(Q), 1
+        values = np.empty((n_q, t), dtype=self.X_fit_.dtype)
+        singular, empty = np.zeros(n_q, dtype=bool), np.zeros(n_q, dtype=bool)
+        grad = np.zeros((n_q, Q.shape[1], t), dtype=self.X_fit_.dtype) if slopes else None
+        for k in np.unique(counts):
+            rows = np.flatnonzero(counts == k)
+            kern = Kernel(kernel.name, bandwidth=1.0, n_neighbors=int(k), metric=kernel.metric)
+            if exclude_self:  # leave-one-out needs every sample as a query: keep this count's rows
+                out = self._exact_fit(None, kern, exclude_self=True, slopes=slopes)
+                pick = rows
+            else:
+                out = self._exact_fit(Q[rows], kern, slopes=slopes, balls=found.get(int(k)))
+                found[int(k)] = out.balls
+                pick = slice(None)
+            values[rows], singular[rows], empty[rows] = out.values[pick], out.singular[pick], out.empty[pick]
+            if slopes:
+                grad[rows] = out.slopes[pick]
+        return LocalPolynomialFit(values, singular, empty, grad, None if exclude_self else (counts, found))
+
     def loo_predict(self):
         """Exact leave-one-out fits at the training points (each sample's own weight dropped;
         always direct, whatever ``surface``)."""
         return self._fit_at(self.X_fit_, self.kernel_, exclude_self=True)
 
     def _loo_loss(self, X, y, bandwidth):
-        """Mean squared leave-one-out error of the (non-robust) fit with a fixed ``bandwidth``."""
+        """Mean squared leave-one-out error of the (non-robust) fit with a fixed ``bandwidth``
+        (fits and mean weighted by ``sample_weight_``, if any)."""
         kernel = Kernel(self.kernel, bandwidth=bandwidth, metric=self.metric)
-        out = local_polynomial(None, X, y, self.degree, kernel, sample_scale=self.sample_scale_,
-                               exclude_self=True, ridge=self.ridge, algorithm=self.algorithm, n_jobs=self.n_jobs)
-        return float(np.mean((out.values[:, 0] - y) ** 2))
+        out = local_polynomial(None, X, y, self.degree, kernel, sample_weight=self.sample_weight_,
+                               sample_scale=self.sample_scale_, exclude_self=True, ridge=self.ridge,
+                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+        return float(np.average((out.values[:, 0] - y) ** 2, weights=self.sample_weight_))
 
 
-def bisquare_weights(residuals):
+def bisquare_weights(residuals, frequency=None):
     """Cleveland's robustness weights by R's rule (``clowess`` in R's ``lowess.c``, ``lowesw`` in
     its ``loessf.f``), or None when the iterations should stop.
 
@@ -294,12 +377,63 @@ def bisquare_weights(residuals):
     ``u = a / cmad``: weight 1 where ``u <= 0.001``, ``(1 - u^2)^2`` where ``0.001 < u <= 0.999``,
     0 beyond. None when ``cmad < 1e-7 mean(a)``: more than half the residuals are round-off of an
     exact fit, and the rule would drop exactly fitted samples at random (R's lowess stops there).
+    With ``frequency`` weights (counts of repeated rows) the median and the mean are weighted
+    (:func:`weighted_median`): those of the residuals repeated ``c_i`` times.
     """
     a = np.abs(np.asarray(residuals, dtype=np.float64))
-    cmad = 6.0 * np.median(a)
-    if cmad < 1e-7 * np.mean(a):
+    if frequency is None:
+        cmad, mean = 6.0 * np.median(a), np.mean(a)
+    else:
+        c = np.asarray(frequency, dtype=np.float64)
+        cmad, mean = 6.0 * weighted_median(a, c), float(c @ a) / float(c.sum())
+    if cmad < 1e-7 * mean:
         return None
     if cmad == 0.0:  # every residual is exactly 0 (mean(a) = 0): nothing to down-weight
         return np.ones_like(a)
     u = a / cmad
     return np.where(u <= 0.001, 1.0, np.where(u <= 0.999, (1.0 - u * u) ** 2, 0.0))
+
+
+def weighted_median(a, weight):
+    """The median of ``a`` with frequency weights: that of ``a_i`` repeated ``c_i`` times for
+    integer weights (``np.median``'s mean of the two middle values for an even total).
+
+    With ``a`` sorted, ``C_j`` the running sums of the weights and ``W`` their total, the mean of
+    the first ``a_j`` with ``C_j >= W/2`` and the first with ``C_j > W/2``."""
+    order = np.argsort(a, kind="stable")
+    a, c = np.asarray(a, dtype=np.float64)[order], np.asarray(weight, dtype=np.float64)[order]
+    C = np.cumsum(c)
+    half = C[-1] / 2.0
+    lower = np.searchsorted(C, half, side="left")
+    upper = np.searchsorted(C, half, side="right")
+    return 0.5 * (a[min(lower, len(a) - 1)] + a[min(upper, len(a) - 1)])
+
+
+def weighted_span_counts(samples, queries, weight, span, metric="euclidean", *, exclude_self=False, block=None):
+    """For each query, the number ``k`` of its nearest samples (nearest first; leave-one-out:
+    other than those at its point) whose weights first sum to ``span``: the k-th neighbour's
+    distance is then the smallest ``d`` with ``sum_{|x_i - x*| <= d} c_i >= span``, the radius
+    of a span measured in weight (that of the rows repeated ``c_i`` times). Where the weights
+    never reach it, every sample (the span's radius is the farthest one's distance)."""
+    c = np.asarray(weight, dtype=np.float64)
+    n = len(c)
+    groups = twin_groups(samples) if exclude_self else None
+    available = n - (largest_group(groups) if exclude_self else 0)
+    index = nb.make_index(samples, metric, exact=True)
+    target = span * (1 - 1e-12)  # a running sum of float weights reaching the span up to round-off
+    guess = min(available, max(1, int(np.ceil(2.0 * span * n / max(c.sum(), np.finfo(float).tiny)))))
+    counts = np.empty(len(queries), dtype=np.intp)
+    step = block or max(1, 2 ** 22 // max(guess, 1))
+    for start in range(0, len(queries), step):
+        rows = slice(start, min(start + step, len(queries)))
+        k = guess
+        while True:
+            _, idx = nb.kneighbors(index, queries[rows], k, exclude_self=exclude_self, row_offset=start,
+                                   groups=groups)
+            running = np.cumsum(c[idx], axis=1)
+            reached = running[:, -1] >= target
+            if reached.all() or k >= available:
+                break
+            k = min(available, 2 * k)
+        counts[rows] = np.where(reached, np.argmax(running >= target, axis=1) + 1, k)
+    return counts

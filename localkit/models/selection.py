@@ -15,6 +15,9 @@ The scores:
 * regression: the mean squared error ``mean_i (y_i - f_{-i}(x_i))^2``;
 * classification: the Brier score ``mean_i |onehot(y_i) - p_{-i}(x_i)|^2`` (a proper score
   that, unlike the log-loss, stays finite when a class gets probability 0);
+* with the estimator's ``sample_weight_`` ``c``: the fits weighted as the estimator's own and
+  the means ``sum_i c_i (...) / sum_i c_i`` about a grid from the weighted spread, so that
+  integer weights choose the bandwidth of the repeated rows (whose copies leave out together);
 * an estimator that defines ``_loo_loss(X, y, bandwidth)`` (the local polynomial) scores itself.
 
 The search: a log-spaced grid of ``GRID`` isotropic bandwidths from ``s / 100`` to ``10 s``
@@ -47,7 +50,8 @@ GRID = 24
 
 
 def loo_loss(estimator, X, y, bandwidth):
-    """The leave-one-out score of ``estimator``'s kernel with a fixed ``bandwidth``."""
+    """The leave-one-out score of ``estimator``'s kernel with a fixed ``bandwidth`` (weighted by
+    its ``sample_weight_``, if any)."""
     if hasattr(estimator, "_loo_loss"):
         return estimator._loo_loss(X, y, bandwidth)
     if is_classifier(estimator):
@@ -55,18 +59,24 @@ def loo_loss(estimator, X, y, bandwidth):
         values = np.eye(codes.max() + 1, dtype=X.dtype)[codes]
     else:
         values = np.asarray(y, dtype=X.dtype)
+    c = getattr(estimator, "sample_weight_", None)
     p = local_sums(None, X, values, estimator.kernel, bandwidth, None, True, metric=estimator.metric,
-                   algorithm=estimator.algorithm, n_jobs=estimator.n_jobs,
+                   algorithm=estimator.algorithm, n_jobs=estimator.n_jobs, sample_weight=c,
                    sample_scale=getattr(estimator, "sample_scale_", None)).mean
-    return float(np.mean(np.sum((p - values).reshape(len(X), -1) ** 2, axis=1)))
+    return float(np.average(np.sum((p - values).reshape(len(X), -1) ** 2, axis=1), weights=c))
 
 
-def spread(X):
-    """``sqrt(sum_k var X_k)``, computed on ``(X - mean) / m`` and scaled back by ``m``, so that it
-    neither underflows (data near 1e-301) nor overflows (near 1e299); 0 when all samples coincide."""
-    Xc = X - X.mean(axis=0)
+def spread(X, weight=None):
+    """``sqrt(sum_k var X_k)`` (variances weighted by ``weight``, ddof 0: those of the rows
+    repeated), computed on ``(X - mean) / m`` and scaled back by ``m``, so that it neither
+    underflows (data near 1e-301) nor overflows (near 1e299); 0 when all samples coincide."""
+    Xc = X - np.average(X, axis=0, weights=weight)
     m = float(np.max(np.abs(Xc)))
-    return m * float(np.sqrt(np.sum(np.var(Xc / m, axis=0)))) if m > 0 else 0.0
+    if not m > 0:
+        return 0.0
+    U = Xc / m
+    var = np.average((U - np.average(U, axis=0, weights=weight)) ** 2, axis=0, weights=weight)
+    return m * float(np.sqrt(np.sum(var)))
 
 
 def select_bandwidth(estimator, X, y, grid=GRID):
@@ -77,7 +87,7 @@ def select_bandwidth(estimator, X, y, grid=GRID):
         raise ValueError("bandwidth='cv' needs the targets y (leave-one-out error)")
     if len(X) < 3:
         raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
-    s = spread(X)
+    s = spread(X, getattr(estimator, "sample_weight_", None))
     if not s > 0:
         raise ValueError("bandwidth='cv': all samples coincide, so no bandwidth can be selected")
     tried = {}
