@@ -207,3 +207,45 @@ def test_a_compact_kernel_in_many_features_takes_the_compiled_pass_up_to_its_lim
     auto = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.4).fit(X, y).predict(X[:40])
     dense = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.4, algorithm="dense").fit(X, y).predict(X[:40])
     np.testing.assert_allclose(auto, dense, rtol=1e-12)
+
+
+STREAMED_CASES = [("gaussian", dict(bandwidth=0.1)), ("epanechnikov", dict(bandwidth=0.15)),
+                  ("uniform", dict(bandwidth=0.12)), ("uniform", dict(n_neighbors=7)), ("gaussian", dict(n_neighbors=9)),
+                  ("softmax", dict(bandwidth=0.01)), ("laplacian", dict(bandwidth=0.2, metric="manhattan")),
+                  ("cosine", dict(bandwidth=0.3, metric="cosine")), ("tricube", dict(bandwidth=np.linspace(0.1, 0.3, 10))),
+                  ("gaussian", dict(bandwidth="scott"))]
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("name, kwargs", STREAMED_CASES)
+def test_the_streamed_pass_runs_on_numpy_and_equals_the_host_paths(name, kwargs, exclude_self):
+    """The array-API pass (the one a device runs) on NumPy arrays, asked for by name: the same
+    local means and log weight sums as the planner's host paths, empty rows alike (issue 22: one
+    pass written against the array API, run by every array library)."""
+    X, y = load_diabetes(return_X_y=True)
+    w = np.random.default_rng(0).uniform(0, 2, len(X))
+    queries = None if exclude_self else X[:60] + 0.01
+    host = local_sums(queries, X, y, name, exclude_self=exclude_self, sample_weight=w, empty="nearest", **kwargs)
+    streamed = local_sums(queries, X, y, name, exclude_self=exclude_self, sample_weight=w, empty="nearest",
+                          algorithm="streamed", **kwargs)
+    np.testing.assert_array_equal(streamed.empty, host.empty)
+    np.testing.assert_allclose(streamed.mean, host.mean, rtol=0, atol=1e-13 * np.ptp(y))
+    live = ~host.empty
+    np.testing.assert_allclose(streamed.log_weight_sum[live], host.log_weight_sum[live], rtol=0, atol=1e-12)
+    assert np.all(np.isneginf(streamed.log_weight_sum[~live]))
+
+
+def test_the_streamed_pass_is_explained_and_refused_by_name():
+    X = load_diabetes().data
+    plan = BoundKernel(Kernel("gaussian", bandwidth=0.1), X).explain()
+    assert plan.path == "dense" and "when asked for" in plan.reasons["streamed"]
+    from localkit.engine import EngineOptions
+
+    asked = BoundKernel(Kernel("gaussian", bandwidth=0.1), X, options=EngineOptions(algorithm="streamed")).explain()
+    assert asked.path == "streamed" and "-> streamed" in str(asked)
+    D = np.abs(X[:, :1] - X[:, :1].T)
+    with pytest.raises(ValueError, match="algorithm='streamed' cannot compute this pass: metric='precomputed'"):
+        local_sums(None, D, X[:, 0], "gaussian", 0.1, metric="precomputed", algorithm="streamed")
+    with pytest.raises(ValueError, match="exclude_self=True .* repeat a row"):
+        local_sums(None, np.vstack([X, X[:3]]), np.arange(len(X) + 3.0), "gaussian", 0.1, exclude_self=True,
+                   algorithm="streamed")

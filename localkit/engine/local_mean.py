@@ -57,7 +57,7 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options: ``empty`` ("nearest", "nan", "raise"), ``algorithm`` ("auto", "dense",
-        "neighbors", "compiled", "binned"), ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
+        "neighbors", "compiled", "binned", "streamed"), ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
         ``query_scale`` / ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
     Returns
@@ -95,7 +95,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     empty, algorithm, block_size, memory_budget, n_jobs, grid_size
         Engine options, described once in :class:`~localkit.engine.EngineOptions`: the policy
         for an empty neighbourhood ("nearest", "nan", "raise"), the path ("auto", "dense",
-        "neighbors", "compiled", "binned"; see :mod:`localkit.engine.planner`), block sizes, the
+        "neighbors", "compiled", "binned", "streamed"; see :mod:`localkit.engine.planner`), block sizes, the
         bytes blocks may take (128 MiB), threads (``None``: one unless a joblib context says
         otherwise; ``-1``: all cores), and the binned pass's grid points per feature.
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional

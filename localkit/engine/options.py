@@ -10,9 +10,9 @@ from .._validation import check_choice
 from .blocks import resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
-ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
-#: the paths of the passes that have no binned form yet (local polynomials: binned moments are to come)
-EXACT_ALGORITHMS = ALGORITHMS[:-1]
+ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed")
+#: the host paths of the passes that have no binned or streamed form (local polynomials)
+EXACT_ALGORITHMS = ("auto", "dense", "neighbors", "compiled")
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,12 @@ class EngineOptions:
         weights zero): "nearest" gives the value of the nearest sample (the limit of growing
         the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
         warning; "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
         The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, never
-        "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`: asked for only).
+        "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`: asked
+        for only). "streamed" is the pass written against the array API, the one that runs on a
+        device, taken on NumPy arrays when asked for (the same code on every array library; on
+        the host the dense path is its faster form).
     grid_size : int or tuple of ints, optional
         Grid points per feature of the binned pass (one int, or one per feature); by default
         :data:`localkit.engine.passes.binned.GRID_SIZE` (2^16, 2^9, 2^6 for 1, 2, 3 features). Its

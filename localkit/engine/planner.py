@@ -125,13 +125,19 @@ def explain(bound, Q, q_scale, exclude_self):
         why_dense = "a compact kNN kernel takes the tree's distances (the edge of the support is exact there)"
     else:
         why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies",
-                     "binned": "algorithm='binned' asked for"}[path]
+                     "binned": "algorithm='binned' asked for", "streamed": "algorithm='streamed' asked for"}[path]
     if path == "binned":
         why_binned = "algorithm='binned'"
     else:
         why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self)) or "approximate: taken only when asked for"
+    if path == "streamed":
+        why_streamed = "algorithm='streamed'"
+    else:
+        why_streamed = ("; ".join(streamed_refusals(bound))
+                        or "the array-API pass of devices: on NumPy arrays taken only when asked for (the dense "
+                           "path is its faster form on the host)")
     return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled,
-                       "binned": why_binned, "streamed": "arrays on a device only (the dense path on the host)"})
+                       "binned": why_binned, "streamed": why_streamed})
 
 
 def _radius_ok(bound, q_scale):
@@ -143,6 +149,14 @@ def device_compiled_fits(bound, q_scale, exclude_self):
     """Whether the streamed pass can take the compiled compact pass's arithmetic (raw coordinates,
     ``|q - x|^2 <= h^2``) on a device: the compiled pass's conditions, a scalar bandwidth."""
     return np.ndim(bound.h) == 0 and compiled_applies(bound, q_scale, exclude_self)
+
+
+def streamed_refusals(bound):
+    """Why the streamed pass (the array-API pass) cannot compute a pass over these samples."""
+    kern = bound.kernel
+    checks = [(not callable(kern.metric), "metric: a callable needs the host's paths"),
+              (kern.metric != "precomputed", "metric='precomputed' needs the host's paths")]
+    return [reason for ok, reason in checks if not ok]
 
 
 def _device_plan(bound, q_scale, exclude_self):
@@ -163,6 +177,10 @@ def plan(bound, Q, q_scale, exclude_self):
     if not bound.on_host:
         return _device_plan(bound, q_scale, exclude_self)
     kern, algorithm = bound.kernel, bound.options.algorithm
+    if algorithm == "streamed":
+        if streamed_refusals(bound):
+            raise ValueError("algorithm='streamed' cannot compute this pass: " + "; ".join(streamed_refusals(bound)))
+        return "streamed"
     if algorithm == "binned":
         refused = binned_refusals(bound, q_scale, exclude_self)
         if refused:

@@ -167,7 +167,7 @@ class KernelDensity(BaseEstimator):
         while ``gaussian_kde`` itself scales by the full covariance (they differ on correlated
         features; see :func:`kernel_density`). "isj": KDEpy's ``bw="ISJ"`` (weighted as KDEpy);
         "sj": R's ``bw.SJ`` (equal weights only); both 1-D selectors, applied per feature.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
         The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
         binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
     n_jobs : int or None, default=None

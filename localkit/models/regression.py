@@ -57,7 +57,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     empty : {"nearest", "nan", "raise"}, default="nearest"
         What to predict where no training sample lies in the support of a compact kernel
         ("nearest": the target of the nearest training sample).
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
         The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
         binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
     n_jobs : int or None, default=None

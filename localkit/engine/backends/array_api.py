@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from ..blocks import block_sizes
+from ..checks import as_points
 from ..passes.dense import LOG_WEIGHT_TOL
 from ..planner import COMPILED_BANDWIDTHS
 from ..stream import OnlineLogSumExp, times_power_of_two
@@ -103,8 +104,13 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     """
     from ..planner import device_compiled_fits
 
-    xp, kernel, options = bound.xp, bound.kernel, bound.options
+    # NumPy arrays (algorithm="streamed") through the array API's NumPy namespace: the same code
+    xp, kernel, options = array_namespace(bound), bound.kernel, bound.options
     X, h, s_scale, weight = bound.samples, bound.h, bound.sample_scale, bound.weight
+    if bound.on_host and queries is not None:  # the pass lays out its own coordinates from the raw points
+        Q = as_points(np, queries, "queries", n_features=bound.n_features, dtype=bound.dtype)
+    elif bound.on_host:
+        Q = X
     if exclude_self and bound.twins is not None:
         refuse_twins(bound.host(X), "the array-API path")
     k = kernel.n_neighbors
@@ -146,6 +152,15 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                               lambda: flex_sums(Qs, Xs, V_aug[:, :-1], weight, kernel, exclude_self))
     return fused if fused is not None else _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
                                                    log_weight=bound.log_weight)
+
+
+def array_namespace(bound):
+    """The namespace the streamed pass computes in: the samples' (NumPy's through array-api-compat)."""
+    if bound.on_host:
+        from sklearn.externals.array_api_compat import numpy as compat_numpy
+
+        return compat_numpy
+    return bound.xp
 
 
 def device_nearest(bound, queries, rows=None, self_rows=None):
