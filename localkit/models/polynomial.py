@@ -13,11 +13,8 @@ from sklearn.utils.validation import validate_data
 from .._params import (EXACT_ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, non_negative)
 from .._validation import check_n_neighbors, check_regression_target
-from ..engine import KDSurface
-from ..engine import check_design_fits, local_polynomial
-from ..engine import neighbors as nb
-from ..engine.polynomial import LocalPolynomialFit
-from ..engine.twins import largest_group, twin_groups
+from ..engine import (KDSurface, LocalPolynomialFit, check_design_fits, largest_group, local_polynomial, neighbors as nb,
+                      twin_groups)
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ..engine import map_queries
