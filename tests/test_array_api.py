@@ -471,3 +471,33 @@ def test_weights_flushed_below_the_float_range_on_tensors(dispatch, dtype, tol, 
     got = local_sums(torch.tensor(X[::4], dtype=dtype), torch.tensor(X, dtype=dtype), torch.tensor(v, dtype=dtype),
                      name, 0.05, block_size=64)  # block_size: the streamed path, not a fused one
     np.testing.assert_allclose(got.mean.numpy(), ref, rtol=0, atol=tol)
+
+
+def test_estimators_on_tensors_bind_once_pickle_and_explain(dispatch, diabetes, monkeypatch):
+    """Issue 22: tensors get the one bound kernel too: ``fit`` binds once (a prediction pays only
+    for its queries), the fitted estimator pickles and predicts the same after, and the plan names
+    the pass that runs on the device and why the host paths are not taken."""
+    import pickle
+
+    from localkit.engine import BoundKernel, bound as bound_module
+
+    X, y = diabetes
+    Xt, yt = torch.tensor(X), torch.tensor(y)
+    reg = LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.1).fit(Xt, yt)
+    built = []
+    original = BoundKernel.__init__
+    monkeypatch.setattr(bound_module.BoundKernel, "__init__",
+                        lambda self, *a, **k: built.append(1) or original(self, *a, **k))
+    first = reg.predict(Xt[:50])
+    second = reg.predict(Xt[50:100])
+    assert built == [] and isinstance(first, torch.Tensor)
+    np.testing.assert_allclose(torch.cat([first, second]).numpy(),
+                               LocalMeanRegressor(kernel="epanechnikov", bandwidth=0.1).fit(X, y).predict(X[:100]),
+                               rtol=0, atol=1e-9)
+    again = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_array_equal(again.predict(Xt[:50]).numpy(), first.numpy())
+    plan = BoundKernel(reg.kernel_, Xt).explain(Xt[:5])
+    assert plan.path == "streamed" and "torch" in plan.reasons["streamed"]
+    assert all("NumPy arrays only" in plan.reasons[p] for p in ("dense", "neighbors", "compiled", "binned"))
+    with pytest.raises(ValueError, match="log_weights forms .* needs NumPy samples"):
+        BoundKernel(reg.kernel_, Xt).log_weights(Xt[:5])
