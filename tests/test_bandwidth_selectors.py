@@ -198,8 +198,8 @@ def test_sj_takes_equal_weights_and_refuses_unequal_ones(data):
 # -- input checks ------------------------------------------------------------------------------
 @pytest.mark.parametrize("rule", ["isj", "sj"])
 @pytest.mark.parametrize("x,match", [
-    (np.empty((0, 1)), "needs at least 2 samples, got 0"),
-    (np.ones((1, 1)), "needs at least 2 samples, got 1"),
+    (np.empty((0, 1)), "needs at least 2 samples, got n_samples=0"),
+    (np.ones((1, 1)), "needs at least 2 samples, got n_samples=1"),
     (np.ones((10, 1)), r"feature\(s\) \[0\] have zero spread"),
     (np.column_stack([np.arange(10.0), np.ones(10)]), r"feature\(s\) \[1\] have zero spread"),
     (np.array([[1.0], [np.nan], [3.0]]), "needs finite samples"),
