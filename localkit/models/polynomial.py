@@ -17,7 +17,7 @@ from ..engine import KDSurface
 from ..engine import check_design_fits, local_polynomial
 from ..engine import neighbors as nb
 from ..engine import LocalPolynomialFit
-from ..engine.twins import largest_group, twin_groups
+from ..engine import twin_groups
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ..engine import map_queries
@@ -418,7 +418,7 @@ def weighted_span_counts(samples, queries, weight, span, metric="euclidean", *, 
     c = np.asarray(weight, dtype=np.float64)
     n = len(c)
     groups = twin_groups(samples) if exclude_self else None
-    available = n - (largest_group(groups) if exclude_self else 0)
+    available = n - (nb.largest_group(groups) if exclude_self else 0)
     index = nb.make_index(samples, metric, exact=True)
     target = span * (1 - 1e-12)  # a running sum of float weights reaching the span up to round-off
     guess = min(available, max(1, int(np.ceil(2.0 * span * n / max(c.sum(), np.finfo(float).tiny)))))
