@@ -23,7 +23,7 @@ from ._validation import Number, non_negative, positive  # noqa: F401 (the piece
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
 from .engine.options import EXACT_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
-from .kernels.kernel import NORM_METRICS
+from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
 from .kernels.profiles import ALIASES
 
 
@@ -44,6 +44,11 @@ N_JOBS_CONSTRAINT = [Number(Integral, None, -1, closed="right"), Number(Integral
 METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
 #: any distance the engine takes (local means): also cosine, precomputed and callables
 ANY_METRIC_CONSTRAINT = [StrOptions(set(METRICS)), callable]
+#: the local means' metrics: also those reduced to the euclidean on mapped coordinates at fit
+#: ("seuclidean", "mahalanobis", with their matrices in ``metric_params``)
+LOCAL_MEAN_METRIC_CONSTRAINT = [StrOptions(set(METRICS) | set(LINEAR_METRICS)), callable]
+#: scikit-learn's neighbour weights: "uniform" (the kernel alone), "distance" (times 1 / d), a callable
+WEIGHTS_CONSTRAINT = [StrOptions({"uniform", "distance"}), callable]
 #: what sample weights mean: counts of repeated samples (scikit-learn's) or prior weights (R's)
 SAMPLE_WEIGHT_TYPE_CONSTRAINT = [StrOptions({"frequency", "prior"})]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]

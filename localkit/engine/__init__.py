@@ -35,7 +35,7 @@ from .prototypes import prototype_weights
 from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
                              reconstruction_gradient)
 from .stream import OnlineLogSumExp, augment
-from .twins import largest_group, twin_groups
+from .twins import twin_groups
 
 __all__ = [
     "augment",
@@ -55,7 +55,6 @@ __all__ = [
     "gaussian_patch_weights",
     "iterate",
     "KDSurface",
-    "largest_group",
     "local_covariance",
     "local_mean",
     "local_polynomial",

@@ -26,6 +26,10 @@ NORM_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski")
 #: Also accepted (besides a callable ``metric(a, b) -> float``): distances the engine takes as
 #: they are, ``u = d(x*, x) / h`` with a scalar ``h`` ("precomputed": the inputs are distances)
 METRICS = NORM_METRICS + ("cosine", "precomputed")
+#: Metrics that are the euclidean norm of a linear map of ``x* - x`` (scikit-learn's names, their
+#: matrices in ``metric_params``): the estimators map the coordinates once, at fit, and measure
+#: euclidean distances there (:func:`metric_map`), so that every path of the engine takes them
+LINEAR_METRICS = ("seuclidean", "mahalanobis")
 
 
 class Kernel:
@@ -53,7 +57,8 @@ class Kernel:
         "precomputed" (queries and samples given as distances to the samples, as in
         scikit-learn) take a scalar bandwidth, or ``n_neighbors``.
     p : float, default=2
-        The power of the "minkowski" metric, ``d = (sum_k |dx_k|^p)^(1/p)``, ``p >= 1``.
+        The power of the "minkowski" metric, ``d = (sum_k |dx_k|^p)^(1/p)``, ``p >= 1``;
+        ``p=inf`` is its limit ``max_k |dx_k|``, the "chebyshev" metric (``metric`` becomes that).
 
     Examples
     --------
@@ -79,8 +84,11 @@ class Kernel:
         self.profile = None if self.is_softmax else get_profile(self.name)
         if not callable(self.metric) and self.metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {self.metric!r}")
-        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not (1 <= self.p < np.inf):
-            raise ValueError(f"p (the power of the minkowski metric) must be a finite number >= 1, got {self.p!r}")
+        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not (1 <= self.p <= np.inf):
+            raise ValueError(f"p (the power of the minkowski metric) must be a number >= 1 (inf: chebyshev), "
+                             f"got {self.p!r}")
+        if self.metric == "minkowski" and self.p == np.inf:  # the limit p -> inf, by its own name (one path)
+            self.metric = "chebyshev"
         if not self.norm_metric and not isinstance(self.bandwidth, numbers.Real) and self.n_neighbors is None:
             raise ValueError(f"metric={self.metric!r} takes a scalar bandwidth (distances are not scaled per "
                              f"feature, and rules need coordinates), got bandwidth={self.bandwidth!r}")
@@ -261,3 +269,125 @@ def exact_sq_distances(Q, X, kernel):
         u2 = D * D
     with np.errstate(over="ignore"):  # a float32 distance^2 beyond 3.4e38 is inf: a zero weight, as it should
         return u2.astype(Q.dtype, copy=False)
+
+
+# -- metrics that are norms of a linear map: reduced to a norm on mapped coordinates, once -----------
+#: the parameters each metric takes in ``metric_params`` (scikit-learn's names)
+METRIC_PARAMS = {"seuclidean": ("V",), "mahalanobis": ("VI",), "minkowski": ("w",)}
+
+
+def effective_metric(metric, p=2, metric_params=None):
+    """``(metric, p)`` of the :class:`Kernel` that measures ``metric`` on the coordinates that
+    :func:`metric_map` gives: "seuclidean" and "mahalanobis" are the euclidean norm of a linear
+    map of ``x* - x``, weighted "minkowski" is the plain one of a diagonal map, and "minkowski"
+    with ``p=inf`` is "chebyshev"; a callable gets ``metric_params`` as keyword arguments, as
+    scikit-learn passes them."""
+    params = dict(metric_params or {})
+    if callable(metric):
+        if params:
+            import functools
+
+            return functools.partial(metric, **params), p
+        return metric, p
+    allowed = METRIC_PARAMS.get(metric, ())
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"metric_params for metric={metric!r} takes "
+                         f"{'the keys ' + str(list(allowed)) if allowed else 'no parameters'}, got {unknown}")
+    if metric in LINEAR_METRICS:
+        return "euclidean", 2
+    if metric == "minkowski" and p == np.inf:
+        if "w" in params:
+            raise ValueError("metric_params={'w': ...} weighs a minkowski metric of finite p; with p=inf give "
+                             "the weights as a scaling of the features")
+        return "chebyshev", 2
+    return metric, p
+
+
+class MetricMap:
+    """The linear map ``x -> x A`` under which a metric is a plain norm: ``A`` diagonal
+    (``scale``, one factor per feature) or a full matrix.
+
+    * "seuclidean" (``V``: the variances): ``d^2 = sum_k (a_k - b_k)^2 / V_k``, so ``A = diag(V^-1/2)``;
+    * "mahalanobis" (``VI``: the inverse covariance): ``d^2 = (a - b)^T VI (a - b) = |A^T (a - b)|^2``
+      with ``VI = A A^T``, ``A = Q diag(lam)^(1/2)`` from its eigendecomposition (positive
+      semi-definite ``VI``, such as the pseudo-inverse of a singular covariance, too: the
+      directions of ``lam = 0`` are dropped, so ``A`` may have fewer columns than features);
+    * weighted "minkowski" (``w``): ``d^p = sum_k w_k |a_k - b_k|^p``, so ``A = diag(w^(1/p))``.
+    """
+
+    def __init__(self, scale=None, matrix=None):
+        self.scale, self.matrix = scale, matrix
+
+    def transform(self, X):
+        """``X A`` in ``X``'s dtype."""
+        Y = X * self.scale if self.matrix is None else X @ self.matrix
+        return np.asarray(Y, dtype=X.dtype)
+
+
+def _param_array(params, key, shape, metric):
+    a = np.asarray(params[key], dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"metric_params[{key!r}] for metric={metric!r} must have shape {shape}, got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"metric_params[{key!r}] for metric={metric!r} must be finite")
+    return a
+
+
+def _frequency_covariance(X, sample_weight):
+    """The samples' covariance with ``sample_weight`` read as counts of repeated rows,
+    ``sum_i c_i (x_i - m)(x_i - m)^T / (sum c - 1)`` (``np.cov`` with ddof=1 without weights)."""
+    c = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    total = c.sum()
+    Xc = X - (c @ X) / total
+    return (Xc * c[:, None]).T @ Xc / (total - 1.0), total
+
+
+def metric_map(metric, p, metric_params, samples, sample_weight=None):
+    """The :class:`MetricMap` under which ``metric`` (with ``metric_params``) is the norm of
+    :func:`effective_metric`, or None where no map is needed.
+
+    Without ``V`` (``VI``) the samples' variances, ddof=1 (the pseudo-inverse of their covariance)
+    are taken, with ``sample_weight`` as counts of repeated rows, fixed at fit, so that the
+    metric does not depend on the queries (scikit-learn's brute-force search pools the queries
+    with the samples; give ``V`` or ``VI`` to match it)."""
+    params = dict(metric_params or {})
+    if callable(metric) or metric not in METRIC_PARAMS:
+        return None
+    if metric == "minkowski" and "w" not in params:
+        return None
+    X = np.asarray(samples, dtype=np.float64)
+    d = X.shape[1]
+    cov = None
+    if metric in LINEAR_METRICS and not params:
+        cov, total = _frequency_covariance(X, sample_weight)
+        if not total > 1:
+            raise ValueError(f"metric={metric!r} without metric_params takes the samples' (co)variances, which need "
+                             f"more than one sample (a total sample_weight > 1), got n_samples={X.shape[0]}")
+    if metric == "seuclidean":
+        V = _param_array(params, "V", (d,), metric) if "V" in params else np.diag(cov).copy()
+        if not np.all(V > 0):
+            raise ValueError(f"metric='seuclidean' divides by the variances V, which must all be > 0 "
+                             f"(metric_params['V'], or the samples' own when not given), got {V}")
+        return MetricMap(scale=1.0 / np.sqrt(V))
+    if metric == "mahalanobis":
+        # VI = Q diag(lam) Q^T = A A^T with A = Q diag(sqrt(lam)): d^2 = |A^T dx|^2, any VI >= 0
+        # (the default, the pseudo-inverse of a singular covariance, is positive semi-definite)
+        VI = (_param_array(params, "VI", (d, d), metric) if "VI" in params
+              else np.linalg.pinv(cov, hermitian=True))
+        scale = np.max(np.abs(VI), initial=0.0)
+        if not np.allclose(VI, VI.T, rtol=1e-10, atol=1e-12 * scale):
+            raise ValueError("metric_params['VI'] for metric='mahalanobis' must be symmetric")
+        lam, Q = np.linalg.eigh(0.5 * (VI + VI.T))
+        if np.any(lam < -1e-10 * scale):
+            raise ValueError("metric_params['VI'] for metric='mahalanobis' must be positive semi-definite (the "
+                             f"inverse of a covariance matrix); its smallest eigenvalue is {lam.min():.3g}")
+        # directions VI ignores (lam = 0: the null space of a singular covariance) carry no
+        # distance: dropped, so that no mapped feature is constant (a rule's bandwidth would be 0)
+        keep = lam > 1e-12 * max(float(lam.max(initial=0.0)), np.finfo(np.float64).tiny)
+        keep[np.argmax(lam)] = True
+        return MetricMap(matrix=Q[:, keep] * np.sqrt(lam[keep]))
+    w = _param_array(params, "w", (d,), metric)
+    if not np.all(w >= 0):
+        raise ValueError(f"metric_params['w'] for metric='minkowski' must be >= 0, got {w}")
+    return MetricMap(scale=w ** (1.0 / p))

@@ -2,20 +2,23 @@
 options (empty-neighbourhood policy, algorithm, threads)."""
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils._array_api import get_namespace
 from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted
 
 import warnings
 
-from .._params import ANY_METRIC_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT
+from .._params import (KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
+                       SAMPLE_WEIGHT_TYPE_CONSTRAINT, WEIGHTS_CONSTRAINT)
 from .._validation import check_n_neighbors
 from ..engine import BoundValues, EngineOptions, backend_of, bind
+from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
-from ..kernels.kernel import NORM_METRICS
+from ..kernels.kernel import NORM_METRICS, effective_metric, metric_map
 
 FLOATS = [np.float64, np.float32]
 
@@ -117,10 +120,35 @@ class LocalKernelMixin:
         check_n_neighbors(self.n_neighbors, X.shape[0], kernel=self.kernel)  # types: _parameter_constraints
         if self.metric == "precomputed":
             check_precomputed(X)
+        metric, p = self._kernel_metric()
         self.bandwidth_ = self._choose_bandwidth(X, y, sample_weight)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
-                              metric=self.metric, p=getattr(self, "p", 2))
+                              metric=metric, p=p)
         return self.kernel_
+
+    def _kernel_metric(self):
+        """``(metric, p)`` of ``kernel_``: the estimator's metric, or the norm it reduces to on the
+        coordinates that :meth:`_fit_metric` maps (:func:`~localkit.kernels.kernel.effective_metric`)."""
+        return effective_metric(self.metric, getattr(self, "p", 2), getattr(self, "metric_params", None))
+
+    def _fit_metric(self, X):
+        """``X`` in the coordinates where the metric is a plain norm, and the map kept for the
+        queries (``_metric_map``; None for the metrics the engine measures as they are).
+
+        "seuclidean", "mahalanobis" and weighted "minkowski" are norms of a linear map of
+        ``x* - x`` (:class:`~localkit.kernels.kernel.MetricMap`): mapping the samples once here,
+        and each query on its way in, lets every path of the engine (dense, tree, compiled,
+        device) measure them as the euclidean or minkowski norm it already has, instead of a
+        new distance in each path."""
+        self._kernel_metric()  # metric_params checked against the metric
+        self._metric_map = metric_map(self.metric, getattr(self, "p", 2), getattr(self, "metric_params", None), X,
+                                      getattr(self, "sample_weight_", None))
+        if self._metric_map is None:
+            return X
+        if not isinstance(X, np.ndarray):
+            raise ValueError(f"metric={self.metric!r} with these metric_params maps the coordinates at fit and "
+                             "needs NumPy arrays")
+        return self._metric_map.transform(X)
 
     def _choose_bandwidth(self, X, y, sample_weight=None):
         """The bandwidth for ``kernel_``: a number, a per-feature array, a rule resolved on X, or
@@ -137,13 +165,14 @@ class LocalKernelMixin:
         rule = isinstance(self.bandwidth, str) and self.bandwidth in RULES
         if rule and getattr(self, "n_neighbors", None) is not None:
             return 1.0  # the span is the k-th neighbour's distance: the rule would go unused
-        if rule and not (isinstance(self.metric, str) and self.metric in NORM_METRICS):
+        metric = self._kernel_metric()[0]
+        if rule and not (isinstance(metric, str) and metric in NORM_METRICS):
             raise ValueError(f"bandwidth={self.bandwidth!r} is a per-feature rule and needs coordinates; with "
                              f"metric={self.metric!r} give a scalar bandwidth or n_neighbors")
         h = backend.bandwidth(Kernel(self.kernel, bandwidth=self.bandwidth), X, sample_weight)
         if rule and sample_weight is not None and getattr(self, "sample_weight_type", "prior") == "frequency":
             return frequency_rule(h, backend, X.shape[1], sample_weight, self.bandwidth)
-        if (not rule and isinstance(X, np.ndarray) and X.shape[0] > 1 and self.metric in NORM_METRICS
+        if (not rule and isinstance(X, np.ndarray) and X.shape[0] > 1 and metric in NORM_METRICS
                 and getattr(self, "sample_scale_", None) is None):  # sample_neighbors: h multiplies h_i
             warn_far_bandwidth(h, X, sample_weight)
         return h
@@ -185,8 +214,22 @@ class LocalKernelMixin:
     def _local_sums(self, X, *, exclude_self=False, queries_are_samples=False):
         """One engine pass at the queries ``X`` over the training samples (weighted by
         ``sample_weight_``, which multiplies the kernel) and their values, bound in ``fit``."""
-        bound = self._bound.using(self._engine_options())
-        return bound.sums(None if queries_are_samples else X, self._bound_values, exclude_self=exclude_self)
+        binding = self._bound.using(self._engine_options())
+        queries = None if queries_are_samples else X
+        weights = getattr(self, "weights", "uniform")
+        if isinstance(weights, str) and weights == "uniform":
+            return binding.sums(queries, self._bound_values, exclude_self=exclude_self)
+        # the kernel times a factor of the distance (scikit-learn's weights): the engine's neighbourhoods
+        return nb.caller_weighted_sums(self._host_bound(f"weights={weights!r}", binding), queries,
+                                       self._bound_values, weights, exclude_self=exclude_self)
+
+    def _host_bound(self, what, binding=None):
+        """The :class:`~localkit.engine.BoundKernel` of samples in host memory, for the neighbour
+        searches that scikit-learn's neighbours offer (``ValueError`` on dask or device arrays)."""
+        bound = (self._bound if binding is None else binding).bound
+        if bound is None or not bound.on_host:
+            raise ValueError(f"{what} searches neighbours on the host: fit on NumPy arrays")
+        return bound
 
     # a pickle holds the values once (the fitted array they came from); the layout is rebuilt
     def __getstate__(self):
@@ -204,19 +247,24 @@ class LocalKernelMixin:
         X = backend_of(X).check_queries(self, X)
         if getattr(self, "metric", None) == "precomputed":
             check_precomputed(X, fit=False)
+        if getattr(self, "_metric_map", None) is not None:  # the coordinates of the fit (_fit_metric)
+            X = self._metric_map.transform(X)
         return X
 
 
 class LocalMeanParams(LocalKernelMixin):
-    """The parameters of the local-mean estimators (regression and classification alike)."""
+    """The parameters of the local-mean estimators (regression and classification alike), and
+    scikit-learn's neighbour queries on them (:meth:`kneighbors`, :meth:`radius_neighbors`)."""
 
     _parameter_constraints: dict = {**KERNEL_PARAMS, "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
-                                    "metric": ANY_METRIC_CONSTRAINT, "p": [Interval(Real, 1, None, closed="left")],
-                                    "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT}
+                                    "metric": LOCAL_MEAN_METRIC_CONSTRAINT,
+                                    "p": [Interval(Real, 1, None, closed="both")],  # inf: chebyshev
+                                    "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,
+                                    "weights": WEIGHTS_CONSTRAINT, "metric_params": [dict, None]}
 
     def __init__(self, kernel="gaussian", bandwidth="scott", n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None,
-                 sample_weight_type="frequency"):
+                 sample_weight_type="frequency", weights="uniform", metric_params=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
@@ -227,3 +275,97 @@ class LocalMeanParams(LocalKernelMixin):
         self.algorithm = algorithm
         self.n_jobs = n_jobs
         self.sample_weight_type = sample_weight_type
+        self.weights = weights
+        self.metric_params = metric_params
+
+    def _check_weights(self):
+        """What ``weights`` other than "uniform" needs, checked at fit: a distance kernel, samples
+        in host memory, and no leave-one-out bandwidth search (which scores the kernel alone)."""
+        if isinstance(self.weights, str) and self.weights == "uniform":
+            return
+        if self.kernel == "softmax":
+            raise ValueError(f"weights={self.weights!r} multiplies a distance kernel; kernel='softmax' has none")
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            raise ValueError(f"bandwidth='cv' scores the kernel alone; it cannot be combined with "
+                             f"weights={self.weights!r} (give a bandwidth, a rule or n_neighbors)")
+        self._host_bound(f"weights={self.weights!r}")
+
+    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+        """The ``n_neighbors`` nearest training samples of each query, as scikit-learn's
+        ``KNeighborsMixin.kneighbors``.
+
+        Parameters
+        ----------
+        X : array of shape (n_queries, n_features), or None
+            The queries (distances to the training samples with ``metric="precomputed"``). None:
+            the training samples, each without itself (where more samples than ``n_neighbors``
+            share its point, the first neighbour is dropped instead, as scikit-learn does).
+        n_neighbors : int or None
+            How many; None takes the estimator's ``n_neighbors`` (which must then be set).
+        return_distance : bool, default=True
+
+        Returns
+        -------
+        neigh_dist : ndarray of shape (n_queries, n_neighbors)
+            Distances ``d(x*, x_i)`` in the estimator's metric, nearest first (with a per-feature
+            ``bandwidth_`` array, measured on the features divided by it).
+        neigh_ind : ndarray of shape (n_queries, n_neighbors)
+            Indices into the training samples.
+        """
+        check_is_fitted(self)
+        k = self.n_neighbors if n_neighbors is None else n_neighbors
+        if k is None:
+            raise ValueError("n_neighbors must be given: this estimator has a fixed bandwidth (n_neighbors=None)")
+        if isinstance(k, bool) or not isinstance(k, Integral):
+            raise TypeError(f"n_neighbors must be an integer, got {k!r}")
+        if k < 1:
+            raise ValueError(f"n_neighbors must be >= 1, got {k}")
+        bound = self._host_bound("kneighbors")
+        queries = None if X is None else self._validate_queries(X)
+        n_fit = bound.n_samples
+        limit = n_fit - 1 if X is None else n_fit
+        if k > limit:
+            raise ValueError(f"Expected n_neighbors <= n_samples_fit{' - 1 with X=None' if X is None else ''}, but "
+                             f"n_neighbors = {k}, n_samples_fit = {n_fit}")
+        dist, idx = nb.sample_kneighbors(bound, queries, k, exclude_self=X is None)
+        return (dist, idx) if return_distance else idx
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """The training samples within ``radius`` of each query (``d <= radius``), as
+        scikit-learn's ``RadiusNeighborsMixin.radius_neighbors``.
+
+        Parameters
+        ----------
+        X : array of shape (n_queries, n_features), or None
+            The queries; None: the training samples, each without itself.
+        radius : float or None
+            ``>= 0``; None takes the estimator's scalar ``bandwidth_`` (the support of a compact
+            kernel, the radius of ``kernel="uniform"``).
+        return_distance : bool, default=True
+        sort_results : bool, default=False
+            Nearest first within each query (needs ``return_distance=True``).
+
+        Returns
+        -------
+        neigh_dist : ndarray of shape (n_queries,) of arrays
+            The distances (as in :meth:`kneighbors`).
+        neigh_ind : ndarray of shape (n_queries,) of arrays
+            Their indices into the training samples.
+        """
+        check_is_fitted(self)
+        if radius is None:
+            if self.n_neighbors is not None or np.ndim(self.bandwidth_) != 0:
+                raise ValueError("radius must be given: this estimator has no scalar radius "
+                                 f"(n_neighbors={self.n_neighbors}, bandwidth_ of shape {np.shape(self.bandwidth_)})")
+            radius = float(self.bandwidth_)
+        if isinstance(radius, bool) or not isinstance(radius, Real):
+            raise TypeError(f"radius must be a number, got {radius!r}")
+        if not (np.isfinite(radius) and radius >= 0):
+            raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
+        if sort_results and not return_distance:
+            raise ValueError("return_distance must be True if sort_results is True")
+        bound = self._host_bound("radius_neighbors")
+        queries = None if X is None else self._validate_queries(X)
+        dist, idx = nb.sample_radius_neighbors(bound, queries, float(radius), exclude_self=X is None,
+                                               sort_results=sort_results)
+        return (dist, idx) if return_distance else idx

@@ -7,6 +7,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
 
+from .._params import ANY_METRIC_CONSTRAINT
 from ._base import FLOATS, LocalMeanParams
 
 VALUES = ("inputs", "targets")
@@ -86,8 +87,11 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
         self.values = values
         self.leave_one_out = leave_one_out
 
+    # its own parameters only: no p, sample_weight_type, weights or metric_params, and the metrics
+    # the engine measures as they are (no coordinates mapped at fit)
     _parameter_constraints: dict = {**{k: v for k, v in LocalMeanParams._parameter_constraints.items()
-                                       if k not in ("p", "sample_weight_type")}, "values": [StrOptions(set(VALUES))],
+                                       if k not in ("p", "sample_weight_type", "weights", "metric_params")},
+                                    "metric": ANY_METRIC_CONSTRAINT, "values": [StrOptions(set(VALUES))],
                                     "leave_one_out": ["boolean"]}
 
     @_fit_context(prefer_skip_nested_validation=True)

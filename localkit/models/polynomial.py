@@ -13,11 +13,10 @@ from sklearn.utils.validation import validate_data
 from .._params import (EXACT_ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, non_negative)
 from .._validation import check_n_neighbors, check_regression_target
-from ..engine import (KDSurface, LocalPolynomialFit, check_design_fits, largest_group, local_polynomial, neighbors as nb,
+from ..engine import (KDSurface, LocalPolynomialFit, check_design_fits, local_polynomial, map_queries, neighbors as nb,
                       twin_groups)
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
-from ..engine import map_queries
 
 #: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
 INTERPOLATE_MAX_FEATURES = 4
@@ -415,7 +414,7 @@ def weighted_span_counts(samples, queries, weight, span, metric="euclidean", *, 
     c = np.asarray(weight, dtype=np.float64)
     n = len(c)
     groups = twin_groups(samples) if exclude_self else None
-    available = n - (largest_group(groups) if exclude_self else 0)
+    available = n - (nb.largest_group(groups) if exclude_self else 0)
     index = nb.make_index(samples, metric, exact=True)
     target = span * (1 - 1e-12)  # a running sum of float weights reaching the span up to round-off
     guess = min(available, max(1, int(np.ceil(2.0 * span * n / max(c.sum(), np.finfo(float).tiny)))))

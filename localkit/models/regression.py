@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils.validation import check_is_fitted
 
 from ._base import LocalMeanParams
 
@@ -18,8 +19,11 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
 
     With ``kernel="uniform", n_neighbors=k`` this is k-nearest-neighbour regression
     (scikit-learn's ``KNeighborsRegressor(k)``, except that where several samples tie at the k-th
-    distance each keeps a valid set of k, not necessarily the same); with a Gaussian kernel it
-    is statsmodels' ``KernelReg(reg_type="lc")``.
+    distance each keeps a valid set of k, not necessarily the same); with ``kernel="uniform"``
+    and a number ``bandwidth=r`` it is ``RadiusNeighborsRegressor(r)``; with a Gaussian kernel it
+    is statsmodels' ``KernelReg(reg_type="lc")``. ``weights`` multiplies the kernel by a factor
+    of the distance, as scikit-learn's ``weights`` do, and :meth:`kneighbors` and
+    :meth:`radius_neighbors` answer as scikit-learn's neighbours do.
 
     Parameters
     ----------
@@ -33,7 +37,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         (``sigma_k`` the feature's standard deviation, ddof=1; scipy's
         ``gaussian_kde(bw_method="scott")``), so the fit does not depend on the features' units
         (diabetes: 5-fold R^2 0.397 scaled or raw; ``bandwidth=1.0``, the default in
-        0.1.0, gave -0.02 and -0.23). Rules need coordinates: with ``metric`` "cosine", a callable
+        0.1.0, gave -0.02 and -0.23). Rules, like the kernel, see the coordinates mapped by
+        ``metric_params`` ("seuclidean", "mahalanobis", weighted "minkowski"). Rules need coordinates: with ``metric`` "cosine", a callable
         or "precomputed", give a number or ``n_neighbors``. "cv": exact leave-one-out selection
         of an isotropic ``h`` (:mod:`localkit.models.selection`). A number more than 3 times the
         data's spread (the root mean square distance of the samples to their mean) gives about
@@ -45,15 +50,19 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         Sample-point adaptive bandwidth: sample ``i`` gets ``h * h_i``, ``h_i`` the distance of
         ``x_i`` to its k-th nearest other sample, so ``K_i(x*) = k(|x* - x_i| / (h h_i))``
         (``bandwidth="cv"`` then selects ``h`` with the ``h_i`` fixed).
-    metric : {"euclidean", "manhattan", "chebyshev", "minkowski", "cosine", "precomputed"} or callable, \
-            default="euclidean"
-        The distance (see :class:`localkit.Kernel`). "cosine", callables and "precomputed"
+    metric : {"euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis", "cosine", \
+            "precomputed"} or callable, default="euclidean"
+        The distance (see :class:`localkit.Kernel`). "seuclidean" (``d^2 = sum_k dx_k^2 / V_k``)
+        and "mahalanobis" (``d^2 = dx^T VI dx``) are the euclidean norm of a linear map of
+        ``dx = x* - x``; they are measured as that, on coordinates mapped once at fit
+        (``metric_params``). "cosine", callables and "precomputed"
         (``X`` holds distances to the training samples, as in scikit-learn) take a scalar
         bandwidth or ``n_neighbors``. Precomputed distances are checked as scikit-learn checks
         them: ``fit`` takes the square (n_samples, n_samples) matrix, and every distance given to
         ``fit`` or ``predict`` must be ``>= 0`` (``ValueError`` otherwise).
     p : float, default=2
-        The power of the "minkowski" metric.
+        The power of the "minkowski" metric, ``d = (sum_k w_k |dx_k|^p)^(1/p)`` (``w_k = 1``
+        unless ``metric_params={"w": w}``); ``p=inf`` is ``max_k |dx_k|``, "chebyshev".
     empty : {"nearest", "nan", "raise"}, default="nearest"
         What to predict where no training sample lies in the support of a compact kernel
         ("nearest": the target of the nearest training sample).
@@ -70,6 +79,31 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         must sum to more than 1. "prior" (scipy's ``gaussian_kde(weights=c)``): Kish's effective
         size ``n = (sum c)^2 / sum c^2`` and ``sigma_k^2 = sum_i c_i (x_ik - m_k)^2 /
         (sum c - sum c^2 / sum c)``, unchanged when every weight is scaled.
+    weights : {"uniform", "distance"} or callable, default="uniform"
+        A factor ``g_i`` of the distance that multiplies the kernel, as scikit-learn's neighbour
+        estimators' ``weights``: ``w_i(x*) = c_i K(x*, x_i) g_i / sum_j c_j K(x*, x_j) g_j``.
+        "uniform": ``g = 1`` (the kernel alone). "distance": ``g_i = 1 / d(x*, x_i)``; where
+        the query's neighbourhood holds samples at distance 0, those alone count, each with its
+        kernel weight ``c_i K(0)`` (scikit-learn's rule: the limit of ``1 / d``). With the
+        uniform kernel this is ``KNeighborsRegressor(weights="distance")`` (``n_neighbors``) or
+        ``RadiusNeighborsRegressor(weights="distance")`` (a number ``bandwidth``); with another
+        profile ``K_i / d_i`` multiplies the profile by the inverse distance (a kNN Epanechnikov
+        kernel then weighs ``(1 - u_i^2) / d_i``). A callable takes the distances of each
+        neighbourhood, as scikit-learn gives them (an array of shape (n_queries, n_neighbors)
+        with ``n_neighbors``, otherwise an object array of one array per query), and returns
+        ``g`` of the same shape, finite and ``>= 0``. The neighbourhood is the kernel's support:
+        the k nearest samples, the samples within a compact profile's support, or every sample;
+        distances as :meth:`kneighbors` gives them. Not with ``kernel="softmax"`` or
+        ``bandwidth="cv"``; NumPy arrays only.
+    metric_params : dict or None, default=None
+        The metric's parameters (scikit-learn's name): ``{"V": (n_features,)}`` for
+        "seuclidean" (the variances; default the training samples', ddof=1),
+        ``{"VI": (n_features, n_features)}`` for "mahalanobis" (the inverse covariance,
+        symmetric positive definite; default the training samples'), ``{"w": (n_features,)}``
+        for "minkowski" (weights ``>= 0``, finite ``p``), keyword arguments for a callable
+        metric. The defaults are fixed at fit, so the metric does not depend on the queries
+        (scikit-learn's brute-force search pools queries and samples: give ``V``/``VI`` to
+        match it).
 
     Attributes
     ----------
@@ -80,6 +114,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     sample_weight_ : ndarray of shape (n_samples,) or None
         The weights ``c_i`` given to ``fit``.
     kernel_ : Kernel
+        Its metric is the norm measured on the mapped coordinates ("euclidean" for
+        "seuclidean" and "mahalanobis", "chebyshev" for ``p=inf``).
     X_fit_, y_fit_ : the training data.
 
     Examples
@@ -105,10 +141,12 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         """
         X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True)
         y = backend.regression_target(y, X)  # finite floats of X's dtype
-        self._fit_sample_scales(X)
-        self._fit_kernel(X, y, self.sample_weight_)
+        Xm = self._fit_metric(X)  # the coordinates where the metric is a plain norm
+        self._fit_sample_scales(Xm)
+        self._fit_kernel(Xm, y, self.sample_weight_)
         self.X_fit_, self.y_fit_ = X, y
-        self._bind(X, y)
+        self._bind(Xm, y)
+        self._check_weights()
         return self
 
     def predict(self, X: ArrayLike) -> np.ndarray:
@@ -117,9 +155,10 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         return self._local_sums(X).mean
 
     def loo_predict(self):
-        """Leave-one-out predictions at the training points (each point's own weight dropped)."""
-        X = self._validate_queries(self.X_fit_)
-        return self._local_sums(X, exclude_self=True, queries_are_samples=True).mean
+        """Leave-one-out predictions at the training points (each point's own weight dropped,
+        and that of every sample at its point: :mod:`localkit.engine.twins`)."""
+        check_is_fitted(self)
+        return self._local_sums(None, exclude_self=True, queries_are_samples=True).mean
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -54,13 +54,17 @@ def loo_loss(estimator, X, y, bandwidth):
     its ``sample_weight_``, if any)."""
     if hasattr(estimator, "_loo_loss"):
         return estimator._loo_loss(X, y, bandwidth)
-    if is_classifier(estimator):
-        _, codes = np.unique(y, return_inverse=True)
-        values = np.eye(codes.max() + 1, dtype=X.dtype)[codes]
+    if is_classifier(estimator):  # one-hot labels; several outputs side by side
+        columns = np.asarray(y).reshape(len(y), -1)
+        values = np.hstack([np.eye(codes.max() + 1, dtype=X.dtype)[codes] for codes in
+                            (np.unique(col, return_inverse=True)[1].ravel() for col in columns.T)])
     else:
         values = np.asarray(y, dtype=X.dtype)
     c = getattr(estimator, "sample_weight_", None)
-    p = local_sums(None, X, values, estimator.kernel, bandwidth, None, True, metric=estimator.metric,
+    # the metric the kernel measures on X (X comes mapped by the estimator's _fit_metric)
+    metric, power = (estimator._kernel_metric() if hasattr(estimator, "_kernel_metric")
+                     else (estimator.metric, getattr(estimator, "p", 2)))
+    p = local_sums(None, X, values, estimator.kernel, bandwidth, None, True, metric=metric, p=power,
                    algorithm=estimator.algorithm, n_jobs=estimator.n_jobs, sample_weight=c,
                    sample_scale=getattr(estimator, "sample_scale_", None)).mean
     return float(np.average(np.sum((p - values).reshape(len(X), -1) ** 2, axis=1), weights=c))

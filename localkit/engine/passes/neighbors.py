@@ -229,3 +229,204 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
     for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
         L[r, f] = log_k(np.zeros(1))[0]
     return L
+
+
+# -- neighbourhoods as scikit-learn's neighbours see them, and caller-weighted sums --------------
+# (scikit-learn's ``kneighbors`` / ``radius_neighbors`` and ``weights="distance"`` or a callable;
+# separate functions, so that the planner's paths above stay as they are)
+def metric_distances(bound, dist):
+    """Distances of ``bound``'s neighbour index in the kernel's metric: raw units for a scalar
+    bandwidth (the index's own coordinates are raw where that is safe, ``_raw_index``), the
+    coordinates divided by the bandwidth per feature for an array of bandwidths; distances that
+    are not norms (cosine, callables, precomputed) are the index's as they are."""
+    if not bound.kernel.norm_metric or bound._raw_index:
+        return dist
+    u = dist if bound.scaled else np.ldexp(dist, bound.exponent)  # the engine's coordinates: u = d / h
+    return u * float(bound.h) if np.ndim(bound.h) == 0 else u
+
+
+def index_radius(bound, radius):
+    """``radius`` (in the units of :func:`metric_distances`) in the index's units."""
+    if not bound.kernel.norm_metric or bound._raw_index:
+        return radius
+    u = radius / float(bound.h) if np.ndim(bound.h) == 0 else radius
+    return u if bound.scaled else np.ldexp(u, -bound.exponent)
+
+
+def sample_kneighbors(bound, queries, k, *, exclude_self=False):
+    """``(distances, indices)`` of the ``k`` nearest samples of each query, nearest first, as
+    scikit-learn's ``kneighbors`` returns them (distances of :func:`metric_distances`).
+
+    ``exclude_self`` (``queries=None``, scikit-learn's ``X=None``): query ``i`` is sample ``i`` and
+    is not its own neighbour; where more than ``k`` samples share its point and the search missed
+    it, the first neighbour is dropped instead (scikit-learn's rule; the engine's leave-one-out
+    drops every sample at the point, :func:`kneighbors`)."""
+    P = bound.index_points(queries)
+    if not exclude_self:
+        dist, idx = bound.index.kneighbors(P, n_neighbors=k)
+        return metric_distances(bound, dist), idx
+    dist, idx = bound.index.kneighbors(P, n_neighbors=k + 1)
+    drop = idx == np.arange(len(P))[:, None]
+    drop[~drop.any(axis=1), 0] = True
+    keep = ~drop
+    return metric_distances(bound, dist[keep].reshape(len(P), k)), idx[keep].reshape(len(P), k)
+
+
+def sample_radius_neighbors(bound, queries, radius, *, exclude_self=False, sort_results=False):
+    """``(distances, indices)``, object arrays of one array per query: the samples within
+    ``radius`` (``d <= radius``, in the units of :func:`metric_distances`), as scikit-learn's
+    ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
+    P = bound.index_points(queries)
+    dist, idx = bound.index.radius_neighbors(P, radius=index_radius(bound, radius), sort_results=sort_results)
+    out_d, out_i = np.empty(len(P), dtype=object), np.empty(len(P), dtype=object)
+    for i, (d, j) in enumerate(zip(dist, idx)):
+        keep = j != i if exclude_self else slice(None)
+        out_d[i], out_i[i] = metric_distances(bound, np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
+    return out_d, out_i
+
+
+def _neighborhoods(bound, P, rows, exclude_self, twins):
+    """Each query's neighbourhood, flat: ``(indptr, idx, dist, u2, grid)``, ``dist`` in the
+    index's units, ``u2`` the kernel's squared scaled distance, ``grid`` True where every query
+    has the same count (a kNN kernel: the caller's function sees an ``(n_queries, k)`` array)."""
+    kern, n = bound.kernel, bound.n_samples
+    k = kern.n_neighbors
+    if k is not None:
+        dist, idx = kneighbors(bound.index, P, k, exclude_self=exclude_self, row_offset=rows.start, groups=twins)
+        u2 = scaled_sq_distances(dist, dist[:, -1])
+        at_point, found = coincident(bound.index, P, dist, kern.profile, exclude_self=exclude_self,
+                                     row_offset=rows.start, groups=twins)
+        if len(at_point) == 0:
+            indptr = np.arange(0, (len(P) + 1) * k, k)
+            return indptr, idx.ravel(), dist.ravel(), u2.ravel(), True
+        lists = [(idx[r], dist[r], u2[r]) for r in range(len(P))]
+        for r, f in zip(at_point, found):  # d_k = 0: every sample at the query's point, at u = 0
+            lists[r] = (f, np.zeros(len(f)), np.zeros(len(f)))
+        flat = [np.concatenate([x[c] for x in lists]) for c in range(3)]
+        indptr = np.concatenate([[0], np.cumsum([len(x[0]) for x in lists])])
+        return indptr, flat[0], flat[1], flat[2], False
+    unit = bound.index_unit
+    if kern.compact:
+        radius = unit * (1.0 if bound.sample_scale is None else float(bound.sample_scale.max()))
+        dist, idx = bound.index.radius_neighbors(P, radius=radius, sort_results=True)
+    else:  # every sample carries weight: all of them, nearest first
+        dist, idx = bound.index.kneighbors(P, n_neighbors=n)
+    lengths = np.fromiter((len(r) for r in idx), dtype=np.intp, count=len(idx))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    flat_idx = np.concatenate(list(idx)).astype(np.intp) if len(idx) else np.zeros(0, dtype=np.intp)
+    flat_d = np.concatenate(list(dist)).astype(np.float64) if len(dist) else np.zeros(0)
+    u2 = (flat_d / unit) ** 2
+    if bound.sample_scale is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u2 = np.nan_to_num(u2 / bound.sample_scale[flat_idx] ** 2, nan=0.0, posinf=np.inf)
+    elif kern.compact:
+        np.minimum(u2, 1.0, out=u2)  # inside by the index's test (see radius_block_sums)
+    keep = np.isfinite(kern.profile.log_k(u2))
+    owner = np.repeat(np.arange(len(P)), lengths)
+    if exclude_self:
+        at = owner + rows.start
+        keep &= flat_idx != at if twins is None else twins[flat_idx] != twins[at]
+    if not keep.all():
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[keep], minlength=len(P)))])
+        flat_idx, flat_d, u2 = flat_idx[keep], flat_d[keep], u2[keep]
+    return indptr, flat_idx, flat_d, u2, False
+
+
+def distance_weights(dist):
+    """scikit-learn's ``weights="distance"``: ``1 / d`` and, in a neighbourhood holding a sample
+    at distance 0, 1 for those samples and 0 for the others (``dist``: a 2-D array or an object
+    array of 1-D arrays, as scikit-learn passes them)."""
+    def one(d):
+        d = np.asarray(d, dtype=np.float64)
+        zero = d == 0
+        if zero.any():
+            return zero.astype(np.float64)
+        return 1.0 / d
+    if dist.dtype == object:
+        out = np.empty(len(dist), dtype=object)
+        for i, d in enumerate(dist):
+            out[i] = one(d)
+        return out
+    return np.stack([one(d) for d in dist]) if len(dist) else np.zeros_like(dist, dtype=np.float64)
+
+
+def _caller_weights(weights, dist, indptr, grid):
+    """The caller's factors ``g`` of the flat distances, given to ``weights`` as scikit-learn
+    gives them: an ``(n_queries, k)`` array for kNN kernels, an object array otherwise."""
+    n_q = len(indptr) - 1
+    if grid:
+        shaped = dist.reshape(n_q, -1) if n_q else dist.reshape(0, 0)
+    else:
+        shaped = np.empty(n_q, dtype=object)
+        for i in range(n_q):
+            shaped[i] = dist[indptr[i]:indptr[i + 1]]
+    g = distance_weights(shaped) if isinstance(weights, str) else weights(shaped)
+    if isinstance(g, np.ndarray) and g.dtype == object:
+        g = [np.asarray(r, dtype=np.float64).ravel() for r in g]
+        ok = len(g) == n_q and all(len(r) == indptr[i + 1] - indptr[i] for i, r in enumerate(g))
+        g = np.concatenate(g) if ok and g else np.zeros(0)
+    else:
+        g = np.asarray(g, dtype=np.float64)
+        ok = g.shape == shaped.shape
+        g = g.ravel()
+    if not ok:
+        raise ValueError(f"weights (a callable) must return an array shaped as the distances it is given, "
+                         f"{'(n_queries, n_neighbors)' if grid else 'one array per query'}")
+    if not np.all(np.isfinite(g)) or np.any(g < 0):
+        raise ValueError("weights (a callable) must return finite weights >= 0")
+    return g
+
+
+def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False):
+    """Local means whose kernel weights are multiplied by a factor of each sample's distance,
+    ``w_ij = c_j K(x*_i, x_j) g_ij``: scikit-learn's ``weights="distance"`` (``g = 1 / d``, and
+    where the neighbourhood holds samples at distance 0, those alone) or a callable ``weights``
+    of the neighbourhood's distances (an ``(n_queries, k)`` array with a kNN kernel, an object
+    array of one array per query otherwise, as scikit-learn's kNN and radius estimators give).
+
+    The neighbourhood is the kernel's support: the k nearest samples (kNN kernels), the samples
+    within the support (compact profiles), or every sample; distances are those of
+    :func:`metric_distances`. ``exclude_self`` is the engine's leave-one-out (every sample at the
+    query's point left out). ``values`` as for :meth:`~localkit.engine.BoundKernel.sums` (a
+    :class:`~localkit.engine.BoundValues` or an array). Returns a :class:`~localkit.engine.LocalSums`
+    (the empty-neighbourhood policy applied where the factors leave no weight)."""
+    from ..results import finish
+
+    if not callable(weights) and weights != "distance":
+        raise ValueError(f"weights must be 'uniform', 'distance' or a callable, got {weights!r}")
+    if not bound.on_host:
+        raise ValueError(f"weights={weights!r} needs NumPy arrays (a neighbour search on the host); "
+                         f"got arrays of {bound.xp.__name__}")
+    if bound.kernel.is_softmax:
+        raise ValueError(f"weights={weights!r} multiplies a distance kernel; the softmax kernel has no distance")
+    prepared = values if hasattr(values, "V_aug") else bound.prepare(values)
+    V_aug = bound.weighted(prepared.V_aug)
+    P = bound.index_points(queries)
+    n_q = len(P)
+    twins = bound.twins if exclude_self else None
+    S = np.zeros((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.zeros(n_q, dtype=V_aug.dtype)
+    width = bound.kernel.n_neighbors or (64 if bound.kernel.compact else bound.n_samples)
+    block = max(1, int(4 * 2**20 // (8 * width * max(V_aug.shape[1], 4))))
+
+    def run(rows):
+        indptr, idx, dist, u2, grid = _neighborhoods(bound, P[rows], rows, exclude_self, twins)
+        d = metric_distances(bound, dist)
+        if isinstance(weights, str) and bound.weight is not None:
+            # a zero-weight sample at the query's point must not take the neighbourhood (1 / d = inf):
+            # it counts as absent, as if it were not there
+            d = np.where(bound.weight[idx] > 0, d, np.inf)
+        g = _caller_weights(weights, d, indptr, grid)
+        L = bound.kernel.profile.log_k(u2)
+        counts = np.diff(indptr)
+        owner = np.repeat(np.arange(len(counts)), counts)
+        m = np.full(len(counts), -np.inf)
+        np.maximum.at(m, owner, L)
+        m = np.where(np.isfinite(m), m, 0.0)
+        w = (np.exp(L - m[owner]) * g).astype(V_aug.dtype)
+        W = sparse.csr_matrix((w, idx, indptr), shape=(len(counts), len(V_aug)))
+        S[rows], shift[rows] = np.asarray(W @ V_aug), m
+
+    map_blocks(run, n_q, block, bound.options.threads, blas=False)
+    return finish(bound, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
+                  prepared.offset)
