@@ -16,7 +16,7 @@ from .._validation import check_n_neighbors, check_regression_target
 from ..engine import KDSurface
 from ..engine import check_design_fits, local_polynomial
 from ..engine import neighbors as nb
-from ..engine.polynomial import LocalPolynomialFit
+from ..engine import LocalPolynomialFit
 from ..engine.twins import largest_group, twin_groups
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
