@@ -14,7 +14,7 @@ from .._params import (ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAI
                        non_negative)
 from .._validation import check_n_neighbors, check_regression_target
 from ..engine import KDSurface
-from ..engine import check_design_fits, local_polynomial
+from ..engine import binned_polynomial_refusals, check_design_fits, local_polynomial
 from ..engine import neighbors as nb
 from ..engine import LocalPolynomialFit
 from ..engine.twins import largest_group, twin_groups
@@ -294,8 +294,6 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     def _check_binned(self, span, n_features):
         """``algorithm="binned"`` needs binned moments: a fixed bandwidth, degree <= 2, 1 to 3
         features, the euclidean metric (checked in ``fit``, which computes nothing else)."""
-        from ..engine.local_models.polynomial import BINNED_MAX_DEGREE, binned_refusals
-
         if span is not None:
             raise ValueError("algorithm='binned' needs a fixed bandwidth: frac / n_neighbors give a span (a kNN "
                              "bandwidth that varies with the query); give bandwidth= a number, a per-feature "
@@ -306,10 +304,8 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
             raise ValueError("algorithm='binned' cannot select bandwidth='cv' (exact leave-one-out); give a "
                              "number or a rule, or select it with algorithm='auto' first")
-        if self.degree > BINNED_MAX_DEGREE:
-            raise ValueError(f"algorithm='binned' takes degree <= {BINNED_MAX_DEGREE} (binned moments up to "
-                             f"2 degree), got degree={self.degree}")
-        refused = binned_refusals(Kernel(self.kernel, metric=self.metric), n_features, self.degree, None, False)
+        refused = binned_polynomial_refusals(Kernel(self.kernel, metric=self.metric), n_features, self.degree,
+                                             None, False)
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
 

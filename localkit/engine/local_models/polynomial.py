@@ -169,7 +169,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
                          f"(degree=0) has no slope, got degree={degree}")
     P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
     if algorithm == "binned":
-        refused = binned_refusals(kern, d, degree, sample_scale, exclude_self)
+        refused = binned_polynomial_refusals(kern, d, degree, sample_scale, exclude_self)
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
         return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
@@ -202,7 +202,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     return LocalPolynomialFit(values, singular, empty, grad, found)
 
 
-def binned_refusals(kern, n_features, degree, sample_scale, exclude_self):
+def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_self):
     """Why the binned local polynomial cannot compute this fit, each reason naming its parameter
     (empty: it can); the binned pass's own (:func:`localkit.engine.planner.binned_refusals`) and
     the degree."""
