@@ -92,8 +92,11 @@ def test_binned_through_the_estimators():
     np.testing.assert_allclose(kd.score_samples(Q), KernelDensity(bandwidth=h).fit(X).score_samples(Q), atol=1e-6)
     reg = LocalMeanRegressor(bandwidth=h, algorithm="binned").fit(X, y)
     np.testing.assert_allclose(reg.predict(Q), LocalMeanRegressor(bandwidth=h).fit(X, y).predict(Q), rtol=1e-6)
-    with pytest.raises(ValueError, match="algorithm"):  # local polynomials need binned moments: not yet
-        LocalPolynomialRegressor(bandwidth=h, algorithm="binned").fit(X, y)
+    lp = LocalPolynomialRegressor(kernel="gaussian", bandwidth=h, algorithm="binned").fit(X, y)  # binned moments
+    ref = LocalPolynomialRegressor(kernel="gaussian", bandwidth=h).fit(X, y)
+    np.testing.assert_allclose(lp.predict(Q), ref.predict(Q), rtol=1e-6)
+    with pytest.raises(ValueError, match="frac"):  # a span is not a fixed bandwidth
+        LocalPolynomialRegressor(frac=0.3, algorithm="binned").fit(X, y)
 
 
 def test_binned_is_asked_for_only_and_explained():

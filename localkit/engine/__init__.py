@@ -30,7 +30,8 @@ from .options import EngineOptions
 from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
 from .patches import gaussian_patch_weights, patch_local_mean
 from .planner import Plan
-from .local_models.polynomial import LocalPolynomialFit, check_design_fits, local_covariance, local_polynomial
+from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
+                                      local_polynomial)
 from .prototypes import prototype_weights
 from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
                              reconstruction_gradient)
@@ -41,6 +42,7 @@ __all__ = [
     "augment",
     "backend_of",
     "bind",
+    "binned_polynomial_refusals",
     "Binding",
     "block_sizes",
     "BoundKernel",

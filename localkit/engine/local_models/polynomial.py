@@ -48,7 +48,8 @@ from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
 from ..local_mean import make_kernel
-from ..options import EXACT_ALGORITHMS
+from ..options import ALGORITHMS, EXACT_ALGORITHMS
+from ..passes.binned import FLOOR, MAX_FEATURES, _cells, _corners, binned_moments, moment_grid, reach
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
 from ..twins import mask_twins, twin_groups
@@ -116,29 +117,63 @@ def monomial_exponents(n_features, degree):
 #: the options both local fits declare (kernel, data, memory_budget and n_jobs have their own checks)
 _FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(EXACT_ALGORITHMS))],
                 "block_size": positive(Integral) + [None]}
+#: the binned local polynomial's largest degree: its moments go to ``2 degree`` (15 monomials in 3 features)
+BINNED_MAX_DEGREE = 2
 
 
-@validate_params({**_FIT_OPTIONS, "degree": non_negative(Integral), "ridge": non_negative(), "rcond": non_negative(),
-                  "slopes": ["boolean"]}, prefer_skip_nested_validation=True)
+@validate_params({**_FIT_OPTIONS, "algorithm": [StrOptions(set(ALGORITHMS))], "degree": non_negative(Integral),
+                  "ridge": non_negative(), "rcond": non_negative(), "slopes": ["boolean"]},
+                 prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
-                     memory_budget=None, n_jobs=None):
-    """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples).
+                     memory_budget=None, n_jobs=None, grid_size=None):
+    """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
+    derivatives.
 
     ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
     options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
     multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
-    bandwidth factor (sample-point adaptive kernel, dense path); ``slopes=True`` also returns the
-    fitted gradient; ``balls`` are the squared radii of an earlier fit at the same queries (only
-    the weights changed, as in robustness iterations: the search is skipped). The computation
-    runs in the samples' float type (float32 kept). Returns :class:`LocalPolynomialFit`.
+    bandwidth factor (sample-point adaptive kernel, dense path); ``balls`` are the squared radii
+    of an earlier fit at the same queries (only the weights changed, as in robustness iterations:
+    the search is skipped). The computation runs in the samples' float type (float32 kept).
+    Returns :class:`LocalPolynomialFit`.
+
+    ``slopes=True`` also returns the local derivatives, the gradient of the fitted polynomial at
+    the query: with the design ``z = (x - x*) / s``, ``df/dx_m (x*) = beta_(e_m)(x*) / s_m``, the
+    coefficient of ``z_m`` in units of ``x_m`` (KernSmooth's ``locpoly(drv=1)``, statsmodels'
+    ``KernelReg(reg_type="ll")`` marginal effects); it needs ``degree >= 1`` (a local constant has
+    no slope), and ``degree = 2`` gives the slope with the curvature's bias removed, as
+    ``locpoly(drv=1, degree=2)``.
+
+    ``algorithm="binned"`` approximates the fit by binned moments (Fan and Marron 1994; R's
+    ``KernSmooth::locpoly``) in 1 to 3 features, ``degree`` 0 to 2, a fixed bandwidth and the
+    euclidean metric: the samples ``c_i``, ``c_i y_i`` are binned linearly onto a regular grid
+    (``grid_size`` points per feature, :data:`localkit.engine.passes.binned.GRID_SIZE` by default),
+    the moments ``S_a(g) = sum_i c_i K_h(x_i - g) z_i^a`` (``|a| <= 2 degree``) and
+    ``T_a(g) = sum_i c_i K_h(x_i - g) z_i^a y_i`` (``|a| <= degree``, ``z = (x - g) / h``) come
+    from FFT convolutions (:func:`localkit.engine.passes.binned.binned_moments`), the normal
+    equations ``G_ab = S_(a+b)``, ``b_a = T_a`` are solved at the grid points around the queries,
+    and each query blends the ``2^d`` corners of its cell by their multilinear shares times
+    their weight sums, ``f(x*) = sum_m a_m S_0(g_m) beta_0(g_m) / sum_m a_m S_0(g_m)`` (slopes
+    alike): degree 0 is then exactly the binned local mean, and a corner without weight takes no
+    part. Its error is that of the binned pass, ``O((delta / h)^2)`` relative to the targets'
+    range for a smooth profile (``tests/test_binned_polynomial.py`` pins the bound).
     """
     queries, samples, Y, sw, kern = _prepare(queries, samples, targets, sample_weight, kernel, bandwidth,
                                              n_neighbors, exclude_self)
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
+    if slopes and degree < 1:
+        raise ValueError("slopes=True (the local derivative) needs degree >= 1: a local constant "
+                         f"(degree=0) has no slope, got degree={degree}")
     P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
+    if algorithm == "binned":
+        refused = binned_polynomial_refusals(kern, d, degree, sample_scale, exclude_self)
+        if refused:
+            raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
+        return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
+                       max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size)
     block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
                                       balls, algorithm)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
@@ -165,6 +200,75 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
 
     map_blocks(run, n_q, bq, workers)
     return LocalPolynomialFit(values, singular, empty, grad, found)
+
+
+def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_self):
+    """Why the binned local polynomial cannot compute this fit, each reason naming its parameter
+    (empty: it can); the binned pass's own (:func:`localkit.engine.planner.binned_refusals`) and
+    the degree."""
+    checks = [
+        (degree <= BINNED_MAX_DEGREE, f"degree={degree} > {BINNED_MAX_DEGREE} (binned moments go to 2 degree)"),
+        (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
+        (n_features <= MAX_FEATURES, f"n_features={n_features} > {MAX_FEATURES}"),
+        (kern.n_neighbors is None, "n_neighbors (a span): needs a fixed bandwidth"),
+        (kern.metric == "euclidean", f"metric={kern.metric!r}: needs the euclidean metric"),
+        (sample_scale is None, "sample_scale: takes no per-sample scales"),
+        (not exclude_self, "exclude_self=True: cannot leave one out"),
+    ]
+    return [reason for ok, reason in checks if not ok]
+
+
+def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_size):
+    """The binned local polynomial (see :func:`local_polynomial`), in float64, returned in the
+    samples' float type."""
+    dtype = samples.dtype
+    n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
+    h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples, sw), dtype=np.float64), (d,))
+    extent = np.ptp(samples, axis=0).astype(np.float64) / h
+    if not np.all(np.isfinite(h) & (extent < 1e100) & ((extent == 0) | (extent > 1e-100))):
+        raise ValueError("algorithm='binned' cannot compute this local polynomial: bandwidth: the data's extent "
+                         f"in bandwidths leaves the float range (bandwidth {h.min():g}..{h.max():g})")
+    grid = moment_grid(samples, queries, reach(kern.profile) * h, grid_size)
+    lo, hi, delta, shape = grid
+    Q = queries.astype(np.float64, copy=False)
+    inside = np.all((Q >= lo) & (Q <= hi), axis=1)
+    corners = list(_corners(*_cells(Q[inside], lo, delta, shape), shape))
+    at, where = np.unique(np.concatenate([flat for flat, _ in corners]), return_inverse=True)
+    E = monomial_exponents(d, 2 * degree)
+    P = n_monomials(d, degree)  # E's first P rows are the monomials of degree <= degree (graded order)
+    S, T, total = binned_moments(samples, Y, sw, kern.profile, h, E, P, grid, at)
+    index = {tuple(e): i for i, e in enumerate(E)}
+    pair = np.array([[index[tuple(E[a] + E[b])] for b in range(P)] for a in range(P)])
+    S0 = np.where(S[0] > FLOOR * total, S[0], 0.0)  # FFT round-off where no weight is: no weight
+    live = S0 > 0
+    beta = np.zeros((len(at), P, t))
+    bad = np.zeros(len(at), dtype=bool)
+    if live.any():
+        norm = S0[live]
+        G = np.moveaxis(S[:, live][pair], -1, 0) / norm[:, None, None]
+        b = np.moveaxis(T[:, :, live], -1, 0) / norm[:, None, None]
+        beta[live], bad[live] = _solve(G, b, ridge, rcond)
+    # blend the corners of each query's cell: shares times weight sums
+    where = where.reshape(len(corners), -1)
+    den = np.zeros(len(Q))
+    num = np.zeros((len(Q), 1 + (d if slopes else 0), t))
+    singular = np.zeros(len(Q), dtype=bool)
+    for c, (_, share) in enumerate(corners):
+        g = where[c]
+        a = share * S0[g]
+        den[inside] += a
+        num[inside] += a[:, None, None] * beta[g, :num.shape[1]]
+        singular[inside] |= (a > 0) & bad[g]
+    empty = ~(den > 0)
+    num /= np.where(empty, 1.0, den)[:, None, None]
+    values = num[:, 0]
+    if empty.any():  # beyond every sample's reach: the nearest sample's target
+        index_ = nb.make_index(kern.scale(samples, h), "euclidean", exact=True)
+        nearest = index_.kneighbors(kern.scale(queries[empty], h), n_neighbors=1)[1][:, 0]
+        values[empty] = Y[nearest]
+    grad = num[:, 1:] / h[None, :, None] if slopes else None
+    return LocalPolynomialFit(values.astype(dtype), singular & ~empty, empty,
+                              None if grad is None else grad.astype(dtype), None)
 
 
 def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
