@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ._validation import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
-from .engine.options import EXACT_ALGORITHMS
+from .engine.options import POLYNOMIAL_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
 from .kernels.profiles import ALIASES
@@ -53,8 +53,8 @@ WEIGHTS_CONSTRAINT = [StrOptions({"uniform", "distance"}), callable]
 SAMPLE_WEIGHT_TYPE_CONSTRAINT = [StrOptions({"frequency", "prior"})]
 EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
-#: the models with no binned pass yet (local polynomials: binned moments are to come)
-EXACT_ALGORITHM_CONSTRAINT = [StrOptions(set(EXACT_ALGORITHMS))]
+#: local polynomials' paths (no streamed form)
+POLYNOMIAL_ALGORITHM_CONSTRAINT = [StrOptions(set(POLYNOMIAL_ALGORITHMS))]
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

@@ -11,8 +11,10 @@ from .blocks import resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
 ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed")
-#: the host paths of the passes that have no binned or streamed form (local polynomials)
-EXACT_ALGORITHMS = ("auto", "dense", "neighbors", "compiled")
+#: the paths of local polynomials (binned through binned moments; no streamed form) and of local
+#: covariances (exact paths only)
+POLYNOMIAL_ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
+EXACT_ALGORITHMS = POLYNOMIAL_ALGORITHMS[:-1]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._params import (ALGORITHM_CONSTRAINT, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT,
+from .._params import (KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, POLYNOMIAL_ALGORITHM_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT,
                        non_negative)
 from .._validation import check_n_neighbors, check_regression_target
 from ..engine import (KDSurface, LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_polynomial,
@@ -198,7 +198,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         **{k: v for k, v in KERNEL_PARAMS.items() if k != "empty"},  # empty is always "nearest"
         "degree": non_negative(Integral),
         "bandwidth": KERNEL_PARAMS["bandwidth"] + [None],
-        "algorithm": ALGORITHM_CONSTRAINT,
+        "algorithm": POLYNOMIAL_ALGORITHM_CONSTRAINT,
         "frac": [Interval(Real, 0, 1, closed="right"), None],
         "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
         "robust_iters": non_negative(Integral),

@@ -48,7 +48,7 @@ from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
 from ..local_mean import make_kernel
-from ..options import ALGORITHMS, EXACT_ALGORITHMS
+from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS
 from ..passes.binned import FLOOR, MAX_FEATURES, _cells, _corners, binned_moments, moment_grid, reach
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
@@ -121,7 +121,7 @@ _FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(EXACT_
 BINNED_MAX_DEGREE = 2
 
 
-@validate_params({**_FIT_OPTIONS, "algorithm": [StrOptions(set(ALGORITHMS))], "degree": non_negative(Integral),
+@validate_params({**_FIT_OPTIONS, "algorithm": [StrOptions(set(POLYNOMIAL_ALGORITHMS))], "degree": non_negative(Integral),
                   "ridge": non_negative(), "rcond": non_negative(), "slopes": ["boolean"]},
                  prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
