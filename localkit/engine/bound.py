@@ -33,7 +33,8 @@ from ..kernels.bandwidth import resolve_bandwidth, safe_mean
 from .passes import neighbors as nb
 from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,
                      log_of_weights)
-from .backends.array_api import device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path, to_host
+from .backends.array_api import (device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path,
+                                 to_host)
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -158,7 +159,7 @@ class BoundKernel:
     def on(self, xp, like):
         """This kernel bound to the same samples in the namespace ``xp`` on ``like``'s device
         (queries that live there: the pass runs there), built once and kept."""
-        key = ("on", xp.__name__, str(device_of(like)))
+        key = ("on", xp.__name__, str(device_of(like)), self.options)  # the copies of using() share the cache
         if key not in self._cache:
             move = (lambda a: None if a is None else xp.asarray(a, device=device_of(like)))
             other = BoundKernel(self.kernel, move(self.samples), sample_weight=move(self.weight),

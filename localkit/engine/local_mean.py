@@ -57,8 +57,9 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options: ``empty`` ("nearest", "nan", "raise"), ``algorithm`` ("auto", "dense",
-        "neighbors", "compiled", "binned", "streamed"), ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``,
-        ``query_scale`` / ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
+        "neighbors", "compiled", "binned", "streamed"), ``grid_size``, ``block_size``,
+        ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` / ``sample_scale`` (per-point
+        bandwidth factors). See :func:`local_sums`.
 
     Returns
     -------
