@@ -501,3 +501,20 @@ def test_estimators_on_tensors_bind_once_pickle_and_explain(dispatch, diabetes, 
     assert all("NumPy arrays only" in plan.reasons[p] for p in ("dense", "neighbors", "compiled", "binned"))
     with pytest.raises(ValueError, match="log_weights forms .* needs NumPy samples"):
         BoundKernel(reg.kernel_, Xt).log_weights(Xt[:5])
+
+
+def test_host_samples_meet_device_queries_with_their_own_options(dispatch, diabetes):
+    """Host samples asked at tensor queries bind once on that device; a copy with other options
+    (``using``) gets its own device copy, not the first one's."""
+    from localkit import Kernel
+    from localkit.engine import BoundKernel, EngineOptions
+
+    X, y = diabetes
+    bound = BoundKernel(Kernel("epanechnikov", bandwidth=0.05), X)
+    far = torch.tensor(X[:3] + 10.0)
+    nearest = bound.sums(far, y).mean
+    assert isinstance(nearest, torch.Tensor)
+    np.testing.assert_allclose(nearest.numpy(), bound.sums(X[:3] + 10.0, y).mean, rtol=0, atol=1e-12)
+    with pytest.warns(RuntimeWarning, match="empty neighbourhood"):
+        nan = bound.using(EngineOptions(empty="nan")).sums(far, y).mean
+    assert torch.isnan(nan).all() and not torch.isnan(nearest).any()
