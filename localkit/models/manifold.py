@@ -72,7 +72,7 @@ def barycenter_weights(X, Y, ind, reg, n_jobs=None):
     return B
 
 
-def _local_svd(X, ind, rows, centre):
+def _local_svd(X, ind, rows, centre, full=True):
     """Left singular vectors and squared singular values of each neighbourhood's offsets.
 
     ``C_i = X[ind[i]] - c_i`` (shape ``(k, d)``; ``c_i`` = the neighbourhood's mean when
@@ -81,13 +81,14 @@ def _local_svd(X, ind, rows, centre):
     eigen-decomposition of the local Gram matrix ``C_i C_i^T``. With more neighbours than
     dimensions an SVD of ``C_i`` (its last ``k - d`` columns span the null space of the Gram
     matrix); otherwise ``eigh`` of the Gram matrix, as scikit-learn chooses, so that the small
-    eigenvalues agree with it to round-off.
+    eigenvalues agree with it to round-off. ``full=False``: only the leading ``min(k, d)``
+    columns of ``U`` (the null space is not needed).
     """
     C = X[ind[rows]]
     C = C - (C.mean(axis=1, keepdims=True) if centre == "mean" else X[rows, None, :])
     k, d = C.shape[1], C.shape[2]
     if k > d:
-        U, s, _ = np.linalg.svd(C, full_matrices=True)
+        U, s, _ = np.linalg.svd(C, full_matrices=full)
         return U, s * s
     vals, vecs = np.linalg.eigh(C @ C.transpose(0, 2, 1))
     return vecs[:, :, ::-1], vals[:, ::-1]
@@ -120,7 +121,7 @@ def ltsa_alignment(X, ind, n_components, n_jobs=None):
     L = np.empty((n, k, k))
 
     def run(rows):
-        U, _ = _local_svd(X, ind, rows, "mean")
+        U, _ = _local_svd(X, ind, rows, "mean", full=False)
         G = U[:, :, :n_components]
         L[rows] = -(G @ G.transpose(0, 2, 1)) - 1.0 / k
         L[rows, np.arange(k), np.arange(k)] += 1.0
@@ -146,7 +147,7 @@ def hessian_alignment(X, ind, n_components, hessian_tol, n_jobs=None):
     L = np.empty((n, k, k))
 
     def run(rows):
-        U, _ = _local_svd(X, ind, rows, "mean")
+        U, _ = _local_svd(X, ind, rows, "mean", full=False)
         U = U[:, :, :c]
         quad = [U[:, :, a:a + 1] * U[:, :, a:] for a in range(c)]
         Y = np.concatenate([np.ones((len(U), k, 1)), U] + quad, axis=2)
@@ -402,8 +403,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
             lu = splu(M, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                       options={"SymmetricMode": True})
         except RuntimeError as exc:
-            raise ValueError(f"eigen_solver='arpack' could not factorise (I - W)^T (I - W) ({exc}); "
-                             "the weights are singular, use eigen_solver='dense' or a larger reg") from exc
+            raise ValueError(f"eigen_solver='arpack' could not factorise the matrix M of method={self.method!r} "
+                             f"({exc}); it is singular, use eigen_solver='dense' or a larger reg") from exc
         op = LinearOperator(M.shape, matvec=lu.solve, dtype=M.dtype)
         v0 = check_random_state(self.random_state).uniform(-1, 1, n)
         vals, vecs = eigsh(M, k + 1, sigma=0.0, OPinv=op, tol=self.tol, maxiter=self.max_iter, v0=v0)
