@@ -243,6 +243,102 @@ def test_batched_and_unbatched_inputs_do_not_mix():
         ours(x[None])
 
 
+
+# kdim / vdim, add_bias_kv, add_zero_attn: torch's parameters, outputs, weights and gradients
+
+def extras_pair(kdim, vdim, add_bias_kv, add_zero_attn, batch_first=True, bias=True):
+    torch.manual_seed(6)
+    mha = nn.MultiheadAttention(E, H, bias=bias, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn, kdim=kdim,
+                                vdim=vdim, batch_first=batch_first, dtype=torch.float64)
+    return mha, LocalMeanAttention.from_torch(mha)
+
+
+@pytest.mark.parametrize("kdim, vdim", [(None, None), (6, None), (None, 10), (6, 10)])
+@pytest.mark.parametrize("add_bias_kv, add_zero_attn", [(False, False), (True, False), (False, True), (True, True)])
+def test_extras_have_torchs_parameters(kdim, vdim, add_bias_kv, add_zero_attn):
+    mha, ours = extras_pair(kdim, vdim, add_bias_kv, add_zero_attn)
+    theirs = {name: p.shape for name, p in mha.named_parameters()}
+    assert {name: p.shape for name, p in ours.named_parameters()} == theirs
+    assert (ours.in_proj_weight is None) == (mha.in_proj_weight is None)
+    assert (ours.bias_k is None) == (mha.bias_k is None) and ours.add_zero_attn == mha.add_zero_attn
+    # a fresh module's state loads into torch's module with the same arguments, and back
+    fresh = LocalMeanAttention(E, H, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn, kdim=kdim, vdim=vdim,
+                               dtype=torch.float64)
+    assert {name: p.shape for name, p in fresh.named_parameters()} == theirs
+    mha.load_state_dict(fresh.state_dict())
+
+
+@pytest.mark.parametrize("kdim, vdim", [(None, None), (6, 10), (6, None)])
+@pytest.mark.parametrize("add_bias_kv, add_zero_attn", [(True, False), (False, True), (True, True), (False, False)])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kinds", [("bool", "bool"), ("float", "float")])
+@pytest.mark.parametrize("batched", [True, False])
+def test_extras_equal_multihead_attention(kdim, vdim, add_bias_kv, add_zero_attn, batch_first, kinds, batched):
+    """Outputs, weights (one column per appended key) and the gradients of the input and of
+    every parameter, in float64: round-off only (measured <= 1e-14)."""
+    mha, ours = extras_pair(kdim, vdim, add_bias_kv, add_zero_attn, batch_first)
+    g = torch.Generator().manual_seed(8)
+    shape = (B, L_Q) if batch_first else (L_Q, B)
+    kv_shape = (B, S_KV) if batch_first else (S_KV, B)
+    q = torch.randn(*shape, E, generator=g, dtype=torch.float64)
+    k = torch.randn(*kv_shape, kdim or E, generator=g, dtype=torch.float64)
+    v = torch.randn(*kv_shape, vdim or E, generator=g, dtype=torch.float64)
+    padding, stacked = torch_mask((B, S_KV), kinds[1], 9), (B * H, L_Q, S_KV)
+    if not batched:
+        q, k, v = (t[0] if batch_first else t[:, 0] for t in (q, k, v))
+        padding, stacked = padding[0], (H, L_Q, S_KV)
+    q.requires_grad_(True)
+    for mask in (None, torch_mask((L_Q, S_KV), kinds[0], 10), torch_mask(stacked, kinds[0], 11)):
+        for average in (True, False):
+            kwargs = {"key_padding_mask": padding, "attn_mask": mask, "average_attn_weights": average}
+            out, w = ours(q, k, v, **kwargs)
+            ref, ref_w = mha(q, k, v, **kwargs)
+            extra = int(add_bias_kv) + int(add_zero_attn)
+            assert out.shape == ref.shape and w.shape == ref_w.shape and w.shape[-1] == S_KV + extra
+            close64(out, ref)
+            close64(w, ref_w)
+            close64(ours(q, k, v, need_weights=False, **kwargs)[0], ref)
+        grads = dict(zip(["input"] + [n for n, _ in ours.named_parameters()],
+                         torch.autograd.grad((out * out).sum(), [q] + list(ours.parameters()))))
+        ref_grads = dict(zip(["input"] + [n for n, _ in mha.named_parameters()],
+                             torch.autograd.grad((ref * ref).sum(), [q] + list(mha.parameters()))))
+        assert grads.keys() == ref_grads.keys()
+        for name in grads:
+            close64(grads[name], ref_grads[name])
+
+
+@pytest.mark.parametrize("add_bias_kv, add_zero_attn", [(True, False), (False, True), (True, True)])
+def test_extras_with_a_causal_kernel_stay_visible(add_bias_kv, add_zero_attn):
+    """is_causal=True hides j > i among the sequence's own keys; the appended keys stay visible to
+    every query: torch's masked path (need_weights=True, or a key_padding_mask). torch's SDPA
+    path (need_weights=False and no key_padding_mask) hides them from queries i < S, its
+    causal mask being (L, S + 1), 0.42 off for bias_k: ours is the masked path's answer always."""
+    mha, ours = extras_pair(None, None, add_bias_kv, add_zero_attn)
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    causal = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    ref, ref_w = mha(x, x, x, attn_mask=causal)
+    for need_weights in (True, False):
+        out, w = ours(x, x, x, attn_mask=causal, is_causal=True, need_weights=need_weights)
+        close64(out, ref)
+        close64(ours(x, x, x, is_causal=True, need_weights=need_weights)[0], ref)  # no mask needed
+        if need_weights:
+            close64(w, ref_w)
+    close64(ours.attention_weights(x, causal=True).mean(1), ref_w)
+    close64(ours.attention_weights(x).mean(1), mha(x, x, x)[1])
+
+
+def test_extras_with_other_kernels_and_local_linear_attention():
+    from localkit.nn import LocalLinearAttention
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(13))
+    kv = torch.randn(B, L + 2, 6, generator=torch.Generator().manual_seed(14))
+    for cls, kernel in ((LocalMeanAttention, "gaussian"), (LocalLinearAttention, "softmax")):
+        attn = cls(E, H, kdim=6, vdim=6, add_bias_kv=True, add_zero_attn=True, batch_first=True, kernel=kernel)
+        out, w = attn(x, kv, kv)
+        assert out.shape == x.shape and w.shape == (B, L, L + 4) and torch.all(torch.isfinite(out))
+        out.sum().backward()
+        assert attn.bias_k.grad is not None and torch.all(torch.isfinite(attn.k_proj_weight.grad))
+    assert "kdim=6, vdim=6, add_bias_kv=True, add_zero_attn=True" in repr(attn)
+
 @pytest.mark.parametrize("ours,theirs", [(LocalMeanAttention, nn.MultiheadAttention),
                                          (LocalTransformerLayer, nn.TransformerEncoderLayer)])
 def test_positional_parameters_and_defaults_are_torchs(ours, theirs):

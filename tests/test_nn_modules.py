@@ -172,8 +172,14 @@ def test_bad_input():
         attn(torch.randn(2, 5, 32), attn_mask=torch.zeros(4, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="MultiheadAttention"):
         LocalMeanAttention.from_torch(nn.Linear(3, 3))
-    with pytest.raises(ValueError, match="kdim"):
-        LocalMeanAttention.from_torch(nn.MultiheadAttention(32, 4, kdim=8, vdim=8))
+    for bad in ({"kdim": 0}, {"vdim": 2.5}, {"kdim": True}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a positive integer or None"):
+            LocalMeanAttention(32, 4, **bad)
+    for bad in ({"add_bias_kv": 2}, {"add_zero_attn": "yes"}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be True or False"):
+            LocalMeanAttention(32, 4, **bad)
+    with pytest.raises(ValueError, match=r"key must have shape \(batch, seq, kdim\) with kdim=8"):
+        LocalMeanAttention(32, 4, kdim=8, batch_first=True)(torch.randn(2, 5, 32), torch.randn(2, 5, 32))
     with pytest.raises(ValueError, match="local_model"):
         LocalTransformerLayer(32, 4, 64, local_model="quadratic")
     with pytest.raises(ValueError, match="activation"):

@@ -4,7 +4,10 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris, make_moons
+from scipy import sparse
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import pairwise_distances
+from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
 from sklearn.semi_supervised import LabelPropagation, LabelSpreading
 from sklearn.utils.estimator_checks import check_estimator
 
@@ -200,6 +203,95 @@ def test_string_labels_and_predict(iris):
     assert set(model.predict(X)) <= set(names)
 
 
+
+# -- given weights: a callable kernel(A, B) and kernel="precomputed" ------------------------------
+
+def rbf_affinity(A, B):
+    return rbf_kernel(A, B, gamma=5.0)
+
+
+def radius_graph(A, B):
+    """A sparse symmetric affinity: Gaussian weights within distance 0.3 (0 beyond)."""
+    D = pairwise_distances(A, B)
+    return sparse.csr_matrix(np.where(D <= 0.3, np.exp(-D ** 2 / 0.05), 0.0))
+
+
+def exp_cosine(A, B):
+    """Not a function of the distance: exp(3 cos(a, b)), the data moved off the origin."""
+    return np.exp(3 * cosine_similarity(A + 2, B + 2))
+
+
+@pytest.mark.filterwarnings("ignore:.* received no label mass:UserWarning")  # radius graph, 5 iterations: as sklearn
+@pytest.mark.parametrize("affinity", [rbf_affinity, radius_graph, exp_cosine], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("alpha", [None, 0.2, 0.8])
+def test_callable_kernel_reproduces_scikit_learn(moons, affinity, alpha):
+    """The same callable in both: LabelPropagation (alpha=None, the local mean) and LabelSpreading
+    (the symmetric normalisation); measured: 7e-16 at most, same iterations and labels."""
+    X, _, y_partial = moons
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if alpha is None:
+            ref = LabelPropagation(kernel=affinity, max_iter=1000).fit(X, y_partial)
+            ours = RelaxationLabeling(kernel=affinity, max_iter=1000).fit(X, y_partial)
+        else:
+            ref = LabelSpreading(kernel=affinity, alpha=alpha).fit(X, y_partial)
+            ours = RelaxationLabeling(kernel=affinity, alpha=alpha, normalization="symmetric").fit(X, y_partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(ours.transduction_, ref.transduction_)
+    assert ours.n_iter_ == ref.n_iter_
+    Q = X[::7] + 0.03
+    np.testing.assert_allclose(ours.predict_proba(Q), ref.predict_proba(Q), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(ours.predict(Q), ref.predict(Q))
+    assert ours.kernel_ is affinity
+
+
+@pytest.mark.parametrize("affinity", [rbf_affinity, radius_graph], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("params", [{}, {"alpha": 0.5, "normalization": "symmetric"},
+                                    {"compatibility": [[1.0, -1.0], [-1.0, 1.0]]}])
+def test_precomputed_affinities_equal_the_callable(moons, affinity, params):
+    X, _, y_partial = moons
+    Q = X[::7] + 0.03
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = RelaxationLabeling(kernel=affinity, **params).fit(X, y_partial)
+        ours = RelaxationLabeling(kernel="precomputed", **params).fit(affinity(X, X), y_partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, rtol=0, atol=1e-14)
+    assert ours.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(ours.predict_proba(affinity(Q, X)), ref.predict_proba(Q), rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(ours.predict(affinity(Q, X)), ref.predict(Q))
+
+
+def test_given_gaussian_affinities_equal_the_gaussian_profile(iris):
+    X, _, y_partial = iris
+    h = 0.5
+    profile = RelaxationLabeling(bandwidth=h).fit(X, y_partial)
+    given = RelaxationLabeling(kernel=lambda A, B: rbf_kernel(A, B, gamma=1 / (2 * h * h))).fit(X, y_partial)
+    np.testing.assert_allclose(given.label_distributions_, profile.label_distributions_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(given.predict_proba(X + 0.05), profile.predict_proba(X + 0.05), rtol=0, atol=1e-12)
+
+
+def test_given_affinities_bad_input(moons):
+    X, _, y_partial = moons
+    A = rbf_affinity(X, X)
+    with pytest.raises(ValueError, match=r"kernel='precomputed' takes X as the \(n_samples, n_samples\)"):
+        RelaxationLabeling(kernel="precomputed").fit(X, y_partial)
+    with pytest.raises(ValueError, match="X \\(kernel='precomputed'\\) gave negative affinities"):
+        RelaxationLabeling(kernel="precomputed").fit(A - 0.5, y_partial)
+    with pytest.raises(ValueError, match="kernel \\(the callable\\) gave affinities that are NaN"):
+        RelaxationLabeling(kernel=lambda a, b: np.full((len(a), len(b)), np.nan)).fit(X, y_partial)
+    with pytest.raises(ValueError, match=r"kernel \(the callable\) must give an affinity matrix of shape"):
+        RelaxationLabeling(kernel=lambda a, b: np.ones((len(a), 3))).fit(X, y_partial)
+    with pytest.raises(ValueError, match="n_neighbors must be None with kernel='precomputed'"):
+        RelaxationLabeling(kernel="precomputed", n_neighbors=5).fit(A, y_partial)
+    with pytest.raises(ValueError, match="'kernel' parameter .* must be a str among .* or a callable"):
+        RelaxationLabeling(kernel="precomputed_distance").fit(X, y_partial)
+    model = RelaxationLabeling(kernel="precomputed").fit(A, y_partial)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(A[:4, :10])
+    with pytest.raises(TypeError, match="[Ss]parse"):  # a sparse X is an affinity graph, precomputed only
+        RelaxationLabeling().fit(sparse.csr_matrix(X), y_partial)
+
+
 @pytest.mark.parametrize("params, error, match", [
     (dict(bandwidth=0.0), ValueError, "bandwidth"),
     (dict(bandwidth=-0.3), ValueError, "bandwidth"),
@@ -234,12 +326,13 @@ def test_bad_data(moons):
         model.predict(np.zeros((2, 3)))
 
 
-def test_check_estimator():
+@pytest.mark.parametrize("kernel", ["gaussian", rbf_affinity], ids=["profile", "callable"])
+def test_check_estimator(kernel):
     # check_classifiers_classes fits labels {-1, 1}; -1 marks unlabelled samples in the
     # semi-supervised API, so classes_ is [1]. scikit-learn exempts LabelPropagation and
     # LabelSpreading from the same check by name (_choose_check_classifiers_labels).
     reason = "-1 means 'unlabelled' in the semi-supervised API"
-    check_estimator(RelaxationLabeling(), expected_failed_checks={"check_classifiers_classes": reason})
+    check_estimator(RelaxationLabeling(kernel=kernel), expected_failed_checks={"check_classifiers_classes": reason})
 
 
 @pytest.mark.parametrize("params", [dict(bandwidth=0.3), dict(bandwidth=0.3, alpha=0.2),

@@ -17,8 +17,10 @@
 * :func:`iterate` — the fixed-point driver (mean shift, relaxation labeling, Hopfield retrieval);
 * :func:`prototype_weights` — normalised memberships of prototype-centred kernels (TSK, RBF nets);
 * :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
-* :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions.
+* :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions;
+* :class:`BoundAffinity` — local means whose weights are given (an affinity matrix or a function).
 """
+from .affinity import BoundAffinity
 from .backends import backend_of, map_queries
 from .blocks import DEFAULT_MEMORY_BUDGET, block_sizes, map_blocks, resolve_n_jobs
 from .binding import Binding, bind
@@ -40,6 +42,7 @@ from .twins import twin_groups
 
 __all__ = [
     "augment",
+    "BoundAffinity",
     "backend_of",
     "bind",
     "binned_polynomial_refusals",

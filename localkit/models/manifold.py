@@ -32,6 +32,7 @@ from ._base import FLOATS, LocalKernelMixin
 from ..engine import map_queries
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
+LLE_METHODS = ("standard", "modified", "hessian", "ltsa")
 #: Bytes of (neighbours x features) differences one block of Gram solves may hold.
 _GRAM_BUDGET = 64 * 2**20
 
@@ -71,8 +72,158 @@ def barycenter_weights(X, Y, ind, reg, n_jobs=None):
     return B
 
 
+def _local_svd(X, ind, rows, centre, full=True):
+    """Left singular vectors and squared singular values of each neighbourhood's offsets.
+
+    ``C_i = X[ind[i]] - c_i`` (shape ``(k, d)``; ``c_i`` = the neighbourhood's mean when
+    ``centre == "mean"``, else the point ``x_i``). Returns ``(U, s2)`` with ``U`` of shape
+    ``(b, k, k)``, columns by decreasing ``s2``, and ``s2`` of shape ``(b, min(k, d))``: the
+    eigen-decomposition of the local Gram matrix ``C_i C_i^T``. With more neighbours than
+    dimensions an SVD of ``C_i`` (its last ``k - d`` columns span the null space of the Gram
+    matrix); otherwise ``eigh`` of the Gram matrix, as scikit-learn chooses, so that the small
+    eigenvalues agree with it to round-off. ``full=False``: only the leading ``min(k, d)``
+    columns of ``U`` (the null space is not needed).
+    """
+    C = X[ind[rows]]
+    C = C - (C.mean(axis=1, keepdims=True) if centre == "mean" else X[rows, None, :])
+    k, d = C.shape[1], C.shape[2]
+    if k > d:
+        U, s, _ = np.linalg.svd(C, full_matrices=full)
+        return U, s * s
+    vals, vecs = np.linalg.eigh(C @ C.transpose(0, 2, 1))
+    return vecs[:, :, ::-1], vals[:, ::-1]
+
+
+def _alignment_matrix(idx, L):
+    """``M = sum_i S_i L_i S_i^T``: the local ``(m, m)`` matrices ``L[i]`` over the index sets
+    ``idx[i]`` scattered into an ``(n, n)`` sparse matrix (repeated entries summed)."""
+    n, m = idx.shape
+    rows = np.repeat(idx, m, axis=1).ravel()
+    cols = np.tile(idx, (1, m)).ravel()
+    return sparse.coo_matrix((L.ravel(), (rows, cols)), shape=(n, n)).tocsc()
+
+
+def _block_rows(n, k, d):
+    """Points per block of local decompositions: a few ``(k, max(k, d))`` arrays each."""
+    return max(1, int(_GRAM_BUDGET // (8 * k * max(d, k) * 4)))
+
+
+def ltsa_alignment(X, ind, n_components, n_jobs=None):
+    """Local tangent space alignment (Zhang & Zha, 2004): ``M`` whose null space is the embedding.
+
+    Each neighbourhood (``k`` neighbours, the point itself excluded as in scikit-learn) is
+    centred; ``U_i`` holds the ``n_components`` leading left singular vectors of the centred
+    offsets (the local tangent coordinates) and ``G_i = [1 / sqrt(k), U_i]``. The alignment
+    error of global coordinates ``Y`` is ``sum_i |(I - G_i G_i^T) Y_i|^2 = tr(Y^T M Y)`` with
+    ``M = sum_i S_i (I - G_i G_i^T) S_i^T``.
+    """
+    n, k = ind.shape
+    L = np.empty((n, k, k))
+
+    def run(rows):
+        U, _ = _local_svd(X, ind, rows, "mean", full=False)
+        G = U[:, :, :n_components]
+        L[rows] = -(G @ G.transpose(0, 2, 1)) - 1.0 / k
+        L[rows, np.arange(k), np.arange(k)] += 1.0
+
+    map_blocks(run, n, _block_rows(n, k, X.shape[1]), n_jobs)
+    return _alignment_matrix(ind, L)
+
+
+def hessian_alignment(X, ind, n_components, hessian_tol, n_jobs=None):
+    """Hessian eigenmaps (Donoho & Grimes, 2003): ``M`` whose null space is the embedding.
+
+    In each centred neighbourhood, ``U_i`` (``k x c``) are the leading left singular vectors
+    (local tangent coordinates) and ``Y_i = [1, U_i, (U_i[:, a] U_i[:, b])_{a <= b}]`` is the
+    design of a local quadratic model, ``1 + c + c (c + 1) / 2`` columns. Its complete QR
+    factorisation ``Y_i = Q_i R_i`` gives ``H_i = Q_i[:, c + 1:]``: the directions orthogonal to
+    every affine function of the tangent coordinates, which measure the local Hessian (those
+    of the quadratic columns and, as in scikit-learn, the rest of the orthogonal complement).
+    Each column is divided by its sum (unless that sum is below ``hessian_tol`` in magnitude)
+    and ``M = sum_i S_i H_i H_i^T S_i^T``.
+    """
+    n, k = ind.shape
+    c = n_components
+    L = np.empty((n, k, k))
+
+    def run(rows):
+        U, _ = _local_svd(X, ind, rows, "mean", full=False)
+        U = U[:, :, :c]
+        quad = [U[:, :, a:a + 1] * U[:, :, a:] for a in range(c)]
+        Y = np.concatenate([np.ones((len(U), k, 1)), U] + quad, axis=2)
+        Q = np.linalg.qr(Y, mode="complete")[0]
+        H = Q[:, :, c + 1:]
+        S = H.sum(axis=1, keepdims=True)
+        S[np.abs(S) < hessian_tol] = 1.0
+        H = H / S
+        L[rows] = H @ H.transpose(0, 2, 1)
+
+    map_blocks(run, n, _block_rows(n, k, X.shape[1]), n_jobs)
+    return _alignment_matrix(ind, L)
+
+
+def modified_alignment(X, ind, n_components, reg, modified_tol, n_jobs=None):
+    """Modified LLE (Zhang & Wang, 2007): ``M`` from several local weight vectors per point.
+
+    With ``C_i = X[ind[i]] - x_i``, let ``lambda_1 >= ... >= lambda_k`` and ``v_1 .. v_k`` be the
+    eigenvalues and vectors of the local Gram matrix ``C_i C_i^T`` (``min(k, d)`` of them
+    non-zero), ``rho_i = sum_{j > c} lambda_j / sum_{j <= c} lambda_j`` and ``eta`` the median of
+    ``rho_i``. Point ``i`` keeps ``s_i`` vectors: the ``k - min(k, d)`` zero eigenvalues and the
+    largest number ``s`` of the smallest non-zero ones whose sum is below ``eta`` times the sum
+    of the others. With ``V_i`` those ``s_i`` eigenvectors, ``a = V_i^T 1``,
+    ``alpha_i = |a| / sqrt(s_i)``, the Householder vector ``h = (alpha_i 1 - a) / |alpha_i 1 - a|``
+    (0 when that norm is below ``modified_tol``) and ``w_i`` the regularised barycentric weights
+    (:func:`barycenter_weights`), the ``s_i`` weight vectors are
+
+    .. math::
+
+        W_i = V_i (I - 2 h h^T) + (1 - \\alpha_i)\\, w_i 1^T ,
+
+    each summing to 1 (when ``h != 0``), and ``M = sum_i S_i [-1^T; W_i] [-1^T; W_i]^T S_i^T`` over
+    the index set ``(i, ind[i])``.
+    """
+    n, k = ind.shape
+    d = X.shape[1]
+    nev = min(k, d)
+    V = np.empty((n, k, k))
+    evals = np.empty((n, nev))
+
+    def decompose(rows):
+        V[rows], s2 = _local_svd(X, ind, rows, "point")
+        evals[rows] = s2[:, :nev]
+
+    block = _block_rows(n, k, d)
+    map_blocks(decompose, n, block, n_jobs)
+    w_reg = barycenter_weights(X, X, ind, reg, n_jobs)
+    eta = np.median(evals[:, n_components:].sum(axis=1) / evals[:, :n_components].sum(axis=1))
+    # s_i: how many of the smallest eigenvalues sum to less than eta times the rest
+    cum = np.cumsum(evals, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail_over_head = cum[:, -1:] / cum[:, :-1] - 1.0  # decreasing in the head's length
+    s_all = np.sum(tail_over_head < eta, axis=1) + (k - nev)
+    L = np.empty((n, k + 1, k + 1))
+
+    def run(rows):
+        s = s_all[rows]
+        keep = (np.arange(k)[None, :] >= (k - s)[:, None]).astype(np.float64)  # the last s_i columns
+        Vi = V[rows] * keep[:, None, :]
+        a = Vi.sum(axis=1)  # V_i^T 1, zero outside the kept columns
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alpha = np.where(s > 0, np.linalg.norm(a, axis=1) / np.sqrt(s), 0.0)
+        h = alpha[:, None] * keep - a
+        norm_h = np.linalg.norm(h, axis=1)
+        h = np.where((norm_h >= modified_tol)[:, None], h / np.where(norm_h > 0, norm_h, 1.0)[:, None], 0.0)
+        W = (Vi - 2.0 * (Vi @ h[:, :, None]) * h[:, None, :]
+             + (1.0 - alpha)[:, None, None] * w_reg[rows][:, :, None] * keep[:, None, :])
+        W_hat = np.concatenate([-keep[:, None, :], W], axis=1)  # rows: the point, then its neighbours
+        L[rows] = W_hat @ W_hat.transpose(0, 2, 1)
+
+    map_blocks(run, n, block, n_jobs)
+    return _alignment_matrix(np.c_[np.arange(n), ind], L)
+
+
 class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """Locally linear embedding (Roweis & Saul, 2000), standard method.
+    """Locally linear embedding (Roweis & Saul, 2000) and its modified, Hessian and LTSA variants.
 
     **Kernel:** the kNN kernel with the uniform profile (the ``n_neighbors`` nearest other
     samples, equal weight). **Values:** the neighbours' coordinates. **Local model:** an affine
@@ -87,6 +238,23 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
     ``M = (I - W)^T (I - W)`` sparse, under ``Y^T Y = I``: the eigenvectors of ``M`` for its
     smallest eigenvalues after the constant one (eigenvalue 0, since the rows of ``W`` sum
     to 1). Agrees with scikit-learn's ``LocallyLinearEmbedding(method="standard")``.
+
+    The other methods keep the kNN neighbourhoods and fit a different local model in each; each
+    gives a sparse symmetric ``M = sum_i S_i L_i S_i^T`` (``S_i`` selects neighbourhood ``i``)
+    whose bottom eigenvectors, after the constant one, are the embedding, as above:
+
+    * ``"modified"`` (Zhang & Wang, 2007): several affine weight vectors per point, from the
+      smallest eigenvectors of its local Gram matrix, so that the local model does not
+      depend on one ill-conditioned solve (:func:`modified_alignment`);
+    * ``"hessian"`` (Donoho & Grimes, 2003): a local quadratic model in the tangent coordinates
+      of each neighbourhood; ``M`` penalises the Hessian of the embedding
+      (:func:`hessian_alignment`); needs ``n_neighbors > n_components (n_components + 3) / 2``;
+    * ``"ltsa"`` (Zhang & Zha, 2004): local tangent space alignment, the embedding that best
+      agrees with each neighbourhood's local PCA coordinates up to an affine map
+      (:func:`ltsa_alignment`).
+
+    Each equals scikit-learn's ``LocallyLinearEmbedding(method=...)`` (its neighbourhoods
+    exclude the point itself, as scikit-learn's do).
 
     Parameters
     ----------
@@ -109,6 +277,15 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         Seeds the starting vector of "arpack" (drawn as in scikit-learn).
     n_jobs : int or None, default=None
         Threads over blocks of Gram solves (None: all cores).
+    method : {"standard", "modified", "hessian", "ltsa"}, default="standard"
+        The local model (see above).
+    hessian_tol : float, default=1e-4
+        ``"hessian"``: a Hessian estimator whose column sum is below this in magnitude is not
+        normalised by it.
+    modified_tol : float, default=1e-12
+        ``"modified"``: a Householder vector shorter than this is taken as 0 (no reflection).
+        ``"modified"`` regularises its weights with ``reg``; scikit-learn fixes that
+        regularisation at 1e-3 (the default ``reg``), whatever ``reg`` says.
 
     Attributes
     ----------
@@ -116,7 +293,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
     reconstruction_error_ : float
         ``tr(Y^T M Y)``, the sum of the eigenvalues of the embedding.
     weights_ : sparse matrix of shape (n_samples, n_samples)
-        The reconstruction weights ``W`` (CSR).
+        The reconstruction weights ``W`` (CSR); ``method="standard"`` only (the other methods
+        have no single weight per neighbour).
     X_fit_ : ndarray of shape (n_samples, n_features)
 
     Examples
@@ -130,7 +308,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
     """
 
     def __init__(self, n_neighbors=5, n_components=2, reg=1e-3, eigen_solver="auto", tol=1e-6,
-                 max_iter=100, random_state=None, n_jobs=None):
+                 max_iter=100, random_state=None, n_jobs=None, method="standard", hessian_tol=1e-4,
+                 modified_tol=1e-12):
         self.n_neighbors = n_neighbors
         self.n_components = n_components
         self.reg = reg
@@ -139,6 +318,9 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         self.max_iter = max_iter
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.method = method
+        self.hessian_tol = hessian_tol
+        self.modified_tol = modified_tol
 
     _parameter_constraints: dict = {
         "n_neighbors": positive(Integral),
@@ -149,6 +331,9 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         "max_iter": positive(Integral),
         "random_state": ["random_state"],
         "n_jobs": N_JOBS_CONSTRAINT,
+        "method": [StrOptions(set(LLE_METHODS))],
+        "hessian_tol": non_negative(),
+        "modified_tol": non_negative(),
     }
 
     def _check_params(self, n, d):
@@ -158,6 +343,13 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         if self.n_neighbors >= n:
             raise ValueError(f"n_neighbors must be < n_samples={n}, got {self.n_neighbors}")
         _check_n_components(self.n_components, min(d, n - 1))
+        c = self.n_components
+        if self.method == "hessian" and self.n_neighbors <= c * (c + 3) // 2:
+            raise ValueError(f"method='hessian' needs n_neighbors > n_components * (n_components + 3) / 2 = "
+                             f"{c * (c + 3) // 2}, got n_neighbors={self.n_neighbors}")
+        if self.method == "modified" and self.n_neighbors < c:
+            raise ValueError(f"method='modified' needs n_neighbors >= n_components={c}, "
+                             f"got n_neighbors={self.n_neighbors}")
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None):
@@ -172,15 +364,27 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         Xu = np.ldexp(X, -self._exponent)
         self.index_ = nb.make_index(Xu, "euclidean")
         _, ind = nb.kneighbors(self.index_, Xu, self.n_neighbors, exclude_self=True)
-        data = barycenter_weights(Xu, Xu, ind, self.reg, self.n_jobs).ravel()
-        indptr = np.arange(0, n * self.n_neighbors + 1, self.n_neighbors)
-        self.weights_ = sparse.csr_matrix((data, ind.ravel(), indptr), shape=(n, n))
-        I_W = sparse.identity(n, format="csr") - self.weights_
-        M = (I_W.T @ I_W).tocsc()
+        self.__dict__.pop("weights_", None)  # a refit with another method has none
+        M = self._alignment(Xu, ind)
         self.embedding_, self.reconstruction_error_ = self._null_space(M)
         self.X_fit_ = X
         self._n_features_out = self.n_components
         return self
+
+    def _alignment(self, Xu, ind):
+        """The sparse symmetric ``M`` of ``self.method`` (its null space is the embedding)."""
+        n, c = len(Xu), self.n_components
+        if self.method == "modified":
+            return modified_alignment(Xu, ind, c, self.reg, self.modified_tol, self.n_jobs)
+        if self.method == "hessian":
+            return hessian_alignment(Xu, ind, c, self.hessian_tol, self.n_jobs)
+        if self.method == "ltsa":
+            return ltsa_alignment(Xu, ind, c, self.n_jobs)
+        data = barycenter_weights(Xu, Xu, ind, self.reg, self.n_jobs).ravel()
+        indptr = np.arange(0, n * self.n_neighbors + 1, self.n_neighbors)
+        self.weights_ = sparse.csr_matrix((data, ind.ravel(), indptr), shape=(n, n))
+        I_W = sparse.identity(n, format="csr") - self.weights_
+        return (I_W.T @ I_W).tocsc()
 
     def _null_space(self, M):
         """Eigenvectors of ``M`` for eigenvalues 2 .. n_components + 1 (the first is constant)."""
@@ -199,8 +403,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
             lu = splu(M, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                       options={"SymmetricMode": True})
         except RuntimeError as exc:
-            raise ValueError(f"eigen_solver='arpack' could not factorise (I - W)^T (I - W) ({exc}); "
-                             "the weights are singular, use eigen_solver='dense' or a larger reg") from exc
+            raise ValueError(f"eigen_solver='arpack' could not factorise the matrix M of method={self.method!r} "
+                             f"({exc}); it is singular, use eigen_solver='dense' or a larger reg") from exc
         op = LinearOperator(M.shape, matvec=lu.solve, dtype=M.dtype)
         v0 = check_random_state(self.random_state).uniform(-1, 1, n)
         vals, vecs = eigsh(M, k + 1, sigma=0.0, OPinv=op, tol=self.tol, maxiter=self.max_iter, v0=v0)
@@ -210,7 +414,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
     @map_queries
     def transform(self, X: ArrayLike) -> np.ndarray:
         """Embed new points: reconstruct each from its ``n_neighbors`` nearest training points
-        (same local model) and apply those weights to their embeddings."""
+        (the standard local model, :func:`barycenter_weights`, whatever ``method``, as
+        scikit-learn) and apply those weights to their embeddings."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         Xu = np.ldexp(X.astype(np.float64), -self._exponent)  # the coordinates of index_

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
 from .._validation import check_array, check_class_labels, check_n_neighbors
-from ..engine import bind
+from ..engine import BoundAffinity, bind
 from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
@@ -78,10 +78,23 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     scikit-learn's ``kernel="rbf"`` with ``gamma = 1 / (2 h^2)``; ``kernel="uniform",
     n_neighbors=k`` its ``kernel="knn"``.
 
+    The weights may also be given (``kernel`` a callable or "precomputed"): an affinity matrix
+    ``A`` (non-negative, finite) takes the place of ``K(x_i, x_j)`` in every formula above,
+    ``(M P)_i = sum_j A_ij p_j / sum_j A_ij`` (its diagonal included for ``"mean"``, dropped for
+    ``"symmetric"``), dense or scipy-sparse.
+
     Parameters
     ----------
-    kernel : str, default="gaussian"
-        A profile of :class:`localkit.Kernel` (or "softmax").
+    kernel : str or callable, default="gaussian"
+        A profile of :class:`localkit.Kernel` (or "softmax"); or a callable
+        ``kernel(A, B) -> (len(A), len(B))`` affinity matrix, as scikit-learn's label propagation
+        takes (``fit`` uses ``kernel(X, X)``, :meth:`predict_proba` ``kernel(X_query, X_fit)``:
+        rows are the points that receive, columns the samples that give; scikit-learn's
+        ``predict_proba`` uses ``kernel(X_fit, X_query).T``, the same for a symmetric kernel); or
+        ``"precomputed"``: ``X`` is the (n_samples, n_samples) affinity matrix in ``fit`` and the
+        (n_queries, n_samples) affinities of the queries to the training samples in
+        :meth:`predict_proba` and :meth:`predict`. ``bandwidth`` is then not used, and
+        ``n_neighbors`` must stay None.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         A rule is resolved on the samples (:mod:`localkit.kernels.bandwidth`).
     n_neighbors : int or None, default=None
@@ -109,7 +122,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     transduction_ : ndarray of shape (n_samples,)
     n_iter_ : int
     X_fit_ : ndarray
-    kernel_ : Kernel
+        The training samples (for ``kernel="precomputed"``, their affinity matrix).
+    kernel_ : Kernel, callable or "precomputed"
 
     Notes
     -----
@@ -146,7 +160,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         self.verbose = verbose
 
     _parameter_constraints: dict = {
-        "kernel": KERNEL_CONSTRAINT,
+        "kernel": [StrOptions(set(KERNEL_CONSTRAINT[0].options) | {"precomputed"}), callable],
         "bandwidth": BANDWIDTH_CONSTRAINT,
         "n_neighbors": N_NEIGHBORS_CONSTRAINT,
         "alpha": [Interval(Real, 0, 1, closed="neither"), None],  # None: hard clamping
@@ -171,9 +185,18 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
-        X, y = validate_data(self, X, y, dtype=FLOATS)
+        sparse_ok = ["csr", "csc", "coo"] if self.kernel == "precomputed" else False  # a sparse affinity graph
+        X, y = validate_data(self, X, y, dtype=FLOATS, accept_sparse=sparse_ok)
         check_class_labels(y)
-        check_n_neighbors(self.n_neighbors, len(X))
+        given = self._given_weights()
+        if given and self.n_neighbors is not None:
+            raise ValueError(f"n_neighbors must be None with kernel={self.kernel!r}: the affinities are given, "
+                             f"got n_neighbors={self.n_neighbors}")
+        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
+            raise ValueError(f"kernel='precomputed' takes X as the (n_samples, n_samples) affinity matrix, "
+                             f"got X of shape {X.shape}")
+        if not given:
+            check_n_neighbors(self.n_neighbors, X.shape[0])
         unlabelled = (y == -1) if y.dtype.kind in "iuf" else np.zeros(len(y), dtype=bool)
         if unlabelled.all():
             raise ValueError("y has no labelled sample (every entry is -1); label at least one sample")
@@ -182,20 +205,25 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         r = self._check_compatibility(n_classes)
         if r is not None:  # the update in the data's precision: a float64 r would promote float32 P
             r = r.astype(X.dtype, copy=False)
-        kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
-        if self.n_neighbors is None:  # rules ("scott", ...) resolved on the training data
-            kern = Kernel(self.kernel, bandwidth=kern.resolve_bandwidth(X))
-        self.kernel_ = kern
         self.X_fit_ = X
+        if given:  # the weights themselves, through the engine's local mean of given affinities
+            self.kernel_ = self.kernel
+            self._bound = BoundAffinity(X, None if self.kernel == "precomputed" else self.kernel, name=(
+                "X (kernel='precomputed')" if self.kernel == "precomputed" else "kernel (the callable)"))
+        else:
+            kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
+            if self.n_neighbors is None:  # rules ("scott", ...) resolved on the training data
+                kern = Kernel(self.kernel, bandwidth=kern.resolve_bandwidth(X))
+            self.kernel_ = kern
+            # bound once: every iteration and predict_proba pass through it; the graph has no self-loops
+            # (twins: one group per row, so only the diagonal is zero, as in scikit-learn's LabelSpreading,
+            # not a leave-one-out, which leaves out every repeated row)
+            self._bound = bind(kern, X, twins=np.arange(X.shape[0]))
 
         # the distributions in the data's precision (float32 in, float32 out): the engine's local means
         # of float32 data are float32, a float64 Y would only promote them after the fact
-        Y = np.zeros((len(X), n_classes), dtype=X.dtype)
+        Y = np.zeros((X.shape[0], n_classes), dtype=X.dtype)
         Y[~unlabelled, np.searchsorted(self.classes_, y[~unlabelled])] = 1.0
-        # bound once: every iteration and predict_proba pass through it; the graph has no self-loops
-        # (twins: one group per row, so only the diagonal is zero, as in scikit-learn's LabelSpreading,
-        # not a leave-one-out, which leaves out every repeated row)
-        self._bound = bind(kern, X, twins=np.arange(len(X)))
         graph = self._graph(self._bound)
         soft = self.alpha is not None
         Y_static = (1 - self.alpha) * Y if soft else Y
@@ -227,6 +255,10 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
                             f"{self.classes_[:1].tolist()[0]!r}")
         return self
 
+    def _given_weights(self):
+        """Whether ``kernel`` gives the weights (a callable or "precomputed") rather than a profile."""
+        return callable(self.kernel) or self.kernel == "precomputed"
+
     def _graph(self, bound):
         """The propagation operator ``P -> M P``, one engine pass per call over the kernel bound
         once to the samples."""
@@ -244,7 +276,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         is NaN (``0 / 0``, as in scikit-learn's ``LabelPropagation``), with a warning.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        sparse_ok = ["csr", "csc", "coo"] if self.kernel_ == "precomputed" else False
+        X = validate_data(self, X, reset=False, dtype=FLOATS, accept_sparse=sparse_ok)
         M = self._bound.sums(X, self.label_distributions_).mean
         _warn_no_label_mass(M, "queries", f"their predict_proba rows are NaN (0 / 0) and predict gives them "
                                           f"classes_[0] = {self.classes_[:1].tolist()[0]!r}")

@@ -2,8 +2,10 @@
 
 The projections ``W_q, W_k, W_v`` learn the space in which the localization kernel is taken; the
 kernel is a choice (:mod:`localkit.nn.functional`). Parameters are laid out exactly as in
-``torch.nn.MultiheadAttention`` (``in_proj_weight``, ``in_proj_bias``, ``out_proj``), so that
-``from_torch`` copies a trained PyTorch module and, with the softmax kernel, reproduces it.
+``torch.nn.MultiheadAttention`` (``in_proj_weight``, or ``q_proj_weight``, ``k_proj_weight``,
+``v_proj_weight`` when keys or values have their own widths; ``in_proj_bias``, ``bias_k``,
+``bias_v``, ``out_proj``), so that ``from_torch`` copies a trained PyTorch module and, with the
+softmax kernel, reproduces it.
 """
 from __future__ import annotations
 
@@ -92,9 +94,20 @@ class LocalMeanAttention(nn.Module):
         Dropout on the attention weights, in training mode.
     bias : bool, default=True
         Biases of the input and output projections.
-    add_bias_kv, add_zero_attn, kdim, vdim
-        torch's; only their defaults are supported so far (``kdim = vdim = embed_dim``), others
-        raise a ``ValueError``.
+    add_bias_kv : bool, default=False
+        As torch: two learned vectors ``bias_k``, ``bias_v`` (shape ``(1, 1, embed_dim)``, in the
+        projected space) appended to every sequence's keys and values, a sample that every query
+        may weigh: ``out_i = (sum_j K(q_i, k_j) v_j + K(q_i, b_k) b_v) / (sum_j K(q_i, k_j) +
+        K(q_i, b_k))``.
+    add_zero_attn : bool, default=False
+        As torch: a key and a value of zeros appended per head after the projections (after
+        ``bias_k``); with the softmax kernel it adds ``exp(0) = 1`` to the normaliser, so a query
+        may attend to "nothing".
+    kdim, vdim : int or None, default=None
+        The widths of ``key`` and ``value`` (None: ``embed_dim``). When either differs from
+        ``embed_dim`` the projections are three parameters, as in torch: ``q_proj_weight``
+        ``(embed_dim, embed_dim)``, ``k_proj_weight`` ``(embed_dim, kdim)``, ``v_proj_weight``
+        ``(embed_dim, vdim)``, and ``in_proj_weight`` is None.
     batch_first : bool, default=False
         Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``, as torch.
     device, dtype : optional
@@ -109,7 +122,8 @@ class LocalMeanAttention(nn.Module):
         Kernels in position and kNN kernels, see :func:`localkit.nn.kernel_attention`.
 
     The call follows ``nn.MultiheadAttention`` (masks, ``need_weights``, ``is_causal``) and
-    returns its ``(output, weights or None)`` pair, so an instance can replace the ``self_attn``
+    returns its ``(output, weights or None)`` pair (the weights have a column for each appended
+    key, ``bias_k`` then the zero key, which no mask hides, as in torch), so an instance can replace the ``self_attn``
     of an existing model, ``nn.TransformerEncoderLayer`` included: ``_qkv_same_embed_dim`` is
     False so that the layer's native fast path (which would run torch's own softmax kernel on
     our weights) is never taken in eval mode.
@@ -135,44 +149,63 @@ class LocalMeanAttention(nn.Module):
                  kdim=None, vdim=None, batch_first=False, device=None, dtype=None, *, kernel="softmax",
                  bandwidth=None, learn_bandwidth=False, window=None, top_k=None):
         super().__init__()
-        for name, value, default in (("add_bias_kv", add_bias_kv, False), ("add_zero_attn", add_zero_attn, False),
-                                     ("kdim", kdim, None), ("vdim", vdim, None)):
-            if value != default and not (name in ("kdim", "vdim") and value == embed_dim):
-                raise ValueError(f"{name}={value!r} is not supported by {type(self).__name__} yet: keys and values "
-                                 f"have embed_dim features, with no extra key/value rows")
-        for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+        kdim = embed_dim if kdim is None else kdim
+        vdim = embed_dim if vdim is None else vdim
+        for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads), ("kdim", kdim), ("vdim", vdim)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"{name} must be a positive integer{' or None' if name in ('kdim', 'vdim') else ''}, "
+                                 f"got {value!r}")
+        for name, value in (("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn)):
+            if not isinstance(value, (bool, int)) or value not in (0, 1):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim, self.add_zero_attn = int(kdim), int(vdim), bool(add_zero_attn)
         self.kernel = resolve_kernel(kernel)
         self.bandwidth = check_bandwidth(bandwidth)
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
         self.options = {"window": window, "top_k": top_k}
         factory = {"device": device, "dtype": dtype}
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+        if self.kdim == embed_dim and self.vdim == embed_dim:  # one stacked projection, as torch
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+            nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
+        else:  # keys and values of their own widths: three projections, as torch
+            self.register_parameter("in_proj_weight", None)
+            for name, width in (("q_proj_weight", embed_dim), ("k_proj_weight", self.kdim),
+                                ("v_proj_weight", self.vdim)):
+                setattr(self, name, nn.Parameter(torch.empty(embed_dim, width, **factory)))
+                nn.init.xavier_uniform_(getattr(self, name))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim, **factory)) if bias else None
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        nn.init.xavier_uniform_(self.in_proj_weight)  # as nn.MultiheadAttention
         if bias:
             nn.init.zeros_(self.out_proj.bias)
+        if add_bias_kv:
+            self.bias_k = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
+            self.bias_v = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
+            nn.init.xavier_normal_(self.bias_k)
+            nn.init.xavier_normal_(self.bias_v)
+        else:
+            self.bias_k = self.bias_v = None
         h0 = self.bandwidth or default_bandwidth(self.kernel, self.head_dim)
         self.log_bandwidth = (nn.Parameter(torch.full((num_heads, 1, 1), math.log(h0), **factory))
                               if learn_bandwidth else None)
 
     @classmethod
     def from_torch(cls, mha, **kwargs):
-        """A copy of ``nn.MultiheadAttention`` ``mha`` (weights, dropout, layout); ``kwargs`` choose the kernel."""
+        """A copy of ``nn.MultiheadAttention`` ``mha`` (weights, dropout, layout, ``kdim``/``vdim``,
+        ``bias_k``/``bias_v``, ``add_zero_attn``); ``kwargs`` choose the kernel."""
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"from_torch expects an nn.MultiheadAttention, got {type(mha).__name__}")
-        if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("from_torch supports kdim = vdim = embed_dim, no add_bias_kv and no add_zero_attn")
         module = cls(mha.embed_dim, mha.num_heads, bias=mha.in_proj_bias is not None, dropout=mha.dropout,
-                     batch_first=mha.batch_first, **kwargs)
-        module = module.to(device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)
+                     add_bias_kv=mha.bias_k is not None, add_zero_attn=mha.add_zero_attn, kdim=mha.kdim,
+                     vdim=mha.vdim, batch_first=mha.batch_first, **kwargs)
+        weight = mha.out_proj.weight
+        module = module.to(device=weight.device, dtype=weight.dtype)
         result = module.load_state_dict(mha.state_dict(), strict=False)
         if result.unexpected_keys or set(result.missing_keys) - {"log_bandwidth"}:
             raise ValueError(f"could not copy nn.MultiheadAttention: {result}")
@@ -184,22 +217,59 @@ class LocalMeanAttention(nn.Module):
         return self.log_bandwidth.exp() if self.log_bandwidth is not None else self.bandwidth
 
     def _heads(self, x, i):
-        w = self.in_proj_weight[i * self.embed_dim:(i + 1) * self.embed_dim]
+        if self.in_proj_weight is not None:
+            w = self.in_proj_weight[i * self.embed_dim:(i + 1) * self.embed_dim]
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[i]
         b = None if self.in_proj_bias is None else self.in_proj_bias[i * self.embed_dim:(i + 1) * self.embed_dim]
         y = nn.functional.linear(x, w, b)
         return y.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)  # (B, H, n, d_head)
 
     def _check_input(self, name, x, batched):
-        """``x`` as (batch, seq, embed_dim); unbatched (seq, embed_dim) input is a batch of one."""
-        if not isinstance(x, torch.Tensor) or x.dim() != (3 if batched else 2) or x.shape[-1] != self.embed_dim:
-            layout = "(seq, embed_dim)" if not batched else (
-                "(batch, seq, embed_dim)" if self.batch_first else "(seq, batch, embed_dim)")
+        """``x`` as (batch, seq, width); unbatched (seq, width) input is a batch of one. The width is
+        ``embed_dim`` for the query, ``kdim`` for the key, ``vdim`` for the value."""
+        dim_name = {"key": "kdim", "value": "vdim"}.get(name, "embed_dim")
+        width = getattr(self, dim_name)
+        dim_name = dim_name if width != self.embed_dim else "embed_dim"
+        if not isinstance(x, torch.Tensor) or x.dim() != (3 if batched else 2) or x.shape[-1] != width:
+            layout = f"(seq, {dim_name})" if not batched else (
+                f"(batch, seq, {dim_name})" if self.batch_first else f"(seq, batch, {dim_name})")
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must have shape {layout} with embed_dim={self.embed_dim}, got {shape} "
+            raise ValueError(f"{name} must have shape {layout} with {dim_name}={width}, got {shape} "
                              f"(query, key and value are all batched or all unbatched (seq, embed_dim))")
         if not batched:
             return x[None]
         return x if self.batch_first else x.transpose(0, 1)
+
+    def _append_keys(self, k, v, mask, causal, L):
+        """torch's ``add_bias_kv`` and ``add_zero_attn``: ``bias_k``/``bias_v``, then a zero key and
+        value, appended to each sequence's keys and values (per head, after the projections).
+
+        No mask hides them: ``mask`` gains a column that lets them take part for each; a causal
+        kernel becomes an explicit ``j <= i`` mask over the original keys (the appended ones stay
+        visible to every query, as in torch's masked path), so ``causal`` comes back False.
+        """
+        extra_k, extra_v = [], []
+        batch, heads, _, d = k.shape
+        if self.bias_k is not None:
+            extra_k.append(self.bias_k.reshape(1, heads, 1, d).expand(batch, heads, 1, d).to(k.dtype))
+            extra_v.append(self.bias_v.reshape(1, heads, 1, d).expand(batch, heads, 1, d).to(v.dtype))
+        if self.add_zero_attn:
+            extra_k.append(k.new_zeros(batch, heads, 1, d))
+            extra_v.append(v.new_zeros(batch, heads, 1, v.shape[-1]))
+        if not extra_k:
+            return k, v, mask, causal
+        if causal:
+            keep = torch.ones(L, k.shape[-2], dtype=torch.bool, device=k.device).tril()
+            if mask is None:
+                mask = keep
+            elif mask.dtype == torch.bool:
+                mask = mask & keep
+            else:
+                mask = mask.masked_fill(~keep, -math.inf)
+        if mask is not None:
+            mask = nn.functional.pad(mask, (0, len(extra_k)), value=True if mask.dtype == torch.bool else 0.0)
+        return torch.cat([k] + extra_k, dim=-2), torch.cat([v] + extra_v, dim=-2), mask, False
 
     def attend(self, q, k, v, mask, causal):
         """The local model over tokens, per head: here the local mean."""
@@ -217,7 +287,10 @@ class LocalMeanAttention(nn.Module):
         (batch * heads, L, S), or (heads, L, S) unbatched, are bool (True where a key must be
         ignored) or floating point (added to the log-weights). ``is_causal=True`` multiplies the
         kernel by ``[j <= i]`` (as in torch, it says that ``attn_mask``, if given, is the causal
-        mask, which is then checked but not read; unlike torch, no mask is needed with it).
+        mask, which is then checked but not read; unlike torch, no mask is needed with it); keys
+        appended by ``add_bias_kv`` and ``add_zero_attn`` stay visible to every query, as in
+        torch's masked path (torch's fused path, taken when ``need_weights=False`` and there is
+        no ``key_padding_mask``, hides them from the first queries).
         ``output`` is shaped like ``query``; ``weights`` is None unless ``need_weights``: then the
         localization weights ``(batch, L, S)``, averaged over heads, or ``(batch, heads, L, S)`` if
         not ``average_attn_weights`` (before dropout), without the batch axis for unbatched input.
@@ -234,6 +307,7 @@ class LocalMeanAttention(nn.Module):
         q, k, v = self._heads(q_in, 0), self._heads(k_in, 1), self._heads(v_in, 2)
         causal = bool(is_causal)
         mask = _module_mask(attn_mask, key_padding_mask, q, k, batched, causal)
+        k, v, mask, causal = self._append_keys(k, v, mask, causal, q.shape[-2])
         out = self.attend(q, k, v, mask, causal)
         out = self.out_proj(out.transpose(1, 2).flatten(-2))
         if not batched:
@@ -254,11 +328,17 @@ class LocalMeanAttention(nn.Module):
         batched = _batched(query)
         q = self._heads(self._check_input("query", query, batched), 0)
         k = self._heads(self._check_input("key", key, batched), 1)
-        weights = attention_weights(q, k, self.kernel, self.current_bandwidth, causal=causal, **self.options)
+        k, _, mask, causal = self._append_keys(k, k, None, bool(causal), q.shape[-2])
+        weights = attention_weights(q, k, self.kernel, self.current_bandwidth, mask=mask, causal=causal,
+                                    **self.options)
         return weights if batched else weights[0]
 
     def extra_repr(self):
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kernel={self.kernel!r}, "
+        extra = "".join(f", {name}={value}" for name, value, default in
+                        (("kdim", self.kdim, self.embed_dim), ("vdim", self.vdim, self.embed_dim),
+                         ("add_bias_kv", self.bias_k is not None, False),
+                         ("add_zero_attn", self.add_zero_attn, False)) if value != default)
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{extra}, kernel={self.kernel!r}, "
                 f"bandwidth={self.bandwidth}, learn_bandwidth={self.log_bandwidth is not None}")
 
 
