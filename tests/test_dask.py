@@ -23,14 +23,18 @@ RTOL = 1e-9
 #: compact profiles take the dense path here: "auto" would pick the numba pass, which every fresh
 #: worker process compiles (tens of seconds); the reduction is the same whatever the path
 DENSE = {"algorithm": "dense"}
-#: above a worker process's own footprint (~250 MiB with numpy, scipy, scikit-learn, numba loaded)
+#: above a worker process's own footprint (~455 MiB measured with numpy, scipy, scikit-learn, pandas,
+#: numba and localkit's models loaded)
 MEMORY_LIMIT = 600e6
 
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=MEMORY_LIMIT,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
+    # no pausing at 80% of the limit (480 MB, just above that footprint): a paused worker runs no
+    # task and the test waits forever; beyond 95% a worker is still restarted, which a test sees
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=MEMORY_LIMIT,
+                         dashboard_address=":0") as cluster, Client(cluster) as c:
         yield c
 
 
