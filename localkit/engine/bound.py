@@ -426,7 +426,7 @@ class BoundKernel:
         if (self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None
                 or self.factors is not None):
             raise ValueError("squared_distances needs a distance kernel with a fixed bandwidth and no "
-                             f"sample_scale, got {self.kernel!r}")
+                             f"sample_scale, on every column (not a kernel on groups of columns), got {self.kernel!r}")
         u2 = exact_sq_distances(self.coordinates(queries), self.X, self.kernel)
         with np.errstate(over="ignore"):  # beyond the float range: inf, a zero weight
             if self.raw_h is not None:  # a raw distance (cosine), divided by h here
