@@ -289,3 +289,46 @@ def test_dask_refused():
     K = Kernel("gaussian", features=[0]) * Kernel("wang_ryzin", bandwidth=0.2, features=[2])
     with pytest.raises(ValueError, match="dask"):
         local_sums(da.from_array(Q, chunks=10), X, y, K)
+
+
+@pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
+def test_streamed_pass_on_tensors(dispatch, dtype, atol):
+    torch = pytest.importorskip("torch")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    X, y, Q = _mixed(11)
+    K = (Kernel("epanechnikov", bandwidth=1.5, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+         * Kernel("wang_ryzin", bandwidth=0.3, features=[2]))
+    ref = local_sums(Q, X, y, K)
+    dens = kernel_density(Q, X, kernel=K)
+    t = getattr(torch, dtype)
+    for device in devices:
+        Xt, yt, Qt = (torch.tensor(a, dtype=t, device=device) for a in (X, y, Q))
+        out = local_sums(Qt, Xt, yt, K)
+        assert isinstance(out.mean, torch.Tensor) and out.mean.device.type == device
+        np.testing.assert_allclose(out.mean.cpu().numpy(), ref.mean, rtol=0, atol=atol)
+        np.testing.assert_allclose(out.log_weight_sum.cpu().numpy(), ref.log_weight_sum, rtol=0, atol=atol)
+        reg = LocalMeanRegressor(kernel=K).fit(Xt, yt)
+        np.testing.assert_allclose(reg.predict(Qt).cpu().numpy(), ref.mean, rtol=0, atol=atol)
+        np.testing.assert_allclose(kernel_density(Qt, Xt, kernel=K).cpu().numpy(), dens, rtol=atol * 10)
+
+
+def test_streamed_pass_on_array_api_strict(dispatch):
+    xp = pytest.importorskip("array_api_strict")
+    X, y, Q = _mixed(12)
+    K = Kernel("gaussian", bandwidth=0.8, features=[0]) * Kernel("wang_ryzin", bandwidth=0.3, features=[2])
+    out = local_sums(xp.asarray(Q), xp.asarray(X), xp.asarray(y), K)
+    assert type(out.mean).__module__.startswith("array_api_strict")
+    np.testing.assert_allclose(np.asarray(out.mean), local_mean(Q, X, y, K), rtol=0, atol=1e-12)
+
+
+def test_user_guide_page_runs():
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parent.parent / "docs" / "user_guide" / "composing_kernels.rst"
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", page.read_text())
+    assert blocks
+    namespace = {}
+    for block in blocks:
+        exec(compile("\n".join(line[3:] for line in block.splitlines()), str(page), "exec"), namespace)
+    assert namespace["nw"].bandwidth_ == (0.4, 0.2, 0.3)

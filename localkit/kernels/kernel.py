@@ -467,8 +467,8 @@ class ProductKernel(Kernel):
                 raise ValueError("kernel='softmax' cannot be a factor of a product kernel (it is a similarity of every "
                                  "column, not a kernel of a group of columns)")
             if factor.n_neighbors is not None:
-                raise ValueError(f"n_neighbors: a factor of a product kernel takes a fixed bandwidth or a rule for now, "
-                                 f"got {factor!r}")
+                raise ValueError("n_neighbors: a factor of a product kernel takes a fixed bandwidth or a rule for "
+                                 f"now, got {factor!r}")
             if len(factors) > 1 and factor.features is None:
                 raise ValueError(f"features: each factor of a product kernel names its columns, e.g. "
                                  f"Kernel({factor.name_!r}, features=[0]); got {factor!r}")

@@ -156,7 +156,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
 
-    base2 = (bounded and bound.factors is None and bound.kernel.profile.log_linear and bound.kernel.metric == "euclidean"
+    base2 = (bounded and bound.factors is None and bound.kernel.profile.log_linear
+             and bound.kernel.metric == "euclidean"
              and V_aug.dtype in BASE2_DTYPES)
     if base2:
         with np.errstate(over="ignore"):  # a query at the float's edge becomes inf: exact distances
