@@ -197,6 +197,7 @@ class BoundKernel:
         return state
 
     def __setstate__(self, state):
+        state.setdefault("factors", None)  # pickled before the kernel algebra
         self.__dict__.update(state)
         if not self.on_host:
             from sklearn.externals.array_api_compat import array_namespace

@@ -89,6 +89,10 @@ class Kernel:
     Kernel('gaussian', bandwidth=0.5, features=[0, 1]) * Kernel('aitchison_aitken', bandwidth=0.2, features=[2])
     """
 
+    #: defaults for kernels pickled before the algebra (issue 23)
+    features = None
+    is_categorical = False
+
     def __init__(self, name: str = "gaussian", bandwidth: float | str | np.ndarray = 1.0,
                  n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2,
                  features=None):
