@@ -121,6 +121,10 @@ class BoundKernel:
         self.weight, self.log_weight_max = check_sample_weight(xp, sample_weight, self.n_samples, samples)
         self.log_weight = log_of_weights(xp, self.weight)
         self.sample_scale = check_scale(xp, sample_scale, self.n_samples, "sample_scale", like=samples)
+        self.factors = None  # a product kernel's bound factors (localkit.engine.factors)
+        if kernel.composite:
+            self._bind_product(samples)
+            return
         self.h = resolve_bandwidth(kernel.bandwidth, samples, sample_weight=self.weight, xp=xp,
                                    host=np.asarray if self.on_host else self.host)
         if not np.all(np.isfinite(self.h)):
@@ -152,6 +156,18 @@ class BoundKernel:
                                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
         self._index_centre = _index_centre(samples) if self._raw_index else 0.0
 
+    def _bind_product(self, samples):
+        """A kernel on groups of columns (``features``, categorical, ``K1 * K2``): each factor
+        bound on its own columns (:mod:`localkit.engine.factors`); the samples stay raw."""
+        from .factors import bind_factors
+
+        self._cache = {}
+        self.h, self.centre, self.exponent, self.scaled, self.raw_h, self.X = None, None, 0, True, None, samples
+        self.factors = bind_factors(self, self.kernel, samples)
+        if self.on_host:
+            self.x_sq = np.einsum("ij,ij->i", samples, samples)
+            self._raw_index, self._index_centre = False, 0.0
+
     def host(self, a):
         """A NumPy copy of an array of this kernel's namespace."""
         return np.asarray(a) if self.on_host else to_host(self.xp, a)
@@ -181,6 +197,7 @@ class BoundKernel:
         return state
 
     def __setstate__(self, state):
+        state.setdefault("factors", None)  # pickled before the kernel algebra
         self.__dict__.update(state)
         if not self.on_host:
             from sklearn.externals.array_api_compat import array_namespace
@@ -229,8 +246,18 @@ class BoundKernel:
         are ``u``. Their differences are exact for points on a lattice: a tie between two
         distances, or with the edge of a support, is a tie on every path (the engine's centred,
         scaled coordinates round them apart). Data or bandwidths whose squared differences could
-        leave the float range keep the engine's coordinates."""
-        if not self._raw_index:
+        leave the float range keep the engine's coordinates. A product kernel's are those of
+        :func:`localkit.engine.factors.nearest_points`."""
+        if self.factors is not None:
+            from .factors import nearest_points
+
+            if queries is None:
+                if "index_samples" not in self._cache:
+                    self._cache["index_samples"] = nearest_points(self, self.samples)
+                P = self._cache["index_samples"]
+            else:
+                P = nearest_points(self, self.coordinates(queries))
+        elif not self._raw_index:
             P = self.coordinates(queries)
         elif queries is None:
             if "index_samples" not in self._cache:
@@ -250,7 +277,8 @@ class BoundKernel:
         (its one jump: rounded distances would move samples at exactly ``h`` in or out, where the
         compiled and radius paths keep them)."""
         kern = self.kernel
-        return (kern.compact and not kern.profile.vanishes_at_edge and kern.n_neighbors is None and self._raw_index
+        return (self.factors is None and kern.compact and not kern.profile.vanishes_at_edge
+                and kern.n_neighbors is None and self._raw_index
                 and kern.metric == "euclidean" and self.sample_scale is None)
 
     @property
@@ -397,9 +425,10 @@ class BoundKernel:
         A fixed bandwidth and no per-sample scale; memory ``n_queries x n_samples``: callers walk
         blocks of queries."""
         self._require_host("squared_distances")
-        if self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None:
+        if (self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None
+                or self.factors is not None):
             raise ValueError("squared_distances needs a distance kernel with a fixed bandwidth and no "
-                             f"sample_scale, got {self.kernel!r}")
+                             f"sample_scale, on every column (not a kernel on groups of columns), got {self.kernel!r}")
         u2 = exact_sq_distances(self.coordinates(queries), self.X, self.kernel)
         with np.errstate(over="ignore"):  # beyond the float range: inf, a zero weight
             if self.raw_h is not None:  # a raw distance (cosine), divided by h here

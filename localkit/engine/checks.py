@@ -25,6 +25,10 @@ def check_pass(kernel, n_queries, n_samples, *, exclude_self=False, query_scale=
                          f"got {n_queries} queries for {n_samples} samples")
     if exclude_self and n_samples < 2:
         raise ValueError("exclude_self=True (leave-one-out) needs at least 2 samples, got 1")
+    if kernel.composite and (query_scale is not None or sample_scale is not None):
+        name = "query_scale" if query_scale is not None else "sample_scale"
+        raise ValueError(f"{name}: per-point bandwidth factors scale one bandwidth; {kernel!r} has one per factor "
+                         "(a kernel on groups of columns)")
     k = kernel.n_neighbors
     if k is not None and k + int(exclude_self) > n_samples:
         raise ValueError(f"n_neighbors must be <= n_samples{' - 1 (exclude_self)' if exclude_self else ''}="

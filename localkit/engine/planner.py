@@ -29,6 +29,8 @@ COMPILED_BANDWIDTHS = (1e-100, 1e100)
 def compiled_refusals(bound, q_scale, exclude_self):
     """Why the compiled compact pass cannot compute this pass: a list of reasons (empty: it can)."""
     kern = bound.kernel
+    if bound.factors is not None:
+        return [_product_reason()]
     lo, hi = COMPILED_BANDWIDTHS
     checks = [
         (kern.compact, "needs a compact profile"),
@@ -48,6 +50,8 @@ def binned_refusals(bound, q_scale, exclude_self):
     from .passes.binned import MAX_FEATURES
 
     kern = bound.kernel
+    if bound.factors is not None:
+        return [f"kernel: {_product_reason()}"]
     checks = [
         (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
         (bound.n_features <= MAX_FEATURES, f"n_features={bound.n_features} > {MAX_FEATURES}"),
@@ -59,6 +63,12 @@ def binned_refusals(bound, q_scale, exclude_self):
         (not exclude_self, "exclude_self=True: cannot leave one out"),
     ]
     return [reason for ok, reason in checks if not ok]
+
+
+def _product_reason():
+    from .factors import PRODUCT_REASON
+
+    return PRODUCT_REASON
 
 
 def compiled_applies(bound, q_scale, exclude_self):
@@ -109,6 +119,8 @@ def explain(bound, Q, q_scale, exclude_self):
         why_neighbors = ("a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
                          if knn_compact else "algorithm='neighbors'" if algorithm == "neighbors"
                          else "fewer than 5% of the samples in the support (probed): a radius query is cheaper")
+    elif bound.factors is not None:
+        why_neighbors = _product_reason()
     elif not kern.compact:
         why_neighbors = "needs a compact profile"
     elif not _radius_ok(bound, q_scale):
@@ -186,6 +198,10 @@ def plan(bound, Q, q_scale, exclude_self):
         if refused:
             raise ValueError("algorithm='binned' cannot compute this pass: " + "; ".join(refused))
         return "binned"
+    if bound.factors is not None:
+        if algorithm in ("compiled", "neighbors"):
+            raise ValueError(f"algorithm={algorithm!r} cannot compute this pass: {_product_reason()}")
+        return "dense"
     compiled = compiled_applies(bound, q_scale, exclude_self)
     if algorithm == "compiled":
         if not compiled:

@@ -6,6 +6,11 @@
 
 A kernel produces *log-weights* for a block of queries against a block of samples; the engine
 streams those blocks. ``Kernel(...)(X, Y)`` gives the dense matrix for small inputs and plots.
+
+Kernels form an algebra: ``Kernel(..., features=[...])`` looks at a group of columns only, the
+categorical kernels ``"aitchison_aitken"`` and ``"wang_ryzin"`` compare levels
+(:mod:`localkit.kernels.categorical`), and ``K1 * K2`` is the product kernel
+(:class:`ProductKernel`), ``log K = log K1 + log K2``, each factor on its own columns.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from scipy.spatial.distance import cdist
 
 from .._validation import check_points
 from .bandwidth import resolve_bandwidth
+from .categorical import CATEGORICAL_PROFILES, check_smoothing
 from .profiles import get_profile
 
 #: Norms of ``x* - x`` (translation invariant, homogeneous: the engine centres and scales by ``h``)
@@ -59,6 +65,18 @@ class Kernel:
     p : float, default=2
         The power of the "minkowski" metric, ``d = (sum_k |dx_k|^p)^(1/p)``, ``p >= 1``;
         ``p=inf`` is its limit ``max_k |dx_k|``, the "chebyshev" metric (``metric`` becomes that).
+    features : sequence of int or str, or None, default=None
+        The columns the kernel looks at (indices; names where an estimator is fitted on a
+        DataFrame): ``K(x*, x) = k(d(x*_F, x_F) / h)`` on the columns ``F`` only, a bandwidth
+        rule resolved on them. None: every column. ``K1 * K2`` multiplies kernels on disjoint
+        groups of columns (:class:`ProductKernel`); a fixed bandwidth or a rule (no
+        ``n_neighbors``) and a norm metric.
+
+    Categorical profiles (:mod:`localkit.kernels.categorical`) compare integer codes, column by
+    column, with ``bandwidth`` the smoothing ``0 <= lam <= 1`` (one, or one per column):
+    ``"aitchison_aitken"`` (unordered levels) weighs ``1 - lam`` at the query's level and
+    ``lam / (c - 1)`` at the others, ``c`` the number of levels seen in the samples;
+    ``"wang_ryzin"`` (ordered levels) ``1 - lam`` and ``(1 - lam) / 2 * lam^|x* - x|``.
 
     Examples
     --------
@@ -67,19 +85,32 @@ class Kernel:
     >>> K = Kernel("epanechnikov", bandwidth=2.0)
     >>> K(np.zeros((1, 1)), np.array([[0.0], [1.0], [3.0]])).round(3)
     array([[1.  , 0.75, 0.  ]])
+    >>> Kernel("gaussian", bandwidth=0.5, features=[0, 1]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[2])
+    Kernel('gaussian', bandwidth=0.5, features=[0, 1]) * Kernel('aitchison_aitken', bandwidth=0.2, features=[2])
     """
 
+    #: defaults for kernels pickled before the algebra (issue 23)
+    features = None
+    is_categorical = False
+
     def __init__(self, name: str = "gaussian", bandwidth: float | str | np.ndarray = 1.0,
-                 n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2):
+                 n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2,
+                 features=None):
         self.name = name
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
         self.metric = metric
         self.p = p
+        self.features = features
         self._validate()
 
     # -- description ---------------------------------------------------------------------
     def _validate(self):
+        self.features = _check_features(self.features)
+        self.is_categorical = isinstance(self.name, str) and self.name in CATEGORICAL_PROFILES
+        if self.is_categorical:
+            self._validate_categorical()
+            return
         self.is_softmax = self.name == "softmax"
         self.profile = None if self.is_softmax else get_profile(self.name)
         if not callable(self.metric) and self.metric not in METRICS:
@@ -111,6 +142,118 @@ class Kernel:
         if isinstance(self.bandwidth, numbers.Real) and not isinstance(self.bandwidth, bool):
             if not np.isfinite(self.bandwidth) or self.bandwidth <= 0:
                 raise ValueError(f"bandwidth must be finite and > 0, got {self.bandwidth!r}")
+        if self.features is not None:
+            if self.is_softmax:
+                raise ValueError("features: the softmax kernel takes the inner product of every column; a kernel on "
+                                 "a group of columns is a distance kernel")
+            if self.n_neighbors is not None:
+                raise ValueError("n_neighbors: a kernel on a group of columns (features=...) takes a fixed bandwidth "
+                                 "or a rule for now, not a kNN bandwidth")
+            if not self.norm_metric:
+                raise ValueError(f"metric={self.metric!r}: a kernel on a group of columns (features=...) measures them "
+                                 f"with a norm, one of {list(NORM_METRICS)}")
+
+    def _validate_categorical(self):
+        self.is_softmax, self.profile = False, None
+        if self.n_neighbors is not None:
+            raise ValueError(f"n_neighbors: the {self.name!r} kernel compares levels; it has no kNN bandwidth")
+        if self.metric != "euclidean":
+            raise ValueError(f"metric={self.metric!r}: the {self.name!r} kernel compares levels; leave metric as "
+                             "'euclidean'")
+        check_smoothing(self.bandwidth, self.name)
+
+    # -- the algebra -------------------------------------------------------------------------
+    @property
+    def composite(self):
+        """True for kernels the engine computes factor by factor: on a group of columns
+        (``features``), categorical, or a product (:class:`ProductKernel`)."""
+        return self.features is not None or self.is_categorical
+
+    @property
+    def factors(self):
+        """The kernels whose log-weights add up to this one's: ``(self,)``, or a product's factors."""
+        return (self,)
+
+    def __mul__(self, other):
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return ProductKernel(self.factors + other.factors)
+
+    def plain(self):
+        """This kernel without ``features`` (the kernel of its own columns)."""
+        if self.is_categorical:
+            raise ValueError("a categorical kernel has no plain (distance) form")
+        return Kernel(self.name, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors, metric=self.metric, p=self.p)
+
+    def columns(self, n_features):
+        """``[(factor, columns)]``: each factor with the indices of its columns (``features``;
+        every column where None), checked against ``n_features`` and for overlaps."""
+        out, seen = [], set()
+        for factor in self.factors:
+            cols = np.arange(n_features) if factor.features is None else factor.features
+            if any(isinstance(c, str) for c in cols):
+                raise ValueError(f"features={list(cols)} names columns; names are resolved by an estimator fitted on a "
+                                 "DataFrame (feature_names_in_): give column indices here")
+            cols = np.asarray(cols, dtype=np.intp)
+            if np.any(cols >= n_features):
+                raise ValueError(f"features={cols.tolist()} of {factor!r} is out of range for {n_features} features")
+            if seen & set(cols.tolist()):
+                raise ValueError(f"features: the factors of a product kernel look at disjoint columns; column(s) "
+                                 f"{sorted(seen & set(cols.tolist()))} appear twice")
+            seen |= set(cols.tolist())
+            out.append((factor, cols))
+        return out
+
+    def with_feature_names(self, names):
+        """This kernel with ``features`` given by name mapped to indices into ``names`` (an
+        estimator's ``feature_names_in_``; None: no names, indices pass through)."""
+        factors = []
+        for factor in self.factors:
+            feats = factor.features
+            if feats is not None and any(isinstance(c, str) for c in feats):
+                if names is None:
+                    raise ValueError(f"features={list(feats)} names columns, but the data have no column names (fit "
+                                     "on a pandas DataFrame, or give indices)")
+                where = {str(n): i for i, n in enumerate(names)}
+                missing = [c for c in feats if isinstance(c, str) and c not in where]
+                if missing:
+                    raise ValueError(f"features: no column(s) named {missing}; the columns are {list(names)}")
+                feats = [where[c] if isinstance(c, str) else int(c) for c in feats]
+                factor = factor._with(features=feats)
+            factors.append(factor)
+        return factors[0] if len(factors) == 1 and not isinstance(self, ProductKernel) else ProductKernel(factors)
+
+    def _with(self, **changes):
+        params = dict(name=self.name, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors, metric=self.metric,
+                      p=self.p, features=self.features)
+        params.update(changes)
+        return Kernel(**params)
+
+    def resolved(self, samples, sample_weight=None):
+        """This kernel with every bandwidth rule resolved on its own columns of ``samples``
+        (weighted by ``sample_weight``); categorical smoothings as they are."""
+        samples = np.asarray(samples)
+        factors = []
+        for factor, cols in self.columns(samples.shape[1]):
+            if factor.is_categorical or factor.n_neighbors is not None:
+                factors.append(factor)
+                continue
+            h = resolve_bandwidth(factor.bandwidth, samples[:, cols], sample_weight=sample_weight)
+            factors.append(factor._with(bandwidth=h))
+        return factors[0] if len(factors) == 1 and not isinstance(self, ProductKernel) else ProductKernel(factors)
+
+    def log_density_normalizer(self, samples, sample_weight=None):
+        """``log`` of the density normaliser of a kernel on groups of columns: the sum over the
+        continuous factors of ``log(c_(d_f) prod_k h_k)`` (``d_f`` the factor's columns, ``c_d``
+        its profile's integral, :meth:`~localkit.kernels.profiles.Profile.log_normalizer`); the
+        categorical factors count as they are (their weights are probabilities of levels)."""
+        total = 0.0
+        for factor, cols in self.resolved(samples, sample_weight).columns(np.shape(samples)[1]):
+            if factor.is_categorical:
+                continue
+            h = np.broadcast_to(np.asarray(factor.bandwidth, dtype=np.float64), (len(cols),))
+            total += float(np.sum(np.log(h)) + factor.profile.log_normalizer(len(cols)))
+        return total
 
     @property
     def norm_metric(self):
@@ -131,22 +274,27 @@ class Kernel:
 
     @property
     def name_(self):
-        return self.name if self.is_softmax else self.profile.name
+        return self.name if self.is_softmax or self.is_categorical else self.profile.name
 
     def __repr__(self):
-        args = [repr(self.name_), f"bandwidth={self.bandwidth!r}"]
+        bandwidth = self.bandwidth.tolist() if isinstance(self.bandwidth, np.ndarray) else self.bandwidth
+        args = [repr(self.name_), f"bandwidth={bandwidth!r}"]
         if self.n_neighbors is not None:
             args.append(f"n_neighbors={self.n_neighbors}")
         if self.metric != "euclidean":
             args.append(f"metric={self.metric!r}")
         if self.metric == "minkowski":
             args.append(f"p={self.p!r}")
+        if self.features is not None:
+            args.append(f"features={list(self.features)!r}")
         return f"Kernel({', '.join(args)})"
 
     # -- binding to samples ------------------------------------------------------------
     def resolve_bandwidth(self, samples, sample_weight=None):
         """The bandwidth as a float or per-feature array, rules resolved on ``samples`` (weighted
         by ``sample_weight`` if given)."""
+        if self.composite:
+            raise ValueError(f"{self!r} has a bandwidth per factor, on its own columns: see Kernel.resolved")
         return resolve_bandwidth(self.bandwidth, samples, sample_weight=sample_weight)
 
     def scale(self, points, h):
@@ -236,6 +384,19 @@ class Kernel:
         """
         X = check_points(X, "X")
         Y = X if Y is None else check_points(Y, "Y", n_features=X.shape[1])
+        if self.composite:  # log K = sum of the factors' log K, each on its own columns
+            from .categorical import CategoricalColumns, check_codes
+
+            L = np.zeros((len(X), len(Y)))
+            for factor, cols in self.columns(X.shape[1]):
+                if factor.is_categorical:
+                    check_codes(Y[:, cols], factor.name)
+                    L += CategoricalColumns(factor.name, check_smoothing(factor.bandwidth, factor.name),
+                                            Y[:, cols]).log_weights(np, X[:, cols], Y[:, cols])
+                else:
+                    with np.errstate(divide="ignore"):
+                        L += np.log(factor.plain()(X[:, cols], Y[:, cols]))
+            return np.exp(L)
         h = self.resolve_bandwidth(Y)
         if self.is_softmax:
             return np.exp(X @ Y.T / h)
@@ -253,6 +414,99 @@ class Kernel:
                 raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
             self._rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1], None)
         return np.exp(self.profile.log_k(u2))
+
+
+def _check_features(features):
+    """``features``: None, or a non-empty sequence of distinct column indices (>= 0) or names, as a tuple."""
+    if features is None:
+        return None
+    if isinstance(features, (str, numbers.Integral)):
+        features = [features]
+    try:
+        feats = list(np.asarray(features, dtype=object).ravel()) if not isinstance(features, (list, tuple)) \
+            else list(features)
+    except TypeError:
+        raise TypeError(f"features must be a sequence of column indices or names, got {features!r}") from None
+    if not feats:
+        raise ValueError("features must name at least one column, got an empty sequence")
+    out = []
+    for c in feats:
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, numbers.Integral) and not isinstance(c, bool):
+            if c < 0:
+                raise ValueError(f"features holds column indices >= 0, got {c}")
+            out.append(int(c))
+        else:
+            raise TypeError(f"features must be column indices (int) or names (str), got {c!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"features lists a column twice: {out}")
+    return tuple(out)
+
+
+class ProductKernel(Kernel):
+    """The product of kernels on disjoint groups of columns, ``K1 * K2 * ...``:
+
+    .. math::
+
+        K(x^*, x) = \\prod_f K_f(x^*_{F_f}, x_{F_f}), \\qquad \\log K = \\sum_f \\log K_f
+
+    each factor ``K_f`` a :class:`Kernel` on its columns ``F_f`` (``features``), with its own
+    bandwidth (a rule is resolved on its own columns) or categorical smoothing. The engine
+    streams it as any kernel, adding the factors' log-weights block by block (never an
+    ``(n_queries, n_samples)`` matrix beyond one block); it is compact where a factor is.
+    Factors need ``features``, disjoint; kNN bandwidths and the softmax kernel are refused.
+
+    Built by ``*``, not called directly::
+
+        Kernel("gaussian", bandwidth=0.5, features=[0, 1]) * Kernel("wang_ryzin", bandwidth=0.3, features=[2])
+    """
+
+    def __init__(self, factors):
+        factors = tuple(factors)
+        for factor in factors:
+            if not isinstance(factor, Kernel) or isinstance(factor, ProductKernel):
+                raise TypeError(f"the factors of a product kernel are Kernel instances, got {factor!r}")
+            if factor.is_softmax:
+                raise ValueError("kernel='softmax' cannot be a factor of a product kernel (it is a similarity of every "
+                                 "column, not a kernel of a group of columns)")
+            if factor.n_neighbors is not None:
+                raise ValueError("n_neighbors: a factor of a product kernel takes a fixed bandwidth or a rule for "
+                                 f"now, got {factor!r}")
+            if len(factors) > 1 and factor.features is None:
+                raise ValueError(f"features: each factor of a product kernel names its columns, e.g. "
+                                 f"Kernel({factor.name_!r}, features=[0]); got {factor!r}")
+        named = [c for f in factors if f.features is not None for c in f.features]
+        if len(set(named)) != len(named):
+            raise ValueError(f"features: the factors of a product kernel look at disjoint columns, got {named}")
+        self._factors = factors
+        self.name, self.n_neighbors, self.metric, self.p = "product", None, "euclidean", 2
+        self.bandwidth = tuple(f.bandwidth for f in factors)
+        self.features = tuple(named) if len(factors) > 1 else factors[0].features
+        self.is_softmax, self.is_categorical, self.profile = False, False, None
+
+    @property
+    def factors(self):
+        return self._factors
+
+    @property
+    def composite(self):
+        return True
+
+    @property
+    def compact(self):
+        """True where any factor is compact: the product vanishes where that factor does."""
+        return any(f.compact for f in self._factors)
+
+    @property
+    def name_(self):
+        return "product"
+
+    def __repr__(self):
+        return " * ".join(repr(f) for f in self._factors)
+
+    def __reduce__(self):
+        return ProductKernel, (self._factors,)
 
 
 def exact_sq_distances(Q, X, kernel):

@@ -117,6 +117,8 @@ class LocalKernelMixin:
     def _fit_kernel(self, X, y=None, sample_weight=None):
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
+        if isinstance(self.kernel, Kernel):  # a Kernel instance carries its own bandwidths (the algebra)
+            return self._fit_kernel_instance(X, sample_weight)
         check_n_neighbors(self.n_neighbors, X.shape[0], kernel=self.kernel)  # types: _parameter_constraints
         if self.metric == "precomputed":
             check_precomputed(X)
@@ -124,6 +126,32 @@ class LocalKernelMixin:
         self.bandwidth_ = self._choose_bandwidth(X, y, sample_weight)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, n_neighbors=self.n_neighbors,
                               metric=metric, p=p)
+        return self.kernel_
+
+    def _fit_kernel_instance(self, X, sample_weight=None):
+        """``kernel_`` from a :class:`~localkit.Kernel` given as ``kernel`` (a product, a kernel on
+        a group of columns, a categorical kernel, or a plain one): its ``features`` given by name
+        mapped through ``feature_names_in_``, its rules resolved on its own columns of the samples
+        (weighted by ``sample_weight``, as ``gaussian_kde(weights=...)``). It carries its own
+        bandwidths and metric, so the estimator's ``bandwidth``, ``n_neighbors``,
+        ``sample_neighbors``, ``metric`` and ``weights`` are refused unless left at their defaults
+        (``bandwidth`` is then ignored)."""
+        kern = self.kernel.with_feature_names(getattr(self, "feature_names_in_", None))
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            raise ValueError("bandwidth='cv' selects one bandwidth; a Kernel given as kernel carries its own "
+                             "(give numbers or rules in it)")
+        for name, default in (("n_neighbors", None), ("sample_neighbors", None), ("metric", "euclidean"),
+                              ("metric_params", None), ("weights", "uniform")):
+            value = getattr(self, name, default)
+            if not (value is default or (isinstance(value, str) and value == default)):
+                raise ValueError(f"{name}={value!r} cannot be combined with a Kernel given as kernel={kern!r}, which "
+                                 f"carries its own bandwidths and metric; leave {name} at {default!r}")
+        backend = backend_of(X, sample_weight)
+        if kern.composite:
+            backend.require_in_memory("a kernel on groups of columns", "its rules and levels are resolved on every "
+                                      "sample; use arrays in memory")
+        self.kernel_ = kern.resolved(backend.host(X), None if sample_weight is None else backend.host(sample_weight))
+        self.bandwidth_ = self.kernel_.bandwidth
         return self.kernel_
 
     def _kernel_metric(self):
@@ -256,7 +284,8 @@ class LocalMeanParams(LocalKernelMixin):
     """The parameters of the local-mean estimators (regression and classification alike), and
     scikit-learn's neighbour queries on them (:meth:`kneighbors`, :meth:`radius_neighbors`)."""
 
-    _parameter_constraints: dict = {**KERNEL_PARAMS, "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
+    _parameter_constraints: dict = {**KERNEL_PARAMS, "kernel": KERNEL_PARAMS["kernel"] + [Kernel],
+                                    "sample_neighbors": N_NEIGHBORS_CONSTRAINT,
                                     "metric": LOCAL_MEAN_METRIC_CONSTRAINT,
                                     "p": [Interval(Real, 1, None, closed="both")],  # inf: chebyshev
                                     "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,

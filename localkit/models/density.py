@@ -88,7 +88,11 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     samples : array of shape (n_samples, n_features)
     kernel : str or Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` that is integrable in ``d`` dimensions (not
-        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth.
+        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth. A kernel on
+        groups of columns (``features``, categorical factors, ``K1 * K2``) normalises each
+        continuous factor on its own columns and takes the categorical factors as they are:
+        statsmodels' ``KDEMultivariate(var_type=..., bw=...).pdf`` (see the user guide's
+        "Composing kernels").
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
     metric : {"euclidean"}, default="euclidean"
         The only metric whose normaliser ``c_d`` is implemented; any other is an error.
@@ -123,14 +127,24 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     samples = backend.points(samples, "samples")
     queries = backend.points(queries, "queries", like=samples)
     n, d = samples.shape
-    h = backend.bandwidth(kern, samples, sample_weight)
-    if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
-        kern = Kernel(kern.name_, bandwidth=h)
+    log_norm = None
+    if kern.composite:  # groups of columns: the continuous factors normalised, the categorical as they are
+        backend.require_in_memory("a kernel on groups of columns", "its rules and levels are resolved on every sample")
+        host, weight = backend.host(samples), None if sample_weight is None else backend.host(sample_weight)
+        kern = kern.resolved(host, weight)
+        log_norm = kern.log_density_normalizer(host, weight)
+    else:
+        h = backend.bandwidth(kern, samples, sample_weight)
+        if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
+            kern = Kernel(kern.name_, bandwidth=h)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
                      memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
+    total = n if sample_weight is None else backend.total(sample_weight)
+    if log_norm is not None:  # Kernel.log_density_normalizer
+        log_p = out.log_weight_sum - float(np.log(total) + log_norm)
+        return log_p if log else backend.xp.exp(log_p)
     # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
     h = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,))
-    total = n if sample_weight is None else backend.total(sample_weight)
     # the normaliser in float64, subtracted as a Python float: a float64 scalar would promote float32 sums to
     # float64; a Python float keeps the samples' precision on every backend
     log_p = out.log_weight_sum - float(np.log(total) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))

@@ -42,7 +42,12 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     Parameters
     ----------
     degree : int, default=1
-    kernel : str, default="tricube"
+    kernel : str or Kernel, default="tricube"
+        A profile name, or a :class:`localkit.Kernel` that carries its own bandwidths (then
+        ``bandwidth``, ``frac`` and ``n_neighbors`` stay None): a product over groups of
+        columns with categorical factors gives statsmodels' ``KernelReg(var_type=...,
+        reg_type="ll")`` at ``degree=1``, every column in the local design, as statsmodels has it
+        (see the user guide's "Composing kernels").
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj", "cv" or None
         A fixed bandwidth ``h``, or a rule of :mod:`localkit.kernels.bandwidth` ("cv": exact leave-one-out selection of an isotropic ``h`` for
         the non-robust fit, see :mod:`localkit.models.selection`). Cannot be combined with
@@ -196,6 +201,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         **{k: v for k, v in KERNEL_PARAMS.items() if k != "empty"},  # empty is always "nearest"
+        "kernel": KERNEL_PARAMS["kernel"] + [Kernel],  # a Kernel carries its own bandwidths (_check_params)
         "degree": non_negative(Integral),
         "bandwidth": KERNEL_PARAMS["bandwidth"] + [None],
         "algorithm": POLYNOMIAL_ALGORITHM_CONSTRAINT,
@@ -212,6 +218,13 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         """The span and what depends on the data (the types are in ``_parameter_constraints``);
         ``total``: the samples' total weight, the span's unit (a span in weight), or None."""
         given = [name for name in ("bandwidth", "frac", "n_neighbors") if getattr(self, name) is not None]
+        if isinstance(self.kernel, Kernel):  # it carries its own bandwidths: no span
+            extra = given + [name for name in ("sample_neighbors",) if getattr(self, name) is not None]
+            if extra or self.surface != "direct" or self.algorithm == "binned":
+                raise ValueError(f"a Kernel given as kernel={self.kernel!r} carries its own bandwidths: leave "
+                                 "bandwidth, frac, n_neighbors and sample_neighbors None, surface='direct', and "
+                                 f"algorithm not 'binned' (got {', '.join(extra) or 'surface/algorithm'})")
+            return None
         if len(given) > 1:
             raise ValueError(f"give one of bandwidth, frac and n_neighbors, not {' and '.join(given)}")
         if self.surface == "interpolate" and (self.bandwidth is not None or self.sample_neighbors is not None):
@@ -258,7 +271,9 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         self.X_fit_, self.y_fit_ = X, y.astype(X.dtype, copy=False)
         self._fit_sample_scales(X)
         self.n_neighbors_ = None if span is None else span if self._weighted_span else min(span, len(X))
-        if span is not None or self.bandwidth is None:  # a span, or sample-point factors alone
+        if isinstance(self.kernel, Kernel):
+            self._fit_kernel(X, y, self.sample_weight_)
+        elif span is not None or self.bandwidth is None:  # a span, or sample-point factors alone
             self.bandwidth_ = None if span is not None else 1.0
             # a span in weight: each query's count of neighbours is found at the query (_exact)
             self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_ or 1.0, metric=self.metric,

@@ -27,8 +27,13 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : str, default="gaussian"
-        A profile name of :class:`localkit.Kernel` (or "softmax").
+    kernel : str or Kernel, default="gaussian"
+        A profile name of :class:`localkit.Kernel` (or "softmax"), or a ``Kernel``, which carries
+        its own bandwidths: a product over groups of columns, with categorical factors
+        (``Kernel("gaussian", bandwidth=0.5, features=[0]) * Kernel("aitchison_aitken",
+        bandwidth=0.2, features=[1])``; statsmodels' ``KernelReg(var_type="cu", reg_type="lc")``,
+        see the user guide's "Composing kernels"). ``bandwidth`` is then ignored and
+        ``n_neighbors``, ``sample_neighbors``, ``metric`` and ``weights`` stay at their defaults.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default="scott"
         ``h``; an array gives one bandwidth per feature; a rule is resolved on the samples
         (:mod:`localkit.kernels.bandwidth`: "isj" and "sj" per feature). Ignored with

@@ -113,6 +113,11 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         Q = X
     if exclude_self and bound.twins is not None:
         refuse_twins(bound.host(X), "the array-API path")
+    if bound.factors is not None:  # a product: its factors' log-weights added block by block
+        from ..factors import streamed_log_weights
+
+        return _stream(xp, Q, X, V_aug, kernel, exclude_self, options, log_weight=bound.log_weight,
+                       log_weight_blocks=streamed_log_weights(xp, bound, Q, X))
     k = kernel.n_neighbors
     logit_exponent = _logit_exponent(xp, Q, X, float(h)) if kernel.is_softmax else 0
     support = None
@@ -259,7 +264,7 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
-            log_weight=None, logit_exponent=0):
+            log_weight=None, logit_exponent=0, log_weight_blocks=None):
     """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp.
 
     ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted).
@@ -268,6 +273,8 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
     ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
     ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k``; differences from the
     running maximum are multiplied back before ``exp``, so the weights are exact.
+    ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
+    (:func:`localkit.engine.factors.streamed_log_weights`), in place of ``kernel``'s.
     """
     n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
     on_cpu = "cpu" in str(_device(xp, Qs))
@@ -277,14 +284,16 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
     else:
         bs = min(n_s, 8192)
         bq = max(1, min(n_q, ACCELERATOR_BLOCK_CELLS // bs))
-    log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)
-    gaussian = not kernel.is_softmax and kernel.profile.log_linear
+    product = log_weight_blocks is not None
+    log_k = None if kernel.is_softmax or product else kernel.profile.log_k_for(xp)
+    gaussian = not kernel.is_softmax and not product and kernel.profile.log_linear
     eps = float(xp.finfo(Qs.dtype).eps)
     # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
     degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, s_scale))
-    always_exact = (not kernel.is_softmax and (kernel.profile.exact_distance or kernel.metric != "euclidean"
-                                               or support is not None or degenerate))
-    recentre = not kernel.is_softmax and kernel.norm_metric and support is None
+    always_exact = (not kernel.is_softmax and not product
+                    and (kernel.profile.exact_distance or kernel.metric != "euclidean" or support is not None
+                         or degenerate))
+    recentre = not kernel.is_softmax and not product and kernel.norm_metric and support is None
     order = xp.arange(n_q, device=_device(xp, Qs))
     if recentre:  # compact query blocks (sorted along the widest coordinate)
         widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
@@ -312,7 +321,9 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
         S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
         for c0 in range(0, n_s, bs):
             X = Xs[c0:min(c0 + bs, n_s), ...]
-            if kernel.is_softmax:
+            if product:
+                L = log_weight_blocks(slice(r0, r0 + Q.shape[0]), slice(c0, c0 + X.shape[0]))
+            elif kernel.is_softmax:
                 L = Q @ xp.permute_dims(X, (1, 0))
             else:
                 if centre is not None:

@@ -413,6 +413,10 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     out_dtype = dtype if V is None else V.dtype
     c = _per_point(sample_weight, "sample_weight", n_s, rows)
     kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
+    if kern.composite:  # each chunk would resolve its own rules and count its own levels
+        raise ValueError(f"kernel={kern!r} (a kernel on groups of columns) is not available on dask arrays yet: its "
+                         "bandwidth rules and levels are resolved on all the samples; compute them first (NumPy) or "
+                         "use arrays in memory")
     if callable(kern.metric) or kern.metric == "precomputed":
         raise ValueError(f"metric={kern.metric!r} is not available on dask arrays (chunks need coordinates); "
                          "use a named metric of coordinates")

@@ -207,6 +207,7 @@ def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_s
     (empty: it can); the binned pass's own (:func:`localkit.engine.planner.binned_refusals`) and
     the degree."""
     checks = [
+        (not kern.composite, "kernel: a kernel on groups of columns adds its factors' log-weights (the dense path)"),
         (degree <= BINNED_MAX_DEGREE, f"degree={degree} > {BINNED_MAX_DEGREE} (binned moments go to 2 degree)"),
         (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
         (n_features <= MAX_FEATURES, f"n_features={n_features} > {MAX_FEATURES}"),
@@ -608,7 +609,12 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
                 return nb.nearest_other(index, Q, self_rows, twins)
             return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
     s = None
-    if kern.n_neighbors is None and not kern.is_softmax:
+    if kern.composite:  # a product: each distance factor's columns in its bandwidths, categorical ones in levels
+        s = np.ones(samples.shape[1], dtype=samples.dtype)
+        for f in weights.factors:
+            if f.bound is not None:
+                s[f.cols] = np.broadcast_to(np.asarray(f.bound.h, dtype=np.float64), (len(f.cols),))
+    elif kern.n_neighbors is None and not kern.is_softmax:
         h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples), dtype=np.float64), (samples.shape[1],))
         tiny, huge = np.finfo(samples.dtype).tiny, np.finfo(samples.dtype).max
         if np.all((h >= tiny) & (h <= huge)):

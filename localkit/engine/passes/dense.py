@@ -93,6 +93,10 @@ class QueryBlock:
 def log_weight_block(bound, Q, cols, q_scale=None, points=None):
     """``(L, offset)`` of queries ``Q`` (engine coordinates; ``points``: in the index's, for
     :attr:`~localkit.engine.BoundKernel.exact_edge`) against the samples ``cols``."""
+    if bound.factors is not None:  # a product: the sum of its factors' log-weights
+        from ..factors import ProductBlock
+
+        return ProductBlock(bound, Q).log_weights(bound, cols)
     return QueryBlock(bound, Q, q_scale, points=points).log_weights(bound, cols)
 
 
@@ -152,7 +156,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
 
-    base2 = (bounded and bound.kernel.profile.log_linear and bound.kernel.metric == "euclidean"
+    base2 = (bounded and bound.factors is None and bound.kernel.profile.log_linear
+             and bound.kernel.metric == "euclidean"
              and V_aug.dtype in BASE2_DTYPES)
     if base2:
         with np.errstate(over="ignore"):  # a query at the float's edge becomes inf: exact distances
@@ -165,6 +170,10 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
 
     def block_of(idx, base2=False):
+        if bound.factors is not None:  # a product: the sum of its factors' log-weights
+            from ..factors import ProductBlock
+
+            return ProductBlock(bound, Q[idx])
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
                           logit_exponent, bound.base2_samples if base2 else None, None if P is None else P[idx])
 

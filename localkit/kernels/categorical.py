@@ -1,0 +1,126 @@
+"""Kernels of categorical columns (Li & Racine's mixed-data kernels), in log-space.
+
+A categorical kernel compares levels, integer codes, column by column, with a smoothing
+parameter ``0 <= lam <= 1`` (the ``bandwidth``); on several columns it is the product of the
+columns' kernels, ``log K = sum_j log k_j(x*_j, x_j)``:
+
+================  =====================  ==========================================  ===========
+name              ``x* = x``             ``x* != x``                                 levels
+================  =====================  ==========================================  ===========
+aitchison_aitken  ``1 - lam``            ``lam / (c - 1)``                           unordered
+wang_ryzin        ``1 - lam``            ``(1 - lam) / 2 * lam^|x* - x|``            ordered
+================  =====================  ==========================================  ===========
+
+``c`` is the number of levels the column shows in the samples the kernel is bound to (resolved
+at bind time, as a bandwidth rule is; statsmodels' ``aitchison_aitken`` counts the same,
+``np.unique(data[:, j]).size``). ``lam = 0`` weighs only equal levels (the cell means of the
+frequency estimator); ``lam = 1`` gives the Aitchison-Aitken kernel ``0`` at equal levels and
+the Wang-van Ryzin kernel ``0`` everywhere (an empty neighbourhood, handled by the engine's
+policy): ``log 0 = -inf`` is a zero weight, as everywhere in the engine.
+
+Neither kernel is a density in a continuous sense: a product kernel's density normalises its
+continuous factors only and takes the categorical ones as they are, as statsmodels'
+``KDEMultivariate`` does (the Aitchison-Aitken weights of one query sum to 1 over the ``c``
+levels; the Wang-van Ryzin weights do not, by Wang and van Ryzin's definition).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: the categorical profiles: name -> ordered levels
+CATEGORICAL_PROFILES = {"aitchison_aitken": False, "wang_ryzin": True}
+
+
+def check_smoothing(bandwidth, name):
+    """``bandwidth`` of a categorical kernel: a number or per-column array in ``[0, 1]``."""
+    if isinstance(bandwidth, bool) or isinstance(bandwidth, str):
+        raise ValueError(f"bandwidth of the {name!r} kernel is a smoothing parameter 0 <= lam <= 1 (a number or one "
+                         f"per column), got {bandwidth!r}")
+    try:
+        lam = np.asarray(bandwidth, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"bandwidth of the {name!r} kernel must be a number or an array of numbers in [0, 1], "
+                         f"got {bandwidth!r}") from None
+    if lam.ndim > 1 or lam.size == 0 or not np.all((lam >= 0) & (lam <= 1)):
+        raise ValueError(f"bandwidth of the {name!r} kernel must be in [0, 1] (a number or one per column), "
+                         f"got {bandwidth!r}")
+    return lam
+
+
+def check_codes(codes, name, what="samples"):
+    """Categorical columns hold integer codes (levels); anything else is refused."""
+    if not np.all(np.isfinite(codes)) or not np.all(codes == np.round(codes)):
+        raise ValueError(f"the {name!r} kernel compares levels: its columns (features) of the {what} must hold "
+                         "integer codes, e.g. from sklearn.preprocessing.OrdinalEncoder")
+
+
+class CategoricalColumns:
+    """A categorical kernel bound to its columns: the smoothing ``lam`` and the levels ``c`` per
+    column, and the constants of its log-weights, computed once.
+
+    ``codes`` (n_samples, k) are the samples' integer codes on the kernel's columns (NumPy).
+    """
+
+    def __init__(self, name, lam, codes):
+        self.name, self.ordered = name, CATEGORICAL_PROFILES[name]
+        k = codes.shape[1]
+        lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (k,)) if np.ndim(lam) == 0 or np.size(lam) == 1 \
+            else np.asarray(lam, dtype=np.float64)
+        if lam.shape != (k,):
+            raise ValueError(f"bandwidth of the {name!r} kernel has {lam.size} entries for {k} columns (features); "
+                             "give one number, or one per column")
+        self.lam = lam
+        self._seen = [np.unique(codes[:, j]) for j in range(k)]
+        self.levels = np.array([seen.size for seen in self._seen])
+        if not self.ordered and np.any(self.levels < 2):
+            raise ValueError(f"the 'aitchison_aitken' kernel weighs another level lam / (c - 1), c the number of "
+                             f"levels in the samples; column(s) {np.flatnonzero(self.levels < 2).tolist()} of its "
+                             "features show a single level")
+
+        def log(x):
+            return math.log(x) if x > 0 else -math.inf
+
+        self.log_same = [log(1.0 - v) for v in lam]
+        if self.ordered:  # log((1 - lam) / 2) + |x* - x| log lam
+            self.log_other = [log((1.0 - v) / 2.0) for v in lam]
+            self.log_step = [log(v) for v in lam]
+        else:  # log(lam / (c - 1))
+            self.log_other = [log(v) - math.log(c - 1.0) for v, c in zip(lam, self.levels)]
+
+    def log_weights(self, xp, Q, X):
+        """``log K`` (b_q, b_s) of codes ``Q`` (b_q, k) against ``X`` (b_s, k), arrays of the
+        namespace ``xp``, in ``Q``'s dtype."""
+        L = None
+        for j in range(Q.shape[1]):
+            q, x = Q[:, j:j + 1], X[None, :, j]
+            same = q == x
+            if self.ordered:
+                with np.errstate(invalid="ignore"):  # 0 * -inf at equal levels (lam = 0): replaced below
+                    other = xp.abs(q - x) * self.log_step[j] + self.log_other[j]
+            else:
+                other = xp.zeros(same.shape, dtype=Q.dtype, **_device(xp, Q)) + self.log_other[j]
+            Lj = xp.where(same, xp.asarray(self.log_same[j], dtype=Q.dtype, **_device(xp, Q)), other)
+            L = Lj if L is None else L + Lj
+        return L
+
+    def nearest_coordinates(self, codes):
+        """Points whose euclidean distances rank the samples for the empty-neighbourhood policy:
+        a level apart counts as one unit (unordered: one-hot codes over the levels seen, over
+        ``sqrt 2``; ordered: the codes themselves)."""
+        codes = np.asarray(codes, dtype=np.float64)
+        if self.ordered:
+            return codes
+        parts = []
+        for j, seen in enumerate(self._seen):
+            parts.append((codes[:, j:j + 1] == seen[None, :]) / math.sqrt(2.0))
+        return np.concatenate(parts, axis=1)
+
+
+def _device(xp, a):
+    if xp is np or isinstance(a, np.ndarray):
+        return {}
+    from sklearn.utils._array_api import device
+
+    return {"device": device(a)}

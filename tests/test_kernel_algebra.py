@@ -1,0 +1,334 @@
+"""The kernel algebra (issue 23): kernels on groups of columns, categorical kernels, products.
+
+References: statsmodels' ``KernelReg`` (``reg_type`` "lc" and "ll") and ``KDEMultivariate``
+at given bandwidths, on statsmodels' own ``fair`` data set and on generated mixed data, to
+1e-10; a product of Gaussians on single columns equals one Gaussian with per-feature
+bandwidths, to 1e-12; the categorical kernels their formulas.
+"""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density, local_mean, local_sums
+from localkit.engine import BoundKernel
+from localkit.kernels import resolve_bandwidth
+
+statsmodels = pytest.importorskip("statsmodels")
+from statsmodels.nonparametric.kernel_density import KDEMultivariate  # noqa: E402
+from statsmodels.nonparametric.kernel_regression import KernelReg  # noqa: E402
+
+PROFILE = {"c": "gaussian", "u": "aitchison_aitken", "o": "wang_ryzin"}
+
+
+def product(var_type, bw):
+    """statsmodels' ``var_type`` and ``bw`` as a product kernel, one factor per column."""
+    K = None
+    for j, (t, b) in enumerate(zip(var_type, bw)):
+        factor = Kernel(PROFILE[t], bandwidth=b, features=[j])
+        K = factor if K is None else K * factor
+    return K
+
+
+def _fair():
+    from statsmodels.datasets import fair
+
+    data = fair.load_pandas().data
+    return data.iloc[:300], data.iloc[300:340]
+
+
+#: columns of statsmodels' ``fair`` data per var_type (yrs_married, age continuous; occupation,
+#: occupation_husb unordered; rate_marriage, religious ordered), and bandwidths
+FAIR = {
+    "cu": (["yrs_married", "occupation"], [2.5, 0.3]),
+    "co": (["age", "rate_marriage"], [4.0, 0.4]),
+    "cuo": (["yrs_married", "occupation", "religious"], [3.0, 0.2, 0.5]),
+    "uuo": (["occupation", "occupation_husb", "rate_marriage"], [0.3, 0.1, 0.6]),
+}
+
+
+def _mixed(seed=0, n=250, m=40):
+    rng = np.random.default_rng(seed)
+    X = np.c_[rng.normal(size=n) * 2.0 + 5.0, rng.integers(0, 4, n), rng.integers(1, 6, n), rng.integers(0, 3, n)]
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] - 0.3 * X[:, 2] + rng.normal(size=n) * 0.2
+    Q = np.c_[rng.normal(size=m) * 2.0 + 5.0, rng.integers(0, 4, m), rng.integers(1, 6, m), rng.integers(0, 3, m)]
+    return X, y, Q
+
+
+#: generated mixed data: columns (continuous, unordered 4 levels, ordered 5 levels, unordered 3 levels)
+MIXED = {"cu": ([0, 1], [0.7, 0.25]), "co": ([0, 2], [0.5, 0.35]), "cuo": ([0, 1, 2], [0.8, 0.15, 0.4]),
+         "uuo": ([1, 3, 2], [0.2, 0.3, 0.45])}
+
+
+def _compare(X, y, Q, var_type, bw):
+    K = product(var_type, bw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # statsmodels' random-state notice
+        lc = KernelReg(y, X, var_type=var_type, reg_type="lc", bw=bw).fit(Q)[0]
+        ll = KernelReg(y, X, var_type=var_type, reg_type="ll", bw=bw).fit(Q)[0]
+        pdf = KDEMultivariate(X, var_type=var_type, bw=bw).pdf(Q)
+    ours_lc = LocalMeanRegressor(kernel=K).fit(X, y).predict(Q)
+    ours_ll = LocalPolynomialRegressor(kernel=K, degree=1).fit(X, y).predict(Q)
+    ours_pdf = kernel_density(Q, X, kernel=K)
+    return (np.max(np.abs(ours_lc - lc)), np.max(np.abs(ours_ll - ll)), np.max(np.abs(ours_pdf / pdf - 1.0)))
+
+
+@pytest.mark.parametrize("var_type", sorted(FAIR))
+def test_statsmodels_fair(var_type):
+    train, test = _fair()
+    cols, bw = FAIR[var_type]
+    X, Q = train[cols].to_numpy(float), test[cols].to_numpy(float)
+    Q[:, 0] += 0.25  # queries between the levels of a continuous column too
+    if var_type[0] != "c":
+        Q = test[cols].to_numpy(float)
+    lc, ll, pdf = _compare(X, train["affairs"].to_numpy(), Q, var_type, bw)
+    assert lc < 1e-10 and ll < 1e-10 and pdf < 1e-10, (lc, ll, pdf)
+
+
+@pytest.mark.parametrize("var_type", sorted(MIXED))
+def test_statsmodels_generated_mixed(var_type):
+    X, y, Q = _mixed()
+    cols, bw = MIXED[var_type]
+    lc, ll, pdf = _compare(X[:, cols], y, Q[:, cols], var_type, bw)
+    assert lc < 1e-10 and ll < 1e-10 and pdf < 1e-10, (lc, ll, pdf)
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "dense", "streamed"])
+def test_product_of_gaussians_is_per_feature_bandwidth(algorithm):
+    rng = np.random.default_rng(1)
+    X, y, Q = rng.normal(size=(300, 3)), rng.normal(size=300), rng.normal(size=(50, 3)) * 1.5
+    h = np.array([0.3, 0.7, 1.1])
+    K = (Kernel("gaussian", bandwidth=h[0], features=[0]) * Kernel("gaussian", bandwidth=h[2], features=[2])
+         * Kernel("gaussian", bandwidth=h[1], features=[1]))
+    mine = local_sums(Q, X, y, K, algorithm=algorithm)
+    ref = local_sums(Q, X, y, "gaussian", bandwidth=h, algorithm=algorithm)
+    np.testing.assert_allclose(mine.mean, ref.mean, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(mine.log_weight_sum, ref.log_weight_sum, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(kernel_density(Q, X, kernel=K), kernel_density(Q, X, bandwidth=h), rtol=1e-12)
+    # a group of two columns with a per-feature bandwidth, times the third
+    K2 = Kernel("gaussian", bandwidth=h[:2], features=[0, 1]) * Kernel("gaussian", bandwidth=h[2], features=[2])
+    np.testing.assert_allclose(local_mean(Q, X, y, K2, algorithm=algorithm), ref.mean, rtol=0, atol=1e-12)
+
+
+def test_categorical_formulas():
+    X = np.array([[0.0, 1.0], [1.0, 3.0], [2.0, 4.0], [1.0, 1.0]])
+    Q = np.array([[1.0, 2.0], [5.0, 1.0]])
+    lam = 0.3
+    aa = Kernel("aitchison_aitken", bandwidth=lam, features=[0])(Q, X)
+    c = 3  # levels of column 0 in the samples
+    np.testing.assert_allclose(aa, np.where(Q[:, :1] == X[:, 0], 1 - lam, lam / (c - 1)), rtol=1e-15)
+    wr = Kernel("wang_ryzin", bandwidth=lam, features=[1])(Q, X)
+    d = np.abs(Q[:, 1:2] - X[:, 1])
+    np.testing.assert_allclose(wr, np.where(d == 0, 1 - lam, (1 - lam) / 2 * lam ** d), rtol=1e-15)
+    # one smoothing per column: the product of the columns' kernels
+    both = Kernel("wang_ryzin", bandwidth=[0.2, 0.5])(Q, X)
+    single = [Kernel("wang_ryzin", bandwidth=b, features=[j])(Q, X) for j, b in enumerate([0.2, 0.5])]
+    np.testing.assert_allclose(both, single[0] * single[1], rtol=1e-15)
+    # the engine's blocks equal the dense matrix
+    K = Kernel("aitchison_aitken", bandwidth=0.1, features=[0]) * Kernel("wang_ryzin", bandwidth=0.4, features=[1])
+    np.testing.assert_allclose(np.exp(BoundKernel(K, X).log_weights(Q)), K(Q, X), rtol=1e-14)
+
+
+def test_smoothing_at_zero_and_one():
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 3, 60).astype(float)[:, None]
+    y = rng.normal(size=60)
+    cell = np.array([y[codes[:, 0] == v].mean() for v in range(3)])
+    # lam = 0: the cell means (other levels weigh exp(-inf) = 0)
+    for name in ("aitchison_aitken", "wang_ryzin"):
+        m = local_mean(np.arange(3.0)[:, None], codes, y, Kernel(name, bandwidth=0.0))
+        np.testing.assert_allclose(m, cell, rtol=1e-13)
+    # aitchison_aitken, lam = 1: the mean over the other levels
+    m = local_mean(np.arange(3.0)[:, None], codes, y, Kernel("aitchison_aitken", bandwidth=1.0))
+    np.testing.assert_allclose(m, [y[codes[:, 0] != v].mean() for v in range(3)], rtol=1e-13)
+    # wang_ryzin, lam = 1: no weight anywhere, the empty-neighbourhood policy (no NaN)
+    out = local_sums(np.arange(3.0)[:, None], codes, y, Kernel("wang_ryzin", bandwidth=1.0))
+    assert out.empty.all() and np.all(np.isfinite(out.mean)) and np.all(out.log_weight_sum == -np.inf)
+    with pytest.raises(ValueError, match="empty neighbourhood"):
+        local_sums(np.arange(3.0)[:, None], codes, y, Kernel("wang_ryzin", bandwidth=1.0), empty="raise")
+
+
+def test_rules_resolved_per_factor():
+    rng = np.random.default_rng(3)
+    X = np.c_[rng.normal(size=(200, 2)) * [1.0, 5.0], rng.normal(size=200) * 0.1, rng.integers(0, 3, 200)]
+    y = rng.normal(size=200)
+    K = Kernel("gaussian", bandwidth="scott", features=[0, 1]) * Kernel("gaussian", bandwidth="silverman",
+                                                                        features=[2])
+    K = K * Kernel("aitchison_aitken", bandwidth=0.3, features=[3])
+    reg = LocalMeanRegressor(kernel=K).fit(X, y)
+    h01, h2 = resolve_bandwidth("scott", X[:, :2]), resolve_bandwidth("silverman", X[:, 2:3])
+    np.testing.assert_allclose(reg.bandwidth_[0], h01, rtol=1e-15)
+    assert reg.bandwidth_[1] == h2 and reg.bandwidth_[2] == 0.3
+    fixed = (Kernel("gaussian", bandwidth=np.r_[h01, h2], features=[0, 1, 2])
+             * Kernel("aitchison_aitken", bandwidth=0.3, features=[3]))
+    np.testing.assert_allclose(reg.predict(X[:30]), local_mean(X[:30], X, y, fixed), rtol=0, atol=1e-13)
+
+
+def test_compact_factor_empty_neighbourhood_and_leave_one_out():
+    rng = np.random.default_rng(4)
+    X = np.c_[rng.uniform(0, 10, 80), rng.integers(0, 2, 80)]
+    y = rng.normal(size=80)
+    K = Kernel("epanechnikov", bandwidth=0.3, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.4, features=[1])
+    assert K.compact
+    Q = np.array([[50.0, 0.0], [X[0, 0], X[0, 1]]])
+    out = local_sums(Q, X, y, K)
+    assert out.empty[0] and not out.empty[1]
+    assert out.mean[0] == y[np.argmax(X[:, 0])]  # the nearest sample in the scaled columns
+    # leave-one-out equals the explicit sum without the query's own sample
+    W = K(X, X)
+    np.fill_diagonal(W, 0.0)
+    loo = LocalMeanRegressor(kernel=K).fit(X, y).loo_predict()
+    has = W.sum(1) > 0
+    np.testing.assert_allclose(loo[has], (W @ y)[has] / W.sum(1)[has], rtol=1e-12)
+
+
+def test_block_size_and_float32():
+    X, y, Q = _mixed(5)
+    K = product("cuo", [0.8, 0.15, 0.4])
+    ref = local_sums(Q[:, :3], X[:, :3], y, K)
+    small = local_sums(Q[:, :3], X[:, :3], y, K, block_size=(7, 13))
+    np.testing.assert_allclose(small.mean, ref.mean, rtol=0, atol=1e-13)
+    f32 = local_sums(Q[:, :3].astype(np.float32), X[:, :3].astype(np.float32), y.astype(np.float32), K)
+    assert f32.mean.dtype == np.float32
+    np.testing.assert_allclose(f32.mean, ref.mean, rtol=0, atol=2e-5)
+
+
+def test_planner_takes_dense_and_says_why_not_others():
+    X, y, Q = _mixed(6)
+    K = Kernel("epanechnikov", bandwidth=1.0, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    plan = BoundKernel(K, X).explain(Q)
+    assert plan.path == "dense"
+    for path in ("neighbors", "compiled", "binned"):
+        assert "groups of columns" in plan.reasons[path]
+    for algorithm in ("compiled", "neighbors", "binned"):
+        with pytest.raises(ValueError, match=f"algorithm='{algorithm}'"):
+            local_sums(Q, X, y, K, algorithm=algorithm)
+
+
+def test_repr_and_pickle():
+    K = Kernel("gaussian", bandwidth=0.5, features=[0, 1]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[2])
+    assert repr(K) == ("Kernel('gaussian', bandwidth=0.5, features=[0, 1]) * "
+                       "Kernel('aitchison_aitken', bandwidth=0.2, features=[2])")
+    assert repr(pickle.loads(pickle.dumps(K))) == repr(K)
+    X, y, Q = _mixed(7)
+    reg = LocalMeanRegressor(kernel=K).fit(X[:, :3], y)
+    again = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_array_equal(again.predict(Q[:, :3]), reg.predict(Q[:, :3]))
+    from sklearn.base import clone
+
+    assert repr(clone(reg).kernel) == repr(K)
+
+
+def test_feature_names_from_dataframe():
+    pd = pytest.importorskip("pandas")
+    X, y, Q = _mixed(8)
+    cols = ["x", "kind", "grade", "other"]
+    frame, queries = pd.DataFrame(X, columns=cols), pd.DataFrame(Q, columns=cols)
+    by_name = Kernel("gaussian", bandwidth=0.7, features=["x"]) * Kernel("wang_ryzin", bandwidth=0.3,
+                                                                         features=["grade"])
+    by_index = Kernel("gaussian", bandwidth=0.7, features=[0]) * Kernel("wang_ryzin", bandwidth=0.3, features=[2])
+    a = LocalMeanRegressor(kernel=by_name).fit(frame, y).predict(queries)
+    np.testing.assert_array_equal(a, LocalMeanRegressor(kernel=by_index).fit(X, y).predict(Q))
+    with pytest.raises(ValueError, match="no column"):
+        LocalMeanRegressor(kernel=Kernel("gaussian", features=["nope"])).fit(frame, y)
+    with pytest.raises(ValueError, match="names columns"):
+        LocalMeanRegressor(kernel=by_name).fit(X, y)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian", features=[0, 1]), "features"),
+    (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian"), "features"),
+    (lambda: Kernel("gaussian", features=[0]) * Kernel("softmax"), "softmax"),
+    (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian", n_neighbors=5), "n_neighbors"),
+    (lambda: Kernel("gaussian", n_neighbors=5, features=[0]), "n_neighbors"),
+    (lambda: Kernel("softmax", features=[0]), "features"),
+    (lambda: Kernel("gaussian", features=[0, 0]), "features"),
+    (lambda: Kernel("gaussian", features=[-1]), "features"),
+    (lambda: Kernel("gaussian", features=[]), "features"),
+    (lambda: Kernel("gaussian", metric="cosine", bandwidth=1.0, features=[0]), "metric"),
+    (lambda: Kernel("aitchison_aitken", bandwidth=1.5), "bandwidth"),
+    (lambda: Kernel("aitchison_aitken", bandwidth=-0.1), "bandwidth"),
+    (lambda: Kernel("wang_ryzin", bandwidth="scott"), "bandwidth"),
+    (lambda: Kernel("wang_ryzin", bandwidth=0.2, n_neighbors=3), "n_neighbors"),
+])
+def test_bad_kernels(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def test_bad_input_at_bind_and_in_estimators():
+    X, y, Q = _mixed(9)
+    with pytest.raises(ValueError, match="out of range"):
+        local_mean(Q, X, y, Kernel("gaussian", features=[7]))
+    with pytest.raises(ValueError, match="integer codes"):
+        local_mean(Q, X, y, Kernel("aitchison_aitken", bandwidth=0.2, features=[0]))
+    with pytest.raises(ValueError, match="single level"):
+        local_mean(None, np.ones((5, 1)), np.arange(5.0), Kernel("aitchison_aitken", bandwidth=0.2))
+    with pytest.raises(ValueError, match="entries for 2 columns"):
+        local_mean(Q, X, y, Kernel("wang_ryzin", bandwidth=[0.1, 0.2, 0.3], features=[1, 2]))
+    K = Kernel("gaussian", features=[0]) * Kernel("wang_ryzin", bandwidth=0.2, features=[2])
+    with pytest.raises(ValueError, match="query_scale"):
+        local_sums(Q, X, y, K, query_scale=np.ones(len(Q)))
+    with pytest.raises(ValueError, match="sample_scale"):
+        local_sums(Q, X, y, K, sample_scale=np.ones(len(X)))
+    for params in ({"n_neighbors": 5}, {"bandwidth": "cv"}, {"metric": "manhattan"}, {"weights": "distance"}):
+        with pytest.raises(ValueError, match=next(iter(params))):
+            LocalMeanRegressor(kernel=K, **params).fit(X, y)
+    with pytest.raises(ValueError, match="carries its own bandwidths"):
+        LocalPolynomialRegressor(kernel=K, frac=0.5).fit(X, y)
+    with pytest.raises(ValueError, match="group of columns|groups of columns|has a bandwidth per factor"):
+        BoundKernel(K, X).squared_distances(Q)
+
+
+def test_dask_refused():
+    da = pytest.importorskip("dask.array")
+    X, y, Q = _mixed(10)
+    K = Kernel("gaussian", features=[0]) * Kernel("wang_ryzin", bandwidth=0.2, features=[2])
+    with pytest.raises(ValueError, match="dask"):
+        local_sums(da.from_array(Q, chunks=10), X, y, K)
+
+
+@pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
+def test_streamed_pass_on_tensors(dispatch, dtype, atol):
+    torch = pytest.importorskip("torch")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    X, y, Q = _mixed(11)
+    K = (Kernel("epanechnikov", bandwidth=1.5, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+         * Kernel("wang_ryzin", bandwidth=0.3, features=[2]))
+    ref = local_sums(Q, X, y, K)
+    dens = kernel_density(Q, X, kernel=K)
+    t = getattr(torch, dtype)
+    for device in devices:
+        Xt, yt, Qt = (torch.tensor(a, dtype=t, device=device) for a in (X, y, Q))
+        out = local_sums(Qt, Xt, yt, K)
+        assert isinstance(out.mean, torch.Tensor) and out.mean.device.type == device
+        np.testing.assert_allclose(out.mean.cpu().numpy(), ref.mean, rtol=0, atol=atol)
+        np.testing.assert_allclose(out.log_weight_sum.cpu().numpy(), ref.log_weight_sum, rtol=0, atol=atol)
+        reg = LocalMeanRegressor(kernel=K).fit(Xt, yt)
+        np.testing.assert_allclose(reg.predict(Qt).cpu().numpy(), ref.mean, rtol=0, atol=atol)
+        np.testing.assert_allclose(kernel_density(Qt, Xt, kernel=K).cpu().numpy(), dens, rtol=atol * 10)
+
+
+def test_streamed_pass_on_array_api_strict(dispatch):
+    xp = pytest.importorskip("array_api_strict")
+    X, y, Q = _mixed(12)
+    K = Kernel("gaussian", bandwidth=0.8, features=[0]) * Kernel("wang_ryzin", bandwidth=0.3, features=[2])
+    out = local_sums(xp.asarray(Q), xp.asarray(X), xp.asarray(y), K)
+    assert type(out.mean).__module__.startswith("array_api_strict")
+    np.testing.assert_allclose(np.asarray(out.mean), local_mean(Q, X, y, K), rtol=0, atol=1e-12)
+
+
+def test_user_guide_page_runs():
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).parent.parent / "docs" / "user_guide" / "composing_kernels.rst"
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:   .*\n|\n)+)", page.read_text())
+    assert blocks
+    namespace = {}
+    for block in blocks:
+        exec(compile("\n".join(line[3:] for line in block.splitlines()), str(page), "exec"), namespace)
+    assert namespace["nw"].bandwidth_ == (0.4, 0.2, 0.3)
