@@ -30,11 +30,13 @@ from numpy.typing import ArrayLike
 from ..kernels import Kernel
 from ..kernels.kernel import exact_sq_distances
 from ..kernels.bandwidth import resolve_bandwidth, safe_mean
+from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
 from .passes import neighbors as nb
 from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,
                      log_of_weights)
 from .backends.array_api import (device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path,
                                  to_host)
+from .factors import Factor, nearest_points
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -159,8 +161,6 @@ class BoundKernel:
     def _bind_product(self, samples):
         """A kernel on groups of columns (``features``, categorical, ``K1 * K2``): each factor
         bound on its own columns (:mod:`localkit.engine.factors`); the samples stay raw."""
-        from .factors import bind_factors
-
         self._cache = {}
         self.h, self.centre, self.exponent, self.scaled, self.raw_h, self.X = None, None, 0, True, None, samples
         self.factors = bind_factors(self, self.kernel, samples)
@@ -249,8 +249,6 @@ class BoundKernel:
         leave the float range keep the engine's coordinates. A product kernel's are those of
         :func:`localkit.engine.factors.nearest_points`."""
         if self.factors is not None:
-            from .factors import nearest_points
-
             if queries is None:
                 if "index_samples" not in self._cache:
                     self._cache["index_samples"] = nearest_points(self, self.samples)
@@ -536,3 +534,19 @@ def _exponent(Xc, h):
         log2 = np.log2(extent) - log2_h
     exponent = int(np.ceil(np.max(log2))) if np.any(np.isfinite(log2)) else 0
     return exponent, np.exp2(-exponent - log2_h)
+
+
+def bind_factors(bound, kernel, samples):
+    """The :class:`Factor` list of ``kernel`` over ``samples`` (arrays of ``bound.xp``)."""
+    xp = bound.xp
+    factors = []
+    for factor, cols in kernel.columns(bound.n_features):
+        part = samples[:, cols] if xp is np else xp.take(samples, xp.asarray(cols, device=device_of(samples)), axis=1)
+        if factor.is_categorical:
+            codes = bound.host(part)
+            check_codes(codes, factor.name)
+            columns = CategoricalColumns(factor.name, check_smoothing(factor.bandwidth, factor.name), codes)
+            factors.append(Factor(factor, cols, categorical=columns, codes=part))
+        else:
+            factors.append(Factor(factor, cols, bound=BoundKernel(factor.plain(), part, sample_weight=bound.weight)))
+    return factors

@@ -114,7 +114,6 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     if exclude_self and bound.twins is not None:
         refuse_twins(bound.host(X), "the array-API path")
     if bound.factors is not None:  # a product: its factors' log-weights added block by block
-        from ..factors import streamed_log_weights
 
         return _stream(xp, Q, X, V_aug, kernel, exclude_self, options, log_weight=bound.log_weight,
                        log_weight_blocks=streamed_log_weights(xp, bound, Q, X))
@@ -274,7 +273,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
     ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k``; differences from the
     running maximum are multiplied back before ``exp``, so the weights are exact.
     ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
-    (:func:`localkit.engine.factors.streamed_log_weights`), in place of ``kernel``'s.
+    (:func:`streamed_log_weights`), in place of ``kernel``'s.
     """
     n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
     on_cpu = "cpu" in str(_device(xp, Qs))
@@ -496,3 +495,36 @@ def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
         parts.append(arg)
         dists.append(best)
     return xp.concat(parts, axis=0), xp.concat(dists, axis=0)
+
+
+def streamed_log_weights(xp, bound, Q, X):
+    """``block(rows, cols) -> log K`` for the streamed pass (any array namespace): each distance
+    factor's coordinates centred on its samples and divided by its bandwidth, its squared
+    distances from differences (exact, no cancellation), its profile's statement bound to
+    ``xp``; each categorical factor's codes as they are."""
+    parts = []
+    for f in bound.factors:
+        if f.categorical is not None:
+            idx = xp.asarray(f.cols, device=device_of(X)) if xp is not np else f.cols
+            take = (lambda A, i=idx: xp.take(A, i, axis=1))
+            parts.append((f, take(Q), take(X), None))
+            continue
+        idx = xp.asarray(f.cols, device=device_of(X))
+        Qf, Xf = xp.take(Q, idx, axis=1), xp.take(X, idx, axis=1)
+        centre = xp.mean(Xf, axis=0)
+        hh = _h_array(xp, f.bound.h, Xf)
+        parts.append((f, (Qf - centre) / hh, (Xf - centre) / hh, f.kernel.plain()))
+
+    def block(rows, cols):
+        L = None
+        for f, Qf, Xf, kern in parts:
+            q, x = Qf[rows, ...], Xf[cols, ...]
+            if kern is None:
+                Lf = f.categorical.log_weights(xp, q, x)
+            else:
+                u2 = _sq_distances(xp, q, None, x, True, kern)
+                Lf = -0.5 * u2 if kern.profile.log_linear else kern.profile.log_k_for(xp)(u2)
+            L = Lf if L is None else L + Lf
+        return L
+
+    return block

@@ -94,7 +94,6 @@ def log_weight_block(bound, Q, cols, q_scale=None, points=None):
     """``(L, offset)`` of queries ``Q`` (engine coordinates; ``points``: in the index's, for
     :attr:`~localkit.engine.BoundKernel.exact_edge`) against the samples ``cols``."""
     if bound.factors is not None:  # a product: the sum of its factors' log-weights
-        from ..factors import ProductBlock
 
         return ProductBlock(bound, Q).log_weights(bound, cols)
     return QueryBlock(bound, Q, q_scale, points=points).log_weights(bound, cols)
@@ -171,8 +170,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
     def block_of(idx, base2=False):
         if bound.factors is not None:  # a product: the sum of its factors' log-weights
-            from ..factors import ProductBlock
-
+    
             return ProductBlock(bound, Q[idx])
         return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
                           logit_exponent, bound.base2_samples if base2 else None, None if P is None else P[idx])
@@ -207,3 +205,34 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
     map_blocks(run, n_q, bq, threads)
     return S, shift
+
+
+class ProductBlock:
+    """A block of queries (raw coordinates) of a bound product, for the dense path: one
+    :class:`~localkit.engine.passes.dense.QueryBlock` per distance factor (recentred or exact as
+    that factor needs), the codes of each categorical one."""
+
+    def __init__(self, bound, Q):
+        self.Q = Q
+        self.parts = []
+        for f in bound.factors:
+            if f.categorical is not None:
+                self.parts.append(Q[:, f.cols])
+            else:
+                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols])))
+
+    def log_weights(self, bound, cols, fold_offset=False):
+        """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""
+        L = None
+        for f, part in zip(bound.factors, self.parts):
+            if f.categorical is not None:
+                Lf = f.categorical.log_weights(np, part, f.codes[cols])
+            else:
+                Lf, offset = part.log_weights(f.bound, cols, fold_offset=True)
+                if np.any(offset):
+                    Lf = Lf + offset[:, None]
+            if L is None:
+                L = np.array(Lf, dtype=self.Q.dtype)
+            else:
+                L += Lf
+        return L, np.zeros(len(self.Q), dtype=self.Q.dtype)
