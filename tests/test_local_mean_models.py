@@ -8,7 +8,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import check_estimator
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from localkit import LocalMeanClassifier, LocalMeanRegressor
+from localkit import LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +192,10 @@ def test_bandwidth_far_beyond_the_spread_warns():
         LocalMeanRegressor(bandwidth=0.05).fit(X, y)
         LocalMeanRegressor().fit(X, y)
         LocalMeanRegressor(kernel="uniform", n_neighbors=5).fit(X * 1e6, y)
+        # a local line at a wide bandwidth is the global line (statsmodels' cv_ls picks h ~ 1e5 on bmi)
+        LocalPolynomialRegressor(kernel="gaussian", degree=1, bandwidth=1e5).fit(X[:, 2:3], y)
+    with pytest.warns(UserWarning, match="global mean"):
+        LocalPolynomialRegressor(kernel="gaussian", degree=0, bandwidth=1e5).fit(X[:, 2:3], y)
 
 
 @pytest.mark.parametrize("Est", [LocalMeanRegressor, LocalMeanClassifier])

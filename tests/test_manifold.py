@@ -141,11 +141,13 @@ def lle_data():
 
 
 # well-posed cases only: where M's null space has more than 1 + n_components dimensions (a 2-D
-# S-curve embedded in 3-D, LTSA with fewer neighbours than a 3-D tangent plane needs) the
-# embedding is any basis of it, scikit-learn's as much as ours
+# S-curve embedded in 3-D, LTSA with fewer neighbours than a 3-D tangent plane needs), or more
+# than one dimension at 0 (a kNN graph in several pieces: digits[:500] with 12 neighbours, whose
+# LTSA eigenvalues are 1.5e-15, 1.5e-15, 0.024), the embedding is any basis of it, scikit-learn's
+# as much as ours (a full run's round-off picked another one: disparity 0.13)
 @pytest.mark.parametrize("data, method, n_neighbors, n_components", [
     ("s_curve", "modified", 12, 2), ("s_curve", "hessian", 12, 2), ("s_curve", "ltsa", 12, 2),
-    ("digits", "modified", 15, 3), ("digits", "hessian", 15, 3), ("digits", "ltsa", 12, 2),
+    ("digits", "modified", 15, 3), ("digits", "hessian", 15, 3), ("digits", "ltsa", 15, 2),
     ("iris", "modified", 12, 2), ("iris", "hessian", 15, 3), ("iris", "modified", 15, 3),
 ])
 def test_methods_match_sklearn_dense(lle_data, data, method, n_neighbors, n_components):
@@ -207,7 +209,7 @@ def iris():
     return load_iris().data
 
 
-@pytest.mark.filterwarnings("ignore:bandwidth=.* times the data's spread:UserWarning")  # wide on purpose
+@pytest.mark.filterwarnings("error::UserWarning")  # a wide kernel is global PCA, a sound fit: no warning
 def test_local_pca_tends_to_global_pca(iris):
     n = len(iris)
     ref = PCA(n_components=3).fit(iris)

@@ -201,9 +201,17 @@ class LocalKernelMixin:
         if rule and sample_weight is not None and getattr(self, "sample_weight_type", "prior") == "frequency":
             return frequency_rule(h, backend, X.shape[1], sample_weight, self.bandwidth)
         if (not rule and isinstance(X, np.ndarray) and X.shape[0] > 1 and metric in NORM_METRICS
-                and getattr(self, "sample_scale_", None) is None):  # sample_neighbors: h multiplies h_i
+                and getattr(self, "sample_scale_", None) is None  # sample_neighbors: h multiplies h_i
+                and self._wide_bandwidth_tends_to_the_mean()):
             warn_far_bandwidth(h, X, sample_weight)
         return h
+
+    def _wide_bandwidth_tends_to_the_mean(self):
+        """True where a bandwidth far beyond the data's spread turns the fit into the global mean
+        (local means; :func:`warn_far_bandwidth` warns then). A local polynomial of degree >= 1
+        tends to the global polynomial fit, local PCA to the global PCA: sound fits, no warning
+        (statsmodels' ``KernelReg(bw="cv_ls")`` picks h ~ 1e5 on diabetes' bmi, a straight line)."""
+        return True
 
     def _fit_sample_scales(self, X):
         """``sample_scale_``: the sample-point factors ``h_i`` (distance of sample ``i`` to its

@@ -503,6 +503,9 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
     _parameter_constraints: dict = {**KERNEL_PARAMS, "bandwidth": BANDWIDTH_CONSTRAINT,
                                     "n_components": positive(Integral)}
 
+    def _wide_bandwidth_tends_to_the_mean(self):  # a wide kernel gives the global PCA
+        return False
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None):
         """Store the samples and resolve the kernel. Returns ``self``."""

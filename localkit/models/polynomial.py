@@ -214,6 +214,9 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,
     }
 
+    def _wide_bandwidth_tends_to_the_mean(self):
+        return self.degree == 0
+
     def _check_params(self, n, total=None):
         """The span and what depends on the data (the types are in ``_parameter_constraints``);
         ``total``: the samples' total weight, the span's unit (a span in weight), or None."""
