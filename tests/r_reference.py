@@ -160,3 +160,22 @@ def r_locpoly(x, y, *, drv=0, degree=1, bandwidth, gridsize=401, repeats=1):
         out = np.fromfile(os.path.join(tmp, "out.bin"), dtype="<f8")
     m = int(gridsize)
     return out[:m], out[m:2 * m], float(np.median(out[2 * m:])), done.stdout.strip()
+
+
+def r_lowess(x, y, f, iterations, delta=0.0):
+    """R's ``lowess(x, y, f, iter, delta)`` (``stats::lowess``, Cleveland's ``clowess``): the fitted
+    values in the order of ``x`` (R returns them sorted by ``x``). ``delta=None``: R's default,
+    ``0.01 * diff(range(x))``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        np.asarray(np.c_[x, y], dtype="<f8").tofile(os.path.join(tmp, "xy.bin"))
+        script = os.path.join(tmp, "run.R")
+        delta_arg = "" if delta is None else f", delta = {float(delta)!r}"
+        with open(script, "w") as fh:
+            fh.write(f"""xy <- matrix(readBin(file.path("{tmp}", "xy.bin"), "double", {2 * len(x)}), ncol = 2,
+                                    byrow = TRUE)
+                       o <- order(xy[, 1])
+                       fit <- lowess(xy[, 1], xy[, 2], f = {float(f)!r}, iter = {int(iterations)}{delta_arg})$y
+                       out <- numeric(length(o)); out[o] <- fit
+                       writeBin(as.double(out), file.path("{tmp}", "fit.bin"))""")
+        subprocess.run(["Rscript", "--vanilla", script], check=True, capture_output=True, timeout=120)
+        return np.fromfile(os.path.join(tmp, "fit.bin"), dtype="<f8")

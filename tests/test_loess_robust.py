@@ -1,9 +1,6 @@
 """LOESS robustness iterations against R: the weights and the stopping rule of R's lowess (clowess
 in R's lowess.c), the plain median of R's loess(weights=, family="symmetric") under prior weights,
 and statsmodels' lowess where its rule and R's agree."""
-import os
-import subprocess
-import tempfile
 import warnings
 
 import numpy as np
@@ -12,26 +9,10 @@ import statsmodels.api as sm
 from statsmodels.nonparametric.smoothers_lowess import lowess
 
 from localkit import LocalPolynomialRegressor
-from r_reference import have_r, r_loess
+from r_reference import have_r, r_loess, r_lowess
 from localkit.models.polynomial import bisquare_weights
 
 needs_r = pytest.mark.skipif(not have_r(), reason="Rscript (R's stats::lowess and loess) is not installed")
-
-
-def r_lowess(x, y, f, iterations):
-    """R's ``lowess(x, y, f, iter, delta=0)``, fitted values in the order of ``x``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        np.asarray(np.c_[x, y], dtype="<f8").tofile(os.path.join(tmp, "xy.bin"))
-        script = os.path.join(tmp, "run.R")
-        with open(script, "w") as fh:
-            fh.write(f"""xy <- matrix(readBin(file.path("{tmp}", "xy.bin"), "double", {2 * len(x)}), ncol = 2,
-                                    byrow = TRUE)
-                       o <- order(xy[, 1])
-                       fit <- lowess(xy[, 1], xy[, 2], f = {f!r}, iter = {iterations}, delta = 0)$y
-                       out <- numeric(length(o)); out[o] <- fit
-                       writeBin(as.double(out), file.path("{tmp}", "fit.bin"))""")
-        subprocess.run(["Rscript", "--vanilla", script], check=True, capture_output=True, timeout=120)
-        return np.fromfile(os.path.join(tmp, "fit.bin"), dtype="<f8")
 
 
 def exact_line_with_one_outlier():

@@ -56,7 +56,7 @@ def test_n_jobs_as_scikit_learn_counts_it():
 
 
 @pytest.mark.parametrize("kwargs, name", [
-    ({"metric": "manhattan"}, "metric"),  # used to be ignored: the Euclidean result came back
+    ({"metric": "cosine"}, "metric"),  # not a norm (manhattan used to be ignored; now honoured, see test_density_features)
     ({"n_neighbors": 3}, "n_neighbors"),  # idem
     ({"log": "yes"}, "log"),  # used to be accepted
     ({"n_jobs": 0}, "n_jobs"),
