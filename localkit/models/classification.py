@@ -93,7 +93,8 @@ sample_weight_type, weights, metric_params
         ``classes_`` with probability 0. ``y`` of shape (n_samples, n_outputs): one set of
         classes per column.
         """
-        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True)
+        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, accept_sparse="csr")
+        self._check_sparse_fit(X)
         if y.ndim == 2 and y.shape[1] == 1:  # scikit-learn's KNeighborsClassifier: one output, warned
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
                           "of y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)

@@ -144,7 +144,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         "isj" bins with the weights, as KDEpy; "sj" (R's ``bw.SJ``) takes equal weights only;
         "cv" and the ``n_neighbors`` / ``sample_neighbors`` distances are taken unweighted.
         """
-        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True)
+        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True, accept_sparse="csr")
+        self._check_sparse_fit(X)
         y = backend.regression_target(y, X)  # finite floats of X's dtype
         Xm = self._fit_metric(X)  # the coordinates where the metric is a plain norm
         self._fit_sample_scales(Xm)
