@@ -383,8 +383,9 @@ class LocalMeanParams(LocalKernelMixin):
 
         Parameters
         ----------
-        X : array of shape (n_queries, n_features), or None
-            The queries (distances to the training samples with ``metric="precomputed"``). None:
+        X : array or sparse matrix of shape (n_queries, n_features), or None
+            The queries (distances to the training samples with ``metric="precomputed"``; sparse
+            only for an estimator fitted on sparse ``X``, whose search is brute force on CSR). None:
             the training samples, each without itself (where more samples than ``n_neighbors``
             share its point, the first neighbour is dropped instead, as scikit-learn does).
         n_neighbors : int or None
@@ -423,8 +424,9 @@ class LocalMeanParams(LocalKernelMixin):
 
         Parameters
         ----------
-        X : array of shape (n_queries, n_features), or None
-            The queries; None: the training samples, each without itself.
+        X : array or sparse matrix of shape (n_queries, n_features), or None
+            The queries (sparse only for an estimator fitted on sparse ``X``); None: the
+            training samples, each without itself.
         radius : float or None
             ``>= 0``; None takes the estimator's scalar ``bandwidth_`` (the support of a compact
             kernel, the radius of ``kernel="uniform"``).

@@ -29,6 +29,11 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     ``weights`` multiplies the kernel by a factor of the distance (``K(x^*, x_i)`` above becomes
     ``K(x^*, x_i) g_i``, as in :class:`localkit.LocalMeanRegressor`).
 
+    Sparse (CSR) ``X`` is taken as by :class:`localkit.LocalMeanRegressor` (a compact profile
+    with ``n_neighbors`` or a number ``bandwidth``, never densified): probabilities and labels
+    then equal those of scikit-learn's ``KNeighborsClassifier`` / ``RadiusNeighborsClassifier``
+    on the same sparse ``X``.
+
     A 2-D ``y`` (n_samples, n_outputs) fits one classifier per output column over the same
     weights, as ``KNeighborsClassifier``: ``classes_`` is then a list of arrays,
     :meth:`predict_proba` a list of arrays and :meth:`predict` an array of shape

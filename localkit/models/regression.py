@@ -25,6 +25,19 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     of the distance, as scikit-learn's ``weights`` do, and :meth:`kneighbors` and
     :meth:`radius_neighbors` answer as scikit-learn's neighbours do.
 
+    Sparse input: ``X`` may be a scipy sparse matrix (converted to CSR, never densified: the
+    bound kernel keeps the CSR matrix) with a compact profile and ``n_neighbors``, or a compact
+    profile at a number ``bandwidth`` (radius queries), and the metrics "euclidean",
+    "manhattan", "cosine" (or "minkowski" with ``p`` 1 or 2): the neighbours come from
+    scikit-learn's brute-force search on the CSR matrix, so predictions, :meth:`kneighbors` and
+    :meth:`radius_neighbors` equal those of scikit-learn's neighbour estimators fitted on the
+    same sparse ``X``; ``weights``, ``sample_weight``, :meth:`loo_predict` and the ``empty``
+    policy work as on dense ``X``, and queries may be sparse or dense. What needs dense
+    coordinates is refused with a ``ValueError`` naming it: profiles that weigh every sample
+    (the default Gaussian: the dense path centres the samples, which would densify them),
+    bandwidth rules, "cv" and per-feature bandwidths, ``sample_neighbors``, metrics mapped by
+    ``metric_params``, a ``Kernel`` instance, and ``algorithm`` other than "auto" or "neighbors".
+
     Parameters
     ----------
     kernel : str or Kernel, default="gaussian"
