@@ -357,10 +357,13 @@ class LocalMeanParams(LocalKernelMixin):
                              "path only (a compact kernel with n_neighbors or a number bandwidth): "
                              + "; ".join(refused) + ". Or pass X.toarray() where the dense array fits in memory")
 
+    #: whether ``fit`` takes sparse X (where the parameters allow: :meth:`_sparse_refusals`)
+    _takes_sparse = False
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         try:  # sparse X where the parameters take it (scikit-learn's tag; its checks then fit sparse X)
-            tags.input_tags.sparse = not self._sparse_refusals()
+            tags.input_tags.sparse = self._takes_sparse and not self._sparse_refusals()
         except (TypeError, ValueError):  # parameters not validated yet: fit says what is wrong
             tags.input_tags.sparse = False
         return tags

@@ -88,6 +88,8 @@ sample_weight_type, weights, metric_params
                          metric_params=metric_params)
         self.outlier_label = outlier_label
 
+    _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and the one-hot labels. Returns ``self``.

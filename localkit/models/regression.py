@@ -146,6 +146,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     0.95
     """
 
+    _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and resolve the kernel. Returns ``self``.
