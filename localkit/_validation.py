@@ -68,9 +68,7 @@ def as_numbers(x, name):
     """
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
-    if scipy.sparse.issparse(x):
-        raise TypeError(f"{name} is a scipy sparse matrix ({type(x).__name__}); localkit takes dense arrays: "
-                        f"pass {name}.toarray()")
+    refuse_sparse(x, name)
     if _masked_dtypes(x):
         if np.asarray(x.isna()).any():
             raise ValueError(f"{name} contains pandas NA (a missing value in a nullable column); "
@@ -90,6 +88,38 @@ def as_numbers(x, name):
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise ValueError(not_numbers(name, arr.dtype))
     return arr
+
+
+def refuse_sparse(x, name):
+    """The ``TypeError`` of entry points that take dense arrays only, for a scipy sparse ``x``."""
+    if scipy.sparse.issparse(x):
+        raise TypeError(f"{name} is a scipy sparse matrix ({type(x).__name__}); localkit takes dense arrays: "
+                        f"pass {name}.toarray()")
+
+
+def check_sparse_points(x, name, *, n_features=None, dtype=None):
+    """A 2-D ``(n, d)`` CSR matrix of points, its stored values finite floats (float32 kept,
+    anything else float64, or ``dtype``), not empty: the samples and queries of the neighbour
+    path on sparse input (:mod:`localkit.engine.passes.neighbors`). Other sparse formats are
+    converted to CSR (a copy of the stored values, never a dense array); dense points (queries
+    beside sparse samples) are checked as :func:`check_points` checks them, then stored as CSR."""
+    if not scipy.sparse.issparse(x):
+        return scipy.sparse.csr_matrix(check_points(x, name, n_features=n_features, dtype=dtype))
+    X = x.tocsr()
+    if np.iscomplexobj(X.data):
+        raise ValueError(f"{name} must be real, got a complex sparse matrix")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise ValueError(not_numbers(name, X.dtype))
+    if dtype is None:
+        dtype = X.dtype if X.dtype in FLOAT_DTYPES else np.float64
+    X = X.astype(dtype, copy=False)
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(empty_input(name, X.shape))
+    if not np.all(np.isfinite(X.data)):
+        raise ValueError(not_finite(name))
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(wrong_features(name, X.shape[1], n_features))
+    return X
 
 
 def _masked_dtypes(x):

@@ -288,8 +288,12 @@ def test_given_affinities_bad_input(moons):
     model = RelaxationLabeling(kernel="precomputed").fit(A, y_partial)
     with pytest.raises(ValueError, match="features"):
         model.predict(A[:4, :10])
-    with pytest.raises(TypeError, match="[Ss]parse"):  # a sparse X is an affinity graph, precomputed only
+    # sparse X: an affinity graph (precomputed), or samples for a compact profile (the neighbour path);
+    # the Gaussian weighs every sample, which needs dense X
+    with pytest.raises(ValueError, match="X is a sparse matrix.*kernel='gaussian' gives every sample a weight"):
         RelaxationLabeling().fit(sparse.csr_matrix(X), y_partial)
+    with pytest.raises(TypeError, match="[Ss]parse"):  # a callable kernel takes dense X
+        RelaxationLabeling(kernel=lambda a, b: a @ b.T).fit(sparse.csr_matrix(X), y_partial)
 
 
 @pytest.mark.parametrize("params, error, match", [

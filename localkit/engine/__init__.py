@@ -9,6 +9,8 @@
   weights), with the operations every model needs: weighted sums, weight blocks (for models that
   fit per query: the localization trick for arbitrary estimators), nearest samples;
   :class:`EngineOptions` — how a pass runs (empty policy, path, blocks, memory, threads);
+  :func:`sparse_refusals` — why a kernel cannot be bound to sparse (CSR) samples, which take the
+  neighbour path only;
 * :func:`local_mean`, :func:`local_sums` — streaming weighted sums with an online log-sum-exp
   (dense BLAS path, neighbour path, compiled compact pass), leave-one-out, empty-neighbourhood policy;
 * :func:`local_covariance`, :func:`local_polynomial` — the samples' weighted mean and covariance
@@ -31,7 +33,7 @@ from .local_models.loess_surface import KDSurface
 from .options import EngineOptions
 from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
 from .patches import gaussian_patch_weights, patch_local_mean
-from .planner import Plan
+from .planner import Plan, sparse_refusals
 from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
                                       local_polynomial)
 from .prototypes import prototype_weights
@@ -78,6 +80,7 @@ __all__ = [
     "resolve_n_jobs",
     "row_max_abs_change",
     "row_norm_change",
+    "sparse_refusals",
     "sum_abs_change",
     "twin_groups",
 ]

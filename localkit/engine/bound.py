@@ -17,6 +17,14 @@ samples are stored as ``x_n = x_s / 2^E``, with ``2^E`` the power of two just ab
 overflows, and ``u^2 = 2^(2E) |q_n - x_n|^2`` is formed exactly by :func:`numpy.ldexp` (``inf``
 for a tiny bandwidth, ``0`` for a huge one — the nearest sample's value and the global mean).
 When ``2^E`` is moderate the engine works on ``x_s`` directly (the usual case).
+
+Sparse samples. A scipy sparse matrix (converted to CSR) is bound as it is: not centred (that
+would make it dense), not scaled (the bandwidth is one number, so ``u = d / h`` is formed from
+the distances of the neighbour search), never copied into a dense array. Its one path is the
+neighbour path over scikit-learn's brute-force search on the CSR matrix, for the kernels that
+:func:`~localkit.engine.planner.sparse_refusals` admits (compact profiles, with ``n_neighbors`` or
+a fixed bandwidth); queries become CSR rows too. What forms dense coordinates (weight blocks,
+squared distances) is refused by name.
 """
 from __future__ import annotations
 
@@ -26,11 +34,13 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.sparse import issparse
 
 from ..kernels import Kernel
 from ..kernels.kernel import exact_sq_distances
 from ..kernels.bandwidth import resolve_bandwidth, safe_mean
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
+from .._validation import check_sparse_points
 from .passes import neighbors as nb
 from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,
                      log_of_weights)
@@ -72,6 +82,9 @@ class BoundValues(NamedTuple):
 class BoundKernel:
     """A localization kernel bound to its samples.
 
+    ``samples`` may be a scipy sparse matrix (kept as CSR, never densified): see the module's
+    "Sparse samples"; ``sparse`` then says so.
+
     Parameters
     ----------
     kernel : Kernel
@@ -106,6 +119,9 @@ class BoundKernel:
             raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
         self.kernel = kernel
         self.options = EngineOptions() if options is None else options
+        if issparse(samples):
+            self._bind_sparse(samples, sample_weight, sample_scale, twins)
+            return
         # the namespace the passes run in: NumPy, or the device of a foreign array (array-API dispatch)
         xp = namespace_of(samples, sample_weight, sample_scale)
         self.xp, self.on_host = xp, xp is np
@@ -158,6 +174,40 @@ class BoundKernel:
                                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
         self._index_centre = _index_centre(samples) if self._raw_index else 0.0
 
+    #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
+    sparse = False
+
+    def _bind_sparse(self, samples, sample_weight, sample_scale, twins):
+        """Sparse samples, kept as CSR: no centring, no scaling, no dense copy (the neighbour path only)."""
+        from .planner import sparse_refusals
+
+        kernel = self.kernel
+        refused = sparse_refusals(kernel, self.options.algorithm, sample_scale)
+        if refused:
+            raise ValueError("samples are a sparse matrix, which the engine takes on the neighbour path only: "
+                             + "; ".join(refused) + ". Or pass samples.toarray() where the dense array fits in memory")
+        self.xp, self.on_host, self.sparse = np, True, True
+        samples = check_sparse_points(samples, "samples")
+        self.samples, self.dtype = samples, samples.dtype
+        self.n_samples, self.n_features = samples.shape
+        self._given_twins = twins
+        if twins is not None:
+            self.twins = check_twins(twins, self.n_samples)
+        check_pass(kernel, self.n_samples, self.n_samples)
+        self.weight, self.log_weight_max = check_sample_weight(np, sample_weight, self.n_samples, samples)
+        self.log_weight = log_of_weights(np, self.weight)
+        self.sample_scale, self.factors, self._cache = None, None, {}
+        # one number (sparse_refusals); with n_neighbors it cancels in u = d / d_k and a rule goes unused
+        self.h = 1.0 if isinstance(kernel.bandwidth, str) else float(kernel.bandwidth)
+        self.centre, self.exponent, self.scaled, self.raw_h, self.X, self.x_sq = None, 0, True, None, samples, None
+        # the index takes the samples as they are, and u = d / h (index_unit)
+        self._raw_index, self._index_centre = True, 0.0
+
+    def _require_dense(self, what):
+        if self.sparse:
+            raise ValueError(f"{what} forms dense (n_queries, n_samples) blocks from the coordinates; these samples "
+                             "are a sparse matrix, which takes the neighbour path only (sums, nearest)")
+
     def _bind_product(self, samples):
         """A kernel on groups of columns (``features``, categorical, ``K1 * K2``): each factor
         bound on its own columns (:mod:`localkit.engine.factors`); the samples stay raw."""
@@ -189,7 +239,7 @@ class BoundKernel:
         state = self.__dict__.copy()
         state["_cache"] = {}  # indexes are rebuilt on first use
         state["xp"] = None  # a module: found again from the samples
-        if not self.on_host:
+        if not self.on_host or self.sparse:
             return state
         if state["X"] is not self.samples:  # the engine's coordinates, recomputed bit for bit
             state["X"] = None
@@ -205,6 +255,8 @@ class BoundKernel:
             self.xp = array_namespace(self.samples)
             return
         self.xp = np
+        if self.sparse:
+            return
         if self.X is None:
             self.X = self._transform(self.samples)
         self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
@@ -219,6 +271,8 @@ class BoundKernel:
         """Validated queries in the engine's coordinates (``None``: the samples)."""
         if queries is None:
             return self.X
+        if self.sparse:  # CSR rows, as the samples (dense queries are stored as CSR)
+            return check_sparse_points(queries, name, n_features=self.n_features, dtype=self.dtype)
         Q = as_points(self.xp, queries, name, like=self.samples, n_features=self.n_features, dtype=self.dtype)
         return Q if self.centre is None else self._transform(Q)
 
@@ -248,7 +302,9 @@ class BoundKernel:
         scaled coordinates round them apart). Data or bandwidths whose squared differences could
         leave the float range keep the engine's coordinates. A product kernel's are those of
         :func:`localkit.engine.factors.nearest_points`."""
-        if self.factors is not None:
+        if self.sparse:
+            P = self.samples if queries is None else self.coordinates(queries)
+        elif self.factors is not None:
             if queries is None:
                 if "index_samples" not in self._cache:
                     self._cache["index_samples"] = nearest_points(self, self.samples)
@@ -308,7 +364,7 @@ class BoundKernel:
     def twins(self):
         """Group ids of the samples at one point, or None where all differ: leave-one-out
         (``exclude_self``) leaves out every sample at the query's point (:mod:`localkit.engine.twins`)."""
-        return twin_groups(self.host(self.samples))
+        return twin_groups(self.samples if self.sparse else self.host(self.samples))
 
     def knn_scale(self, queries, *, exclude_self=False, row_offset=0):
         """The balloon bandwidth of each query: distance to its k-th nearest sample (engine units)."""
@@ -401,6 +457,7 @@ class BoundKernel:
         from .passes.neighbors import knn_log_weights
 
         self._require_host("log_weights")
+        self._require_dense("log_weights")
         Q = self.coordinates(queries)
         k = self.kernel.n_neighbors
         if k is not None and self.kernel.compact:
@@ -423,6 +480,7 @@ class BoundKernel:
         A fixed bandwidth and no per-sample scale; memory ``n_queries x n_samples``: callers walk
         blocks of queries."""
         self._require_host("squared_distances")
+        self._require_dense("squared_distances")
         if (self.kernel.is_softmax or self.kernel.n_neighbors is not None or self.sample_scale is not None
                 or self.factors is not None):
             raise ValueError("squared_distances needs a distance kernel with a fixed bandwidth and no "

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..kernels import Kernel
+from .._validation import refuse_sparse
 from .binding import bind
 from .bound import make_kernel
 from .options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
@@ -112,6 +113,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     :class:`~localkit.engine.BoundKernel`; a device or a dask cluster: the pass runs there), which
     models that query the same samples repeatedly keep and call directly.
     """
+    refuse_sparse(samples, "samples")  # dense arrays here; sparse samples: the estimators (neighbour path)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
                             memory_budget=memory_budget, n_jobs=n_jobs, grid_size=grid_size)
     return bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,

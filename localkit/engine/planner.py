@@ -8,7 +8,10 @@
   bandwidth tried, and than the dense path at d = 32), else the radius path for compact
   profiles whose support holds few samples, else the dense path;
 * "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken only when asked for, and
-  refused with a ``ValueError`` naming the parameter where it cannot apply.
+  refused with a ``ValueError`` naming the parameter where it cannot apply;
+* sparse (CSR) samples take the neighbour path only (:func:`sparse_refusals`): scikit-learn's
+  brute-force search on the CSR matrix finds the k nearest samples or those within the support,
+  and their values are gathered; the other paths need dense coordinates.
 
 :func:`explain` says which path a pass takes and why each other one was not taken.
 """
@@ -24,6 +27,54 @@ import numpy as np
 COMPILED_MAX_FEATURES = 32
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
+
+
+#: metrics that scikit-learn's brute-force neighbour search measures on CSR samples
+#: (``sklearn.neighbors.VALID_METRICS_SPARSE["brute"]``); "minkowski" with ``p`` 1 or 2 is one of them
+SPARSE_METRICS = ("euclidean", "manhattan", "cosine")
+
+
+def sparse_refusals(kernel, algorithm="auto", sample_scale=None):
+    """Why ``kernel`` cannot be bound to sparse (CSR) samples: reasons, each naming its parameter
+    (empty: it can).
+
+    Sparse samples take one path, the neighbour path: scikit-learn's brute-force search on the
+    CSR matrix (the matrix product of sparse rows, never a dense copy) gives each query its k
+    nearest samples (a kNN kernel) or the samples within the support (a compact profile at a
+    fixed bandwidth: a radius query), and the values of those samples are gathered. What needs
+    every sample's weight is refused rather than densified: a profile that never vanishes
+    (Gaussian, Laplacian, Cauchy, softmax) gives every sample a weight, which the dense path
+    computes from centred, scaled coordinates; centring a sparse matrix makes it dense, and
+    uncentred matrix-product distances ``|q|^2 - 2 q.x + |x|^2`` lose the digits of a small
+    bandwidth (``u^2`` is their difference divided by ``h^2``). Densifying blocks of queries would
+    bound memory, but each block still needs every sample in dense form or those imprecise
+    distances, so it is refused with advice (a compact profile, or ``.toarray()`` where the
+    dense matrix fits in memory)."""
+    if kernel.composite:
+        return ["kernel: a kernel on groups of columns (a product, categorical factors) selects and scales "
+                "columns of dense samples"]
+    reasons = []
+    if kernel.is_softmax or not kernel.compact:
+        name = "softmax" if kernel.is_softmax else kernel.name_
+        reasons.append(f"kernel={name!r} gives every sample a weight: that is the dense path, which centres the "
+                       "samples (a sparse matrix would become dense); use a compact profile ('uniform', "
+                       "'epanechnikov', 'tricube', ...) with n_neighbors or a number bandwidth")
+    metric, p = kernel.metric, kernel.p
+    if callable(metric) or not (metric in SPARSE_METRICS or (metric == "minkowski" and p in (1, 2))):
+        shown = getattr(metric, "__name__", metric) if callable(metric) else metric
+        reasons.append(f"metric={shown!r}: scikit-learn's brute-force search on sparse samples measures "
+                       f"{', '.join(map(repr, SPARSE_METRICS))} (or 'minkowski' with p=1 or 2)")
+    h = kernel.bandwidth
+    if np.ndim(h) != 0 or (isinstance(h, str) and kernel.n_neighbors is None):
+        reasons.append(f"bandwidth={h if isinstance(h, str) else np.asarray(h).tolist()!r}: on sparse samples the "
+                       "bandwidth is one number (a radius), or unused with n_neighbors; rules and per-feature "
+                       "bandwidths scale dense coordinates")
+    if sample_scale is not None:
+        reasons.append("sample_scale: per-sample bandwidths are not taken on sparse samples")
+    if algorithm not in ("auto", "neighbors"):
+        reasons.append(f"algorithm={algorithm!r}: sparse samples take the neighbour path only "
+                       "(algorithm='auto' or 'neighbors')")
+    return reasons
 
 
 def compiled_refusals(bound, q_scale, exclude_self):
@@ -101,6 +152,14 @@ def explain(bound, Q, q_scale, exclude_self):
                            "compiled": f"{host_only} (numba; the streamed pass takes its arithmetic where asked)",
                            "binned": host_only,
                            "streamed": f"{where}: blocks on their device, online log-sum-exp"})
+    if bound.sparse:
+        sparse = "; these samples are sparse (CSR)"
+        return Plan(path, {"dense": f"centres the samples, which would make them dense{sparse}",
+                           "neighbors": "sparse samples: scikit-learn's brute-force search on the CSR matrix "
+                                        "(kNN or radius queries), the only path for them",
+                           "compiled": f"needs dense coordinates (numba strips){sparse}",
+                           "binned": f"needs dense coordinates in 1 to 3 features{sparse}",
+                           "streamed": f"needs dense arrays (of NumPy or of a device){sparse}"})
     kern, algorithm, d = bound.kernel, bound.options.algorithm, bound.n_features
     refused = compiled_refusals(bound, q_scale, exclude_self)
     knn_compact = kern.compact and kern.n_neighbors is not None
@@ -189,6 +248,14 @@ def plan(bound, Q, q_scale, exclude_self):
     if not bound.on_host:
         return _device_plan(bound, q_scale, exclude_self)
     kern, algorithm = bound.kernel, bound.options.algorithm
+    if bound.sparse:  # the options may have changed since the samples were bound (BoundKernel.using)
+        refused = sparse_refusals(kern, algorithm, bound.sample_scale)
+        if q_scale is not None:
+            refused.append("query_scale: per-query bandwidths are not taken on sparse samples")
+        if refused:
+            raise ValueError("sparse (CSR) samples take the neighbour path only, which cannot compute this pass: "
+                             + "; ".join(refused))
+        return "neighbors"
     if algorithm == "streamed":
         if streamed_refusals(bound):
             raise ValueError("algorithm='streamed' cannot compute this pass: " + "; ".join(streamed_refusals(bound)))

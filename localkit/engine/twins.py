@@ -21,16 +21,38 @@ each path then drops, at query ``i``, the samples ``j`` with ``groups[j] == grou
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
 
 def twin_groups(points):
     """``groups (n,)``: one id per distinct row of ``points`` (equal rows share it; ``-0.0`` equals
-    ``0.0``), or ``None`` when every row differs (the plain leave-one-out)."""
+    ``0.0``), or ``None`` when every row differs (the plain leave-one-out). A sparse matrix is
+    grouped by its rows' stored entries (:func:`_sparse_twin_groups`), never densified."""
+    if sparse.issparse(points):
+        return _sparse_twin_groups(points)
     P = np.asarray(points)
     if P.ndim != 2 or len(P) < 2:
         return None
     _, groups, counts = np.unique(P + 0.0, axis=0, return_inverse=True, return_counts=True)
     return groups.reshape(-1) if counts.max() > 1 else None
+
+
+def _sparse_twin_groups(points):
+    """:func:`twin_groups` of a sparse matrix: rows in canonical CSR form (duplicates summed, zeros,
+    ``-0.0`` included, dropped, columns sorted) are equal exactly when their columns and values
+    are; each row is keyed by those bytes (``O(nnz)`` memory)."""
+    X = sparse.csr_matrix(points, copy=True)
+    if X.shape[0] < 2:
+        return None
+    X.sum_duplicates()
+    X.eliminate_zeros()
+    X.sort_indices()
+    data = X.data + 0.0
+    seen, groups = {}, np.empty(X.shape[0], dtype=np.intp)
+    for i, (a, b) in enumerate(zip(X.indptr[:-1], X.indptr[1:])):
+        key = (X.indices[a:b].astype(np.int64).tobytes(), data[a:b].tobytes())
+        groups[i] = seen.setdefault(key, len(seen))
+    return groups if len(seen) < X.shape[0] else None
 
 
 def refuse_twins(points, where):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.utils._array_api import get_namespace
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
@@ -14,11 +15,11 @@ import warnings
 from .._params import (KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, WEIGHTS_CONSTRAINT)
 from .._validation import check_n_neighbors
-from ..engine import BoundValues, EngineOptions, backend_of, bind
+from ..engine import BoundValues, EngineOptions, backend_of, bind, sparse_refusals
 from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
-from ..kernels.kernel import NORM_METRICS, effective_metric, metric_map
+from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 
 FLOATS = [np.float64, np.float32]
 
@@ -279,8 +280,12 @@ class LocalKernelMixin:
         if "_bound" in state and not isinstance(self._bound_values, BoundValues):
             self._bound_values = self._bound.prepare(self._bound_values)
 
+    def _fitted_sparse(self):
+        """True when ``fit`` bound sparse samples (its queries may then be sparse too)."""
+        return bool(getattr(getattr(getattr(self, "_bound", None), "bound", None), "sparse", False))
+
     def _validate_queries(self, X):
-        X = backend_of(X).check_queries(self, X)
+        X = backend_of(X).check_queries(self, X, accept_sparse="csr" if self._fitted_sparse() else False)
         if getattr(self, "metric", None) == "precomputed":
             check_precomputed(X, fit=False)
         if getattr(self, "_metric_map", None) is not None:  # the coordinates of the fit (_fit_metric)
@@ -315,6 +320,54 @@ class LocalMeanParams(LocalKernelMixin):
         self.weights = weights
         self.metric_params = metric_params
 
+    def _sparse_refusals(self):
+        """Why these parameters cannot take sparse ``X``: reasons naming the parameters (empty: they can).
+
+        Sparse samples take the engine's neighbour path only
+        (:func:`~localkit.engine.planner.sparse_refusals`): a compact profile with ``n_neighbors``
+        or with a number ``bandwidth`` (a radius), a metric that scikit-learn's brute-force search
+        measures on CSR matrices; what maps, scales or resolves dense coordinates is refused."""
+        if isinstance(self.kernel, Kernel):
+            return ["kernel: a Kernel instance resolves its bandwidths on dense columns; give the profile's name"]
+        reasons = []
+        if self.metric in LINEAR_METRICS or self.metric_params is not None:
+            reasons.append(f"metric={self.metric!r} with metric_params={self.metric_params!r}: maps dense "
+                           "coordinates at fit")
+        if self.sample_neighbors is not None:
+            reasons.append(f"sample_neighbors={self.sample_neighbors}: per-sample bandwidths are not taken on "
+                           "sparse X")
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            reasons.append("bandwidth='cv': the leave-one-out search takes dense X")
+        if reasons:
+            return reasons
+        metric, p = self._kernel_metric()
+        rule = isinstance(self.bandwidth, str)
+        bandwidth = 1.0 if rule and self.n_neighbors is not None else self.bandwidth
+        kern = Kernel(self.kernel, bandwidth=bandwidth, n_neighbors=self.n_neighbors, metric=metric, p=p)
+        return sparse_refusals(kern, self.algorithm)
+
+    def _check_sparse_fit(self, X):
+        """The parameters checked for sparse ``X`` before anything is computed: a ``ValueError``
+        naming each one that needs dense ``X``."""
+        if not issparse(X):
+            return
+        refused = self._sparse_refusals()
+        if refused:
+            raise ValueError(f"X is a sparse matrix, which {type(self).__name__} takes on the engine's neighbour "
+                             "path only (a compact kernel with n_neighbors or a number bandwidth): "
+                             + "; ".join(refused) + ". Or pass X.toarray() where the dense array fits in memory")
+
+    #: whether ``fit`` takes sparse X (where the parameters allow: :meth:`_sparse_refusals`)
+    _takes_sparse = False
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        try:  # sparse X where the parameters take it (scikit-learn's tag; its checks then fit sparse X)
+            tags.input_tags.sparse = self._takes_sparse and not self._sparse_refusals()
+        except (TypeError, ValueError):  # parameters not validated yet: fit says what is wrong
+            tags.input_tags.sparse = False
+        return tags
+
     def _check_weights(self):
         """What ``weights`` other than "uniform" needs, checked at fit: a distance kernel, samples
         in host memory, and no leave-one-out bandwidth search (which scores the kernel alone)."""
@@ -333,8 +386,9 @@ class LocalMeanParams(LocalKernelMixin):
 
         Parameters
         ----------
-        X : array of shape (n_queries, n_features), or None
-            The queries (distances to the training samples with ``metric="precomputed"``). None:
+        X : array or sparse matrix of shape (n_queries, n_features), or None
+            The queries (distances to the training samples with ``metric="precomputed"``; sparse
+            only for an estimator fitted on sparse ``X``, whose search is brute force on CSR). None:
             the training samples, each without itself (where more samples than ``n_neighbors``
             share its point, the first neighbour is dropped instead, as scikit-learn does).
         n_neighbors : int or None
@@ -373,8 +427,9 @@ class LocalMeanParams(LocalKernelMixin):
 
         Parameters
         ----------
-        X : array of shape (n_queries, n_features), or None
-            The queries; None: the training samples, each without itself.
+        X : array or sparse matrix of shape (n_queries, n_features), or None
+            The queries (sparse only for an estimator fitted on sparse ``X``); None: the
+            training samples, each without itself.
         radius : float or None
             ``>= 0``; None takes the estimator's scalar ``bandwidth_`` (the support of a compact
             kernel, the radius of ``kernel="uniform"``).

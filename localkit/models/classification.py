@@ -29,6 +29,11 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     ``weights`` multiplies the kernel by a factor of the distance (``K(x^*, x_i)`` above becomes
     ``K(x^*, x_i) g_i``, as in :class:`localkit.LocalMeanRegressor`).
 
+    Sparse (CSR) ``X`` is taken as by :class:`localkit.LocalMeanRegressor` (a compact profile
+    with ``n_neighbors`` or a number ``bandwidth``, never densified): probabilities and labels
+    then equal those of scikit-learn's ``KNeighborsClassifier`` / ``RadiusNeighborsClassifier``
+    on the same sparse ``X``.
+
     A 2-D ``y`` (n_samples, n_outputs) fits one classifier per output column over the same
     weights, as ``KNeighborsClassifier``: ``classes_`` is then a list of arrays,
     :meth:`predict_proba` a list of arrays and :meth:`predict` an array of shape
@@ -83,6 +88,8 @@ sample_weight_type, weights, metric_params
                          metric_params=metric_params)
         self.outlier_label = outlier_label
 
+    _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and the one-hot labels. Returns ``self``.
@@ -93,7 +100,8 @@ sample_weight_type, weights, metric_params
         ``classes_`` with probability 0. ``y`` of shape (n_samples, n_outputs): one set of
         classes per column.
         """
-        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True)
+        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, accept_sparse="csr")
+        self._check_sparse_fit(X)
         if y.ndim == 2 and y.shape[1] == 1:  # scikit-learn's KNeighborsClassifier: one output, warned
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
                           "of y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)

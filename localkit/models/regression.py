@@ -25,6 +25,19 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     of the distance, as scikit-learn's ``weights`` do, and :meth:`kneighbors` and
     :meth:`radius_neighbors` answer as scikit-learn's neighbours do.
 
+    Sparse input: ``X`` may be a scipy sparse matrix (converted to CSR, never densified: the
+    bound kernel keeps the CSR matrix) with a compact profile and ``n_neighbors``, or a compact
+    profile at a number ``bandwidth`` (radius queries), and the metrics "euclidean",
+    "manhattan", "cosine" (or "minkowski" with ``p`` 1 or 2): the neighbours come from
+    scikit-learn's brute-force search on the CSR matrix, so predictions, :meth:`kneighbors` and
+    :meth:`radius_neighbors` equal those of scikit-learn's neighbour estimators fitted on the
+    same sparse ``X``; ``weights``, ``sample_weight``, :meth:`loo_predict` and the ``empty``
+    policy work as on dense ``X``, and queries may be sparse or dense. What needs dense
+    coordinates is refused with a ``ValueError`` naming it: profiles that weigh every sample
+    (the default Gaussian: the dense path centres the samples, which would densify them),
+    bandwidth rules, "cv" and per-feature bandwidths, ``sample_neighbors``, metrics mapped by
+    ``metric_params``, a ``Kernel`` instance, and ``algorithm`` other than "auto" or "neighbors".
+
     Parameters
     ----------
     kernel : str or Kernel, default="gaussian"
@@ -133,6 +146,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     0.95
     """
 
+    _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Store the training data and resolve the kernel. Returns ``self``.
@@ -144,7 +159,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         "isj" bins with the weights, as KDEpy; "sj" (R's ``bw.SJ``) takes equal weights only;
         "cv" and the ``n_neighbors`` / ``sample_neighbors`` distances are taken unweighted.
         """
-        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True)
+        X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, y_numeric=True, accept_sparse="csr")
+        self._check_sparse_fit(X)
         y = backend.regression_target(y, X)  # finite floats of X's dtype
         Xm = self._fit_metric(X)  # the coordinates where the metric is a plain norm
         self._fit_sample_scales(Xm)

@@ -19,13 +19,14 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.sparse import issparse
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
 from .._validation import check_array, check_class_labels, check_n_neighbors
-from ..engine import BoundAffinity, bind
+from ..engine import BoundAffinity, bind, sparse_refusals
 from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
@@ -82,6 +83,13 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     ``A`` (non-negative, finite) takes the place of ``K(x_i, x_j)`` in every formula above,
     ``(M P)_i = sum_j A_ij p_j / sum_j A_ij`` (its diagonal included for ``"mean"``, dropped for
     ``"symmetric"``), dense or scipy-sparse.
+
+    Sparse samples: ``X`` may be a scipy sparse matrix (kept as CSR, never densified) with a
+    compact profile and ``n_neighbors`` (the kNN graph: ``kernel="uniform", n_neighbors=k`` is
+    scikit-learn's ``kernel="knn"`` on the same sparse ``X``) or a number ``bandwidth`` (a radius
+    graph); the neighbours come from scikit-learn's brute-force search on the CSR matrix
+    (metrics "euclidean", "manhattan", "cosine"). Profiles that weigh every sample (the
+    default Gaussian) and bandwidth rules need dense ``X``: a ``ValueError`` names them.
 
     Parameters
     ----------
@@ -185,7 +193,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
-        sparse_ok = ["csr", "csc", "coo"] if self.kernel == "precomputed" else False  # a sparse affinity graph
+        # a sparse affinity graph (precomputed), or sparse samples for a profile (the neighbour path)
+        sparse_ok = ["csr", "csc", "coo"] if self.kernel == "precomputed" else False if callable(self.kernel) else "csr"
         X, y = validate_data(self, X, y, dtype=FLOATS, accept_sparse=sparse_ok)
         check_class_labels(y)
         given = self._given_weights()
@@ -212,6 +221,11 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
                 "X (kernel='precomputed')" if self.kernel == "precomputed" else "kernel (the callable)"))
         else:
             kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
+            refused = sparse_refusals(kern) if issparse(X) else []
+            if refused:
+                raise ValueError("X is a sparse matrix, which RelaxationLabeling takes on the engine's neighbour path "
+                                 "only (a compact kernel with n_neighbors or a number bandwidth): "
+                                 + "; ".join(refused) + ". Or pass X.toarray() where the dense array fits in memory")
             if self.n_neighbors is None:  # rules ("scott", ...) resolved on the training data
                 kern = Kernel(self.kernel, bandwidth=kern.resolve_bandwidth(X))
             self.kernel_ = kern
@@ -276,7 +290,8 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         is NaN (``0 / 0``, as in scikit-learn's ``LabelPropagation``), with a warning.
         """
         check_is_fitted(self)
-        sparse_ok = ["csr", "csc", "coo"] if self.kernel_ == "precomputed" else False
+        fitted_sparse = getattr(getattr(self._bound, "bound", None), "sparse", False)
+        sparse_ok = ["csr", "csc", "coo"] if self.kernel_ == "precomputed" else "csr" if fitted_sparse else False
         X = validate_data(self, X, reset=False, dtype=FLOATS, accept_sparse=sparse_ok)
         M = self._bound.sums(X, self.label_distributions_).mean
         _warn_no_label_mass(M, "queries", f"their predict_proba rows are NaN (0 / 0) and predict gives them "

@@ -54,10 +54,11 @@ class NumPyBackend:
         ``n_features_in_``); ``X`` alone without ``y``."""
         return validate_data(est, X, y, dtype=self.floats(X), **kwargs)
 
-    def check_queries(self, est, X):
-        """Queries for the fitted ``est``: checked against ``n_features_in_``."""
+    def check_queries(self, est, X, accept_sparse=False):
+        """Queries for the fitted ``est``: checked against ``n_features_in_`` (``accept_sparse``:
+        scikit-learn's, for an estimator fitted on sparse samples)."""
         check_is_fitted(est)
-        return validate_data(est, X, reset=False, dtype=self.floats(X))
+        return validate_data(est, X, reset=False, dtype=self.floats(X), accept_sparse=accept_sparse)
 
     def points(self, x, name, *, like=None):
         """A 2-D ``(n, d)`` float array of points (1-D input: ``n`` points in 1-D), finite, not
@@ -200,7 +201,7 @@ class DaskBackend(NumPyBackend):
             raise ValueError("y must be an array of shape (n_samples,), got None")
         return X, y
 
-    def check_queries(self, est, X):
+    def check_queries(self, est, X, accept_sparse=False):
         check_is_fitted(est)
         return as_dask_points(X, "X", n_features=est.n_features_in_)
 

@@ -1,5 +1,9 @@
 """The neighbour path: k-nearest-neighbour and radius queries for kNN kernels and compact
 profiles, where only a few samples carry weight and a tree finds them cheaper than a full pass.
+
+It is also the one path of sparse (CSR) samples: their index is scikit-learn's brute-force
+``NearestNeighbors`` fitted on the CSR matrix (:func:`make_index`), which measures distances from
+sparse matrix products, and the queries here may be CSR rows (counted by ``Q.shape[0]``).
 """
 from __future__ import annotations
 
@@ -23,7 +27,12 @@ def make_index(Xs, metric, p=2, *, exact=False):
     ``exact``: a k-d tree wherever it can serve (up to 15 features, where scikit-learn's "auto"
     may otherwise take brute force for few samples): its distances come from coordinate
     differences, not ``|q|^2 - 2 q.x + |x|^2``, which far from the origin cancels (a dask chunk of
-    37 samples at |x| ~ 300 gave k-th distances of 1e-3 with a relative error of 4e-6)."""
+    37 samples at |x| ~ 300 gave k-th distances of 1e-3 with a relative error of 4e-6).
+
+    Sparse samples get brute force on the CSR matrix, as scikit-learn's neighbour estimators
+    fitted on it do (the same search, so the same distances and the same order of ties)."""
+    if sparse.issparse(Xs):
+        return NearestNeighbors(algorithm="brute", metric=metric, p=p).fit(Xs)
     if exact and not callable(metric) and metric in TREE_METRICS and np.shape(Xs)[1] <= 15:
         return TreeIndex(Xs, metric, p)
     return NearestNeighbors(metric=metric, p=p).fit(Xs)
@@ -67,7 +76,7 @@ def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0, groups=None):
     """
     if not exclude_self:
         return index.kneighbors(Q, n_neighbors=k)
-    rows = np.arange(len(Q)) + row_offset
+    rows = np.arange(Q.shape[0]) + row_offset
     if groups is not None:
         n = index.n_samples_fit_
         if k > n - largest_group(groups):
@@ -82,7 +91,7 @@ def kneighbors(index, Q, k, *, exclude_self=False, row_offset=0, groups=None):
     missing = ~is_self.any(axis=1)
     is_self[missing, -1] = True
     keep = ~is_self
-    return dist[keep].reshape(len(Q), k), idx[keep].reshape(len(Q), k)
+    return dist[keep].reshape(Q.shape[0], k), idx[keep].reshape(Q.shape[0], k)
 
 
 def knn_bandwidth(index, Q, k, *, exclude_self=False, row_offset=0, groups=None):
@@ -162,7 +171,7 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     flat_idx = np.concatenate(idx) if len(idx) else np.zeros(0, dtype=np.intp)
     flat_d = np.concatenate(dist) if len(dist) else np.zeros(0)
-    rows = np.repeat(np.arange(len(Q)), lengths)
+    rows = np.repeat(np.arange(Q.shape[0]), lengths)
     u2 = (flat_d / unit) ** 2
     if s_scale is None:  # inside by the index's test: sqrt and division must not push u past 1
         np.minimum(u2, 1.0, out=u2)
@@ -171,9 +180,9 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
     w = np.exp(profile.log_k(u2))
     if exclude_self:
         w[flat_idx == rows + row_offset if groups is None else groups[flat_idx] == groups[rows + row_offset]] = 0.0
-    W = sparse.csr_matrix((w.astype(V_aug.dtype), flat_idx, indptr), shape=(len(Q), len(V_aug)))
+    W = sparse.csr_matrix((w.astype(V_aug.dtype), flat_idx, indptr), shape=(Q.shape[0], len(V_aug)))
     sums = np.asarray(W @ V_aug)
-    return sums, np.zeros(len(Q), dtype=V_aug.dtype)
+    return sums, np.zeros(Q.shape[0], dtype=V_aug.dtype)
 
 
 def _gathered_sums(L, idx, V_aug):
@@ -187,7 +196,7 @@ def _gathered_sums(L, idx, V_aug):
 # -- the neighbour path ------------------------------------------------------------------------
 def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     kern, opts = bound.kernel, bound.options
-    n_q = len(Q)
+    n_q = Q.shape[0]
     V_aug = bound.weighted(V_aug)
     S = np.empty((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
     shift = np.empty(n_q, dtype=V_aug.dtype)
@@ -222,8 +231,8 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
     dist, idx = kneighbors(bound.index, Q, bound.kernel.n_neighbors, exclude_self=exclude_self,
                               row_offset=row_offset, groups=twins)
     log_k = bound.kernel.profile.log_k
-    L = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
-    L[np.arange(len(Q))[:, None], idx] = log_k(scaled_sq_distances(dist, dist[:, -1]))
+    L = np.full((Q.shape[0], bound.n_samples), -np.inf, dtype=bound.dtype)
+    L[np.arange(Q.shape[0])[:, None], idx] = log_k(scaled_sq_distances(dist, dist[:, -1]))
     rows, found = coincident(bound.index, Q, dist, bound.kernel.profile, exclude_self=exclude_self,
                                 row_offset=row_offset, groups=twins)
     for r, f in zip(rows, found):  # d_k = 0: every sample at the query's point
@@ -266,10 +275,10 @@ def sample_kneighbors(bound, queries, k, *, exclude_self=False):
         dist, idx = bound.index.kneighbors(P, n_neighbors=k)
         return metric_distances(bound, dist), idx
     dist, idx = bound.index.kneighbors(P, n_neighbors=k + 1)
-    drop = idx == np.arange(len(P))[:, None]
+    drop = idx == np.arange(P.shape[0])[:, None]
     drop[~drop.any(axis=1), 0] = True
     keep = ~drop
-    return metric_distances(bound, dist[keep].reshape(len(P), k)), idx[keep].reshape(len(P), k)
+    return metric_distances(bound, dist[keep].reshape(P.shape[0], k)), idx[keep].reshape(P.shape[0], k)
 
 
 def sample_radius_neighbors(bound, queries, radius, *, exclude_self=False, sort_results=False):
@@ -278,7 +287,7 @@ def sample_radius_neighbors(bound, queries, radius, *, exclude_self=False, sort_
     ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
     P = bound.index_points(queries)
     dist, idx = bound.index.radius_neighbors(P, radius=index_radius(bound, radius), sort_results=sort_results)
-    out_d, out_i = np.empty(len(P), dtype=object), np.empty(len(P), dtype=object)
+    out_d, out_i = np.empty(P.shape[0], dtype=object), np.empty(P.shape[0], dtype=object)
     for i, (d, j) in enumerate(zip(dist, idx)):
         keep = j != i if exclude_self else slice(None)
         out_d[i], out_i[i] = metric_distances(bound, np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
@@ -297,9 +306,9 @@ def _neighborhoods(bound, P, rows, exclude_self, twins):
         at_point, found = coincident(bound.index, P, dist, kern.profile, exclude_self=exclude_self,
                                      row_offset=rows.start, groups=twins)
         if len(at_point) == 0:
-            indptr = np.arange(0, (len(P) + 1) * k, k)
+            indptr = np.arange(0, (P.shape[0] + 1) * k, k)
             return indptr, idx.ravel(), dist.ravel(), u2.ravel(), True
-        lists = [(idx[r], dist[r], u2[r]) for r in range(len(P))]
+        lists = [(idx[r], dist[r], u2[r]) for r in range(P.shape[0])]
         for r, f in zip(at_point, found):  # d_k = 0: every sample at the query's point, at u = 0
             lists[r] = (f, np.zeros(len(f)), np.zeros(len(f)))
         flat = [np.concatenate([x[c] for x in lists]) for c in range(3)]
@@ -322,12 +331,12 @@ def _neighborhoods(bound, P, rows, exclude_self, twins):
     elif kern.compact:
         np.minimum(u2, 1.0, out=u2)  # inside by the index's test (see radius_block_sums)
     keep = np.isfinite(kern.profile.log_k(u2))
-    owner = np.repeat(np.arange(len(P)), lengths)
+    owner = np.repeat(np.arange(P.shape[0]), lengths)
     if exclude_self:
         at = owner + rows.start
         keep &= flat_idx != at if twins is None else twins[flat_idx] != twins[at]
     if not keep.all():
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[keep], minlength=len(P)))])
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[keep], minlength=P.shape[0]))])
         flat_idx, flat_d, u2 = flat_idx[keep], flat_d[keep], u2[keep]
     return indptr, flat_idx, flat_d, u2, False
 
@@ -402,7 +411,7 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
     prepared = values if hasattr(values, "V_aug") else bound.prepare(values)
     V_aug = bound.weighted(prepared.V_aug)
     P = bound.index_points(queries)
-    n_q = len(P)
+    n_q = P.shape[0]
     twins = bound.twins if exclude_self else None
     S = np.zeros((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
     shift = np.zeros(n_q, dtype=V_aug.dtype)
