@@ -39,10 +39,10 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy", \
             "softmax"} or Kernel, default="gaussian"
-        A profile name (formulas in :class:`~localkit.Kernel`; scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
-        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight"), "softmax", or a
-        ``Kernel`` instance (then ``bandwidth``, ``n_neighbors`` and ``metric`` are taken from
-        it).
+        A profile name (formulas in :class:`~localkit.Kernel`; scikit-learn's names "rbf", "tophat",
+        "flat", "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform",
+        "uniform", "laplacian", "triangular" and "biweight"), "softmax", or a ``Kernel`` instance
+        (then ``bandwidth``, ``n_neighbors`` and ``metric`` are taken from it).
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``, one per feature for an array, or a rule resolved on the samples (see
         :class:`~localkit.Kernel`).
@@ -63,9 +63,9 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options (see :func:`local_sums`): ``empty`` ("nearest", "nan", "raise"),
-        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed"), ``grid_size``, ``block_size``,
-        ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` / ``sample_scale`` (per-point
-        bandwidth factors). See :func:`local_sums`.
+        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed"),
+        ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
+        ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
     Returns
     -------

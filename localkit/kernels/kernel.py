@@ -46,13 +46,14 @@ class Kernel:
     name : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy", \
             "softmax", "aitchison_aitken", "wang_ryzin"}, default="gaussian"
-        A profile ``k(u)`` of ``u = d / h``: "gaussian" ``exp(-u^2 / 2)``, "laplacian"
-        ``exp(-u)``, "cauchy" ``1 / (1 + u^2)``, and, zero for ``u > 1``, "epanechnikov"
-        ``1 - u^2``, "tricube" ``(1 - u^3)^3``, "biweight" ``(1 - u^2)^2``, "triweight"
-        ``(1 - u^2)^3``, "triangular" ``1 - u``, "uniform" 1, "cosine" ``cos(pi u / 2)`` (up to
-        their normalising constants); scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
-        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight". ``"softmax"`` is
-        ``exp(<x*, x> / h)``; "aitchison_aitken" and "wang_ryzin" are categorical (below).
+        A profile ``k(u)`` of ``u = d / h``: "gaussian" ``exp(-u^2 / 2)``, "laplacian" ``exp(-u)``,
+        "cauchy" ``1 / (1 + u^2)``, and, zero for ``u > 1``, "epanechnikov" ``1 - u^2``, "tricube"
+        ``(1 - u^3)^3``, "biweight" ``(1 - u^2)^2``, "triweight" ``(1 - u^2)^3``, "triangular"
+        ``1 - u``, "uniform" 1, "cosine" ``cos(pi u / 2)`` (up to their normalising constants);
+        scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
+        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight".
+        ``"softmax"`` is ``exp(<x*, x> / h)``; "aitchison_aitken" and "wang_ryzin" are categorical
+        (below).
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
         is resolved on the samples: the normal-reference
@@ -80,10 +81,11 @@ class Kernel:
 
     Notes
     -----
-    Categorical profiles compare integer codes, column by column, with ``bandwidth`` the smoothing ``0 <= lam <= 1`` (one, or one per column):
-    ``"aitchison_aitken"`` (unordered levels) weighs ``1 - lam`` at the query's level and
-    ``lam / (c - 1)`` at the others, ``c`` the number of levels seen in the samples;
-    ``"wang_ryzin"`` (ordered levels) ``1 - lam`` and ``(1 - lam) / 2 * lam^|x* - x|``.
+    Categorical profiles compare integer codes, column by column, with ``bandwidth`` the smoothing
+    ``0 <= lam <= 1`` (one, or one per column): ``"aitchison_aitken"`` (unordered levels) weighs
+    ``1 - lam`` at the query's level and ``lam / (c - 1)`` at the others, ``c`` the number of levels
+    seen in the samples; ``"wang_ryzin"`` (ordered levels) ``1 - lam`` and
+    ``(1 - lam) / 2 * lam^|x* - x|``.
 
     Examples
     --------

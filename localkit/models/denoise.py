@@ -53,9 +53,9 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         ``sigma``, the standard deviation of the noise (per feature).
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy"}, default="gaussian"
-        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
-        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight"); only the Gaussian gives the
-        posterior mean.
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight"); only the Gaussian gives the posterior mean.
     n_iter : int, default=1
         Local-mean steps (1: the posterior mean).
     n_jobs : int or None, default=None

@@ -87,13 +87,13 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     samples : array of shape (n_samples, n_features)
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy"} or Kernel, default="gaussian"
-        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
-        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight") that is integrable in ``d`` dimensions (not
-        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth. A kernel on
-        groups of columns (``features``, categorical factors, ``K1 * K2``) normalises each
-        continuous factor on its own columns and takes the categorical factors as they are:
-        statsmodels' ``KDEMultivariate(var_type=..., bw=...).pdf`` (see the user guide's
-        "Composing kernels").
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight") that is integrable in ``d`` dimensions (not
+        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth. A kernel on groups
+        of columns (``features``, categorical factors, ``K1 * K2``) normalises each continuous
+        factor on its own columns and takes the categorical factors as they are: statsmodels'
+        ``KDEMultivariate(var_type=..., bw=...).pdf`` (see the user guide's "Composing kernels").
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
     metric : {"euclidean"}, default="euclidean"
         The only metric whose normaliser ``c_d`` is implemented; any other is an error.
@@ -174,9 +174,10 @@ class KernelDensity(BaseEstimator):
     ----------
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy"}, default="gaussian"
-        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
-        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight"), integrable in
-        ``d`` dimensions ("cauchy" only in 1-D); not "softmax".
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight"), integrable in ``d`` dimensions ("cauchy" only in
+        1-D); not "softmax".
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``, or a rule resolved on the samples.
         "scott" and "silverman": per feature, ``h_k = sigma_k n^{-1/(d+4)}`` times a constant,
@@ -305,10 +306,10 @@ def radius_quantile(profile, d, U):
 
     Closed forms: for ``k = (1 - r^a)^b`` (uniform, epanechnikov, biweight, triweight, tricube,
     triangular) ``r^a`` is ``Beta(d/a, b + 1)``; the Gaussian's is ``sqrt(2 P^{-1}(d/2, U))``;
-    others are the profile's own (the Laplacian's ``r`` is ``Gamma(d)``, the Cauchy's (``d = 1``) ``r = tan(pi U / 2)``). Any other
-    compact profile (the cosine) is inverted numerically: its CDF is a 64-point Gauss-Legendre
-    rule (exact to round-off for a smooth ``k`` on ``[0, 1]``), tabulated to bracket each root,
-    then Newton steps inside the bracket.
+    others are the profile's own (the Laplacian's ``r`` is ``Gamma(d)``, the Cauchy's (``d = 1``)
+    ``r = tan(pi U / 2)``). Any other compact profile (the cosine) is inverted numerically: its CDF
+    is a 64-point Gauss-Legendre rule (exact to round-off for a smooth ``k`` on ``[0, 1]``),
+    tabulated to bracket each root, then Newton steps inside the bracket.
     """
     U = np.asarray(U, dtype=np.float64)
     if profile.poly is not None:

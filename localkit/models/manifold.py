@@ -247,7 +247,8 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
       smallest eigenvectors of its local Gram matrix, so that the local model does not
       depend on one ill-conditioned solve;
     * ``"hessian"`` (Donoho & Grimes, 2003): a local quadratic model in the tangent coordinates
-      of each neighbourhood; ``M`` penalises the Hessian of the embedding; needs ``n_neighbors > n_components (n_components + 3) / 2``;
+      of each neighbourhood; ``M`` penalises the Hessian of the embedding; needs
+      ``n_neighbors > n_components (n_components + 3) / 2``;
     * ``"ltsa"`` (Zhang & Zha, 2004): local tangent space alignment, the embedding that best
       agrees with each neighbourhood's local PCA coordinates up to an affine map.
 
