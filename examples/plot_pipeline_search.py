@@ -34,17 +34,19 @@ cv = KFold(5, shuffle=True, random_state=0)
 # takes its nearest sample's target, ``empty="nearest"``).
 pipe = make_pipeline(StandardScaler(), LocalMeanRegressor())
 bandwidths = [0.7, 1.0, 1.4, 2.0, 3.0, 4.0]
-grid = {"localmeanregressor__kernel": ["gaussian", "epanechnikov", "tricube"],
-        "localmeanregressor__bandwidth": ["scott", *bandwidths]}
+grid = {
+    "localmeanregressor__kernel": ["gaussian", "epanechnikov", "tricube"],
+    "localmeanregressor__bandwidth": ["scott", *bandwidths],
+}
 search = GridSearchCV(pipe, grid, cv=cv, scoring="r2").fit(X, y)
-print("best:", search.best_params_, f"R^2 = {search.best_score_:.3f}")
+print(search.best_params_, f"R^2 = {search.best_score_:.3f}")
 
 # %%
 # The same for k-nearest neighbours:
-knn = GridSearchCV(make_pipeline(StandardScaler(), KNeighborsRegressor()),
-                   {"kneighborsregressor__n_neighbors": [5, 10, 20, 30, 50]},
-                   cv=cv, scoring="r2").fit(X, y)
-print("best:", knn.best_params_, f"R^2 = {knn.best_score_:.3f}")
+knn_pipe = make_pipeline(StandardScaler(), KNeighborsRegressor())
+knn_grid = {"kneighborsregressor__n_neighbors": [5, 10, 20, 30, 50]}
+knn = GridSearchCV(knn_pipe, knn_grid, cv=cv, scoring="r2").fit(X, y)
+print(knn.best_params_, f"R^2 = {knn.best_score_:.3f}")
 
 # %%
 # Scores the search did not see
@@ -54,31 +56,35 @@ print("best:", knn.best_params_, f"R^2 = {knn.best_score_:.3f}")
 # scores the chosen model on its held-out part. ``bandwidth="cv"`` is localkit's own,
 # cheaper alternative to a grid: it picks ``h`` by exact leave-one-out inside ``fit``.
 outer = KFold(5, shuffle=True, random_state=1)
+loo = make_pipeline(StandardScaler(), LocalMeanRegressor(bandwidth="cv"))
 scores = {
     "LocalMeanRegressor\n(grid search)": cross_val_score(search, X, y, cv=outer),
-    'LocalMeanRegressor\n(bandwidth="cv")': cross_val_score(
-        make_pipeline(StandardScaler(), LocalMeanRegressor(bandwidth="cv")), X, y, cv=outer),
+    'LocalMeanRegressor\n(bandwidth="cv")': cross_val_score(loo, X, y, cv=outer),
     "KNeighborsRegressor\n(grid search)": cross_val_score(knn, X, y, cv=outer),
 }
 for name, s in scores.items():
-    print(f"{name.replace(chr(10), ' '):40s} R^2 = {s.mean():.3f} +- {s.std():.3f}")
+    name = name.replace("\n", " ")
+    print(f"{name:38s} R^2 = {s.mean():.3f} +- {s.std():.3f}")
 
 # %%
 # The figure: on the left, the search's cross-validated R^2 against the bandwidth for each
 # kernel (the dotted lines: the Scott rule); on the right, the nested scores, one line per outer
 # fold.
-results = search.cv_results_
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[1.3, 1])
-for kernel, color in zip(grid["localmeanregressor__kernel"], ["C0", "C1", "C2"]):
-    rows = results["param_localmeanregressor__kernel"] == kernel
-    h = results["param_localmeanregressor__bandwidth"][rows]
-    r2 = results["mean_test_score"][rows]
+res = search.cv_results_
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
+                                  width_ratios=[1.3, 1])
+kernels = grid["localmeanregressor__kernel"]
+for kernel, color in zip(kernels, ["C0", "C1", "C2"]):
+    rows = res["param_localmeanregressor__kernel"] == kernel
+    h = res["param_localmeanregressor__bandwidth"][rows]
+    r2 = res["mean_test_score"][rows]
     numeric = np.array([not isinstance(v, str) for v in h])
-    left.plot(h[numeric].astype(float), r2[numeric], "o-", color=color, label=kernel)
+    left.plot(h[numeric].astype(float), r2[numeric], "o-", color=color,
+              label=kernel)
     left.axhline(r2[~numeric][0], color=color, ls=":")
 left.axhline(knn.best_score_, color="k", ls="--", label="best kNN")
-left.set(xscale="log", xlabel="bandwidth h (standard deviations)", ylabel="5-fold R^2",
-         title="GridSearchCV over kernel and bandwidth")
+left.set(xscale="log", xlabel="bandwidth h (standard deviations)",
+         ylabel="5-fold R^2", title="GridSearchCV over kernel and bandwidth")
 left.set_xticks(bandwidths, [f"{b:g}" for b in bandwidths], minor=False)
 left.minorticks_off()
 left.legend()
