@@ -34,10 +34,9 @@ cv = KFold(5, shuffle=True, random_state=0)
 # takes its nearest sample's target, ``empty="nearest"``).
 pipe = make_pipeline(StandardScaler(), LocalMeanRegressor())
 bandwidths = [0.7, 1.0, 1.4, 2.0, 3.0, 4.0]
-grid = {
-    "localmeanregressor__kernel": ["gaussian", "epanechnikov", "tricube"],
-    "localmeanregressor__bandwidth": ["scott", *bandwidths],
-}
+kernels = ["gaussian", "epanechnikov", "tricube"]
+grid = {"localmeanregressor__kernel": kernels,
+        "localmeanregressor__bandwidth": ["scott", *bandwidths]}
 search = GridSearchCV(pipe, grid, cv=cv, scoring="r2").fit(X, y)
 print(search.best_params_, f"R^2 = {search.best_score_:.3f}")
 
@@ -57,11 +56,13 @@ print(knn.best_params_, f"R^2 = {knn.best_score_:.3f}")
 # cheaper alternative to a grid: it picks ``h`` by exact leave-one-out inside ``fit``.
 outer = KFold(5, shuffle=True, random_state=1)
 loo = make_pipeline(StandardScaler(), LocalMeanRegressor(bandwidth="cv"))
-scores = {
-    "LocalMeanRegressor\n(grid search)": cross_val_score(search, X, y, cv=outer),
-    'LocalMeanRegressor\n(bandwidth="cv")': cross_val_score(loo, X, y, cv=outer),
-    "KNeighborsRegressor\n(grid search)": cross_val_score(knn, X, y, cv=outer),
+models = {
+    "LocalMeanRegressor\n(grid search)": search,
+    'LocalMeanRegressor\n(bandwidth="cv")': loo,
+    "KNeighborsRegressor\n(grid search)": knn,
 }
+scores = {name: cross_val_score(model, X, y, cv=outer)
+          for name, model in models.items()}
 for name, s in scores.items():
     name = name.replace("\n", " ")
     print(f"{name:38s} R^2 = {s.mean():.3f} +- {s.std():.3f}")
@@ -73,7 +74,6 @@ for name, s in scores.items():
 res = search.cv_results_
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2),
                                   width_ratios=[1.3, 1])
-kernels = grid["localmeanregressor__kernel"]
 for kernel, color in zip(kernels, ["C0", "C1", "C2"]):
     rows = res["param_localmeanregressor__kernel"] == kernel
     h = res["param_localmeanregressor__bandwidth"][rows]
@@ -90,8 +90,9 @@ left.minorticks_off()
 left.legend()
 table = np.array(list(scores.values()))  # (method, outer fold)
 right.plot(table, color="grey", alpha=0.6, marker="o")
-right.plot(table.mean(axis=1), color="k", marker="D", lw=2, label="mean")
+right.plot(table.mean(axis=1), "kD-", lw=2, label="mean")
 right.set_xticks(range(len(scores)), list(scores), fontsize=8)
 right.legend()
-right.set(ylabel="R^2 on the outer folds", title="Nested cross-validation")
+right.set(ylabel="R^2 on the outer folds",
+          title="Nested cross-validation")
 fig.tight_layout()

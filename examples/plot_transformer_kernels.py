@@ -36,7 +36,7 @@ print(f"{len(text)} characters, {len(chars)} distinct")
 # localkit line is the layer given to the stack; with ``kernel="softmax"`` it computes what
 # ``nn.TransformerEncoderLayer`` does (``LocalTransformerLayer.from_torch`` copies a trained one).
 # Tensors are ``(sequence, batch, features)``, torch's default layout.
-T, B, D = 24, 16, 32
+T, B, D = 16, 16, 32
 
 
 class CharModel(nn.Module):
