@@ -37,16 +37,22 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Where to evaluate; ``None`` means at the samples themselves.
     samples : array of shape (n_samples, n_features)
     values : array of shape (n_samples,) or (n_samples, p)
-    kernel : str or Kernel, default="gaussian"
-        A profile name (see :class:`~localkit.Kernel`) or a ``Kernel`` instance (then
-        ``bandwidth``, ``n_neighbors`` and ``metric`` are taken from it).
-    bandwidth : float, array of shape (n_features,), "scott" or "silverman", default=1.0
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy", \
+            "softmax"} or Kernel, default="gaussian"
+        A profile name (formulas in :class:`~localkit.Kernel`; scikit-learn's names "rbf", "tophat",
+        "flat", "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform",
+        "uniform", "laplacian", "triangular" and "biweight"), "softmax", or a ``Kernel`` instance
+        (then ``bandwidth``, ``n_neighbors`` and ``metric`` are taken from it).
+    bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
+        ``h``, one per feature for an array, or a rule resolved on the samples (see
+        :class:`~localkit.Kernel`).
     n_neighbors : int or None
         Adaptive kNN bandwidth ``h(x*)`` = distance to the k-th nearest sample.
     exclude_self : bool, default=False
         Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped, with that of
-        every sample at its point (a repeated row is the same observation for a kernel; see
-        :mod:`localkit.engine.twins`; scikit-learn's ``LeaveOneOut`` splits rows instead).
+        every sample at its point (a repeated row is the same observation for a kernel;
+        scikit-learn's ``LeaveOneOut`` splits rows instead).
     metric, p : the distance (see :class:`~localkit.Kernel`), default "euclidean"
         Also "manhattan", "chebyshev", "minkowski" (with ``p``), "cosine", a callable, or
         "precomputed" (``queries`` and ``samples`` are then distances to the samples).
@@ -57,10 +63,10 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     return_weight_sum : bool, default=False
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
-        Engine options: ``empty`` ("nearest", "nan", "raise"), ``algorithm`` ("auto", "dense",
-        "neighbors", "compiled", "binned", "streamed"), ``grid_size``, ``block_size``,
-        ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` / ``sample_scale`` (per-point
-        bandwidth factors). See :func:`local_sums`.
+        Engine options (see :func:`local_sums`): ``empty`` ("nearest", "nan", "raise"),
+        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed"),
+        ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
+        ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
     Returns
     -------
@@ -92,26 +98,49 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                grid_size: int | tuple | None = None) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
-    Parameters beyond :func:`local_mean`:
-
-    empty, algorithm, block_size, memory_budget, n_jobs, grid_size
-        Engine options, described once in :class:`~localkit.engine.EngineOptions`: the policy
-        for an empty neighbourhood ("nearest", "nan", "raise"), the path ("auto", "dense",
-        "neighbors", "compiled", "binned", "streamed"; see :mod:`localkit.engine.planner`), block sizes, the
-        bytes blocks may take (128 MiB), threads (``None``: one unless a joblib context says
-        otherwise; ``-1``: all cores), and the binned pass's grid points per feature.
+    Parameters
+    ----------
+    queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self, metric, p, sample_weight
+        As in :func:`local_mean` (``values`` may be None: weight sums only).
+    empty : {"nearest", "nan", "raise"}, default="nearest"
+        A query whose neighbourhood is empty (outside every compact support): "nearest" gives
+        the value of the nearest sample with a weight sum of 0; "nan" gives NaN and a warning;
+        "raise" raises a ``ValueError``.
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+        The path, as in :class:`~localkit.LocalMeanRegressor`: "auto" (the engine chooses; never
+        "binned"), "dense", "neighbors", "compiled" and "streamed" (exact, equal to round-off),
+        "binned" (linear binning and FFT convolution in 1 to 3 features, an approximation).
+    block_size : int or (int, int), optional
+        Query and sample block sizes; by default chosen from ``memory_budget``.
+    memory_budget : float, optional
+        Bytes that kernel blocks may occupy at once (default 128 MiB).
+    n_jobs : int or None, default=None
+        Threads over query blocks (``None``: one unless a joblib context says otherwise;
+        ``-1``: all cores).
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (by default 2^16, 2^9, 2^6 in 1, 2, 3
+        features); its error falls as ``(spacing / bandwidth)^2``.
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
         ``n_neighbors``, which sets it.
     twins : array of shape (n_samples,), optional
         Group ids for ``exclude_self``: query ``i`` leaves out every sample of its group
-        (default: every sample at its point, :mod:`localkit.engine.twins`; NumPy arrays only).
+        (default: every sample at its point; NumPy arrays only).
 
-    The options form one :class:`~localkit.engine.EngineOptions`; the call is
-    ``bind(kernel, samples, ...).sums(queries, values, ...)`` (NumPy samples: a
-    :class:`~localkit.engine.BoundKernel`; a device or a dask cluster: the pass runs there), which
-    models that query the same samples repeatedly keep and call directly.
+    Returns
+    -------
+    LocalSums
+        ``mean`` (the local means, or None without values), ``log_weight_sum``
+        (``log sum_j c_j K(x*, x_j)``, ``-inf`` for an empty neighbourhood), ``weight_sum`` and
+        ``empty`` (the queries with an empty neighbourhood).
+
+    Notes
+    -----
+    The kernel is bound to the samples once (centred and scaled, indexes built), then the pass
+    runs on the samples' own array library and device (NumPy on the host, a GPU, a dask
+    cluster); the estimators keep that bound kernel from ``fit``, so a prediction pays only for
+    its queries.
     """
     refuse_sparse(samples, "samples")  # dense arrays here; sparse samples: the estimators (neighbour path)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,

@@ -43,13 +43,20 @@ class Kernel:
 
     Parameters
     ----------
-    name : str, default="gaussian"
-        A profile of :mod:`localkit.kernels.profiles` (gaussian, epanechnikov, tricube,
-        biweight, triweight, triangular, uniform, cosine, laplacian, cauchy) or ``"softmax"``
-        for ``exp(<x*, x> / h)``.
+    name : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy", \
+            "softmax", "aitchison_aitken", "wang_ryzin"}, default="gaussian"
+        A profile ``k(u)`` of ``u = d / h``: "gaussian" ``exp(-u^2 / 2)``, "laplacian" ``exp(-u)``,
+        "cauchy" ``1 / (1 + u^2)``, and, zero for ``u > 1``, "epanechnikov" ``1 - u^2``, "tricube"
+        ``(1 - u^3)^3``, "biweight" ``(1 - u^2)^2``, "triweight" ``(1 - u^2)^3``, "triangular"
+        ``1 - u``, "uniform" 1, "cosine" ``cos(pi u / 2)`` (up to their normalising constants);
+        scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
+        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight".
+        ``"softmax"`` is ``exp(<x*, x> / h)``; "aitchison_aitken" and "wang_ryzin" are categorical
+        (below).
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
-        is resolved on the samples (see :mod:`localkit.kernels.bandwidth`): the normal-reference
+        is resolved on the samples: the normal-reference
         rules "scott" and "silverman", the plug-in rules "isj" (KDEpy's improved Sheather-Jones)
         and "sj" (R's ``bw.SJ``), the last two per feature. For the Gaussian
         profile ``h`` is the standard deviation. Ignored when ``n_neighbors`` is set.
@@ -69,14 +76,16 @@ class Kernel:
         The columns the kernel looks at (indices; names where an estimator is fitted on a
         DataFrame): ``K(x*, x) = k(d(x*_F, x_F) / h)`` on the columns ``F`` only, a bandwidth
         rule resolved on them. None: every column. ``K1 * K2`` multiplies kernels on disjoint
-        groups of columns (:class:`ProductKernel`); a fixed bandwidth or a rule (no
+        groups of columns (a product kernel); a fixed bandwidth or a rule (no
         ``n_neighbors``) and a norm metric.
 
-    Categorical profiles (:mod:`localkit.kernels.categorical`) compare integer codes, column by
-    column, with ``bandwidth`` the smoothing ``0 <= lam <= 1`` (one, or one per column):
-    ``"aitchison_aitken"`` (unordered levels) weighs ``1 - lam`` at the query's level and
-    ``lam / (c - 1)`` at the others, ``c`` the number of levels seen in the samples;
-    ``"wang_ryzin"`` (ordered levels) ``1 - lam`` and ``(1 - lam) / 2 * lam^|x* - x|``.
+    Notes
+    -----
+    Categorical profiles compare integer codes, column by column, with ``bandwidth`` the smoothing
+    ``0 <= lam <= 1`` (one, or one per column): ``"aitchison_aitken"`` (unordered levels) weighs
+    ``1 - lam`` at the query's level and ``lam / (c - 1)`` at the others, ``c`` the number of levels
+    seen in the samples; ``"wang_ryzin"`` (ordered levels) ``1 - lam`` and
+    ``(1 - lam) / 2 * lam^|x* - x|``.
 
     Examples
     --------
@@ -166,7 +175,7 @@ class Kernel:
     @property
     def composite(self):
         """True for kernels the engine computes factor by factor: on a group of columns
-        (``features``), categorical, or a product (:class:`ProductKernel`)."""
+        (``features``), categorical, or a product (``K1 * K2``)."""
         return self.features is not None or self.is_categorical
 
     @property
@@ -245,7 +254,7 @@ class Kernel:
     def log_density_normalizer(self, samples, sample_weight=None):
         """``log`` of the density normaliser of a kernel on groups of columns: the sum over the
         continuous factors of ``log(c_(d_f) prod_k h_k)`` (``d_f`` the factor's columns, ``c_d``
-        its profile's integral, :meth:`~localkit.kernels.profiles.Profile.log_normalizer`); the
+        its profile's integral); the
         categorical factors count as they are (their weights are probabilities of levels)."""
         total = 0.0
         for factor, cols in self.resolved(samples, sample_weight).columns(np.shape(samples)[1]):

@@ -43,8 +43,18 @@ class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
     ----------
     kernel, bandwidth, n_neighbors, sample_neighbors, metric, p, empty, algorithm, n_jobs, \
 sample_weight_type, weights, metric_params
-        As in :class:`localkit.LocalMeanRegressor`; ``empty="nearest"`` gives a query outside
-        every compact support the label of its nearest training sample.
+        As in :class:`localkit.LocalMeanRegressor`, with the same accepted values: ``kernel``
+        a profile name ("gaussian", "epanechnikov", "tricube", "biweight", "triweight",
+        "triangular", "uniform", "cosine", "laplacian", "cauchy", or scikit-learn's aliases),
+        "softmax" or a :class:`localkit.Kernel`; ``bandwidth`` a number, one per feature,
+        "scott", "silverman", "isj", "sj" or "cv" (the leave-one-out squared error of the
+        class probabilities, the Brier score); ``metric``
+        "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",
+        "cosine", "precomputed" or a callable; ``empty`` "nearest", "nan" or "raise";
+        ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned" or "streamed";
+        ``sample_weight_type`` "frequency" or "prior"; ``weights`` "uniform", "distance" or a
+        callable. ``empty="nearest"`` gives a query outside every compact support the label of
+        its nearest training sample.
     outlier_label : label, "most_frequent", list of labels (one per output) or None, default=None
         What a query with an empty neighbourhood (no training sample in a compact kernel's
         support, or none left a weight by ``weights``) is given, as in scikit-learn's
@@ -219,7 +229,7 @@ sample_weight_type, weights, metric_params
 
     def loo_predict_proba(self) -> np.ndarray | list:
         """Leave-one-out class probabilities at the training points: each point's own weight
-        dropped, and that of every sample at its point (:mod:`localkit.engine.twins`), as
+        dropped, and that of every other sample at the same point, as
         :meth:`localkit.LocalMeanRegressor.loo_predict`."""
         check_is_fitted(self)
         return self._split(self._probabilities(None, loo=True)[0])

@@ -156,8 +156,12 @@ class MeanShift(ClusterMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : str, default="uniform"
-        A profile name (not "softmax").
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy"}, default="uniform"
+        A profile of :class:`localkit.Kernel` (not "softmax"); scikit-learn's names "rbf", "tophat",
+        "flat", "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform",
+        "uniform", "laplacian", "triangular" and "biweight". "uniform" (flat) is scikit-learn's
+        ``MeanShift``.
     bandwidth : float or None, default=None
         ``h``. None estimates it as scikit-learn's ``estimate_bandwidth`` (quantile 0.3).
     seeds : array of shape (n_seeds, n_features) or None

@@ -51,8 +51,11 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     ----------
     noise_std : float, default=1.0
         ``sigma``, the standard deviation of the noise (per feature).
-    kernel : str, default="gaussian"
-        A profile of :class:`localkit.Kernel`; only the Gaussian gives the posterior mean.
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy"}, default="gaussian"
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight"); only the Gaussian gives the posterior mean.
     n_iter : int, default=1
         Local-mean steps (1: the posterior mean).
     n_jobs : int or None, default=None
@@ -153,7 +156,7 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
     ``f_{-i}`` leaves sample ``i`` out, which is what keeps the codes from spreading apart (each
     point would otherwise reconstruct itself). ``Z`` starts from the PCA scores, scaled by the best
     factor on a grid (leave-one-out error through the engine), then L-BFGS runs on the analytic
-    gradient (:mod:`localkit.engine.reconstruction`). The encoder (``transform``) starts from the
+    gradient of that error. The encoder (``transform``) starts from the
     local mean of the codes in data space (its bandwidth chosen by leave-one-out at ``fit``) and
     refines each code on its own to minimise ``|x - f(z)|^2``. Kernel: a smooth profile on latent codes;
     values: the data; local model: the constant.

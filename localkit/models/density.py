@@ -83,20 +83,21 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
 
     The plug-in rules ``bandwidth="isj"`` (the improved Sheather-Jones rule, equal to KDEpy's
     ``bw="ISJ"``, weighted as KDEpy weighs it) and ``bandwidth="sj"`` (Sheather-Jones, equal to
-    R's ``bw.SJ``) are 1-D selectors, applied to each feature on its own
-    (:mod:`localkit.kernels.plugin`).
+    R's ``bw.SJ``) are 1-D selectors, applied to each feature on its own.
 
     Parameters
     ----------
     queries : array of shape (n_queries, n_features)
     samples : array of shape (n_samples, n_features)
-    kernel : str or Kernel, default="gaussian"
-        A profile of :class:`localkit.Kernel` that is integrable in ``d`` dimensions (not
-        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth. A kernel on
-        groups of columns (``features``, categorical factors, ``K1 * K2``) normalises each
-        continuous factor on its own columns and takes the categorical factors as they are:
-        statsmodels' ``KDEMultivariate(var_type=..., bw=...).pdf`` (see the user guide's
-        "Composing kernels").
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy"} or Kernel, default="gaussian"
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight") that is integrable in ``d`` dimensions (not
+        "softmax"; "cauchy" only in 1-D), or a ``Kernel`` with a fixed bandwidth. A kernel on groups
+        of columns (``features``, categorical factors, ``K1 * K2``) normalises each continuous
+        factor on its own columns and takes the categorical factors as they are: statsmodels'
+        ``KDEMultivariate(var_type=..., bw=...).pdf`` (see the user guide's "Composing kernels").
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
     metric : {"euclidean", "manhattan", "chebyshev", "minkowski"}, default="euclidean"
         The norm in ``|x^* - x_i|_h``. The normaliser ``c_d`` stays the Euclidean one whatever the
@@ -114,7 +115,9 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     sample_weight : array of shape (n_samples,), optional
         Non-negative weights of the samples (integer weights act as repeated samples).
     algorithm, block_size, memory_budget, n_jobs
-        Engine options of :func:`localkit.local_sums`.
+        Engine options of :func:`localkit.local_sums` (``algorithm``: "auto", "dense",
+        "neighbors", "compiled", "binned" or "streamed", as in
+        :class:`localkit.LocalMeanRegressor`).
 
     Returns
     -------
@@ -181,11 +184,14 @@ class KernelDensity(BaseEstimator):
 
     Parameters
     ----------
-    kernel : str, default="gaussian"
-        A profile of :class:`localkit.Kernel` (scikit-learn's names accepted), integrable in
-        ``d`` dimensions ("cauchy" only in 1-D); not "softmax".
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy"}, default="gaussian"
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight"), integrable in ``d`` dimensions ("cauchy" only in
+        1-D); not "softmax".
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default=1.0
-        ``h`` ("cv": see below); the rules are those of :func:`localkit.kernels.bandwidth.resolve_bandwidth`.
+        ``h``, a rule resolved on the samples, or "cv" (see below).
         "scott" and "silverman": per feature, ``h_k = sigma_k n^{-1/(d+4)}`` times a constant,
         ``sigma_k`` the feature's standard deviation (scikit-learn's rules leave out ``sigma``),
         weighted by ``sample_weight`` as ``gaussian_kde(weights=...)`` weighs them. In 1-D this is
@@ -194,8 +200,10 @@ class KernelDensity(BaseEstimator):
         features; see :func:`kernel_density`). "isj": KDEpy's ``bw="ISJ"`` (weighted as KDEpy);
         "sj": R's ``bw.SJ`` (equal weights only); both 1-D selectors, applied per feature.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
-        The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
-        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
+        The engine's path, as in :class:`localkit.LocalMeanRegressor`: "auto" (the engine
+        chooses; never "binned"), "dense", "neighbors", "compiled" and "streamed" (exact paths,
+        equal to round-off), "binned" (linear binning and FFT convolution in 1 to 3 features,
+        an approximation, taken only when asked for).
     n_jobs : int or None, default=None
         Engine threads.
     metric : {"euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis"}, default="euclidean"
@@ -605,11 +613,10 @@ def radius_quantile(profile, d, U):
 
     Closed forms: for ``k = (1 - r^a)^b`` (uniform, epanechnikov, biweight, triweight, tricube,
     triangular) ``r^a`` is ``Beta(d/a, b + 1)``; the Gaussian's is ``sqrt(2 P^{-1}(d/2, U))``;
-    others are the profile's own (:attr:`Profile.radius_quantile <localkit.kernels.profiles.Profile>`:
-    the Laplacian's ``r`` is ``Gamma(d)``, the Cauchy's (``d = 1``) ``r = tan(pi U / 2)``). Any other
-    compact profile (the cosine) is inverted numerically: its CDF is a 64-point Gauss-Legendre
-    rule (exact to round-off for a smooth ``k`` on ``[0, 1]``), tabulated to bracket each root,
-    then Newton steps inside the bracket.
+    others are the profile's own (the Laplacian's ``r`` is ``Gamma(d)``, the Cauchy's (``d = 1``)
+    ``r = tan(pi U / 2)``). Any other compact profile (the cosine) is inverted numerically: its CDF
+    is a 64-point Gauss-Legendre rule (exact to round-off for a smooth ``k`` on ``[0, 1]``),
+    tabulated to bracket each root, then Newton steps inside the bracket.
     """
     U = np.asarray(U, dtype=np.float64)
     if profile.poly is not None:

@@ -253,7 +253,7 @@ class TSKFuzzyRegressor(RegressorMixin, _TSKBase):
     **Values:** the rules' coefficient vectors ``[a_r, b_r]``. **Local model:** ``a_r^T x + b_r``
     (order 1) or ``b_r`` (order 0); ``y(x) = sum_r w_r(x) (a_r^T x + b_r)``.
 
-    Fitting (see :class:`_TSKBase`): k-means prototypes, cluster widths, consequents by
+    Fitting: k-means prototypes, cluster widths, consequents by
     penalised least squares on the regressors ``w_r(x) [x, 1]`` (the LSE step of ANFIS), with
     the rules shrunk towards a shared linear model, then optional refinement of centres and
     widths by gradient (L-BFGS).

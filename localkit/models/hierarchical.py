@@ -51,8 +51,7 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         E(Z_1, \\dots, Z_L) = \\frac{1}{n} \\sum_i \\big|x_i - f_{1,-i}(f_{2,-i}(\\cdots f_{L,-i}(z_{L,i})))\\big|^2
 
     ``fit`` first trains the levels greedily (level ``l`` is a ``LazyAutoencoder`` of ``Z_{l-1}``),
-    then runs L-BFGS on all codes at once with the chained gradient
-    (:func:`localkit.engine.reconstruction.chained_reconstruction_gradient`: backpropagation through
+    then runs L-BFGS on all codes at once with the chained gradient (backpropagation through
     the local means). ``transform`` starts from the local mean of the top codes in data space and
     refines each code on its own to minimise ``|x - f_1(...f_L(z))|^2``; ``inverse_transform``
     decodes down every level. With one level this is exactly ``LazyAutoencoder`` (same defaults,

@@ -46,8 +46,15 @@ class LocalMeanTransformer(LocalMeanParams, TransformerMixin, BaseEstimator):
     Parameters
     ----------
     kernel, bandwidth, n_neighbors, sample_neighbors, metric, empty, algorithm, n_jobs
-        The kernel and engine options of :class:`~localkit.LocalMeanRegressor`; ``bandwidth="cv"``
-        selects ``h`` by the leave-one-out error of the values.
+        The kernel and engine options of :class:`~localkit.LocalMeanRegressor`, with these
+        values: ``kernel`` a profile name ("gaussian", "epanechnikov", "tricube", "biweight",
+        "triweight", "triangular", "uniform", "cosine", "laplacian", "cauchy", or
+        scikit-learn's aliases), "softmax" or a :class:`~localkit.Kernel`; ``bandwidth`` a
+        number, one per feature, "scott", "silverman", "isj", "sj" or "cv" (``h`` selected by
+        the leave-one-out error of the values); ``metric`` "euclidean", "manhattan",
+        "chebyshev", "minkowski", "cosine", "precomputed" or a callable; ``empty`` "nearest",
+        "nan" or "raise"; ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned" or
+        "streamed".
     values : {"inputs", "targets"}, default="inputs"
         What the local mean averages: the training samples themselves or their targets ``y``.
     leave_one_out : bool, default=True

@@ -43,18 +43,21 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
     It is a regressor or a classifier as ``estimator`` is.
 
     Each query's fit is its own problem, so the loop over queries is inherent; the weights of a
-    block of queries come from one engine call
-    (:meth:`localkit.engine.BoundKernel.log_weights`) and blocks run in parallel with joblib.
+    block of queries come from one engine call and blocks run in parallel with joblib.
 
     Parameters
     ----------
     estimator : estimator object
         Must have ``fit(X, y, sample_weight=...)`` and ``predict``.
-    kernel : str, default="gaussian"
-        A distance profile of :class:`localkit.Kernel` (not "softmax": ``K(x, x) = 1``).
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy"}, default="gaussian"
+        A distance profile of :class:`localkit.Kernel` (not "softmax": ``K(x, x) = 1``);
+        scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
+        accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight".
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
-        A rule is resolved on the samples (:mod:`localkit.kernels.bandwidth`), weighted by
-        ``sample_weight`` ("sj" takes equal weights only).
+        ``h``, one per feature for an array, or a rule resolved on the samples as in
+        :class:`localkit.LocalMeanRegressor`, weighted by ``sample_weight`` ("sj" takes equal
+        weights only).
     n_neighbors : int or None, default=None
         Balloon kNN bandwidth; with a compact profile only the nearest samples carry weight.
     min_weight : float, default=0.0
@@ -74,7 +77,8 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         The global classes; a class absent from a neighbourhood gets probability 0.
     bandwidth_ : float or ndarray
     weights_ : BoundKernel
-        The kernel bound to the training samples (:class:`localkit.engine.BoundKernel`).
+        The kernel bound to the training samples (the engine's object that gives the weights of
+        a block of queries; internal).
     X_fit_, y_fit_ : the training data (samples of positive weight).
     sample_weight_ : ndarray of shape (n_samples_fit,) or None
         Their weights ``c_i``, which multiply ``K(x*, x_i)``.

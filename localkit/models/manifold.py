@@ -172,8 +172,8 @@ def modified_alignment(X, ind, n_components, reg, modified_tol, n_jobs=None):
     largest number ``s`` of the smallest non-zero ones whose sum is below ``eta`` times the sum
     of the others. With ``V_i`` those ``s_i`` eigenvectors, ``a = V_i^T 1``,
     ``alpha_i = |a| / sqrt(s_i)``, the Householder vector ``h = (alpha_i 1 - a) / |alpha_i 1 - a|``
-    (0 when that norm is below ``modified_tol``) and ``w_i`` the regularised barycentric weights
-    (:func:`barycenter_weights`), the ``s_i`` weight vectors are
+    (0 when that norm is below ``modified_tol``) and ``w_i`` the regularised barycentric weights,
+    the ``s_i`` weight vectors are
 
     .. math::
 
@@ -227,7 +227,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
 
     **Kernel:** the kNN kernel with the uniform profile (the ``n_neighbors`` nearest other
     samples, equal weight). **Values:** the neighbours' coordinates. **Local model:** an affine
-    combination fitted by regularised least squares (see :func:`barycenter_weights`),
+    combination fitted by regularised least squares,
 
     .. math::
 
@@ -245,13 +245,12 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
 
     * ``"modified"`` (Zhang & Wang, 2007): several affine weight vectors per point, from the
       smallest eigenvectors of its local Gram matrix, so that the local model does not
-      depend on one ill-conditioned solve (:func:`modified_alignment`);
+      depend on one ill-conditioned solve;
     * ``"hessian"`` (Donoho & Grimes, 2003): a local quadratic model in the tangent coordinates
-      of each neighbourhood; ``M`` penalises the Hessian of the embedding
-      (:func:`hessian_alignment`); needs ``n_neighbors > n_components (n_components + 3) / 2``;
+      of each neighbourhood; ``M`` penalises the Hessian of the embedding; needs
+      ``n_neighbors > n_components (n_components + 3) / 2``;
     * ``"ltsa"`` (Zhang & Zha, 2004): local tangent space alignment, the embedding that best
-      agrees with each neighbourhood's local PCA coordinates up to an affine map
-      (:func:`ltsa_alignment`).
+      agrees with each neighbourhood's local PCA coordinates up to an affine map.
 
     Each equals scikit-learn's ``LocallyLinearEmbedding(method=...)`` (its neighbourhoods
     exclude the point itself, as scikit-learn's do).
@@ -414,7 +413,7 @@ class LocallyLinearEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
     @map_queries
     def transform(self, X: ArrayLike) -> np.ndarray:
         """Embed new points: reconstruct each from its ``n_neighbors`` nearest training points
-        (the standard local model, :func:`barycenter_weights`, whatever ``method``, as
+        (the standard local model, the barycentric weights above, whatever ``method``, as
         scikit-learn) and apply those weights to their embeddings."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
@@ -449,9 +448,8 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
     """Local principal component analysis: PCA of the kernel-weighted sample at each query.
 
     **Kernel:** any localization kernel centred on the query ``x*``. **Values:** the offsets
-    ``x_i - x*`` and their products (one pass of weighted moments about the query,
-    :func:`localkit.engine.local_models.polynomial.local_covariance`: no digits lost to a far origin, in
-    float32 too). **Local
+    ``x_i - x*`` and their products (one engine pass of weighted moments about the query: no
+    digits lost to a far origin, in float32 too). **Local
     model:** a Gaussian (PCA) model fitted with the weights ``w_i(x*)``,
 
     .. math::
@@ -468,9 +466,16 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
     Parameters
     ----------
     n_components : int, default=2
-    kernel, bandwidth, n_neighbors, metric, empty, algorithm, n_jobs :
-        The kernel and engine options of :class:`localkit.LocalMeanRegressor`.
-        ``kernel="uniform", n_neighbors=k`` gives the PCA of the k nearest samples.
+    kernel, bandwidth, n_neighbors, metric, empty, algorithm, n_jobs
+        The kernel and engine options of :class:`localkit.LocalMeanRegressor`, with these
+        values: ``kernel`` a profile name ("gaussian", "epanechnikov", "tricube", "biweight",
+        "triweight", "triangular", "uniform", "cosine", "laplacian", "cauchy", or
+        scikit-learn's aliases) or "softmax"; ``bandwidth`` a number, one per feature, "scott",
+        "silverman", "isj" or "sj" (no "cv"); ``metric`` "euclidean", "manhattan",
+        "chebyshev" or "minkowski"; ``empty`` "nearest", "nan" or "raise"; ``algorithm``
+        "auto", "dense", "neighbors" or "compiled" (the weighted covariances have no binned or
+        streamed form). ``kernel="uniform", n_neighbors=k`` gives the PCA of the k nearest
+        samples.
 
     Attributes
     ----------

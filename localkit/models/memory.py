@@ -132,9 +132,9 @@ class HopfieldNetwork(BaseEstimator):
         return self
 
     def retrieve(self, X, history=False):
-        """Iterate from the probes ``X``; returns the driver's
-        :class:`~localkit.engine.iteration.FixedPoint` (``state``, ``n_iter``, per-probe
-        ``converged`` and ``row_iter``, and with ``history=True`` every state)."""
+        """Iterate from the probes ``X``; returns the fixed-point driver's result, with the
+        attributes ``state`` (the retrieved patterns), ``n_iter``, per-probe ``converged`` and
+        ``row_iter``, and with ``history=True`` every state."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         name = f"{self.kind} Hopfield retrieval"

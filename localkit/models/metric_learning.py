@@ -46,8 +46,8 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
                + \\alpha \\frac{|A - A_0|_F^2}{|A_0|_F^2}
 
     minimised with scipy's L-BFGS. The first term is the engine's leave-one-out reconstruction
-    error of a local mean of ``y`` at the points ``Z = X A^T``
-    (:func:`localkit.engine.reconstruction_gradient`, which also gives ``G = dE/dZ``); the chain
+    error of a local mean of ``y`` at the points ``Z = X A^T`` (the engine also gives its
+    gradient ``G = dE/dZ``); the chain
     rule through ``Z`` gives ``dJ/dA = G^T X / var(y) + 2 alpha (A - A_0) / |A_0|^2``. Forms: full (``r = d``), low-rank (``n_components = r < d``)
     and diagonal (a learned bandwidth per feature, ``A = diag(a)``).
 
@@ -215,8 +215,7 @@ def loo_objective(X, y, A, var, gradient=True, kernel="gaussian"):
 
     ``A`` is ``(r, d)`` (full or low-rank) or ``(d,)`` (diagonal). ``J`` is the engine's
     reconstruction error of the local mean of ``y`` at the mapped inputs ``Z = X A^T`` (or
-    ``X * A``) with bandwidth 1, over ``var``
-    (:func:`~localkit.engine.reconstruction_gradient`), and the chain rule through ``Z`` gives
+    ``X * A``) with bandwidth 1, over ``var``, and the chain rule through ``Z`` gives
     ``dJ/dA = G^T X / var`` (diagonal: ``sum_i G_ik x_ik / var``) from its gradient
     ``G = dE/dZ``.
     """

@@ -149,6 +149,22 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
     ``channel_axis`` a colour image; 3-D arrays are volumes. ``fit`` only checks the parameters
     and the image (nothing is learned).
 
+    Parameters
+    ----------
+    patch_size : int, default=7
+        Side ``s`` of the patches; an even size is increased by one (as scikit-image does).
+    patch_distance : int, default=11
+        Search radius ``d``: the window has ``2 d + 1`` pixels per side.
+    h : float, default=0.1
+        Kernel width (cut-off distance in grey levels).
+    sigma : float, default=0.0
+        Standard deviation of the Gaussian noise; ``2 sigma^2`` is subtracted from the patch
+        distance.
+    channel_axis : int or None, default=None
+        The axis of colour channels; the patch distance is averaged over channels.
+    n_jobs : int or None, default=None
+        Threads of the compiled loop (None: all cores).
+
     Examples
     --------
     >>> import numpy as np

@@ -37,21 +37,27 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     feature it is Cleveland's LOWESS, R's ``lowess(x, y, f, iter=it, delta=dl)`` (see Notes for
     statsmodels' ``lowess(frac=f, it=it, delta=dl)``); with a Gaussian
     kernel and per-feature bandwidths and ``degree=1`` it is statsmodels'
-    ``KernelReg(reg_type="ll")``. Fits are batched over queries through
-    :func:`localkit.engine.local_models.polynomial.local_polynomial` (no Python loop over queries).
+    ``KernelReg(reg_type="ll")``. Fits are batched over queries by the engine (no Python loop
+    over queries).
 
     Parameters
     ----------
     degree : int, default=1
-    kernel : str or Kernel, default="tricube"
-        A profile name, or a :class:`localkit.Kernel` that carries its own bandwidths (then
-        ``bandwidth``, ``frac`` and ``n_neighbors`` stay None): a product over groups of
-        columns with categorical factors gives statsmodels' ``KernelReg(var_type=...,
-        reg_type="ll")`` at ``degree=1``, every column in the local design, as statsmodels has it
-        (see the user guide's "Composing kernels").
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy", \
+            "softmax"} or Kernel, default="tricube"
+        A profile name (formulas in :class:`localkit.Kernel`; scikit-learn's names "rbf", "tophat",
+        "flat", "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform",
+        "uniform", "laplacian", "triangular" and "biweight"), or a :class:`localkit.Kernel` that
+        carries its own bandwidths (then ``bandwidth``, ``frac`` and ``n_neighbors`` stay None): a
+        product over groups of columns with categorical factors gives statsmodels'
+        ``KernelReg(var_type=..., reg_type="ll")`` at ``degree=1``, every column in the local
+        design, as statsmodels has it (see the user guide's "Composing kernels").
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj", "cv" or None
-        A fixed bandwidth ``h``, or a rule of :mod:`localkit.kernels.bandwidth` ("cv": exact leave-one-out selection of an isotropic ``h`` for
-        the non-robust fit, see :mod:`localkit.models.selection`). Cannot be combined with
+        A fixed bandwidth ``h`` (one per feature for an array), or a rule resolved on the
+        samples, as in :class:`localkit.LocalMeanRegressor` ("scott", "silverman", "isj",
+        "sj"; "cv": exact leave-one-out selection of an isotropic ``h`` for the non-robust fit).
+        None: ``frac`` or ``n_neighbors`` sets the span. Cannot be combined with
         ``frac`` or ``n_neighbors``.
     frac : float in (0, 1] or None
         The LOESS span: ``h(x*)`` is the distance to the k-th nearest sample with
@@ -80,23 +86,25 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         ``(x - x*) / s`` (``s`` = the neighbourhood radius for a span, the bandwidth otherwise).
         A query whose local design is still near-singular (too few neighbours, collinear
         points) falls back to the local mean, with a ``RuntimeWarning``.
-    metric : {"euclidean", "manhattan", "chebyshev"}, default="euclidean"
+    metric : {"euclidean", "manhattan", "chebyshev", "minkowski"}, default="euclidean"
+        The distance of the kernel ("minkowski" is the euclidean one, ``p=2``).
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned"}, default="auto"
-        The engine's path; "binned" approximates the fit by *binned moments*, as R's
-        ``KernSmooth::locpoly`` (Fan and Marron 1994): the samples are binned linearly onto a grid
-        (2^16, 2^9, 2^6 points per feature in 1, 2, 3 features), the local moments
-        ``S_j(g) = sum_i c_i K((x_i - g) / h) ((x_i - g) / h)^j`` (``j <= 2 degree``) and
-        ``T_j(g)`` (times ``y_i``, ``j <= degree``; multi-indices in several features) come from
-        FFT convolutions, the local system ``sum_b S_(a+b) beta_b = T_a`` is solved at the grid
-        points around the queries, and a query blends the corners of its grid cell (multilinear
-        shares times weight sums). It needs a fixed ``bandwidth`` (not ``frac``,
-        ``n_neighbors``, ``sample_neighbors`` or ``"cv"``), ``degree <= 2``, 1 to 3 features and
-        the euclidean metric; its error is ``O((delta / h)^2)`` of the targets' range
-        (:func:`localkit.engine.local_polynomial`). A million samples in 1-D take milliseconds.
+        The engine's path, as in :class:`localkit.LocalMeanRegressor` (no "streamed" form); "auto",
+        "dense", "neighbors" and "compiled" are exact; "binned" approximates the fit by *binned
+        moments*, as R's ``KernSmooth::locpoly`` (Fan and Marron 1994): the samples are binned
+        linearly onto a grid (2^16, 2^9, 2^6 points per feature in 1, 2, 3 features), the local
+        moments ``S_j(g) = sum_i c_i K((x_i - g) / h) ((x_i - g) / h)^j`` (``j <= 2 degree``) and
+        ``T_j(g)`` (times ``y_i``, ``j <= degree``; multi-indices in several features) come from FFT
+        convolutions, the local system ``sum_b S_(a+b) beta_b = T_a`` is solved at the grid points
+        around the queries, and a query blends the corners of its grid cell (multilinear shares
+        times weight sums). It needs a fixed ``bandwidth`` (not ``frac``, ``n_neighbors``,
+        ``sample_neighbors`` or ``"cv"``), ``degree <= 2``, 1 to 3 features and the euclidean
+        metric; its error is ``O((delta / h)^2)`` of the targets' range. A million samples in 1-D
+        take milliseconds.
     n_jobs : int or None, default=None
     surface : {"direct", "interpolate"}, default="direct"
         ``"direct"``: an exact local fit at every query. ``"interpolate"``: Cleveland and
-        Grosse's surface, R's ``loess`` default (:class:`localkit.engine.local_models.loess_surface.KDSurface`):
+        Grosse's surface, R's ``loess`` default:
         exact fits (values and slopes) only at the vertices of a k-d tree whose cells hold at
         most ``floor(n * frac * cell)`` samples, cubic Hermite blending inside the cells; queries
         outside the tree's box are fitted exactly. Equal to R's ``loess(surface = "interpolate")``

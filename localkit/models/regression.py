@@ -40,17 +40,22 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : str or Kernel, default="gaussian"
-        A profile name of :class:`localkit.Kernel` (or "softmax"), or a ``Kernel``, which carries
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy", "softmax"} or Kernel, default="gaussian"
+        A profile ``k`` of ``u = d(x*, x) / h`` (formulas in :class:`localkit.Kernel`; also
+        scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic"
+        for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight"),
+        "softmax" (``exp(<x*, x> / h)``), or a ``Kernel``, which carries
         its own bandwidths: a product over groups of columns, with categorical factors
         (``Kernel("gaussian", bandwidth=0.5, features=[0]) * Kernel("aitchison_aitken",
         bandwidth=0.2, features=[1])``; statsmodels' ``KernelReg(var_type="cu", reg_type="lc")``,
         see the user guide's "Composing kernels"). ``bandwidth`` is then ignored and
         ``n_neighbors``, ``sample_neighbors``, ``metric`` and ``weights`` stay at their defaults.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default="scott"
-        ``h``; an array gives one bandwidth per feature; a rule is resolved on the samples
-        (:mod:`localkit.kernels.bandwidth`: "isj" and "sj" per feature). Ignored with
-        ``n_neighbors``. The
+        ``h``; an array gives one bandwidth per feature; a rule is resolved on the samples:
+        "scott" and "silverman" (normal reference rules), "isj" (Botev's improved
+        Sheather–Jones, as KDEpy) and "sj" (Sheather–Jones, R's ``bw.SJ``), the last two per
+        feature. Ignored with ``n_neighbors``. The
         default, Scott's rule, is one bandwidth per feature, ``h_k = sigma_k n^(-1/(d+4))``
         (``sigma_k`` the feature's standard deviation, ddof=1; scipy's
         ``gaussian_kde(bw_method="scott")``), so the fit does not depend on the features' units
@@ -58,7 +63,8 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         0.1.0, gave -0.02 and -0.23). Rules, like the kernel, see the coordinates mapped by
         ``metric_params`` ("seuclidean", "mahalanobis", weighted "minkowski"). Rules need coordinates: with ``metric`` "cosine", a callable
         or "precomputed", give a number or ``n_neighbors``. "cv": exact leave-one-out selection
-        of an isotropic ``h`` (:mod:`localkit.models.selection`). A number more than 3 times the
+        of an isotropic ``h`` (the squared error of :meth:`loo_predict` minimised over ``h``;
+        the search is kept in ``cv_results_``). A number more than 3 times the
         data's spread (the root mean square distance of the samples to their mean) gives about
         the global mean and is warned about (``UserWarning``).
     n_neighbors : int or None, default=None
@@ -82,11 +88,22 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         The power of the "minkowski" metric, ``d = (sum_k w_k |dx_k|^p)^(1/p)`` (``w_k = 1``
         unless ``metric_params={"w": w}``); ``p=inf`` is ``max_k |dx_k|``, "chebyshev".
     empty : {"nearest", "nan", "raise"}, default="nearest"
-        What to predict where no training sample lies in the support of a compact kernel
-        ("nearest": the target of the nearest training sample).
+        What to predict where no training sample lies in the support of a compact kernel:
+        "nearest": the target of the nearest training sample (the limit of growing the
+        bandwidth until one sample enters); "nan": NaN, with a warning; "raise": a
+        ``ValueError``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
-        The engine's path (:mod:`localkit.engine.planner`); "binned" approximates by linear
-        binning and FFT convolution in 1 to 3 features (:mod:`localkit.engine.passes.binned`).
+        How the engine computes the weighted sums; every path but "binned" gives the same result
+        to round-off. "auto": the engine chooses (the compiled pass for compact kernels in a
+        few features, the neighbour path where a compact support holds few samples, the dense
+        path otherwise; never "binned"). "dense": blocks of queries against blocks of samples,
+        distances by matrix products (BLAS). "neighbors": a neighbour tree finds the samples in
+        each compact support or the k nearest (always taken by a compact kNN kernel).
+        "compiled": a compiled (numba) pass over the samples within compact supports.
+        "binned": linear binning and FFT convolution, in 1 to 3 features, an approximation
+        whose error falls as ``(grid spacing / h)^2``, taken only when asked for. "streamed":
+        the pass that runs on a GPU or other array library, taken on NumPy arrays too. A path
+        asked for where it cannot apply raises a ``ValueError`` saying why.
     n_jobs : int or None, default=None
         Threads for the engine: None means 1 unless a ``joblib.parallel_config`` says otherwise,
         -1 all cores (scikit-learn's convention).
@@ -177,7 +194,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
 
     def loo_predict(self):
         """Leave-one-out predictions at the training points (each point's own weight dropped,
-        and that of every sample at its point: :mod:`localkit.engine.twins`)."""
+        and that of every other sample at the same point)."""
         check_is_fitted(self)
         return self._local_sums(None, exclude_self=True, queries_are_samples=True).mean
 

@@ -93,18 +93,22 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : str or callable, default="gaussian"
-        A profile of :class:`localkit.Kernel` (or "softmax"); or a callable
+    kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
+            "cosine", "laplacian", "cauchy", \
+            "softmax", "precomputed"} or callable, default="gaussian"
+        A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
+        "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
+        "laplacian", "triangular" and "biweight") or "softmax"; or a callable
         ``kernel(A, B) -> (len(A), len(B))`` affinity matrix, as scikit-learn's label propagation
-        takes (``fit`` uses ``kernel(X, X)``, :meth:`predict_proba` ``kernel(X_query, X_fit)``:
-        rows are the points that receive, columns the samples that give; scikit-learn's
-        ``predict_proba`` uses ``kernel(X_fit, X_query).T``, the same for a symmetric kernel); or
-        ``"precomputed"``: ``X`` is the (n_samples, n_samples) affinity matrix in ``fit`` and the
-        (n_queries, n_samples) affinities of the queries to the training samples in
-        :meth:`predict_proba` and :meth:`predict`. ``bandwidth`` is then not used, and
-        ``n_neighbors`` must stay None.
+        takes (``fit`` uses ``kernel(X, X)``, :meth:`predict_proba` ``kernel(X_query, X_fit)``: rows
+        are the points that receive, columns the samples that give; scikit-learn's ``predict_proba``
+        uses ``kernel(X_fit, X_query).T``, the same for a symmetric kernel); or ``"precomputed"``:
+        ``X`` is the (n_samples, n_samples) affinity matrix in ``fit`` and the (n_queries,
+        n_samples) affinities of the queries to the training samples in :meth:`predict_proba` and
+        :meth:`predict`. ``bandwidth`` is then not used, and ``n_neighbors`` must stay None.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
-        A rule is resolved on the samples (:mod:`localkit.kernels.bandwidth`).
+        ``h``, one per feature for an array, or a rule resolved on the samples, as in
+        :class:`localkit.LocalMeanRegressor`.
     n_neighbors : int or None, default=None
         kNN bandwidth: the distance to the k-th nearest sample (the sample itself included).
     alpha : float in (0, 1) or None, default=None

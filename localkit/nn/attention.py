@@ -112,15 +112,23 @@ class LocalMeanAttention(nn.Module):
         Inputs are ``(batch, seq, embed_dim)``; otherwise ``(seq, batch, embed_dim)``, as torch.
     device, dtype : optional
         Where and in which precision the parameters are created, as for torch's modules.
-    kernel : str, default="softmax"
-        See :func:`localkit.nn.kernel_attention`.
-    bandwidth : float or None
-        ``h`` (default ``sqrt(d_head)`` for the softmax, ``d_head^(1/4)`` otherwise).
+    kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
+            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+        The localization kernel of the queries and keys: "softmax" is ``exp(<q, k> / h)``
+        (torch's attention); the others are profiles of ``u = |q - k| / h``, as in
+        :func:`localkit.nn.kernel_attention`.
+    bandwidth : float or None, default=None
+        ``h`` (None: ``sqrt(d_head)`` for the softmax, ``d_head^(1/4)`` otherwise).
     learn_bandwidth : bool, default=False
         Learn one bandwidth per head (as ``log h``, initialised at ``bandwidth``).
-    window, top_k : optional
-        Kernels in position and kNN kernels, see :func:`localkit.nn.kernel_attention`.
+    window : int, (profile, width) or None, default=None
+        A kernel in position: an int ``w`` keeps ``|i - j| <= w``; ``("tricube", 16.0)``
+        multiplies the weights by ``k(|i - j| / 16)`` (see :func:`localkit.nn.kernel_attention`).
+    top_k : int or None, default=None
+        A kNN kernel: only the ``top_k`` closest admissible keys of each query take part.
 
+    Notes
+    -----
     The call follows ``nn.MultiheadAttention`` (masks, ``need_weights``, ``is_causal``) and
     returns its ``(output, weights or None)`` pair (the weights have a column for each appended
     key, ``bias_k`` then the zero key, which no mask hides, as in torch), so an instance can replace the ``self_attn``
@@ -349,6 +357,19 @@ class LocalLinearAttention(LocalMeanAttention):
     ``a_i = vbar_i - C_vk (C_kk + ridge I)^{-1} (kbar_i - q_i)``, the value at ``q_i`` of the
     linear model of ``v`` on ``k`` fitted with the localization weights ``w_ij`` (see
     :func:`localkit.nn.local_linear_attention`). Costs ``O(L^2 d_head^2)`` per head.
+
+    Parameters
+    ----------
+    embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first, device, dtype
+        As in :class:`LocalMeanAttention` (and ``nn.MultiheadAttention``), with the same defaults
+        (``batch_first=False``: inputs ``(seq, batch, embed_dim)``).
+    kernel, bandwidth, learn_bandwidth, window, top_k
+        The localization kernel, as in :class:`LocalMeanAttention` (``kernel`` one of
+        "softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight",
+        "triweight", "triangular", "uniform", "cosine"; default "softmax").
+    ridge : float, default=1e-3
+        The ridge penalty ``ridge |B|_F^2`` on the local slopes; a large ``ridge`` returns to
+        :class:`LocalMeanAttention`.
 
     Examples
     --------

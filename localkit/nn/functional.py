@@ -306,9 +306,21 @@ def _weights(q, k, kernel, c, allowed, bias, top_k, shrink=0, twice_differentiab
 def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None):
     """The normalised localization weights ``w_ij = K(q_i, k_j) / sum_l K(q_i, k_l)``, ``(..., L, S)``.
 
-    Same arguments as :func:`kernel_attention` (without values); rows whose kernel vanishes
-    everywhere are zero. Meant for local models built on the weights and for figures: this is
-    the one function that forms the ``(L, S)`` matrix.
+    Rows whose kernel vanishes everywhere are zero. Meant for local models built on the
+    weights and for figures: this is the one function that forms the ``(L, S)`` matrix.
+
+    Parameters
+    ----------
+    q, k : tensors of shape (..., L, d), (..., S, d)
+        Queries and keys.
+    kernel, bandwidth, mask, causal, window, top_k
+        As in :func:`kernel_attention` (``kernel`` one of "softmax", "gaussian", "laplacian",
+        "cauchy", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform",
+        "cosine"; default "softmax").
+
+    Returns
+    -------
+    tensor of shape (..., L, S)
 
     Examples
     --------
@@ -331,10 +343,12 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     ----------
     q, k, v : tensors of shape (..., L, d), (..., S, d), (..., S, d_v)
         float64, float32, bfloat16 or float16 (the last two accumulate in float32).
-    kernel : str, default="softmax"
-        ``"softmax"`` (``exp(<q, k> / h)``) or a profile of :mod:`localkit.kernels.profiles` of
-        ``u = |q - k| / h`` (gaussian, laplacian, cauchy, epanechnikov, tricube, biweight,
-        triweight, triangular, uniform, cosine).
+    kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
+            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+        ``"softmax"`` (``exp(<q, k> / h)``) or a profile ``k(u)`` of ``u = |q - k| / h`` (the
+        profiles of :class:`localkit.Kernel`: gaussian ``exp(-u^2 / 2)``, laplacian
+        ``exp(-u)``, cauchy ``1 / (1 + u^2)``, and the compactly supported epanechnikov,
+        tricube, biweight, triweight, triangular, uniform and cosine, zero for ``u > 1``).
     bandwidth : float, tensor or None
         ``h``: default ``sqrt(d)`` for the softmax, ``d^(1/4)`` for the profiles. A tensor
         broadcasting to ``(..., 1, 1)`` gives, e.g., one (learnable) bandwidth per head. Any
@@ -343,7 +357,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     mask : bool or float tensor broadcasting to (..., L, S), optional
         bool: True where ``k_j`` may take part (``scaled_dot_product_attention``'s convention);
         float: added to the log-weights (``-inf`` removes a pair).
-    causal : bool
+    causal : bool, default=False
         Multiply by the causal kernel ``[j <= i]`` (top-left aligned, as in PyTorch).
     window : int or (profile, width), optional
         A compact kernel in position: an int ``w`` keeps ``|i - j| <= w``; ``("tricube", 16.0)``
@@ -351,7 +365,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     top_k : int, optional
         A kNN kernel: only the ``top_k`` closest admissible keys of each row take part (largest
         ``<q, k>`` for the softmax, smallest ``|q - k|`` for the profiles; ties are kept).
-    dropout_p : float
+    dropout_p : float, default=0.0
         Dropout on the weights (training only; pass 0 at evaluation).
 
     Returns
@@ -360,16 +374,15 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
 
     Notes
     -----
-    Paths: one table, :data:`PATHS`, chooses how a call runs, and :func:`explain_attention` prints
+    Paths: one table chooses how a call runs, and :func:`explain_attention` prints
     it for a call (the path taken, and why each other one is not). In short: the kernels that
     are a softmax of inner products (softmax; the Gaussian, whose key bias ``-|k|^2 / 2h^2`` goes
     in as a ``(..., 1, S)`` mask) run through PyTorch's fused ``scaled_dot_product_attention`` or
     its CPU flash kernel when no ``(L, S)`` mask would have to be built; every other case runs,
-    on CUDA when there is no mask, through our flash kernel in Triton for float32
-    (:mod:`localkit.fused.triton_attention`) or FlexAttention (:mod:`localkit.fused.flex`) for
-    the other dtypes and inside ``torch.compile`` (a kernel that fails to compile falls back,
-    with one warning), and otherwise streams over key blocks (:mod:`localkit.nn._streaming`, the
-    CPU path and the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
+    on CUDA when there is no mask, through our flash kernel in Triton for float32 or
+    FlexAttention for the other dtypes and inside ``torch.compile`` (a kernel that fails to
+    compile falls back, with one warning), and otherwise streams over key blocks (the CPU path
+    and the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
     ``window`` and masks skipping whole key blocks. ``top_k`` streams too, in two passes: a
     running top-k of each query's closeness over key blocks (memory ``O(L (top_k + block))``),
     then its threshold as a kernel in position. Only ``dropout_p > 0`` (the weights' dropout mask
@@ -382,7 +395,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     ``torch.compile(fullgraph=True)`` traces the fused, banded and streamed paths (``causal``,
     ``window``, bool and float padding masks, learned bandwidths), forward and backward, without
     graph breaks (tested on the CPU). Inside a compiled graph the checks that read tensor values
-    are skipped (see :func:`eager`): a bandwidth tensor's positivity and a float mask's NaN/+inf
+    are skipped: a bandwidth tensor's positivity and a float mask's NaN/+inf
     are not validated, logits beyond the float range give NaN, and a mask no longer skips key
     blocks (they are visited and masked: same result, more work on sparse masks). A scalar
     bandwidth whose scale ``1/h`` (softmax) or ``1/h^2`` exceeds ``1e3`` still reads the data to
@@ -611,7 +624,16 @@ def _attention(call):
 class AttentionPlan(Plan):
     """The path a :func:`kernel_attention` call takes and, for every path in the order tried,
     what it is and why it was or was not taken (as torch's ``why_not_fast_path``); ``str(plan)``
-    is a table, as the engine's :class:`~localkit.engine.Plan`. See :func:`explain_attention`."""
+    is a table. See :func:`explain_attention`.
+
+    Parameters
+    ----------
+    path : str
+        The path taken: "dense SDPA", "dense weights", "CPU flash kernel", "SDPA", "Triton",
+        "FlexAttention", "banded" or "streamed".
+    reasons : dict
+        For every path, in the order tried, what it is or why it was not taken.
+    """
 
 
 def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None,
@@ -619,10 +641,19 @@ def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, caus
     """Which path :func:`kernel_attention` takes for these arguments, and why each other one is
     not taken: an :class:`AttentionPlan` (``.path``, ``.reasons``; ``str`` is a table).
 
-    The dispatch reads the same table (:data:`PATHS`), so the explanation is the decision. Paths
-    after the one taken that also apply are listed as the fallback of a path that can hand a call
-    over (a fused kernel that fails to compile, the CPU flash kernel whose log-sum-exp overflows):
-    those are known only by running the call.
+    The dispatch reads the same table, so the explanation is the decision. Paths after the one
+    taken that also apply are listed as the fallback of a path that can hand a call over (a
+    fused kernel that fails to compile, the CPU flash kernel whose log-sum-exp overflows): those
+    are known only by running the call.
+
+    Parameters
+    ----------
+    q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p
+        As in :func:`kernel_attention`; nothing is computed.
+
+    Returns
+    -------
+    AttentionPlan
 
     Examples
     --------
@@ -842,6 +873,19 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     bfloat16 and float16 inputs are accumulated and solved in float32. Cost
     ``O(L S d (d + d_v))``: keep heads small. ``top_k`` streams (see :func:`kernel_attention`);
     ``dropout_p > 0`` and a float mask that requires grad form the weights.
+
+    Parameters
+    ----------
+    q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p
+        As in :func:`kernel_attention` (``kernel`` one of "softmax", "gaussian", "laplacian",
+        "cauchy", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform",
+        "cosine"; default "softmax").
+    ridge : float, default=1e-3
+        The penalty on the local slopes ``B``; ``ridge -> inf`` gives :func:`kernel_attention`.
+
+    Returns
+    -------
+    tensor of shape (..., L, d_v), of the dtype of ``q``
 
     Examples
     --------

@@ -30,19 +30,21 @@ class NonLocalBlock(nn.Module):
     The weights come from the similarity of the embedded features, not from closeness in the
     domain: a non-local model. The paper's *embedded Gaussian* is ``kernel="softmax"``
     (``K = exp(<theta, phi> / h)``; ``bandwidth=1.0`` is the paper's unscaled form); any profile
-    of :mod:`localkit.kernels.profiles` of ``|theta - phi| / h`` works too (``"gaussian"``: the
+    of ``|theta - phi| / h`` works too (``"gaussian"``: the
     paper's Gaussian on embeddings). The local mean runs through
-    :func:`localkit.nn.functional.kernel_attention`, whose fused path (softmax, Gaussian) never
+    :func:`localkit.nn.kernel_attention`, whose fused path (softmax, Gaussian) never
     forms the ``L x L`` weight matrix: measured on a 128 x 128 map (16,384 positions), the
     forward pass adds a few MB where one dense float32 map takes 1 GiB.
 
     Parameters
     ----------
     in_channels : int
+        Channels of the input feature map.
     dim : {1, 2, 3}, default=2
         Spatial dimensions of the input (sequences, images, volumes or videos).
-    kernel : str, default="softmax"
-        ``"softmax"`` or a profile name (see :func:`~localkit.nn.functional.kernel_attention`).
+    kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
+            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+        ``"softmax"`` or a profile name (see :func:`localkit.nn.kernel_attention`).
     inter_channels : int or None, default=None
         Channels of ``theta``, ``phi`` and ``g``; ``None``: ``in_channels // 2`` (at least 1).
     sub_sample : bool, default=False

@@ -34,24 +34,37 @@ class LocalTransformerLayer(nn.Module):
 
     Parameters
     ----------
-    d_model, nhead : int
+    d_model : int
+        The width of the tokens' features.
+    nhead : int
+        Attention heads; ``d_model`` must be divisible by ``nhead``.
     dim_feedforward : int, default=2048
+        The hidden width of the pointwise model ``F``.
     dropout : float, default=0.1
-    activation : "relu", "gelu" or a callable, default="relu"
+        Dropout on the attention weights and in the pointwise model, in training mode.
+    activation : {"relu", "gelu"} or callable, default="relu"
+        The activation ``act`` of the pointwise model.
     layer_norm_eps : float, default=1e-5
+        The ``eps`` of both layer norms.
     batch_first : bool, default=False
         Inputs are ``(batch, seq, d_model)``; otherwise ``(seq, batch, d_model)``, as torch.
     norm_first : bool, default=False
+        Pre-norm (True) or post-norm (False) blocks, as above.
     bias : bool, default=True
+        Biases of the linear layers and the layer norms.
     device, dtype : optional
         Where and in which precision the parameters are created, as for torch's modules.
-    kernel : str, default="softmax"
-        The localization kernel of the attention (see :func:`localkit.nn.kernel_attention`).
+    kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
+            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+        The localization kernel of the attention (see :class:`LocalMeanAttention`).
     local_model : {"mean", "linear"}, default="mean"
         :class:`LocalMeanAttention` or :class:`LocalLinearAttention` over tokens.
     **attention_options
-        ``bandwidth``, ``learn_bandwidth``, ``window``, ``top_k`` (and ``ridge`` for "linear").
+        ``bandwidth``, ``learn_bandwidth``, ``window``, ``top_k`` (and ``ridge`` for "linear"),
+        as in :class:`LocalMeanAttention`.
 
+    Notes
+    -----
     ``forward(src, src_mask, src_key_padding_mask, is_causal)`` is ``nn.TransformerEncoderLayer``'s,
     so ``nn.TransformerEncoder`` stacks this layer like its own.
 
@@ -145,11 +158,20 @@ class LocalTransformer(nn.Module):
 
     Parameters
     ----------
-    vocab_size, max_len : int
-    d_model, nhead, num_layers : int, default=128, 4, 4
-    dim_feedforward : int or None, default=None (``4 * d_model``)
+    vocab_size : int
+        The number of token ids (the embedding's rows and the head's outputs).
+    max_len : int
+        The longest sequence (rows of the position embedding).
+    d_model : int, default=128
+    nhead : int, default=4
+    num_layers : int, default=4
+        The width, heads and depth of the stack.
+    dim_feedforward : int or None, default=None
+        The pointwise model's hidden width; None: ``4 * d_model``.
     kernel, local_model, dropout, device, dtype, **attention_options
-        Passed to every :class:`LocalTransformerLayer`.
+        Passed to every :class:`LocalTransformerLayer` (``kernel`` one of "softmax", "gaussian",
+        "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", "triweight", "triangular",
+        "uniform", "cosine"; ``local_model`` "mean" or "linear").
 
     Examples
     --------
