@@ -20,9 +20,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # `make test-fast` (pytest -m "not slow"): the tests below carry the `slow` marker. For a sweep (a
 # parametrized test) every case but the first is slow: the first stays in the quick suite as that
-# sweep's comparison with its reference. A test without cases is slow as a whole only where another
-# test compares with the same reference in the quick suite. Bad-input checks are never slow
-# (_BAD_INPUT). Times: `pytest --durations` of the whole suite on the shared 2-core machine.
+# sweep's comparison with its reference ("cases:ID": only the cases whose id holds ID are slow).
+# A test without cases is slow as a whole only where another test compares with the same
+# reference in the quick suite. Bad-input checks (_BAD_INPUT), the fuzz suite's bad inputs and
+# check_estimator's first configuration are never slow. Times: the whole suite's junit durations
+# on the shared 2-core machine (load ~5): 823 s in all, 618 s of them marked slow here.
 SLOW = {
     # sweeps: every case but the first
     "tests/test_array_api.py::test_flexattention_formulation_equals_numpy": "sweep",  # 18.9 s, 32 cases, the first 3.10 s
@@ -70,6 +72,38 @@ SLOW = {
     "tests/test_selection.py::test_cv_with_integer_weights_selects_the_repeated_rows_bandwidth": "sweep",  # 4.2 s, 3 cases, the first 0.22 s
     "tests/test_semi_supervised.py::test_float32_in_float32_out": "sweep",  # 2.9 s, 5 cases, the first 0.33 s
     "tests/test_uniform_edge.py::test_every_path_keeps_the_samples_at_the_edge": "sweep",  # 5.8 s, 2 cases, the first 2.82 s
+    # shorter sweeps, and check_estimator on further configurations of one estimator
+    "tests/test_array_api.py::test_fixed_bandwidth_metrics_on_tensors_equal_numpy": "sweep",  # 1.3 s, 16 cases, the first 0.23 s
+    "tests/test_bandwidth_selectors.py::test_isj_equals_kdepy": "sweep",  # 1.4 s, 13 cases, the first 0.49 s
+    "tests/test_bandwidth_selectors.py::test_sj_equals_r_bw_sj": "sweep",  # 1.0 s, 13 cases, the first 0.33 s
+    "tests/test_binding.py::test_the_streamed_pass_runs_on_numpy_and_equals_the_host_paths": "sweep",  # 0.6 s, 20 cases, the first 0.01 s
+    "tests/test_dask_weights.py::test_leave_one_out_nearest_skips_the_query_itself": "sweep",  # 1.2 s, 4 cases, the first 0.54 s
+    "tests/test_density.py::test_equals_sklearn_kernel_density_in_high_dimensions": "sweep",  # 0.9 s, 12 cases, the first 0.01 s
+    "tests/test_engine_numerics.py::test_any_finite_bandwidth_tiny_gives_the_nearest_value_huge_the_global_mean": "sweep",  # 0.5 s, 120 cases, the first 0.01 s
+    "tests/test_float32.py::test_float32_outputs_stay_float32": "sweep",  # 0.5 s, 14 cases, the first 0.02 s
+    "tests/test_kernel_density_estimator.py::test_sample_mean_and_covariance_match_the_mixture": "sweep",  # 0.8 s, 9 cases, the first 0.01 s
+    "tests/test_loess_robust.py::test_robust_fit_equals_r_loess_and_statsmodels": "sweep",  # 1.6 s, 3 cases, the first 0.56 s
+    "tests/test_loess_robust.py::test_weighted_robust_fit_equals_r_loess": "sweep",  # 0.9 s, 2 cases, the first 0.46 s
+    "tests/test_loess_surface.py::test_direct_equals_r_loess": "sweep",  # 1.7 s, 2 cases, the first 0.82 s
+    "tests/test_mean_shift_bins.py::test_bin_seeds_equal_scikit_learn": "sweep",  # 0.8 s, 72 cases, the first 0.01 s
+    "tests/test_mean_shift_bins.py::test_mean_shift_with_bin_seeding_equals_scikit_learn": "sweep",  # 2.1 s, 2 cases, the first 1.38 s
+    "tests/test_nn_dropin.py::test_self_attn_replaced_inside_transformer_encoder_layer": "sweep",  # 1.7 s, 2 cases, the first 0.82 s
+    "tests/test_nn_dropin.py::test_transformer_layer_and_encoder_take_unbatched_input_like_torch": "sweep",  # 1.5 s, 2 cases, the first 0.81 s
+    "tests/test_nn_flex.py::test_flex_formulation_matches_streamed_reference_on_cpu": "sweep",  # 1.4 s, 4 cases, the first 0.34 s
+    "tests/test_nn_functional.py::test_distance_kernels_equal_engine_local_mean": "sweep",  # 0.9 s, 6 cases, the first 0.13 s
+    "tests/test_nn_modules.py::test_language_model_is_causal": "sweep",  # 0.6 s, 3 cases, the first 0.10 s
+    "tests/test_nn_modules.py::test_layer_equals_transformer_encoder_layer": "sweep",  # 0.7 s, 8 cases, the first 0.05 s
+    "tests/test_nn_streaming.py::test_causal_gaussian_per_head_bandwidth_and_broadcast_batch": "sweep",  # 0.7 s, 3 cases, the first 0.11 s
+    "tests/test_nn_streaming.py::test_low_precision_backward_runs_and_matches": "sweep",  # 0.9 s, 8 cases, the first 0.06 s
+    "tests/test_nn_streaming.py::test_streamed_local_linear_matches_dense_weights": "sweep",  # 1.1 s, 9 cases, the first 0.18 s
+    "tests/test_nn_train_lm.py::test_train_lm_tiny": "sweep",  # 1.4 s, 2 cases, the first 0.45 s
+    "tests/test_nonlocal_block.py::test_fresh_block_is_the_identity_and_keeps_shapes": "sweep",  # 1.2 s, 12 cases, the first 0.15 s
+    "tests/test_polynomial.py::test_equals_statsmodels_lowess": "sweep",  # 0.5 s, 6 cases, the first 0.03 s
+    "tests/test_semi_supervised.py::test_clamped_gaussian_reproduces_label_propagation_rbf": "sweep",  # 1.0 s, 3 cases, the first 0.38 s
+    "tests/test_localized.py::test_check_estimator": "sweep",  # 16.9 s, 2 configurations, the first 4.80 s (the same checks)
+    "tests/test_manifold.py::test_check_estimator": "sweep",  # 6.1 s, 2 configurations, the first 0.64 s (the same checks)
+    "tests/test_selection.py::test_check_estimator_with_cv": "sweep",  # 6.6 s, 2 configurations, the first 2.73 s (the same checks)
+    "tests/test_fuzz_estimators.py::test_estimator_many_features": "cases:4-5000-",  # 27.1 s: 5,000 features (1,000 stay)
     # single slow tests; the same reference is compared by a test of the quick suite
     "tests/test_array_api.py::test_flexattention_chunks_and_new_sample_weights_do_not_recompile": "whole",  # 2.7 s
     "tests/test_array_api.py::test_mean_shift_on_tensors_with_sample_weight_and_float32": "whole",  # 2.3 s
@@ -98,7 +132,10 @@ def pytest_collection_modifyitems(config, items):
         base = item.nodeid.split("[", 1)[0]
         if base not in SLOW or _BAD_INPUT.search(item.originalname if hasattr(item, "originalname") else item.name):
             continue
-        if "[" in item.nodeid and SLOW[base] == "sweep" and base not in kept:
+        kind = SLOW[base]
+        if kind.startswith("cases:") and kind[len("cases:"):] not in item.nodeid:
+            continue  # "cases:ID": only the cases whose id contains ID are slow
+        if "[" in item.nodeid and kind == "sweep" and base not in kept:
             kept.add(base)  # the sweep's first case: its representative in the quick suite
             continue
         item.add_marker(pytest.mark.slow)
