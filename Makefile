@@ -1,6 +1,8 @@
-# Two commands do all the set-up on a fresh machine with Python 3.11:
-#   make tour   -> .venv, install, run `localkit tour`
-#   make test   -> .venv, install with test extras, run pytest
+# The commands do all the set-up on a fresh machine with Python 3.11:
+#   make tour       -> .venv, install, run `localkit tour`
+#   make test-fast  -> .venv, install with test extras, the quick suite: pytest -m "not slow"
+#                      (one case of each reference sweep, every bad-input check)
+#   make test       -> .venv, install with test extras, the full suite (CI runs this)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +10,7 @@ PIP    := $(PY) -m pip
 # The CPU build of torch lies on disk on our machines; a bare `torch` would pull a CUDA build.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: tour test bench docs venv clean
+.PHONY: tour test test-fast bench docs venv clean
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +46,10 @@ tour: $(VENV)/.tour
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q
+
+# the slow reference sweeps are marked in tests/conftest.py (SLOW); `pytest -m slow` runs only them
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(VENV)/.bench
 	$(VENV)/bin/localkit bench

@@ -51,8 +51,8 @@ def __getattr__(name):
         value = getattr(import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
-    if name == "nn":
-        return import_module("localkit.nn")
+    if name in ("nn", "exceptions"):  # localkit.exceptions: the warning classes (LocalkitWarning, ...)
+        return import_module(f"localkit.{name}")
     raise AttributeError(f"module 'localkit' has no attribute {name!r}")
 
 

@@ -23,6 +23,8 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from tqdm import tqdm
 
+from .exceptions import LocalkitConvergenceWarning, user_stacklevel
+
 __all__ = ["AUTO_DELAY", "ConvergenceWarning", "check_verbose", "optimizer_progress", "progress",
            "warn_max_iter", "warn_optimizer"]
 
@@ -67,7 +69,7 @@ def optimizer_progress(desc, max_iter, verbose=None):
 def warn_max_iter(name, max_iter, detail="", stacklevel=3):
     """``ConvergenceWarning``: ``name`` stopped at ``max_iter`` before its stopping rule held."""
     warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations{detail}; increase "
-                  "max_iter or tol", ConvergenceWarning, stacklevel=stacklevel)
+                  "max_iter or tol", LocalkitConvergenceWarning, stacklevel=user_stacklevel())
 
 
 def warn_optimizer(result, name, max_iter):

@@ -22,6 +22,28 @@ COMMANDS = {
 }
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help as plain text, each option's default shown (unless its help already says it)."""
+
+    def _get_help_string(self, action):
+        text = _plain(action.help or "")
+        shown = action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+        if shown and "default" not in text and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _plain(text):
+    """reStructuredText markup out of a help text: ``code`` -> code, :role:`x` -> x."""
+    text = re.sub(r":[a-z:]+:`~?([^`]*)`", r"\1", text)
+    return text.replace("``", "")
+
+
+def new_parser(**kwargs):
+    """An :class:`argparse.ArgumentParser` with localkit's help formatting."""
+    return argparse.ArgumentParser(formatter_class=HelpFormatter, **kwargs)
+
+
 class UsageError(Exception):
     """A bad command line: reported as ``localkit <command>: error: ...`` with exit status 2."""
 
@@ -35,7 +57,7 @@ def _tour(args):
 
     unknown = sorted(set(args.only or ()) - set(section_names()))
     if unknown:
-        raise UsageError(f"unknown tour section(s) {', '.join(unknown)}; the sections are: "
+        raise UsageError(f"--only: unknown tour section(s) {', '.join(unknown)}; the sections are: "
                          f"{', '.join(section_names())}")
     try:
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -57,14 +79,14 @@ def bench_files(directory, only=None):
     directory = Path(directory)
     files = sorted(directory.glob("bench_*.py"))
     if not files:
-        raise UsageError(f"no benchmark scripts (bench_*.py) in {str(directory.resolve())!r}. The benchmarks are "
+        raise UsageError(f"--dir {directory}: no benchmark scripts (bench_*.py) in {str(directory.resolve())!r}. The benchmarks are "
                          "part of localkit's source checkout, not of the installed package: run 'localkit bench' "
                          "from the repository root, or pass --dir path/to/localkit/benchmarks (their peers come "
                          "with pip install 'localkit[bench]')")
     names = [f.stem[len("bench_"):] for f in files]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
-        raise UsageError(f"unknown benchmark(s) {', '.join(unknown)}; the benchmarks in {str(directory)!r} are: "
+        raise UsageError(f"--only: unknown benchmark(s) {', '.join(unknown)}; the benchmarks in {str(directory)!r} are: "
                          f"{', '.join(names)}")
     return [f for f, name in zip(files, names) if not only or name in only]
 
@@ -116,26 +138,41 @@ def _delegate(command, argv):
     except ImportError as exc:
         print(f"localkit {command}: {exc}", file=sys.stderr)
         return 2
-    parser = argparse.ArgumentParser(prog=f"localkit {command}")
+    parser = new_parser(prog=f"localkit {command}", description=_plain((mod.__doc__ or "").strip().splitlines()[0]))
     mod.add_arguments(parser)
     return mod.main(parser.parse_args(argv))
 
 
+def _sections():
+    """The tour's section names, listed without importing the tour (nor scikit-learn)."""
+    import pkgutil
+
+    where = importlib.util.find_spec("localkit.tour").submodule_search_locations
+    return sorted(m.name for m in pkgutil.iter_modules(where) if not m.name.startswith("_"))
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="localkit", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"localkit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("tour", help="reproduce every method of the map against its reference")
-    p.add_argument("--out", default="tour_output", help="directory for the figures (default: tour_output)")
-    p.add_argument("--only", nargs="+", help="section names to run (default: all)")
+    parser = new_parser(prog="localkit", description="localkit's command line: the tour of every method against "
+                        "its reference, the benchmarks, and the language-model trainer. 'localkit COMMAND --help' "
+                        "describes a command's options.")
+    parser.add_argument("--version", action="version", version=f"localkit {__version__}",
+                        help="print localkit's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    tour_help = "reproduce every method of the map against its reference, with timings and figures"
+    p = sub.add_parser("tour", help=tour_help, description=tour_help, formatter_class=HelpFormatter)
+    p.add_argument("--out", default="tour_output", help="folder for the figures (made if missing)")
+    p.add_argument("--only", nargs="+", metavar="SECTION",
+                   help=f"run only these sections (default: all; the sections are {', '.join(_sections())})")
     p.set_defaults(func=_tour, parser=p)
-    p = sub.add_parser("bench", help="run benchmarks side by side with their peers")
-    p.add_argument("--dir", default="benchmarks", help="directory holding bench_*.py and RESULTS.md")
-    p.add_argument("--only", nargs="+", help="benchmark names (bench_<name>.py) to run (default: all)")
+    bench_help = "run the benchmarks side by side with their peers and rewrite RESULTS.md"
+    p = sub.add_parser("bench", help=bench_help, description=bench_help, formatter_class=HelpFormatter)
+    p.add_argument("--dir", default="benchmarks", help="folder holding bench_*.py and RESULTS.md (a source checkout's)")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="run only these benchmarks, bench_NAME.py (default: all)")
     p.add_argument("--quick", action="store_true", help="small sizes, print only, RESULTS.md untouched")
     p.set_defaults(func=_bench, parser=p)
     for name, (module, help_) in COMMANDS.items():  # listed for --help; main() hands them over
-        sub.add_parser(name, help=help_)
+        sub.add_parser(name, help=f"{help_}; 'localkit {name} --help' for its options")
     return parser
 
 

@@ -1,9 +1,12 @@
 """The command line and the package surface."""
+import argparse
+import importlib
 import subprocess
 import sys
 
 import pytest
 
+import localkit
 from localkit.cli import build_parser, main, write_section
 from localkit.tour import format_table, run_tour
 from localkit.tour._core import Row
@@ -161,3 +164,43 @@ def test_version_is_printed(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"localkit {localkit.__version__}"
+
+
+def _parsers():
+    from localkit.cli import COMMANDS, new_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    out = {"localkit": parser, "tour": subs["tour"], "bench": subs["bench"]}
+    for name, (module, _) in COMMANDS.items():
+        p = new_parser(prog=f"localkit {name}")
+        importlib.import_module(module).add_arguments(p)
+        out[name] = p
+    return out
+
+
+def test_every_help_is_plain_text_describes_every_option_and_shows_defaults():
+    for name, parser in _parsers().items():
+        text = " ".join(parser.format_help().split())  # lines joined: a default may wrap
+        assert "``" not in text and ":class:" not in text, name
+        for action in parser._actions:
+            if action.option_strings and action.help is not argparse.SUPPRESS:
+                assert action.help, f"localkit {name} {action.option_strings[0]} has no help"
+                if action.default not in (None, False, argparse.SUPPRESS):
+                    assert f"default: {action.default}" in text or "default:" in action.help, \
+                        (name, action.option_strings)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"localkit {localkit.__version__}"
+
+
+def test_train_lm_too_few_files_names_the_option_not_an_internal_setting(capsys):
+    from localkit.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train-lm", "--max-files", "3", "--steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--max-files 3: at least 10 files" in err and "val_every" not in err

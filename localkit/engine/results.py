@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
+
 
 @dataclass
 class LocalSums:
@@ -79,7 +81,7 @@ def check_empty(policy, count, stacklevel):
         )
     if policy == "nan":
         warnings.warn(f"{count} queries have an empty neighbourhood; their local means are NaN "
-                      "(empty='nan')", RuntimeWarning, stacklevel=stacklevel + 1)
+                      "(empty='nan')", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
 
 
 def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):

@@ -32,6 +32,7 @@ import warnings
 import torch
 
 from ..kernels.profiles import PROFILES
+from ..exceptions import FallbackWarning, user_stacklevel
 
 #: Distinct ``score_mod``s (ten profiles, windows) and shapes each compile once; torch's default
 #: recompile limit (8 per function) would silently send the rest to the eager, dense fallback
@@ -71,7 +72,7 @@ def fused_or_none(key, call):
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         fused = "The Triton attention kernel" if key[0] == "triton" else "FlexAttention"
         warnings.warn(f"{fused} failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
-                      "path is used instead (exact, slower)", RuntimeWarning, stacklevel=3)
+                      "path is used instead (exact, slower)", FallbackWarning, stacklevel=user_stacklevel())
         return None
 
 

@@ -20,6 +20,7 @@ from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
+from ..exceptions import BandwidthWarning, user_stacklevel
 
 FLOATS = [np.float64, np.float32]
 
@@ -90,7 +91,7 @@ def warn_far_bandwidth(h, X, sample_weight=None):
         warnings.warn(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean square "
                       f"distance of the samples to their mean, {float(np.sqrt(np.sum(sigma ** 2))):.3g}): every "
                       "sample weighs about the same and the fit is close to the global mean; give a bandwidth on "
-                      "the data's scale or use bandwidth='scott' (the default) or 'cv'", UserWarning, stacklevel=6)
+                      "the data's scale or use bandwidth='scott' (the default) or 'cv'", BandwidthWarning, stacklevel=user_stacklevel())
 
 
 class LocalKernelMixin:

@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..engine import EngineOptions, backend_of
 from ._base import LocalMeanParams
+from ..exceptions import LocalkitWarning, user_stacklevel
 
 
 class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
@@ -114,7 +115,7 @@ sample_weight_type, weights, metric_params
         self._check_sparse_fit(X)
         if y.ndim == 2 and y.shape[1] == 1:  # scikit-learn's KNeighborsClassifier: one output, warned
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
-                          "of y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)
+                          "of y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=user_stacklevel())
             y = y[:, 0]
         self.outputs_2d_ = y.ndim == 2
         if self.outputs_2d_:
@@ -191,7 +192,7 @@ sample_weight_type, weights, metric_params
                     proba[outliers, start + at[0]] = 1.0
                 else:
                     warnings.warn(f"Outlier label {label_k} is not in training classes. All class probabilities "
-                                  "of outliers will be assigned with 0.", UserWarning, stacklevel=3)
+                                  "of outliers will be assigned with 0.", LocalkitWarning, stacklevel=user_stacklevel())
                 start += len(classes_k)
         return proba, outliers
 

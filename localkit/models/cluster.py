@@ -25,6 +25,7 @@ from .._progress import warn_max_iter
 from .._validation import check_points
 from ..engine import EngineOptions, backend_of, bind, iterate, map_queries, row_norm_change
 from ..kernels import Kernel
+from ..exceptions import LocalkitWarning, user_stacklevel
 
 
 def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
@@ -102,7 +103,7 @@ def bin_seeds(X, bin_size, min_bin_freq=1):
     seeds = cells[counts >= min_bin_freq].astype(np.float32)
     if len(seeds) == X.shape[0]:
         warnings.warn(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds.",
-                      stacklevel=2)
+                      LocalkitWarning, stacklevel=user_stacklevel())
         return backend.host(X)
     return seeds * bin_size
 

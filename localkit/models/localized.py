@@ -19,6 +19,7 @@ from ..engine import BoundKernel, make_kernel, resolve_n_jobs
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
 from ..engine import map_queries
+from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
 
 BLOCK = 128  # queries whose weights are computed in one engine call
 
@@ -179,7 +180,7 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         if dropped:
             warnings.warn(f"{dropped} of {len(X)} queries have no sample of weight >= min_weight={self.min_weight!r}"
                           " (their heaviest samples weigh less); they got the target of their nearest sample. "
-                          "Lower min_weight or widen the bandwidth.", UserWarning, stacklevel=4)
+                          "Lower min_weight or widen the bandwidth.", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
         return np.concatenate([out for out, _ in parts])
 
     def _local_block(self, Q, method):

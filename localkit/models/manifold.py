@@ -30,6 +30,7 @@ from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
 from ..engine import map_queries
+from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 LLE_METHODS = ("standard", "modified", "hessian", "ltsa")
@@ -571,7 +572,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
                                  "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'")
             if self.empty == "nan":
                 warnings.warn(f"{n} queries have an empty neighbourhood; their local PCA is NaN (empty='nan')",
-                              RuntimeWarning, stacklevel=3)
+                              EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
             else:  # the nearest sample: a neighbourhood of one point, no variance
                 mean[empty] = self.X_fit_[nearest[empty]]
         vals, vecs = np.linalg.eigh(cov)

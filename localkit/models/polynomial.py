@@ -17,6 +17,7 @@ from ..engine import (KDSurface, LocalPolynomialFit, backend_of, binned_polynomi
                       local_polynomial, map_queries, neighbors as nb, twin_groups)
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
+from ..exceptions import FallbackWarning, NearSingularDesignWarning, user_stacklevel
 
 #: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
 INTERPOLATE_MAX_FEATURES = 4
@@ -349,7 +350,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         if self.surface == "interpolate" and X.shape[1] > INTERPOLATE_MAX_FEATURES:
             warnings.warn(f"surface='interpolate' blends the 2^d corners of each cell and pays up to "
                           f"{INTERPOLATE_MAX_FEATURES} features (R's loess limit); with n_features={X.shape[1]} "
-                          "this fit is surface='direct' (exact local fits)", UserWarning, stacklevel=3)
+                          "this fit is surface='direct' (exact local fits)", FallbackWarning, stacklevel=user_stacklevel())
         elif self.surface == "interpolate":
             per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
             self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
@@ -500,7 +501,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
                 f"design for degree={self.degree} (too few neighbours or collinear points); they fall "
                 "back to the local mean. Widen the bandwidth or span, or set ridge > 0.",
-                RuntimeWarning, stacklevel=4)
+                NearSingularDesignWarning, stacklevel=user_stacklevel())
         return out
 
     def _exact_fit(self, X, kernel, exclude_self=False, slopes=False, balls=None):

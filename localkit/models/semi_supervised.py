@@ -31,6 +31,7 @@ from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
 from ..engine import map_queries
+from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
 
 NORMALIZATIONS = ("mean", "symmetric")
 #: scikit-learn's default max_iter: LabelPropagation's (hard clamping) and LabelSpreading's (soft)
@@ -51,7 +52,7 @@ def _warn_no_label_mass(P, what, outcome):
         rows = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
         warnings.warn(f"{len(empty)} of {len(P)} {what} received no label mass (rows {rows}): no label reaches them "
                       f"through the kernel; {outcome}. A wider bandwidth or more neighbours, or a label among them, "
-                      f"connects them.", UserWarning, stacklevel=4)  # the caller of fit or predict_proba
+                      f"connects them.", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())  # the caller of fit or predict_proba
 
 
 class RelaxationLabeling(ClassifierMixin, BaseEstimator):

@@ -40,6 +40,8 @@ KERNELS = {"softmax": ("softmax", "mean"), "gaussian": ("gaussian", "mean"), "la
            "epanechnikov": ("epanechnikov", "mean"), "local-linear": ("softmax", "linear")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: settings that fix the model and the data: a checkpoint resumes only with the same ones
+#: the fewest files --max-files may keep: every 10th file is held out (nn.data.stdlib_corpus's val_every)
+MIN_FILES = 10
 MODEL_SETTINGS = ("kernel", "context", "d_model", "heads", "layers", "ridge", "data", "max_files", "batch_size")
 
 
@@ -49,18 +51,21 @@ def add_arguments(parser):
     parser.add_argument("--steps", type=count, default=600, help="optimisation steps (default: 600)")
     parser.add_argument("--max-minutes", type=positive, default=None,
                         help="time budget: stop early when spent (the learning-rate schedule follows it)")
-    parser.add_argument("--batch-size", type=count, default=32)
+    parser.add_argument("--batch-size", type=count, default=32, help="windows of text per optimisation step")
     parser.add_argument("--context", type=count, default=64, help="characters of context (default: 64)")
-    parser.add_argument("--d-model", type=count, default=64)
-    parser.add_argument("--heads", type=count, default=4)
-    parser.add_argument("--layers", type=count, default=3)
+    parser.add_argument("--d-model", type=count, default=64, help="width of the token vectors (a multiple of --heads)")
+    parser.add_argument("--heads", type=count, default=4, help="attention heads per layer")
+    parser.add_argument("--layers", type=count, default=3, help="Transformer layers")
     parser.add_argument("--ridge", type=positive, default=0.1,
                         help="ridge of the local linear model (--kernel local-linear; default: 0.1)")
     parser.add_argument("--lr", type=positive, default=3e-3, help="peak learning rate of AdamW (default: 3e-3)")
     parser.add_argument("--eval-every", type=count, default=100, help="steps between validation estimates")
     parser.add_argument("--eval-windows", type=count, default=128, help="held-out windows per estimate (fixed)")
-    parser.add_argument("--max-files", type=count, default=None, help="use only the first N files (quick runs)")
-    parser.add_argument("--seed", type=option_number(int, allow_zero=True), default=0)
+    parser.add_argument("--max-files", type=count, default=None,
+                        help=f"use only the first N files of the stdlib's source, at least {MIN_FILES} (quick runs; "
+                             "default: all)")
+    parser.add_argument("--seed", type=option_number(int, allow_zero=True), default=0,
+                        help="seed of the model's initialisation and of the batches")
     parser.add_argument("--threads", type=count, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log", default=None, help="write the curve and final figures to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -117,6 +122,11 @@ def _log_refused(path):
 def _check(args):
     """Every option and path, before the corpus is read or a model built."""
     # numbers are checked by their argparse types (option_number)
+    if args.max_files is not None and args.data is None and args.max_files < MIN_FILES:
+        _error(args, f"--max-files {args.max_files}: at least {MIN_FILES} files are needed (every {MIN_FILES}th "
+                     "file is held out for validation)")
+    if args.max_files is not None and args.data is not None:
+        _error(args, "--max-files selects files of the stdlib's source; it does not apply with --data")
     if args.d_model % args.heads:
         _error(args, f"--d-model {args.d_model} must be divisible by --heads {args.heads}")
     for option in ("log", "checkpoint"):

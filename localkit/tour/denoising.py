@@ -4,7 +4,7 @@ import warnings
 
 import numpy as np
 
-from ._core import Row
+from ._core import Row, iteration_budget
 
 ORDER = 50
 TITLE = "Denoising: non-local means, the posterior-mean denoiser, the lazy autoencoder"
@@ -113,8 +113,9 @@ def _autoencoder_row(ctx):
 
     X, roll = make_swiss_roll(600, noise=0.2, random_state=0)
     train, test = X[:400], X[400:]
-    ukr, t = ctx.timed(lambda: LazyAutoencoder(n_components=2, max_iter=100).fit(train))
-    pca, t_ref = ctx.timed(lambda: PCA(2).fit(train))
+    with iteration_budget():  # a budget of 100 L-BFGS steps (1,000 still do not meet the tolerance)
+        ukr, t = ctx.timed(lambda: LazyAutoencoder(n_components=2, max_iter=100).fit(train))
+    pca = PCA(2).fit(train)  # the error baseline (untimed: not the same computation)
     err = lambda rec: np.mean(np.sum((rec - test) ** 2, axis=1))
     codes = ukr.transform(test)
     rec = ukr.inverse_transform(codes)
@@ -123,7 +124,7 @@ def _autoencoder_row(ctx):
     _plot_latent(ctx, ukr.embedding_, pca.transform(train), roll[:400])
     return Row("lazy autoencoder (UKR), swiss roll, 2 components", f"held-out MSE={err(rec):.3f}",
                f"decoder by formula; sklearn PCA(2) MSE={err(pca.inverse_transform(pca.transform(test))):.3f}",
-               np.abs(rec - nadaraya_watson).max(), t, t_ref, 1e-10)
+               np.abs(rec - nadaraya_watson).max(), t, np.nan, 1e-10)  # PCA: an error baseline, not the same computation
 
 
 def _plot_pair(ctx, clean, noisy, ref, ours):

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from .._timing import median_time
-from ._core import Row
+from ._core import Row, iteration_budget
 
 ORDER = 55
 TITLE = "Hierarchy and non-locality: hierarchical autoencoder, local-mean layers, the non-local block"
@@ -53,7 +53,8 @@ def autoencoders(train, test, components=(16, 2), max_iter=200):
             model, t = median_time(mlp)
             out.append((name, err(model.predict(test)), t, None))
             continue
-        model, t = median_time(lambda: make().fit(train))
+        with iteration_budget():  # every model gets max_iter steps: the comparison is at equal budget
+            model, t = median_time(lambda: make().fit(train))
         codes = model.embedding_ if hasattr(model, "embedding_") else model.transform(train)
         out.append((name, err(model.inverse_transform(model.transform(test))), t, codes))
     return out
@@ -166,8 +167,9 @@ def run(ctx):
     rows = [Row("hierarchical autoencoder (digits 500/150, (16, 2))", f"held-out error={hier_err:.2f}",
                 others, float("nan"), t_hier, t_flat)]
 
-    one = HierarchicalAutoencoder((2,), max_iter=20).fit(train[:200])
-    lae, t_ref = ctx.timed(lambda: LazyAutoencoder(2, max_iter=20).fit(train[:200]))
+    with iteration_budget():  # 20 steps each: the same iterates, compared
+        one = HierarchicalAutoencoder((2,), max_iter=20).fit(train[:200])
+        lae, t_ref = ctx.timed(lambda: LazyAutoencoder(2, max_iter=20).fit(train[:200]))
     rows.append(Row("hierarchical autoencoder, one level", "codes of (2,)", "LazyAutoencoder(2) codes",
                     float(np.abs(one.transform(test) - lae.transform(test)).max()), float("nan"), t_ref, 1e-12))
 
@@ -199,7 +201,8 @@ def _nonlocal_row():
     torch.manual_seed(0)
     block = NonLocalBlock(8, dim=2)
     x = torch.randn(2, 8, 24, 24)
-    (out, t) = median_time(lambda: block(x), 3)
+    with torch.no_grad():  # a forward pass only (a float of a tensor that requires grad warns)
+        (out, t) = median_time(lambda: block(x), 3)
     return Row("non-local block, fresh (Wang et al. 2018)", "NonLocalBlock(8, dim=2)", "the identity",
                float((out - x).abs().max()), t, float("nan"), 0.0)
 

@@ -26,6 +26,7 @@ from ..passes import neighbors as nb
 from .dask import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
 from ..checks import as_points
 from .array_api import foreign_namespace, to_host, xp_nearest
+from ...exceptions import user_stacklevel
 
 
 def backend_of(*arrays):
@@ -318,5 +319,5 @@ def _call(method, est, block, args, kwargs, block_info=None):
         out = method(est, block, *args, **kwargs)
     for w in caught:  # re-emitted: the caller's warning filters apply
         warnings.warn(f"{w.message} [dask chunk of rows {start}:{stop}; rows named here count from {start}]",
-                      w.category, stacklevel=2)
+                      w.category, stacklevel=user_stacklevel())
     return out

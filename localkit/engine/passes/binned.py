@@ -99,7 +99,7 @@ def _corners(i0, frac, shape):
         yield base + int(np.dot(corner, strides)), share
 
 
-@njit(cache=False)
+@njit(cache=True)
 def _bin(X, lo, inv_delta, dims, strides, V, B):
     """``B[flat(m), col] += a_im V[i, col]`` over the ``2^d`` corners ``m`` of each sample's cell
     (:func:`_cells`' arithmetic; the samples lie above ``lo``, so ``int`` is ``floor``), in one
