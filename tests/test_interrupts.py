@@ -51,6 +51,9 @@ def _interrupted(call, timer):
 def test_ctrl_c_stops_the_compiled_compact_pass_between_chunks(monkeypatch):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(100_000, 2)), rng.normal(size=100_000)  # 10 chunks, ~1 s each on a busy 2-core machine
+    # compiled code loaded first: Ctrl-C then lands in a compiled call, not in numba's compiler (a
+    # fresh clone's quick suite compiled here, and the interrupt was lost in 2 of 4 runs)
+    local_mean(X[:10], X[:1000], y[:1000], kernel="epanechnikov", bandwidth=0.2, algorithm="compiled")
     done, timer = _spy(monkeypatch, compact, "_window_sums", lambda Q, *rest: len(Q))
     _interrupted(lambda: local_mean(X, X, y, kernel="epanechnikov", bandwidth=0.2, algorithm="compiled"), timer)
     assert sum(done) < len(X)  # the code before ran the whole pass in one compiled call
