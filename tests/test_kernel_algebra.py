@@ -13,13 +13,12 @@ import warnings
 import numpy as np
 import pytest
 
+from statsmodels.nonparametric.kernel_density import KDEMultivariate
+from statsmodels.nonparametric.kernel_regression import KernelReg
+
 from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density, local_mean, local_sums
 from localkit.engine import BoundKernel
 from localkit.kernels import resolve_bandwidth
-
-statsmodels = pytest.importorskip("statsmodels")
-from statsmodels.nonparametric.kernel_density import KDEMultivariate  # noqa: E402
-from statsmodels.nonparametric.kernel_regression import KernelReg  # noqa: E402
 
 PROFILE = {"c": "gaussian", "u": "aitchison_aitken", "o": "wang_ryzin"}
 
@@ -223,7 +222,7 @@ def test_repr_and_pickle():
 
 
 def test_feature_names_from_dataframe():
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
     X, y, Q = _mixed(8)
     cols = ["x", "kind", "grade", "other"]
     frame, queries = pd.DataFrame(X, columns=cols), pd.DataFrame(Q, columns=cols)
@@ -284,7 +283,7 @@ def test_bad_input_at_bind_and_in_estimators():
 
 
 def test_dask_refused():
-    da = pytest.importorskip("dask.array")
+    import dask.array as da
     X, y, Q = _mixed(10)
     K = Kernel("gaussian", features=[0]) * Kernel("wang_ryzin", bandwidth=0.2, features=[2])
     with pytest.raises(ValueError, match="dask"):
@@ -293,7 +292,7 @@ def test_dask_refused():
 
 @pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
 def test_streamed_pass_on_tensors(dispatch, dtype, atol):
-    torch = pytest.importorskip("torch")
+    import torch
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     X, y, Q = _mixed(11)
     K = (Kernel("epanechnikov", bandwidth=1.5, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
@@ -313,7 +312,7 @@ def test_streamed_pass_on_tensors(dispatch, dtype, atol):
 
 
 def test_streamed_pass_on_array_api_strict(dispatch):
-    xp = pytest.importorskip("array_api_strict")
+    import array_api_strict as xp
     X, y, Q = _mixed(12)
     K = Kernel("gaussian", bandwidth=0.8, features=[0]) * Kernel("wang_ryzin", bandwidth=0.3, features=[2])
     out = local_sums(xp.asarray(Q), xp.asarray(X), xp.asarray(y), K)
