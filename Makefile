@@ -1,6 +1,7 @@
 # The commands do all the set-up on a fresh machine with Python 3.11:
 #   make tour       -> .venv, install, run `localkit tour`
-#   make test-fast  -> .venv, install with test extras, the quick suite: pytest -m "not slow"
+#   make test-fast  -> .venv, install with test extras, the quick suite: pytest -m "not slow",
+#                      on every core (pytest-xdist, -n auto)
 #                      (one case of each reference sweep, every bad-input check)
 #   make test       -> .venv, install with test extras, the full suite (CI runs this)
 PYTHON ?= python3
@@ -45,11 +46,11 @@ tour: $(VENV)/.tour
 	$(VENV)/bin/localkit tour
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # the slow reference sweeps are marked in tests/conftest.py (SLOW); `pytest -m slow` runs only them
 test-fast: $(VENV)/.test
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 bench: $(VENV)/.bench
 	$(VENV)/bin/localkit bench
