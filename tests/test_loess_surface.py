@@ -287,7 +287,22 @@ def test_interpolated_surface_equals_r(columns, span, degree):
 def test_cells_are_cut_at_r_s_order_statistic_off_ties():
     from localkit.engine.local_models.loess_surface import _split_value
 
-    assert _split_value(np.array([1.0, 2, 3, 4])) == 2  # m = ceil(n / 2): the 2nd of 4
-    assert _split_value(np.array([1.0, 2, 3, 4, 5])) == 3
-    assert _split_value(np.array([1.0, 2, 2, 2, 3])) == 2  # 2 | 3 is the nearest cut off the ties
-    assert _split_value(np.array([1.0, 2, 3, 3, 3, 4])) == 2  # 2 | 3, found below the middle
+    # (the cut, the low child's count), from the sorted coordinates
+    assert _split_value(np.array([1.0, 2, 3, 4])) == (2, 2)  # m = ceil(n / 2): the 2nd of 4
+    assert _split_value(np.array([1.0, 2, 3, 4, 5])) == (3, 3)
+    assert _split_value(np.array([1.0, 2, 2, 2, 3])) == (2, 4)  # 2 | 3 is the nearest cut off the ties
+    assert _split_value(np.array([1.0, 2, 3, 3, 3, 4])) == (2, 2)  # 2 | 3, found below the middle
+
+    def scan(v):  # R's search (ehg129) step by step: offsets 0, +1, -1, +2, ... from the middle
+        m, offset = (len(v) + 1) // 2 - 1, 0
+        while 0 <= m + offset < len(v) - 1:
+            if v[m + offset] != v[m + offset + 1]:
+                m += offset
+                break
+            offset = -offset + (1 if -offset >= 0 else 0)
+        return v[m], int(np.sum(v <= v[m]))
+
+    rng = np.random.default_rng(14)  # heavy ties: long runs on either side of the middle
+    for _ in range(2000):
+        v = np.sort(rng.integers(0, rng.integers(1, 8), size=rng.integers(2, 40)).astype(float))
+        assert _split_value(v) == scan(v), v
