@@ -3,8 +3,10 @@ dense pass in float32 and float64, of the compiled compact pass against scikit-l
 ``RadiusNeighborsRegressor`` and a direct ``(1 - u^2)`` loop, and the interpolated LOESS surface
 at a million samples; next to the measured ``exp`` and FMA rates."""
 
+import importlib.util
 import os
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -32,6 +34,20 @@ def direct_epanechnikov_sums(Q, X, y, h2):
     return out
 
 
+def _keops():
+    """``keops_nw`` of ``bench_local_mean`` (KeOps-CPU's stabilised Gaussian local mean), or ``None``
+    where pykeops is not installed."""
+    try:
+        import pykeops  # noqa: F401
+    except ImportError:
+        return None
+    path = Path(__file__).with_name("bench_local_mean.py")
+    spec = importlib.util.spec_from_file_location("localkit_bench_local_mean", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.keops_nw
+
+
 def _gaussian(quick, repeat):
     from localkit import local_mean
 
@@ -40,19 +56,35 @@ def _gaussian(quick, repeat):
     X, Q = rng.normal(size=(n, d)), rng.normal(size=(n, d))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
     X32, Q32, y32 = (a.astype(np.float32) for a in (X, Q, y))
+    keops = _keops()
+    if keops is not None:
+        keops(Q32[:200], X32[:200], y32[:200], 1.0)  # compile outside the timing
     rows = []
     for h in (0.25, 1.0):
-        (t64, t32), (a, b) = interleaved([lambda: local_mean(Q, X, y, bandwidth=h, n_jobs=-1),
-                                          lambda: local_mean(Q32, X32, y32, bandwidth=h, n_jobs=-1)],
-                                         repeat, warmup=True)
+        funcs = [lambda: local_mean(Q, X, y, bandwidth=h, n_jobs=-1),
+                 lambda: local_mean(Q32, X32, y32, bandwidth=h, n_jobs=-1)]
+        if keops is not None:
+            funcs.append(lambda: keops(Q32, X32, y32, np.float32(h)))
+        times, results = interleaved(funcs, repeat, warmup=True)
+        a, b = results[:2]
         rel = np.abs(b - a).max() / np.abs(a).max()
-        rows.append(f"| {h} | {t64:.3f} s | {n * n / t64 / 1e6:.0f} | {t32:.3f} s | {n * n / t32 / 1e6:.0f} | "
-                    f"{t64 / t32:.2f}x | {rel:.1e} |")
+        t64, t32 = times[:2]
+        row = (f"| {h} | {t64:.3f} s | {n * n / t64 / 1e6:.0f} | {t32:.3f} s | {n * n / t32 / 1e6:.0f} | "
+               f"{t64 / t32:.2f}x | {rel:.1e} |")
+        if keops is not None:
+            rel_k = np.abs(results[2] - a).max() / np.abs(a).max()
+            row += f" {times[2]:.3f} s | {n * n / times[2] / 1e6:.0f} | {times[2] / t32:.2f}x | {rel_k:.1e} |"
+        rows.append(row)
+    head = "| h | float64 | M pairs/s | float32 | M pairs/s | float32 speed-up | rel. error |"
+    rule = "|---|---|---|---|---|---|---|"
+    if keops is not None:
+        head += " KeOps-CPU float32 | M pairs/s | localkit float32 speed-up over KeOps | KeOps rel. error |"
+        rule += "---|---|---|---|"
+    peer = ("KeOps-CPU's float32 (pykeops, its stabilised `sumsoftmaxweight`) interleaved in the same run"
+            if keops is not None else "KeOps is not installed here, so its float32 is not in this run")
     return [f"Gaussian local mean, n_queries = n_samples = {n:,}, d = {d} (normal data), both dtypes on 2 "
-            f"threads, medians of {repeat} interleaved runs. KeOps is not installed here, so its float32 "
-            "is not in this run.", "",
-            "| h | float64 | M pairs/s | float32 | M pairs/s | float32 speed-up | rel. error |",
-            "|---|---|---|---|---|---|---|", *rows]
+            f"threads, medians of {repeat} interleaved runs; {peer}. Errors relative to localkit's float64.", "",
+            head, rule, *rows]
 
 
 def _compact(quick, repeat):
