@@ -6,7 +6,10 @@
 * "auto" takes the compiled compact pass where it applies, up to ``COMPILED_MAX_FEATURES``
   features (measured faster than the dense and radius paths at d = 2, 4 and 8 for every
   bandwidth tried, and than the dense path at d = 32), else the radius path for compact
-  profiles whose support holds few samples, else the dense path;
+  profiles whose support holds few samples, else the dense path; a compact profile at a fixed
+  bandwidth in more than 16 features there runs over k-d tree leaves and
+  skips the sample leaves out of reach by their bounding boxes where a probe finds that cheaper
+  (:func:`~localkit.engine.passes.dense.prune_blocks`);
 * "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken only when asked for, and
   refused with a ``ValueError`` naming the parameter where it cannot apply;
 * sparse (CSR) samples take the neighbour path only (:func:`sparse_refusals`): scikit-learn's
@@ -192,6 +195,8 @@ def explain(bound, Q, q_scale, exclude_self):
         why_neighbors = "too many samples in the support (probed): a full pass is cheaper"
     if path == "dense":
         why_dense = "algorithm='dense'" if algorithm == "dense" else "the general path"
+        from .passes.dense import PRUNE_MAX_KEPT, PRUNE_MIN_FEATURES, kept_fraction, prune_conditions
+
         if prune_conditions(bound, q_scale, exclude_self):
             kept = kept_fraction(bound, Q)
             why_dense += (f"; a compact profile in {d} > {PRUNE_MIN_FEATURES} features: "
@@ -300,52 +305,6 @@ def plan(bound, Q, q_scale, exclude_self):
     if radius_ok and _few_in_support(bound, Q):
         return "neighbors"
     return "dense"
-
-
-#: A compact profile at a fixed bandwidth in more than this many features, on the dense path, runs
-#: over the leaves of k-d trees and skips the sample leaves out of reach of a query leaf (their
-#: bounding boxes farther apart than the support) where a probe keeps fewer than
-#: ``PRUNE_MAX_KEPT`` of the block pairs. In fewer features the compiled pass or the radius path
-#: prunes already.
-PRUNE_MIN_FEATURES = 16
-PRUNE_MAX_KEPT = 0.75
-
-
-def prune_conditions(bound, q_scale, exclude_self):
-    """Whether the dense path may prune blocks by bounding boxes here (before the probe): a compact
-    profile at a fixed bandwidth (the support ``u^2 <= 1`` in the engine's coordinates) in more
-    than ``PRUNE_MIN_FEATURES`` features, taken by ``algorithm='auto'`` (``'dense'`` keeps the
-    plain order of blocks, and its sums bit for bit)."""
-    kern = bound.kernel
-    return (bound.on_host and not bound.sparse and bound.factors is None and kern.compact
-            and kern.n_neighbors is None and kern.metric == "euclidean" and bound.scaled and q_scale is None
-            and bound.sample_scale is None and not exclude_self and not bound.options.exact_edge
-            and bound.options.algorithm == "auto" and bound.n_features > PRUNE_MIN_FEATURES)
-
-
-def kept_fraction(bound, Q, probe=4096):
-    """The share of (query block, sample block) pairs that the pruned dense path keeps, estimated
-    on at most ``probe`` queries (in leaves of proportionally fewer queries, so that their boxes
-    span what the full leaves span)."""
-    from .passes.dense import PRUNE_QUERY_LEAF, boxes_in_reach, dense_blocks, kd_order
-
-    if len(Q) == 0:
-        return 0.0
-    bq, bs = dense_blocks(bound, Q)
-    bq = min(bq, PRUNE_QUERY_LEAF)
-    rng = np.random.default_rng(0)
-    P = Q[np.sort(rng.choice(len(Q), size=min(probe, len(Q)), replace=False))]
-    leaf = max(1, bq * len(P) // len(Q))
-    order = kd_order(P, leaf)
-    _, lo, hi = bound.sample_leaves(bs)
-    kept = [boxes_in_reach(lo, hi, P[order[a:a + leaf]]).mean() for a in range(0, len(P), leaf)]
-    return float(np.mean(kept))
-
-
-def prune_blocks(bound, Q, q_scale, exclude_self):
-    """True when the dense path runs over k-d tree leaves and skips the sample leaves out of reach
-    (:func:`prune_conditions` and a probe keeping fewer than ``PRUNE_MAX_KEPT`` of the blocks)."""
-    return prune_conditions(bound, q_scale, exclude_self) and kept_fraction(bound, Q) < PRUNE_MAX_KEPT
 
 
 def _few_in_support(bound, Q, probe=64, subset=20_000, fraction=0.05):

@@ -175,12 +175,54 @@ def dense_blocks(bound, Q):
                        n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
 
 
-def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
-    """The dense pass (see the module's docstring); with the planner's
-    :func:`~localkit.engine.planner.prune_blocks`, over the leaves of k-d trees of the queries and
-    of the samples, skipping the sample leaves that no query of a leaf reaches."""
-    from ..planner import prune_blocks
+#: A compact profile at a fixed bandwidth in more than this many features, on the dense path, runs
+#: over the leaves of k-d trees and skips the sample leaves out of reach of a query leaf (their
+#: bounding boxes farther apart than the support) where a probe keeps fewer than
+#: ``PRUNE_MAX_KEPT`` of the block pairs. In fewer features the compiled pass or the radius path
+#: prunes already.
+PRUNE_MIN_FEATURES = 16
+PRUNE_MAX_KEPT = 0.75
 
+
+def prune_conditions(bound, q_scale, exclude_self):
+    """Whether the dense path may prune blocks by bounding boxes here (before the probe): a compact
+    profile at a fixed bandwidth (the support ``u^2 <= 1`` in the engine's coordinates) in more
+    than ``PRUNE_MIN_FEATURES`` features, taken by ``algorithm='auto'`` (``'dense'`` keeps the
+    plain order of blocks, and its sums bit for bit)."""
+    kern = bound.kernel
+    return (bound.on_host and not bound.sparse and bound.factors is None and kern.compact
+            and kern.n_neighbors is None and kern.metric == "euclidean" and bound.scaled and q_scale is None
+            and bound.sample_scale is None and not exclude_self and not bound.options.exact_edge
+            and bound.options.algorithm == "auto" and bound.n_features > PRUNE_MIN_FEATURES)
+
+
+def kept_fraction(bound, Q, probe=4096):
+    """The share of (query block, sample block) pairs that the pruned dense path keeps, estimated
+    on at most ``probe`` queries (in leaves of proportionally fewer queries, so that their boxes
+    span what the full leaves span)."""
+    if len(Q) == 0:
+        return 0.0
+    bq, bs = dense_blocks(bound, Q)
+    bq = min(bq, PRUNE_QUERY_LEAF)
+    rng = np.random.default_rng(0)
+    P = Q[np.sort(rng.choice(len(Q), size=min(probe, len(Q)), replace=False))]
+    leaf = max(1, bq * len(P) // len(Q))
+    order = kd_order(P, leaf)
+    _, lo, hi = bound.sample_leaves(bs)
+    kept = [boxes_in_reach(lo, hi, P[order[a:a + leaf]]).mean() for a in range(0, len(P), leaf)]
+    return float(np.mean(kept))
+
+
+def prune_blocks(bound, Q, q_scale, exclude_self):
+    """True when the dense path runs over k-d tree leaves and skips the sample leaves out of reach
+    (:func:`prune_conditions` and a probe keeping fewer than ``PRUNE_MAX_KEPT`` of the blocks)."""
+    return prune_conditions(bound, q_scale, exclude_self) and kept_fraction(bound, Q) < PRUNE_MAX_KEPT
+
+
+def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    """The dense pass (see the module's docstring); where :func:`prune_blocks` says so, over the
+    leaves of k-d trees of the queries and of the samples, skipping the sample leaves that no
+    query of a leaf reaches."""
     threads = bound.options.threads
     n_q, n_s, width = len(Q), bound.n_samples, V_aug.shape[1]
     bq, bs = dense_blocks(bound, Q)
