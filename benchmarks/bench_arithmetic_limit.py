@@ -3,8 +3,10 @@ dense pass in float32 and float64, of the compiled compact pass against scikit-l
 ``RadiusNeighborsRegressor`` and a direct ``(1 - u^2)`` loop, and the interpolated LOESS surface
 at a million samples; next to the measured ``exp`` and FMA rates."""
 
+import importlib.util
 import os
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -32,6 +34,20 @@ def direct_epanechnikov_sums(Q, X, y, h2):
     return out
 
 
+def _keops():
+    """``keops_nw`` of ``bench_local_mean`` (KeOps-CPU's stabilised Gaussian local mean), or ``None``
+    where pykeops is not installed."""
+    try:
+        import pykeops  # noqa: F401
+    except ImportError:
+        return None
+    path = Path(__file__).with_name("bench_local_mean.py")
+    spec = importlib.util.spec_from_file_location("localkit_bench_local_mean", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.keops_nw
+
+
 def _gaussian(quick, repeat):
     from localkit import local_mean
 
@@ -40,19 +56,35 @@ def _gaussian(quick, repeat):
     X, Q = rng.normal(size=(n, d)), rng.normal(size=(n, d))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
     X32, Q32, y32 = (a.astype(np.float32) for a in (X, Q, y))
+    keops = _keops()
+    if keops is not None:
+        keops(Q32[:200], X32[:200], y32[:200], 1.0)  # compile outside the timing
     rows = []
     for h in (0.25, 1.0):
-        (t64, t32), (a, b) = interleaved([lambda: local_mean(Q, X, y, bandwidth=h, n_jobs=-1),
-                                          lambda: local_mean(Q32, X32, y32, bandwidth=h, n_jobs=-1)],
-                                         repeat, warmup=True)
+        funcs = [lambda: local_mean(Q, X, y, bandwidth=h, n_jobs=-1),
+                 lambda: local_mean(Q32, X32, y32, bandwidth=h, n_jobs=-1)]
+        if keops is not None:
+            funcs.append(lambda: keops(Q32, X32, y32, np.float32(h)))
+        times, results = interleaved(funcs, repeat, warmup=True)
+        a, b = results[:2]
         rel = np.abs(b - a).max() / np.abs(a).max()
-        rows.append(f"| {h} | {t64:.3f} s | {n * n / t64 / 1e6:.0f} | {t32:.3f} s | {n * n / t32 / 1e6:.0f} | "
-                    f"{t64 / t32:.2f}x | {rel:.1e} |")
+        t64, t32 = times[:2]
+        row = (f"| {h} | {t64:.3f} s | {n * n / t64 / 1e6:.0f} | {t32:.3f} s | {n * n / t32 / 1e6:.0f} | "
+               f"{t64 / t32:.2f}x | {rel:.1e} |")
+        if keops is not None:
+            rel_k = np.abs(results[2] - a).max() / np.abs(a).max()
+            row += f" {times[2]:.3f} s | {n * n / times[2] / 1e6:.0f} | {times[2] / t32:.2f}x | {rel_k:.1e} |"
+        rows.append(row)
+    head = "| h | float64 | M pairs/s | float32 | M pairs/s | float32 speed-up | rel. error |"
+    rule = "|---|---|---|---|---|---|---|"
+    if keops is not None:
+        head += " KeOps-CPU float32 | M pairs/s | localkit float32 speed-up over KeOps | KeOps rel. error |"
+        rule += "---|---|---|---|"
+    peer = ("KeOps-CPU's float32 (pykeops, its stabilised `sumsoftmaxweight`) interleaved in the same run"
+            if keops is not None else "KeOps is not installed here, so its float32 is not in this run")
     return [f"Gaussian local mean, n_queries = n_samples = {n:,}, d = {d} (normal data), both dtypes on 2 "
-            f"threads, medians of {repeat} interleaved runs. KeOps is not installed here, so its float32 "
-            "is not in this run.", "",
-            "| h | float64 | M pairs/s | float32 | M pairs/s | float32 speed-up | rel. error |",
-            "|---|---|---|---|---|---|---|", *rows]
+            f"threads, medians of {repeat} interleaved runs; {peer}. Errors relative to localkit's float64.", "",
+            head, rule, *rows]
 
 
 def _compact(quick, repeat):
@@ -82,6 +114,32 @@ def _compact(quick, repeat):
             f"{np.nanmax(np.abs(b - a)):.1e} |",
             f"| direct numba loop over all pairs | | | {len(Q[sub]) * n / t_direct / 1e6:.0f} | | "
             f"{np.nanmax(np.abs(c - a[sub])):.1e} |"]
+
+
+def _pruned(quick, repeat):
+    """A compact kernel at a fixed bandwidth in 64 features: the dense path's pruned blocks (the
+    planner's choice) against the plain dense path and the radius (tree) path."""
+    from localkit import LocalMeanRegressor
+    from localkit.engine import BoundKernel
+    from localkit.kernels import Kernel
+
+    n, m, d, h = (20_000, 1_000, 64, 4.0) if quick else (100_000, 2_000, 64, 4.0)
+    rng = np.random.default_rng(0)
+    centres = 3.0 * rng.normal(size=(50, d))
+    X = centres[rng.integers(0, 50, n)] + 0.3 * rng.normal(size=(n, d))
+    Q = centres[rng.integers(0, 50, m)] + 0.3 * rng.normal(size=(m, d))
+    y = np.sin(X[:, 0]) + X[:, 1]
+    models = {alg: LocalMeanRegressor(kernel="epanechnikov", bandwidth=h, algorithm=alg, n_jobs=-1).fit(X, y)
+              for alg in ("auto", "dense", "neighbors")}
+    times, results = interleaved([lambda mod=mod: mod.predict(Q) for mod in models.values()], repeat, warmup=True)
+    why = BoundKernel(Kernel("epanechnikov", bandwidth=h), X).explain(Q).reasons["dense"]
+    rows = [f"| {name} | {t:.2f} s | {n * m / t / 1e6:.0f} | {times[1] / t:.2f}x | {np.abs(r - results[1]).max():.1e} |"
+            for name, t, r in zip(("auto (the planner)", "dense, every block", "radius path (tree)"), times, results)]
+    return [f"Epanechnikov local mean at h = {h} in {d} features: {n:,} samples and {m:,} queries around 50 "
+            f"centres (N(0, 9) centres, N(0, 0.09) spread), medians of {repeat} interleaved runs. The planner: "
+            f"\"{why}\".", "",
+            "| path | time | M pairs/s (all pairs) | speed-up over dense | max abs diff to dense |",
+            "|---|---|---|---|---|", *rows]
 
 
 def _loess(quick):
@@ -120,6 +178,7 @@ def run(quick=False):
              f"The machine has 2 cores and was shared with other work while this ran (load average "
              f"{os.getloadavg()[0]:.1f} at the start): compare ratios within a table, not times across runs.", "",
              rates_line(rates), ""]
-    lines += _gaussian(quick, repeat) + [""] + _compact(quick, repeat) + [""] + _loess(quick)
+    lines += (_gaussian(quick, repeat) + [""] + _compact(quick, repeat) + [""] + _pruned(quick, repeat) + [""]
+              + _loess(quick))
     lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}."]
     return "\n".join(lines)

@@ -349,16 +349,16 @@ class BoundKernel:
             self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
         return self._cache["compact"]
 
-    @property
-    def base2_samples(self):
-        """``(X', |X'|^2)`` with ``X' = X sqrt(log2 e)``: the samples' side of the Gaussian's
-        log2-weights (see :data:`localkit.engine.passes.dense.BASE2_SCALE`), built on first use."""
-        if "base2" not in self._cache:
-            from .passes.dense import BASE2_SCALE
+    def sample_leaves(self, leaf):
+        """``(cols, lo, hi)``: the samples as leaves of ``leaf`` samples of a k-d tree in the
+        engine's coordinates, with their bounding boxes, for the dense path's pruned blocks
+        (:func:`~localkit.engine.passes.dense.kd_order`), built once per leaf size."""
+        key = ("leaves", leaf)
+        if key not in self._cache:
+            from .passes.dense import kd_order, leaf_boxes
 
-            X2 = (self.X * BASE2_SCALE).astype(self.dtype)
-            self._cache["base2"] = X2, np.einsum("ij,ij->i", X2, X2)
-        return self._cache["base2"]
+            self._cache[key] = leaf_boxes(self.X, kd_order(self.X, leaf), leaf)
+        return self._cache[key]
 
     @cached_property
     def twins(self):

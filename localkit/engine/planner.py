@@ -6,7 +6,10 @@
 * "auto" takes the compiled compact pass where it applies, up to ``COMPILED_MAX_FEATURES``
   features (measured faster than the dense and radius paths at d = 2, 4 and 8 for every
   bandwidth tried, and than the dense path at d = 32), else the radius path for compact
-  profiles whose support holds few samples, else the dense path;
+  profiles whose support holds few samples, else the dense path; a compact profile at a fixed
+  bandwidth in more than 16 features there runs over k-d tree leaves and
+  skips the sample leaves out of reach by their bounding boxes where a probe finds that cheaper
+  (:func:`~localkit.engine.passes.dense.prune_blocks`);
 * "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken only when asked for, and
   refused with a ``ValueError`` naming the parameter where it cannot apply;
 * sparse (CSR) samples take the neighbour path only (:func:`sparse_refusals`): scikit-learn's
@@ -192,6 +195,15 @@ def explain(bound, Q, q_scale, exclude_self):
         why_neighbors = "too many samples in the support (probed): a full pass is cheaper"
     if path == "dense":
         why_dense = "algorithm='dense'" if algorithm == "dense" else "the general path"
+        from .passes.dense import PRUNE_MAX_KEPT, PRUNE_MIN_FEATURES, kept_fraction, prune_conditions
+
+        if prune_conditions(bound, q_scale, exclude_self):
+            kept = kept_fraction(bound, Q)
+            why_dense += (f"; a compact profile in {d} > {PRUNE_MIN_FEATURES} features: "
+                          + (f"blocks pruned by bounding boxes (k-d tree leaves; the probe keeps {kept:.0%} of "
+                             "the block pairs)" if kept < PRUNE_MAX_KEPT else
+                             f"no blocks pruned (the probe keeps {kept:.0%} of the block pairs by bounding boxes, "
+                             f">= {PRUNE_MAX_KEPT:.0%})"))
     elif knn_compact:
         why_dense = "a compact kNN kernel takes the tree's distances (the edge of the support is exact there)"
     else:

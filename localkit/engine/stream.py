@@ -13,13 +13,16 @@ import math
 import numba
 import numpy as np
 
-#: Log-weights this far below the row's largest (``log`` of the dtype's smallest normal number) are
-#: flushed to weight 0 before ``exp``: each such weight is below ``tiny`` relative to the largest
-#: term, so all of them together (fewer than 2^100 samples) change a sum by less than an ulp of
-#: that term, while an ``exp`` whose result is subnormal or underflows costs far more than one
-#: with a normal result (measured on the 2-core machine: float32's ``exp2`` 2x, float64's ``exp`` 4x),
-#: and the weights handed to BLAS are then never subnormal. Gaussian float32, d = 3, h = 0.25,
-#: one thread: the flush (1.6 ns a pair) took ``exp2`` from 0.94 to 0.67 s over 80 M pairs.
+#: Log-weights this far below the row's largest (``log`` of the dtype's smallest normal number,
+#: -87.3 in float32, -708.4 in float64) are flushed to weight 0 (``-inf``) before ``exp``: each
+#: such weight is below ``tiny`` relative to the largest term, so all of them together (fewer than
+#: 2^100 samples) change a sum by less than an ulp of that term, while the weights handed to BLAS
+#: are then never subnormal and ``exp`` never returns one. What that saves depends on the kernel
+#: (NumPy 2.4, AVX-512 core, ns per value in cache): float64 ``exp`` costs 0.6 on arguments with
+#: a normal result, 8-9 where results are subnormal or about ``tiny``, 2-5 on ``-inf``; float32
+#: ``exp`` 0.35 on any of them (its SIMD kernel takes every special case), float32 ``exp2`` 0.4,
+#: 5 on ``-inf`` and 63 on subnormal results (the dense path therefore sums with ``exp``, never
+#: ``exp2``). The sweep itself costs 0.05 (float32) to 0.08 ns (float64) a value.
 UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).tiny)) for t in (np.float32, np.float64)}
 
 

@@ -9,7 +9,8 @@ weighted sums are ``S * exp(shift[:, None])``: ``S[:, -1]`` is the weight sum,
 ``S[:, :-1] / S[:, -1:]`` the local mean.
 
 * **dense** (:mod:`~localkit.engine.passes.dense`) — blocks of queries against blocks of samples,
-  log-weights from one matrix product, an online log-sum-exp where weights underflow;
+  log-weights from one matrix product, an online log-sum-exp where weights underflow (compact
+  profiles in many features: k-d tree leaves, those out of reach skipped by bounding boxes);
 * **neighbors** (:mod:`~localkit.engine.passes.neighbors`) — a tree finds the k nearest samples
   (compact kNN kernels) or the samples within the support (compact profiles with a fixed bandwidth);
 * **compiled** (:mod:`~localkit.engine.passes.compiled`) — one numba pass over samples sorted

@@ -1,8 +1,7 @@
 """The dense path: blocks of queries against blocks of samples (sized to stay in cache,
 :func:`~localkit.engine.block_sizes`), log-weights from one matrix product; distance kernels
-sum the weights directly (``log K <= 0``; the float32 Gaussian in base 2, see ``BASE2_SCALE``)
-and hand rows whose weights underflow to the online log-sum-exp (:mod:`localkit.engine.stream`);
-threads over query blocks.
+sum the weights directly (``log K <= 0``) and hand rows whose weights underflow to the online
+log-sum-exp (:mod:`localkit.engine.stream`); threads over query blocks.
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
@@ -36,18 +35,14 @@ def _cancellation_ok(Q):
 
 
 class QueryBlock:
-    """A block of queries prepared for the dense path: recentred, or marked for exact distances.
+    """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
 
-    ``samples``: ``(X, x_sq)``, the samples and their squared norms in the coordinates of ``Q``
-    (default: the bound's).
-    """
-
-    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, samples=None, points=None):
+    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None):
         # the uniform profile's edge from the index's coordinates (BoundKernel.exact_edge)
         self.points = points if q_scale is None else None
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
-        self.X, self.x_sq = (bound.X, bound.x_sq) if samples is None else samples
+        self.X, self.x_sq = bound.X, bound.x_sq
         self.q_scale = q_scale
         self.temperature = bound.h if bound.kernel.is_softmax else 1.0
         if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
@@ -119,31 +114,126 @@ def _spatial_order(Q):
     return np.argsort(Q[:, widest], kind="stable")
 
 
-#: The Gaussian in base 2: ``log2 K(u) = log K(u sqrt(log2 e))`` for ``K(u) = exp(-u^2 / 2)``, so
-#: coordinates multiplied by ``sqrt(log2 e)`` once per pass turn the same matrix product (or exact
-#: distances) into log2-weights, summed with ``exp2``. NumPy's float32 ``exp2`` is 1.6x faster than
-#: its ``exp`` and as accurate (1 ulp): the float32 pass takes 0.8x the time (n = m = 14,000 and
-#: 20,000, d = 8); float64's pass measured the same either way, so it keeps ``exp``. (The
-#: cancellation test on the scaled queries is 1.44x stricter than it need be.)
-BASE2_SCALE = np.sqrt(np.log2(np.e))
-LOG2E = np.log2(np.e)  # log2 c = log2(e) ln c: sample weights in the base-2 log-weights
-BASE2_DTYPES = (np.dtype(np.float32),)
-
 #: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
 #: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
 BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
 
 
-def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+#: Blocks pruned by bounding boxes: a sample block is skipped for a query block when the squared
+#: distance between their boxes (engine coordinates, where the support is ``u^2 <= 1``) exceeds
+#: ``1 + PRUNE_MARGIN``. The margin is wider than the matrix-product form's error of ``u^2``
+#: (``2 LOG_WEIGHT_TOL``: 2^-9 in float32), so every pair skipped has weight 0 on the unpruned path
+#: too and adding its exact zeros would change no sum.
+PRUNE_MARGIN = 2.0 ** -6
+#: Queries per leaf (and block) when pruning: small leaves have tight boxes (in more than 16
+#: features a block of 64 queries against 512 samples is still ~2 M multiply-adds)
+PRUNE_QUERY_LEAF = 64
+
+
+def kd_order(P, leaf):
+    """A permutation of the rows of ``P`` whose consecutive runs of ``leaf`` rows (the last one
+    shorter) are the leaves of a k-d tree: median splits, at a multiple of ``leaf``, along the
+    widest coordinate; each leaf's indices sorted, so that gathering it reads memory in order."""
+    order = np.arange(len(P))
+    stack = [(0, len(P))]
+    while stack:
+        a, b = stack.pop()
+        if b - a <= leaf:
+            order[a:b].sort()
+            continue
+        sub = order[a:b]
+        pts = P[sub]
+        axis = int(np.argmax(pts.max(axis=0) - pts.min(axis=0)))
+        mid = leaf * (-(-(b - a) // leaf) // 2)  # half of the leaves (rounded down) on the left
+        order[a:b] = sub[np.argpartition(pts[:, axis], mid - 1)]
+        stack += [(a, a + mid), (a + mid, b)]
+    return order
+
+
+def leaf_boxes(P, order, leaf):
+    """``(cols, lo, hi)``: the leaves of :func:`kd_order` (index arrays) and their bounding boxes."""
+    cols = [order[a:a + leaf] for a in range(0, len(order), leaf)]
+    lo = np.array([P[c].min(axis=0) for c in cols])
+    hi = np.array([P[c].max(axis=0) for c in cols])
+    return cols, lo, hi
+
+
+def boxes_in_reach(lo, hi, Qb):
+    """Which sample boxes (``lo``, ``hi``: (n_boxes, d)) hold a point of the support ``u^2 <= 1`` of
+    some query of ``Qb``: the distance between the query block's box and each sample box, with
+    the margin ``PRUNE_MARGIN``."""
+    q_lo, q_hi = Qb.min(axis=0), Qb.max(axis=0)
+    gap = np.maximum(lo - q_hi, 0.0) + np.maximum(q_lo - hi, 0.0)  # one of the two is 0
+    return np.einsum("ij,ij->i", gap, gap) <= 1.0 + PRUNE_MARGIN
+
+
+def dense_blocks(bound, Q):
+    """``(block_q, block_s)`` of the dense path for the queries ``Q`` (:func:`block_sizes`)."""
     opts = bound.options
-    threads = opts.threads
+    return block_sizes(len(Q), bound.n_samples, Q.dtype.itemsize, block_size=opts.block_size,
+                       memory_budget=opts.memory_budget, n_workers=opts.threads,
+                       n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
+
+
+#: A compact profile at a fixed bandwidth in more than this many features, on the dense path, runs
+#: over the leaves of k-d trees and skips the sample leaves out of reach of a query leaf (their
+#: bounding boxes farther apart than the support) where a probe keeps fewer than
+#: ``PRUNE_MAX_KEPT`` of the block pairs. In fewer features the compiled pass or the radius path
+#: prunes already.
+PRUNE_MIN_FEATURES = 16
+PRUNE_MAX_KEPT = 0.75
+
+
+def prune_conditions(bound, q_scale, exclude_self):
+    """Whether the dense path may prune blocks by bounding boxes here (before the probe): a compact
+    profile at a fixed bandwidth (the support ``u^2 <= 1`` in the engine's coordinates) in more
+    than ``PRUNE_MIN_FEATURES`` features, taken by ``algorithm='auto'`` (``'dense'`` keeps the
+    plain order of blocks, and its sums bit for bit)."""
+    kern = bound.kernel
+    return (bound.on_host and not bound.sparse and bound.factors is None and kern.compact
+            and kern.n_neighbors is None and kern.metric == "euclidean" and bound.scaled and q_scale is None
+            and bound.sample_scale is None and not exclude_self and not bound.options.exact_edge
+            and bound.options.algorithm == "auto" and bound.n_features > PRUNE_MIN_FEATURES)
+
+
+def kept_fraction(bound, Q, probe=4096):
+    """The share of (query block, sample block) pairs that the pruned dense path keeps, estimated
+    on at most ``probe`` queries (in leaves of proportionally fewer queries, so that their boxes
+    span what the full leaves span)."""
+    if len(Q) == 0:
+        return 0.0
+    bq, bs = dense_blocks(bound, Q)
+    bq = min(bq, PRUNE_QUERY_LEAF)
+    rng = np.random.default_rng(0)
+    P = Q[np.sort(rng.choice(len(Q), size=min(probe, len(Q)), replace=False))]
+    leaf = max(1, bq * len(P) // len(Q))
+    order = kd_order(P, leaf)
+    _, lo, hi = bound.sample_leaves(bs)
+    kept = [boxes_in_reach(lo, hi, P[order[a:a + leaf]]).mean() for a in range(0, len(P), leaf)]
+    return float(np.mean(kept))
+
+
+def prune_blocks(bound, Q, q_scale, exclude_self):
+    """True when the dense path runs over k-d tree leaves and skips the sample leaves out of reach
+    (:func:`prune_conditions` and a probe keeping fewer than ``PRUNE_MAX_KEPT`` of the blocks)."""
+    return prune_conditions(bound, q_scale, exclude_self) and kept_fraction(bound, Q) < PRUNE_MAX_KEPT
+
+
+def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    """The dense pass (see the module's docstring); where :func:`prune_blocks` says so, over the
+    leaves of k-d trees of the queries and of the samples, skipping the sample leaves that no
+    query of a leaf reaches."""
+    threads = bound.options.threads
     n_q, n_s, width = len(Q), bound.n_samples, V_aug.shape[1]
-    bq, bs = block_sizes(n_q, n_s, Q.dtype.itemsize, block_size=opts.block_size,
-                         memory_budget=opts.memory_budget, n_workers=threads,
-                         n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
+    bq, bs = dense_blocks(bound, Q)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
     order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
+    pruned = prune_blocks(bound, Q, q_scale, exclude_self)
+    if pruned:  # compact leaves of queries (also what the recentring needs) and of samples
+        bq = min(bq, PRUNE_QUERY_LEAF)
+        order = kd_order(Q, bq)
+        leaves, lo, hi = bound.sample_leaves(bs)
     twins = bound.twins if exclude_self else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
@@ -155,32 +245,28 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
 
-    base2 = (bounded and bound.factors is None and bound.kernel.profile.log_linear
-             and bound.kernel.metric == "euclidean"
-             and V_aug.dtype in BASE2_DTYPES)
-    if base2:
-        with np.errstate(over="ignore"):  # a query at the float's edge becomes inf: exact distances
-            Q2 = (Q * BASE2_SCALE).astype(Q.dtype)
-    exp = np.exp2 if base2 else np.exp
     # log K <= 0 = log k(0): weights below tiny relative to that are flushed (stream.UNDERFLOW; the
     # rows kept here have sums >= BOUNDED_FLOOR, so they change by < n tiny / floor, 2^-46 at n = 2^20)
-    underflow = UNDERFLOW[np.dtype(V_aug.dtype)] * (LOG2E if base2 else 1.0)
+    underflow = UNDERFLOW[np.dtype(V_aug.dtype)]
 
     P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
 
-    def block_of(idx, base2=False):
+    def block_of(idx):
         if bound.factors is not None:  # a product: the sum of its factors' log-weights
-    
             return ProductBlock(bound, Q[idx])
-        return QueryBlock(bound, (Q2 if base2 else Q)[idx], None if q_scale is None else q_scale[idx],
-                          logit_exponent, bound.base2_samples if base2 else None, None if P is None else P[idx])
+        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx],
+                          logit_exponent, None if P is None else P[idx])
 
-    def blocks(block, idx, fold_offset, log_scale=1.0):
-        for c0 in range(0, n_s, bs):
-            cols = slice(c0, min(c0 + bs, n_s))
+    def column_blocks(idx):
+        if pruned:
+            return [c for c, keep in zip(leaves, boxes_in_reach(lo, hi, Q[idx])) if keep]
+        return [slice(c0, min(c0 + bs, n_s)) for c0 in range(0, n_s, bs)]
+
+    def blocks(block, idx, fold_offset):
+        for cols in column_blocks(idx):
             L, offset = block.log_weights(bound, cols, fold_offset)
-            if bound.weight is not None:  # log c_j (in base 2 with the base-2 weights)
-                L += bound.log_weight[cols] * L.dtype.type(log_scale)
+            if bound.weight is not None:  # log c_j
+                L += bound.log_weight[cols]
             if exclude_self:
                 mask_twins(L, idx, cols, twins)
             yield L, offset, V_aug[cols]
@@ -189,8 +275,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
         if bounded:
             sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
-            for L, _, V in blocks(block_of(idx, base2), idx, True, LOG2E if base2 else 1.0):
-                sums += exp(flush_underflow(L, underflow), out=L) @ V
+            for L, _, V in blocks(block_of(idx), idx, True):
+                sums += np.exp(flush_underflow(L, underflow), out=L) @ V
             S[idx] = sums
             idx = idx[~(sums[:, -1] >= floor)]
             if len(idx) == 0:
