@@ -169,7 +169,8 @@ class Kernel:
         if self.metric != "euclidean":
             raise ValueError(f"metric={self.metric!r}: the {self.name!r} kernel compares levels; leave metric as "
                              "'euclidean'")
-        check_smoothing(self.bandwidth, self.name)
+        if not (isinstance(self.bandwidth, str) and self.bandwidth == "cv"):  # "cv": chosen by an estimator's fit
+            check_smoothing(self.bandwidth, self.name)
 
     # -- the algebra -------------------------------------------------------------------------
     @property
@@ -184,9 +185,24 @@ class Kernel:
         return (self,)
 
     def __mul__(self, other):
-        if not isinstance(other, Kernel):
+        if isinstance(other, numbers.Real) and not isinstance(other, bool):  # w * K: a weighted term of a sum
+            from .sums import SumKernel
+
+            return SumKernel([(other, self)])
+        if not isinstance(other, Kernel) or type(other).__name__ == "SumKernel":  # a sum distributes (its own)
             return NotImplemented
         return ProductKernel(self.factors + other.factors)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other):
+        """``K1 + K2``: a sum of kernels (:class:`~localkit.kernels.sums.SumKernel`), weight 1 each
+        unless given as ``w * K``."""
+        from .sums import SumKernel
+
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return SumKernel([(1.0, self), (1.0, other)])
 
     def plain(self):
         """This kernel without ``features`` (the kernel of its own columns)."""
@@ -244,8 +260,8 @@ class Kernel:
         samples = np.asarray(samples)
         factors = []
         for factor, cols in self.columns(samples.shape[1]):
-            if factor.is_categorical or factor.n_neighbors is not None:
-                factors.append(factor)
+            if factor.is_categorical or factor.n_neighbors is not None or _is_cv(factor.bandwidth):
+                factors.append(factor)  # "cv": chosen by an estimator's fit (localkit.models.kernel_learning)
                 continue
             h = resolve_bandwidth(factor.bandwidth, samples[:, cols], sample_weight=sample_weight)
             factors.append(factor._with(bandwidth=h))
@@ -423,6 +439,10 @@ class Kernel:
                 raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
             self._rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1], None)
         return np.exp(self.profile.log_k(u2))
+
+
+def _is_cv(bandwidth):
+    return isinstance(bandwidth, str) and bandwidth == "cv"
 
 
 def _check_features(features):
