@@ -11,7 +11,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..engine import EngineOptions, backend_of
-from ._base import LocalMeanParams
+from ._base import MIXABLE_KERNEL, LocalMeanParams
 from ..exceptions import LocalkitWarning, user_stacklevel
 
 
@@ -86,7 +86,7 @@ sample_weight_type, weights, metric_params
     array([[ 0, 17]])
     """
 
-    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints,
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL,
                                     # scikit-learn's RadiusNeighborsClassifier's (a str: a label or "most_frequent")
                                     "outlier_label": [Integral, Real, str, "array-like", None]}
 
@@ -134,6 +134,9 @@ sample_weight_type, weights, metric_params
         self._bind(Xm, self.onehot_)
         self._check_weights()
         return self
+
+    #: "cv" inside a Kernel and lists of kernels are learned by the leave-one-out of the local mean
+    _kernel_cv = True
 
     def _fit_outlier_label(self, y):
         """``outlier_label_``: one label per output (scikit-learn's checks and messages)."""

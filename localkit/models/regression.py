@@ -6,7 +6,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import LocalMeanParams
+from ._base import MIXABLE_KERNEL, LocalMeanParams
 
 
 class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
@@ -164,6 +164,9 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """
 
     _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL}
+    #: "cv" inside a Kernel and lists of kernels are learned by the leave-one-out of the local mean
+    _kernel_cv = True
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
