@@ -185,7 +185,7 @@ class Kernel:
         return (self,)
 
     def __mul__(self, other):
-        if isinstance(other, numbers.Real) and not isinstance(other, bool):  # w * K: a weighted term of a sum
+        if isinstance(other, numbers.Real):  # w * K: a weighted term of a sum (check_weight refuses bools)
             from .sums import SumKernel
 
             return SumKernel([(other, self)])

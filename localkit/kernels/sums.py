@@ -89,8 +89,8 @@ class SumKernel(Kernel):
         return "sum"
 
     def __mul__(self, other):
-        if isinstance(other, numbers.Real) and not isinstance(other, bool):
-            return SumKernel([(check_weight(other, "the factor"), self)])
+        if isinstance(other, numbers.Real):  # bools refused by check_weight
+            return SumKernel([(check_weight(other), self)])
         if not isinstance(other, Kernel):
             return NotImplemented
         if isinstance(other, SumKernel):
