@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 
-from ..kernels.sums import SumKernel
+from ..kernels.kernel import SumKernel
 from .backends import backend_of
 from .bound import BoundKernel, BoundValues
 from .backends.dask import dask_local_sums, is_dask_collection

@@ -29,6 +29,8 @@ squared distances) is refused by name.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from functools import cached_property
 from typing import NamedTuple
 
@@ -37,8 +39,7 @@ from numpy.typing import ArrayLike
 from scipy.sparse import issparse
 
 from ..kernels import Kernel
-from ..kernels.sums import SumKernel
-from ..kernels.kernel import exact_sq_distances
+from ..kernels.kernel import SumKernel, exact_sq_distances
 from ..kernels.bandwidth import resolve_bandwidth, safe_mean
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
 from .._validation import check_sparse_points
@@ -48,7 +49,7 @@ from .checks import (as_floats, as_points, check_exclude_self, check_pass, check
 from .backends.array_api import (device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path,
                                  to_host)
 from .factors import Factor, nearest_points
-from .sums import bind_terms, sum_sums
+from .sums import sum_sums
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -185,12 +186,16 @@ class BoundKernel:
     terms = None
 
     def _bind_sum(self, samples, sample_weight, sample_scale, twins):
-        """A sum of kernels: each term bound to the samples on its own (:func:`~localkit.engine.sums.bind_terms`);
+        """A sum of kernels: each term bound to the samples on its own (its bandwidths, coordinates, indexes);
         :meth:`sums` adds their sums, :meth:`log_weights` their log-weights."""
         if issparse(samples):
             raise ValueError("samples are a sparse matrix, which a sum of kernels does not take (its terms weigh "
                              "dense coordinates); pass samples.toarray() where it fits in memory")
-        self.terms = bind_terms(self, self.kernel, samples, sample_weight, sample_scale, twins)
+        # the terms run with the "nearest" policy: the sum applies its own where every term is empty
+        options = dataclasses.replace(self.options, empty="nearest")
+        self.terms = [(math.log(w), BoundKernel(k, samples, sample_weight=sample_weight, sample_scale=sample_scale,
+                                                options=options, twins=twins))
+                      for w, k in self.kernel.terms if w > 0]
         first = self.terms[0][1]
         for name in ("xp", "on_host", "samples", "dtype", "n_samples", "n_features", "weight", "log_weight_max",
                      "log_weight", "sample_scale", "_given_twins"):

@@ -23,17 +23,6 @@ import numpy as np
 from .results import LocalSums, check_empty
 
 
-def bind_terms(bound, kernel, samples, sample_weight, sample_scale, twins):
-    """The bound terms of ``kernel`` (those of weight > 0) and their log-weights; the terms run
-    with the "nearest" policy: the sum applies its own to the queries empty in every term."""
-    from .bound import BoundKernel
-
-    options = dataclasses.replace(bound.options, empty="nearest")
-    terms = [(math.log(w), BoundKernel(k, samples, sample_weight=sample_weight, sample_scale=sample_scale,
-                                       options=options, twins=twins)) for w, k in kernel.terms if w > 0]
-    return terms
-
-
 def sum_sums(bound, queries, values, exclude_self, query_scale):
     """:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>` of a bound sum."""
     options = dataclasses.replace(bound.options, empty="nearest")
@@ -72,4 +61,4 @@ def sum_sums(bound, queries, values, exclude_self, query_scale):
     return LocalSums(mean, log_sum, empty)
 
 
-__all__ = ["bind_terms", "sum_sums"]
+__all__ = ["sum_sums"]

@@ -21,7 +21,7 @@ from ..engine import backend_of, local_sums, make_kernel, twin_groups
 from ..kernels import Kernel
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..kernels.bandwidth import resolve_bandwidth
-from ..kernels.sums import SumKernel
+from ..kernels.kernel import SumKernel
 from ._base import FLOATS, check_sample_weight
 from .kernel_learning import loo_groups
 

@@ -44,7 +44,7 @@ from scipy import optimize
 from ..engine import bind
 from ..kernels import Kernel
 from ..kernels.kernel import ProductKernel
-from ..kernels.sums import SumKernel
+from ..kernels.kernel import SumKernel
 
 #: the common factors of the normal reference tried as starts, and the categorical smoothings
 STARTS_SCALE = (1 / 3, 1.0, 3.0)
