@@ -47,7 +47,9 @@ sample_weight_type, weights, metric_params
         As in :class:`localkit.LocalMeanRegressor`, with the same accepted values: ``kernel``
         a profile name ("gaussian", "epanechnikov", "tricube", "biweight", "triweight",
         "triangular", "uniform", "cosine", "laplacian", "cauchy", or scikit-learn's aliases),
-        "softmax" or a :class:`localkit.Kernel`; ``bandwidth`` a number, one per feature,
+        "softmax", a :class:`localkit.Kernel` (``"cv"`` inside it chosen by the Brier score) or a
+        list of them (mixture weights ``kernel_weights_`` on the simplex minimising the
+        leave-one-out log-loss, ``loo_loss_``); ``bandwidth`` a number, one per feature,
         "scott", "silverman", "isj", "sj" or "cv" (the leave-one-out squared error of the
         class probabilities, the Brier score); ``metric``
         "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",

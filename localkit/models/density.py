@@ -199,11 +199,18 @@ class KernelDensity(BaseEstimator):
     Parameters
     ----------
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
-            "cosine", "laplacian", "cauchy"}, default="gaussian"
+            "cosine", "laplacian", "cauchy"}, Kernel or list of Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
         "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
         "laplacian", "triangular" and "biweight"), integrable in ``d`` dimensions ("cauchy" only in
-        1-D); not "softmax".
+        1-D); not "softmax". Or a ``Kernel``, which carries its own bandwidths (``bandwidth`` is then
+        ignored; ``metric`` stays "euclidean"): a product over groups of columns with categorical
+        factors (statsmodels' ``KDEMultivariate``), a sum (the normalised sum kernel), with
+        ``bandwidth="cv"`` in any factor chosen jointly by the leave-one-out log-likelihood. A list
+        ``[K1, K2, ...]``: the mixture ``sum_k pi_k p_k`` of their densities, ``pi =
+        kernel_weights_`` on the simplex maximising the leave-one-out log-likelihood. See the user
+        guide's "Composing kernels". :meth:`sample`, :meth:`cdf` and the other 1-D methods need a
+        profile of every column.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default=1.0
         ``h``, a rule resolved on the samples, or "cv" (see below).
         "scott" and "silverman": per feature, ``h_k = sigma_k n^{-1/(d+4)}`` times a constant,
@@ -243,6 +250,9 @@ class KernelDensity(BaseEstimator):
     ----------
     bandwidth_ : float or ndarray of shape (n_features,)
     kernel_ : Kernel
+    kernel_weights_ : ndarray of shape (n_kernels,)
+        With a list ``kernel``: the mixture weights ``pi`` of the densities (``kernel_`` is the
+        sum kernel ``sum_k (pi_k / Z_k) K_k`` normalised, ``Z_k`` the integral of ``K_k``).
     X_fit_ : ndarray of shape (n_samples, n_features)
     sample_weight_ : ndarray of shape (n_samples,) or None
     cv_results_ : dict
