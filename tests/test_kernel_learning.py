@@ -339,3 +339,46 @@ def test_kernel_density_with_a_product_kernel_equals_statsmodels():
     kde = KernelDensity(kernel=K).fit(X)
     np.testing.assert_allclose(np.exp(kde.score_samples(Q)), pdf, rtol=1e-10)
     assert repr(kde.kernel_) == repr(K)
+
+
+@pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
+def test_sum_on_tensors_equals_numpy(dispatch, dtype, atol):
+    import torch
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    X, y = _mixed(11, n=200)
+    Q = X[:40] + 0.3
+    S = (0.4 * Kernel("gaussian", bandwidth=0.6)
+         + 0.6 * (Kernel("epanechnikov", bandwidth=1.5, features=[0]) * Kernel("wang_ryzin", bandwidth=0.3,
+                                                                                 features=[2])))
+    ref = local_sums(Q, X, y, S)
+    loo = local_sums(None, X, y, S, exclude_self=True)
+    t = getattr(torch, dtype)
+    for device in devices:
+        Xt, yt, Qt = (torch.tensor(a, dtype=t, device=device) for a in (X, y, Q))
+        out = local_sums(Qt, Xt, yt, S)
+        assert isinstance(out.mean, torch.Tensor) and out.mean.device.type == device
+        np.testing.assert_allclose(out.mean.cpu().numpy(), ref.mean, rtol=0, atol=atol)
+        np.testing.assert_allclose(out.log_weight_sum.cpu().numpy(), ref.log_weight_sum, rtol=0, atol=atol)
+        out = local_sums(None, Xt, yt, S, exclude_self=True)
+        np.testing.assert_allclose(out.mean.cpu().numpy(), loo.mean, rtol=0, atol=atol)
+
+
+def test_sum_refuses_dask():
+    import dask.array as da
+
+    X, y = _mixed(10, n=50)
+    with pytest.raises(ValueError, match="sum of kernels.*dask"):
+        local_sums(None, da.from_array(X, chunks=10), y, Kernel("gaussian") + Kernel("laplacian"))
+
+
+def test_cv_warns_where_it_stops_at_the_smallest_bandwidth():
+    from localkit.exceptions import BandwidthWarning
+
+    # fair's yrs_married repeats 7 values over 300 rows: the leave-one-out likelihood grows without
+    # bound as h -> 0 (statsmodels' cv_ml returns h = 1e-10 there)
+    X = _fair(300)[["yrs_married", "occupation"]].to_numpy(float)
+    with pytest.warns(BandwidthWarning, match="smallest bandwidth"):
+        kde = KernelDensity(kernel=product("cu", ["cv", "cv"])).fit(X)
+    reference = 1.06 * np.std(X[:, 0]) * 300 ** (-1 / 5)
+    assert kde.kernel_.factors[0].bandwidth == pytest.approx(1e-4 * reference, rel=1e-9)

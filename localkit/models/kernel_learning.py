@@ -42,6 +42,7 @@ import numpy as np
 from scipy import optimize
 
 from ..engine import bind
+from ..exceptions import BandwidthWarning, user_stacklevel
 from ..kernels import Kernel
 from ..kernels.kernel import ProductKernel
 from ..kernels.kernel import SumKernel
@@ -197,14 +198,24 @@ def select_cv_bandwidths(kernel, X, loss, sample_weight=None):
 
     starts = sorted(slots.starts(), key=objective)
     for start in starts[:2]:
-        optimize.minimize(objective, start, method="L-BFGS-B", bounds=slots.bounds,
-                          options={"ftol": 1e-12, "gtol": 1e-9, "maxiter": 200})
+        with warnings.catch_warnings():  # inf - inf in a finite difference where a point has no finite loss
+            warnings.simplefilter("ignore", RuntimeWarning)
+            optimize.minimize(objective, start, method="L-BFGS-B", bounds=slots.bounds,
+                              options={"ftol": 1e-12, "gtol": 1e-9, "maxiter": 200})
     keys = list(tried)
     values = np.array([tried[k] for k in keys])
     best = np.asarray(keys[int(np.argmin(values))])
     if not np.isfinite(values.min()):
         raise ValueError("bandwidth='cv': no bandwidth tried gives a finite leave-one-out loss")
     results = {"bandwidths": np.array([slots.bandwidths(k) for k in keys]), "loo_loss": values}
+    low = np.array([lo for lo, _ in slots.bounds])
+    at_floor = ~slots.categorical & (best <= low + 1e-6)
+    if np.any(at_floor):
+        warnings.warn(f"bandwidth='cv' stopped at its smallest bandwidth ({np.exp(low[at_floor]).tolist()}, 1e-4 times "
+                      "the normal reference) for some continuous column(s): the leave-one-out objective still "
+                      "improves as h -> 0, as it does where many rows repeat a value (a density's leave-one-out "
+                      "likelihood is then unbounded); treat such a column as categorical, or give its bandwidth",
+                      BandwidthWarning, stacklevel=user_stacklevel())
     return slots.kernel(best), results
 
 
