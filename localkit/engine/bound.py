@@ -441,7 +441,8 @@ class BoundKernel:
 
         check_exclude_self(exclude_self)
         if self.terms is not None:
-            return sum_sums(self, queries, values, exclude_self, query_scale)
+            prepared = values if isinstance(values, BoundValues) else self.prepare(values)
+            return sum_sums(self, queries, prepared, exclude_self, query_scale)
         xp = namespace_of(queries, query_scale)
         if self.on_host and xp is not np:  # queries on a device beside host samples: the pass runs on that device
             if isinstance(values, BoundValues):

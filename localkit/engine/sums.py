@@ -20,16 +20,17 @@ import math
 
 import numpy as np
 
+from .backends.array_api import namespace_of
 from .results import LocalSums, check_empty
 
 
-def sum_sums(bound, queries, values, exclude_self, query_scale):
-    """:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>` of a bound sum."""
+def sum_sums(bound, queries, prepared, exclude_self, query_scale):
+    """:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>` of a bound sum (``prepared``:
+    its :meth:`~localkit.engine.BoundKernel.prepare`-d values, shared by the terms)."""
     options = dataclasses.replace(bound.options, empty="nearest")
-    prepared = values if type(values).__name__ == "BoundValues" else bound.prepare(values)
     outs = [(log_w, term.using(options).sums(queries, prepared, exclude_self=exclude_self, query_scale=query_scale))
             for log_w, term in bound.terms]
-    xp = bound.xp
+    xp = namespace_of(outs[0][1].log_weight_sum)  # the queries' device, where the terms ran
     a = [log_w + out.log_weight_sum for log_w, out in outs]
     top = a[0]
     for ak in a[1:]:
@@ -57,7 +58,7 @@ def sum_sums(bound, queries, values, exclude_self, query_scale):
         part = w * out.mean
         mean = part if mean is None else mean + part
     mask = empty if first.ndim == 1 else empty[:, None]
-    mean = xp.where(mask, math.nan if bound.options.empty == "nan" else first, mean)
+    mean = xp.where(mask, xp.full_like(first, math.nan) if bound.options.empty == "nan" else first, mean)
     return LocalSums(mean, log_sum, empty)
 
 
