@@ -398,8 +398,9 @@ class LocalMeanParams(LocalKernelMixin):
         (:func:`~localkit.engine.planner.sparse_refusals`): a compact profile with ``n_neighbors``
         or with a number ``bandwidth`` (a radius), a metric that scikit-learn's brute-force search
         measures on CSR matrices; what maps, scales or resolves dense coordinates is refused."""
-        if isinstance(self.kernel, Kernel):
-            return ["kernel: a Kernel instance resolves its bandwidths on dense columns; give the profile's name"]
+        if isinstance(self.kernel, (Kernel, list)):
+            return ["kernel: a Kernel instance (or a list of them) resolves its bandwidths on dense columns; give the "
+                    "profile's name"]
         reasons = []
         if self.metric in LINEAR_METRICS or self.metric_params is not None:
             reasons.append(f"metric={self.metric!r} with metric_params={self.metric_params!r}: maps dense "

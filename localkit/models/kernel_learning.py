@@ -147,11 +147,12 @@ class CVSlots:
     def starts(self):
         """The joint starts: every continuous ``log h`` at ``log t`` plus its reference, every
         ``lam`` at one value."""
-        out = []
-        for t in STARTS_SCALE:
+        out = {}
+        for t in STARTS_SCALE if not self.categorical.all() else (1.0,):
             for lam in (STARTS_LAMBDA if self.categorical.any() else (None,)):
-                out.append(np.array([lam if r is None else r + np.log(t) for r in self.reference]))
-        return out
+                start = np.array([lam if r is None else r + np.log(t) for r in self.reference])
+                out[tuple(start)] = start
+        return list(out.values())
 
     def kernel(self, theta):
         """The kernel with ``theta`` in its ``"cv"`` factors (rules elsewhere as given)."""
