@@ -30,7 +30,7 @@ def _bandwidths(kernel):
 
 
 def _fmt(v):
-    return "NaN" if not np.isfinite(v) else f"{v:.6f}"
+    return "NaN" if not np.isfinite(v) else f"{v:.10g}"
 
 
 def run(quick=False):
@@ -85,9 +85,26 @@ def run(quick=False):
         # minus statsmodels' loo_likelihood: sum_i log f_{-i}(x_i) (f_{-i} normalised by n)
         rows.append(("KDEMultivariate cv_ml", "cuo", np.median(times), t_sm, ours, sm.bw, sm.bw,
                      -sm.loo_likelihood(ours, np.log), -sm.loo_likelihood(sm.bw, np.log), np.nan))
+    # and on generated mixed data without repeated values (a normal column, 4 unordered and 5 ordered levels)
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=n) * 2.0 + 5.0, rng.integers(0, 4, n), rng.integers(1, 6, n)]
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        kde = KernelDensity(kernel=_product("cuo", ["cv"] * 3)).fit(X)
+        times.append(time.perf_counter() - start)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        sm = KDEMultivariate(X, var_type="cuo", bw="cv_ml")
+        t_sm = time.perf_counter() - start
+        ours = _bandwidths(kde.kernel_)
+        rows.append(("KDEMultivariate cv_ml (generated)", "cuo", np.median(times), t_sm, ours, sm.bw, sm.bw,
+                     -sm.loo_likelihood(ours, np.log), -sm.loo_likelihood(sm.bw, np.log), np.nan))
     lines = [
         f"statsmodels' `fair` data, the first {n} rows, `affairs` on the columns {FAIR} (regression), and its "
-        "`grunfeld` data, 220 rows of (value; firm, unordered; year, ordered) (density). localkit: "
+        "`grunfeld` data, 220 rows of (value; firm, unordered; year, ordered), and generated data of as many rows as "
+        "the regression's (a normal column, 4 unordered and 5 ordered levels) (density). localkit: "
         "`LocalMeanRegressor(kernel=K)` / `KernelDensity(kernel=K)` with every factor's `bandwidth=\"cv\"` "
         f"(median of {repeat} fits); statsmodels: one fit. The objective is statsmodels' own at each bandwidth: "
         "`cv_loo` (mean squared leave-one-out error, lower is better) for `KernelReg`, the leave-one-out "

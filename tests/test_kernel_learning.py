@@ -382,3 +382,20 @@ def test_cv_warns_where_it_stops_at_the_smallest_bandwidth():
         kde = KernelDensity(kernel=product("cu", ["cv", "cv"])).fit(X)
     reference = 1.06 * np.std(X[:, 0]) * 300 ** (-1 / 5)
     assert kde.kernel_.factors[0].bandwidth == pytest.approx(1e-4 * reference, rel=1e-9)
+
+
+def test_kernel_density_with_a_plain_kernel_object():
+    from sklearn.neighbors import KernelDensity as SklearnKernelDensity
+
+    X = np.random.default_rng(0).normal(size=(100, 1))
+    kde = KernelDensity(kernel=Kernel("epanechnikov", bandwidth=0.5)).fit(X)
+    reference = SklearnKernelDensity(kernel="epanechnikov", bandwidth=0.5).fit(X).score_samples(X[:20])
+    np.testing.assert_allclose(kde.score_samples(X[:20]), reference, rtol=1e-13)
+    assert kde.sample(3, random_state=0).shape == (3, 1)
+    # "cv" inside the kernel: the likelihood of the estimator's own bandwidth="cv" (a grid, then a
+    # bounded scalar search)
+    # bounded scalar search); both stop at a smooth optimum, L-BFGS-B at a relative change of 1e-12 (ftol)
+    joint = KernelDensity(kernel=Kernel("gaussian", bandwidth="cv")).fit(X)
+    alone = KernelDensity(bandwidth="cv").fit(X)
+    assert joint.loo_log_likelihood() >= alone.loo_log_likelihood() * (1 + 1e-12)  # both negative
+    assert joint.kernel_.bandwidth == pytest.approx(alone.bandwidth_, rel=1e-5)
