@@ -179,10 +179,7 @@ class LocalKernelMixin:
 
         from .kernel_learning import check_kernel_list, learn_mixture, mixture_kernel, values_of
 
-        kernels = check_kernel_list(self.kernel)
-        if not getattr(self, "_kernel_cv", False):
-            raise ValueError(f"kernel: a list of kernels (a mixture learned by the local mean's leave-one-out) is taken "
-                             f"by LocalMeanRegressor and LocalMeanClassifier, not by {type(self).__name__}")
+        kernels = check_kernel_list(self.kernel)  # lists reach here from the estimators whose constraints take them
         if y is None:
             raise ValueError("kernel: a list of kernels learns its weights from the targets y (leave-one-out)")
         names = getattr(self, "feature_names_in_", None)
