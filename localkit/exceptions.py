@@ -40,7 +40,8 @@ class LocalkitWarning(UserWarning):
 
 class BandwidthWarning(LocalkitWarning):
     """A bandwidth far wider than the data's spread: every sample weighs about the same, so the
-    local model is close to the global one."""
+    local model is close to the global one; or a ``"cv"`` bandwidth that stopped at the smallest
+    of its search (the leave-one-out objective still improving as ``h -> 0``)."""
 
 
 class NearSingularDesignWarning(LocalkitWarning, RuntimeWarning):

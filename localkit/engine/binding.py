@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 
 
+from ..kernels.kernel import SumKernel
 from .backends import backend_of
 from .bound import BoundKernel, BoundValues
 from .backends.dask import dask_local_sums, is_dask_collection
@@ -39,7 +40,11 @@ class Binding:
     def __init__(self, kernel, samples, sample_weight, sample_scale, options, twins=None):
         self.kernel, self.samples, self.options = kernel, samples, options
         self.sample_weight, self.sample_scale, self.twins = sample_weight, sample_scale, twins
-        self.bound = None if is_dask_collection(samples, sample_weight, sample_scale) else BoundKernel(
+        on_dask = is_dask_collection(samples, sample_weight, sample_scale)
+        if on_dask and isinstance(kernel, SumKernel):
+            raise ValueError(f"kernel={kernel!r} is a sum of kernels, which runs on arrays in memory (NumPy or a "
+                             "device), not on dask collections; compute the dask arrays first")
+        self.bound = None if on_dask else BoundKernel(
             kernel, samples, sample_weight=sample_weight, sample_scale=sample_scale, options=options, twins=twins)
 
     def prepare(self, values):

@@ -29,6 +29,8 @@ squared distances) is refused by name.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from functools import cached_property
 from typing import NamedTuple
 
@@ -37,7 +39,7 @@ from numpy.typing import ArrayLike
 from scipy.sparse import issparse
 
 from ..kernels import Kernel
-from ..kernels.kernel import exact_sq_distances
+from ..kernels.kernel import SumKernel, exact_sq_distances
 from ..kernels.bandwidth import resolve_bandwidth, safe_mean
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
 from .._validation import check_sparse_points
@@ -47,6 +49,7 @@ from .checks import (as_floats, as_points, check_exclude_self, check_pass, check
 from .backends.array_api import (device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path,
                                  to_host)
 from .factors import Factor, nearest_points
+from .sums import sum_sums
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
@@ -119,6 +122,9 @@ class BoundKernel:
             raise TypeError(f"kernel must be a localkit.Kernel (see make_kernel), got {type(kernel).__name__}")
         self.kernel = kernel
         self.options = EngineOptions() if options is None else options
+        if isinstance(kernel, SumKernel):
+            self._bind_sum(samples, sample_weight, sample_scale, twins)
+            return
         if issparse(samples):
             self._bind_sparse(samples, sample_weight, sample_scale, twins)
             return
@@ -176,6 +182,25 @@ class BoundKernel:
 
     #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
     sparse = False
+    #: a sum of kernels' ``[(log w_k, BoundKernel of K_k)]`` (:mod:`localkit.engine.sums`), else None
+    terms = None
+
+    def _bind_sum(self, samples, sample_weight, sample_scale, twins):
+        """A sum of kernels: each term bound to the samples on its own (its bandwidths, coordinates, indexes);
+        :meth:`sums` adds their sums, :meth:`log_weights` their log-weights."""
+        if issparse(samples):
+            raise ValueError("samples are a sparse matrix, which a sum of kernels does not take (its terms weigh "
+                             "dense coordinates); pass samples.toarray() where it fits in memory")
+        # the terms run with the "nearest" policy: the sum applies its own where every term is empty
+        options = dataclasses.replace(self.options, empty="nearest")
+        self.terms = [(math.log(w), BoundKernel(k, samples, sample_weight=sample_weight, sample_scale=sample_scale,
+                                                options=options, twins=twins))
+                      for w, k in self.kernel.terms if w > 0]
+        first = self.terms[0][1]
+        for name in ("xp", "on_host", "samples", "dtype", "n_samples", "n_features", "weight", "log_weight_max",
+                     "log_weight", "sample_scale", "_given_twins"):
+            setattr(self, name, getattr(first, name))
+        self.factors, self._cache = None, {}
 
     def _bind_sparse(self, samples, sample_weight, sample_scale, twins):
         """Sparse samples, kept as CSR: no centring, no scaling, no dense copy (the neighbour path only)."""
@@ -239,7 +264,7 @@ class BoundKernel:
         state = self.__dict__.copy()
         state["_cache"] = {}  # indexes are rebuilt on first use
         state["xp"] = None  # a module: found again from the samples
-        if not self.on_host or self.sparse:
+        if not self.on_host or self.sparse or self.terms is not None:
             return state
         if state["X"] is not self.samples:  # the engine's coordinates, recomputed bit for bit
             state["X"] = None
@@ -249,6 +274,9 @@ class BoundKernel:
     def __setstate__(self, state):
         state.setdefault("factors", None)  # pickled before the kernel algebra
         self.__dict__.update(state)
+        if self.terms is not None:  # a sum: its terms restored themselves
+            self.xp = self.terms[0][1].xp
+            return
         if not self.on_host:
             from sklearn.externals.array_api_compat import array_namespace
 
@@ -269,6 +297,9 @@ class BoundKernel:
 
     def coordinates(self, queries, name="queries"):
         """Validated queries in the engine's coordinates (``None``: the samples)."""
+        if self.terms is not None:
+            raise ValueError(f"{self.kernel!r} is a sum of kernels, each term with its own coordinates: it offers "
+                             "sums, log_weights, weights and nearest, not the coordinates of one kernel")
         if queries is None:
             return self.X
         if self.sparse:  # CSR rows, as the samples (dense queries are stored as CSR)
@@ -409,6 +440,9 @@ class BoundKernel:
         from .results import finish
 
         check_exclude_self(exclude_self)
+        if self.terms is not None:
+            prepared = values if isinstance(values, BoundValues) else self.prepare(values)
+            return sum_sums(self, queries, prepared, exclude_self, query_scale)
         xp = namespace_of(queries, query_scale)
         if self.on_host and xp is not np:  # queries on a device beside host samples: the pass runs on that device
             if isinstance(values, BoundValues):
@@ -456,6 +490,10 @@ class BoundKernel:
         from .passes.dense import log_weight_block
         from .passes.neighbors import knn_log_weights
 
+        if self.terms is not None:  # log sum_k w_k c_j K_k = logsumexp_k (log w_k + log c_j K_k)
+            return np.logaddexp.reduce([log_w + term.log_weights(queries, exclude_self=exclude_self,
+                                                                 row_offset=row_offset)
+                                        for log_w, term in self.terms], axis=0)
         self._require_host("log_weights")
         self._require_dense("log_weights")
         Q = self.coordinates(queries)
@@ -512,6 +550,8 @@ class BoundKernel:
         carries weight, the query's own is its nearest. ``return_distance``: ``(u, index)``, with
         ``u`` the scaled distance ``d / h`` (NumPy samples).
         """
+        if self.terms is not None:  # a sum: its first term's nearest sample (the empty policy's)
+            return self.terms[0][1].nearest(queries, rows=rows, self_rows=self_rows, return_distance=return_distance)
         if not self.on_host:  # exact distances streamed on the device
             from .backends.array_api import device_nearest
 

@@ -35,6 +35,9 @@ CATEGORICAL_PROFILES = {"aitchison_aitken": False, "wang_ryzin": True}
 
 def check_smoothing(bandwidth, name):
     """``bandwidth`` of a categorical kernel: a number or per-column array in ``[0, 1]``."""
+    if isinstance(bandwidth, str) and bandwidth == "cv":
+        raise ValueError(f"bandwidth='cv' of the {name!r} kernel is chosen by an estimator's fit (leave-one-out, "
+                         "e.g. LocalMeanRegressor(kernel=K)); a bare kernel needs a number in [0, 1]")
     if isinstance(bandwidth, bool) or isinstance(bandwidth, str):
         raise ValueError(f"bandwidth of the {name!r} kernel is a smoothing parameter 0 <= lam <= 1 (a number or one "
                          f"per column), got {bandwidth!r}")

@@ -119,8 +119,10 @@ class LocalKernelMixin:
     def _fit_kernel(self, X, y=None, sample_weight=None):
         """Validate the kernel parameters on the training data and store ``kernel_`` (bandwidth
         rules weighted by ``sample_weight``, checked, as ``gaussian_kde(weights=...)`` weighs them)."""
+        if isinstance(self.kernel, list):  # kernels to mix, weights learned (localkit.models.kernel_learning)
+            return self._fit_kernel_mixture(X, y, sample_weight)
         if isinstance(self.kernel, Kernel):  # a Kernel instance carries its own bandwidths (the algebra)
-            return self._fit_kernel_instance(X, sample_weight)
+            return self._fit_kernel_instance(X, sample_weight, y)
         check_n_neighbors(self.n_neighbors, X.shape[0], kernel=self.kernel)  # types: _parameter_constraints
         if self.metric == "precomputed":
             check_precomputed(X)
@@ -130,18 +132,78 @@ class LocalKernelMixin:
                               metric=metric, p=p)
         return self.kernel_
 
-    def _fit_kernel_instance(self, X, sample_weight=None):
+    def _fit_kernel_instance(self, X, sample_weight=None, y=None):
         """``kernel_`` from a :class:`~localkit.Kernel` given as ``kernel`` (a product, a kernel on
         a group of columns, a categorical kernel, or a plain one): its ``features`` given by name
         mapped through ``feature_names_in_``, its rules resolved on its own columns of the samples
         (weighted by ``sample_weight``, as ``gaussian_kde(weights=...)``). It carries its own
         bandwidths and metric, so the estimator's ``bandwidth``, ``n_neighbors``,
         ``sample_neighbors``, ``metric`` and ``weights`` are refused unless left at their defaults
-        (``bandwidth`` is then ignored)."""
+        (``bandwidth`` is then ignored). Its ``"cv"`` bandwidths are chosen jointly by leave-one-out
+        (:func:`~localkit.models.kernel_learning.select_cv_bandwidths`; the search in ``cv_results_``)."""
         kern = self.kernel.with_feature_names(getattr(self, "feature_names_in_", None))
+        backend = self._check_kernel_instance(kern, X, sample_weight)
+        self.kernel_ = kern.resolved(backend.host(X), None if sample_weight is None else backend.host(sample_weight))
+        from .kernel_learning import has_cv
+
+        if has_cv(self.kernel_):
+            self.kernel_ = self._select_kernel_cv(backend.host(X), y, sample_weight)
+        self.bandwidth_ = self.kernel_.bandwidth
+        return self.kernel_
+
+    def _select_kernel_cv(self, X, y, sample_weight):
+        """``kernel_`` with its ``"cv"`` bandwidths chosen jointly by the leave-one-out loss of the
+        local mean (squared error; the Brier score of the one-hot labels for a classifier)."""
+        from .kernel_learning import select_cv_bandwidths, squared_loss, values_of
+
+        if not getattr(self, "_kernel_cv", False):
+            raise ValueError(f"bandwidth='cv' inside kernel={self.kernel_!r} is chosen by the local means' exact "
+                             f"leave-one-out (LocalMeanRegressor, LocalMeanClassifier, KernelDensity); give "
+                             f"{type(self).__name__} numbers or rules in the kernel")
+        if y is None:
+            raise ValueError("bandwidth='cv' inside the kernel needs the targets y (leave-one-out error)")
+        if len(X) < 3:
+            raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
+        values = values_of(self, y, X.dtype)
+        options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        kernel, self.cv_results_ = select_cv_bandwidths(
+            self.kernel_, X, lambda K: squared_loss(K, X, values, weight, options), weight)
+        return kernel
+
+    def _fit_kernel_mixture(self, X, y, sample_weight):
+        """``kernel_ = sum_k w_k K_k`` from ``kernel=[K_1, ..., K_K]``, with ``kernel_weights_ = w``
+        on the simplex minimising the leave-one-out loss of the local mean (squared error; the
+        log-loss for a classifier): :func:`~localkit.models.kernel_learning.learn_mixture`."""
+        from sklearn.base import is_classifier
+
+        from .kernel_learning import check_kernel_list, learn_mixture, mixture_kernel, values_of
+
+        kernels = check_kernel_list(self.kernel)  # lists reach here from the estimators whose constraints take them
+        if y is None:
+            raise ValueError("kernel: a list of kernels learns its weights from the targets y (leave-one-out)")
+        names = getattr(self, "feature_names_in_", None)
+        kernels = [k.with_feature_names(names) for k in kernels]
+        backend = None
+        for k in kernels:
+            backend = self._check_kernel_instance(k, X, sample_weight)
+        host = backend.host(X)
+        weight = None if sample_weight is None else np.asarray(backend.host(sample_weight), dtype=np.float64)
+        kernels = [k.resolved(host, weight) for k in kernels]
+        options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
+        kind = "log" if is_classifier(self) else "squared"
+        self.kernel_weights_, self.loo_loss_ = learn_mixture(kernels, host, values_of(self, y, host.dtype), kind,
+                                                             weight, options)
+        self.kernel_ = mixture_kernel(kernels, self.kernel_weights_)
+        self.bandwidth_ = self.kernel_.bandwidth
+        return self.kernel_
+
+    def _check_kernel_instance(self, kern, X, sample_weight):
+        """A Kernel given as ``kernel`` carries its own bandwidths and metric: the estimator's
+        overrides refused; arrays in memory for kernels on groups of columns. Returns the backend."""
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
             raise ValueError("bandwidth='cv' selects one bandwidth; a Kernel given as kernel carries its own "
-                             "(give numbers or rules in it)")
+                             "(give numbers, rules or 'cv' in it: Kernel(..., bandwidth='cv'))")
         for name, default in (("n_neighbors", None), ("sample_neighbors", None), ("metric", "euclidean"),
                               ("metric_params", None), ("weights", "uniform")):
             value = getattr(self, name, default)
@@ -152,9 +214,7 @@ class LocalKernelMixin:
         if kern.composite:
             backend.require_in_memory("a kernel on groups of columns", "its rules and levels are resolved on every "
                                       "sample; use arrays in memory")
-        self.kernel_ = kern.resolved(backend.host(X), None if sample_weight is None else backend.host(sample_weight))
-        self.bandwidth_ = self.kernel_.bandwidth
-        return self.kernel_
+        return backend
 
     def _kernel_metric(self):
         """``(metric, p)`` of ``kernel_``: the estimator's metric, or the norm it reduces to on the
@@ -242,8 +302,11 @@ class LocalKernelMixin:
         its queries. Call at the end of ``fit``. The engine options are read at each pass, so
         ``set_params(empty=..., n_jobs=...)`` after ``fit`` applies, as scikit-learn's neighbours
         read theirs at query time."""
+        from .kernel_learning import loo_groups  # rows sharing levels are distinct observations
+
         self._bound = bind(self.kernel_, X, sample_weight=getattr(self, "sample_weight_", None),
-                           sample_scale=self.sample_scale_, options=self._engine_options())
+                           sample_scale=self.sample_scale_, options=self._engine_options(),
+                           twins=loo_groups(self.kernel_, X.shape[0]) if self.kernel_.composite else None)
         self._bound_values = self._bound.prepare(values)
 
     def _engine_options(self):
@@ -294,6 +357,10 @@ class LocalKernelMixin:
         return X
 
 
+#: ``kernel`` of the local mean estimators: a name, a Kernel, or a list of Kernels to mix
+MIXABLE_KERNEL = KERNEL_PARAMS["kernel"] + [Kernel, list]
+
+
 class LocalMeanParams(LocalKernelMixin):
     """The parameters of the local-mean estimators (regression and classification alike), and
     scikit-learn's neighbour queries on them (:meth:`kneighbors`, :meth:`radius_neighbors`)."""
@@ -328,8 +395,9 @@ class LocalMeanParams(LocalKernelMixin):
         (:func:`~localkit.engine.planner.sparse_refusals`): a compact profile with ``n_neighbors``
         or with a number ``bandwidth`` (a radius), a metric that scikit-learn's brute-force search
         measures on CSR matrices; what maps, scales or resolves dense coordinates is refused."""
-        if isinstance(self.kernel, Kernel):
-            return ["kernel: a Kernel instance resolves its bandwidths on dense columns; give the profile's name"]
+        if isinstance(self.kernel, (Kernel, list)):
+            return ["kernel: a Kernel instance (or a list of them) resolves its bandwidths on dense columns; give the "
+                    "profile's name"]
         reasons = []
         if self.metric in LINEAR_METRICS or self.metric_params is not None:
             reasons.append(f"metric={self.metric!r} with metric_params={self.metric_params!r}: maps dense "

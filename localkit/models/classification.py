@@ -11,7 +11,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..engine import EngineOptions, backend_of
-from ._base import LocalMeanParams
+from ._base import MIXABLE_KERNEL, LocalMeanParams
 from ..exceptions import LocalkitWarning, user_stacklevel
 
 
@@ -47,7 +47,9 @@ sample_weight_type, weights, metric_params
         As in :class:`localkit.LocalMeanRegressor`, with the same accepted values: ``kernel``
         a profile name ("gaussian", "epanechnikov", "tricube", "biweight", "triweight",
         "triangular", "uniform", "cosine", "laplacian", "cauchy", or scikit-learn's aliases),
-        "softmax" or a :class:`localkit.Kernel`; ``bandwidth`` a number, one per feature,
+        "softmax", a :class:`localkit.Kernel` (``"cv"`` inside it chosen by the Brier score) or a
+        list of them (mixture weights ``kernel_weights_`` on the simplex minimising the
+        leave-one-out log-loss, ``loo_loss_``); ``bandwidth`` a number, one per feature,
         "scott", "silverman", "isj", "sj" or "cv" (the leave-one-out squared error of the
         class probabilities, the Brier score); ``metric``
         "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",
@@ -86,7 +88,7 @@ sample_weight_type, weights, metric_params
     array([[ 0, 17]])
     """
 
-    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints,
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL,
                                     # scikit-learn's RadiusNeighborsClassifier's (a str: a label or "most_frequent")
                                     "outlier_label": [Integral, Real, str, "array-like", None]}
 
@@ -134,6 +136,9 @@ sample_weight_type, weights, metric_params
         self._bind(Xm, self.onehot_)
         self._check_weights()
         return self
+
+    #: "cv" inside a Kernel and lists of kernels are learned by the leave-one-out of the local mean
+    _kernel_cv = True
 
     def _fit_outlier_label(self, y):
         """``outlier_label_``: one label per output (scikit-learn's checks and messages)."""

@@ -21,7 +21,9 @@ from ..engine import backend_of, local_sums, make_kernel, twin_groups
 from ..kernels import Kernel
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..kernels.bandwidth import resolve_bandwidth
+from ..kernels.kernel import SumKernel
 from ._base import FLOATS, check_sample_weight
+from .kernel_learning import loo_groups
 
 
 @validate_params(
@@ -133,6 +135,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     0.398942280401
     """
     kern = make_kernel(kernel, bandwidth, None, metric, p)
+    for term in (kern.kernels if isinstance(kern, SumKernel) else ()):
+        _check_density_kernel(term)
     if kern.is_softmax:
         raise ValueError("kernel='softmax' is a similarity kernel, not a density; choose a profile")
     if kern.n_neighbors is not None or not kern.norm_metric:
@@ -166,6 +170,16 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     return log_p if log else backend.xp.exp(log_p)
 
 
+def _check_density_kernel(kern):
+    """A kernel with a density: a fixed bandwidth (or rule, or "cv"), a norm metric, no softmax."""
+    for k in (kern.kernels if isinstance(kern, SumKernel) else (kern,)):
+        if k.is_softmax:
+            raise ValueError("kernel='softmax' is a similarity kernel, not a density; choose a profile")
+        if k.n_neighbors is not None or not k.norm_metric:
+            raise ValueError("kernel: a density needs a fixed bandwidth and a norm metric (euclidean, manhattan, "
+                             f"chebyshev, minkowski), got {k!r}")
+
+
 class KernelDensity(BaseEstimator):
     """Kernel density estimation with scikit-learn's interface, for every profile.
 
@@ -185,11 +199,18 @@ class KernelDensity(BaseEstimator):
     Parameters
     ----------
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
-            "cosine", "laplacian", "cauchy"}, default="gaussian"
+            "cosine", "laplacian", "cauchy"}, Kernel or list of Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
         "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
         "laplacian", "triangular" and "biweight"), integrable in ``d`` dimensions ("cauchy" only in
-        1-D); not "softmax".
+        1-D); not "softmax". Or a ``Kernel``, which carries its own bandwidths (``bandwidth`` is then
+        ignored; ``metric`` stays "euclidean"): a product over groups of columns with categorical
+        factors (statsmodels' ``KDEMultivariate``), a sum (the normalised sum kernel), with
+        ``bandwidth="cv"`` in any factor chosen jointly by the leave-one-out log-likelihood. A list
+        ``[K1, K2, ...]``: the mixture ``sum_k pi_k p_k`` of their densities, ``pi =
+        kernel_weights_`` on the simplex maximising the leave-one-out log-likelihood. See the user
+        guide's "Composing kernels". :meth:`sample`, :meth:`cdf` and the other 1-D methods need a
+        profile of every column.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default=1.0
         ``h``, a rule resolved on the samples, or "cv" (see below).
         "scott" and "silverman": per feature, ``h_k = sigma_k n^{-1/(d+4)}`` times a constant,
@@ -229,6 +250,9 @@ class KernelDensity(BaseEstimator):
     ----------
     bandwidth_ : float or ndarray of shape (n_features,)
     kernel_ : Kernel
+    kernel_weights_ : ndarray of shape (n_kernels,)
+        With a list ``kernel``: the mixture weights ``pi`` of the densities (``kernel_`` is the
+        sum kernel ``sum_k (pi_k / Z_k) K_k`` normalised, ``Z_k`` the integral of ``K_k``).
     X_fit_ : ndarray of shape (n_samples, n_features)
     sample_weight_ : ndarray of shape (n_samples,) or None
     cv_results_ : dict
@@ -247,7 +271,7 @@ class KernelDensity(BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "kernel": PROFILE_CONSTRAINT,
+        "kernel": PROFILE_CONSTRAINT + [Kernel, list],
         "bandwidth": BANDWIDTH_CV_CONSTRAINT,
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
@@ -276,6 +300,8 @@ class KernelDensity(BaseEstimator):
         """
         X = validate_data(self, X, dtype=FLOATS)
         self.sample_weight_ = check_sample_weight(sample_weight, X)
+        if isinstance(self.kernel, (Kernel, list)):
+            return self._fit_kernel_object(X)
         params = dict(self.metric_params or {})
         power = params.pop("p", 2)  # scikit-learn's minkowski power comes in metric_params
         if "p" in (self.metric_params or {}) and self.metric != "minkowski":
@@ -301,6 +327,47 @@ class KernelDensity(BaseEstimator):
         self._Z_fit = Z
         return self
 
+    def _fit_kernel_object(self, X):
+        """``kernel`` a :class:`~localkit.Kernel` (any product or sum; its ``"cv"`` bandwidths
+        chosen jointly by the leave-one-out log-likelihood) or a list of kernels, mixed as
+        ``sum_k pi_k p_k`` with ``pi = kernel_weights_`` on the simplex maximising the
+        leave-one-out log-likelihood (:mod:`localkit.models.kernel_learning`)."""
+        from .kernel_learning import (check_kernel_list, density_mixture_loss, has_cv, select_cv_bandwidths,
+                                      simplex_minimum)
+
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            raise ValueError("bandwidth='cv' selects one bandwidth; a Kernel given as kernel carries its own (give "
+                             "numbers, rules or 'cv' in it: Kernel(..., bandwidth='cv'))")
+        if self.metric != "euclidean" or self.metric_params is not None:
+            raise ValueError(f"metric={self.metric!r}, metric_params={self.metric_params!r}: a Kernel given as kernel "
+                             "carries its own metric; leave metric='euclidean' and metric_params=None")
+        names = getattr(self, "feature_names_in_", None)
+        given = check_kernel_list(self.kernel) if isinstance(self.kernel, list) else [self.kernel]
+        c = self.sample_weight_
+        kernels = []
+        for k in given:
+            k = k.with_feature_names(names)
+            _check_density_kernel(k)
+            k = k.resolved(X, c)
+            if has_cv(k):
+                if len(X) < 3:
+                    raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
+                k, self.cv_results_ = select_cv_bandwidths(
+                    k, X, lambda K: -self._loo_objective(X, K), c)
+            kernels.append(k)
+        self._metric_map, self.X_fit_, self._Z_fit = None, X, X
+        if isinstance(self.kernel, list):
+            log_p = np.stack([self._log_density(None, X, k, c, exclude_self=True) for k in kernels], axis=1)
+            self.kernel_weights_, _ = simplex_minimum(density_mixture_loss(log_p, c), len(kernels))
+            # sum_k pi_k p_k is the density of the kernel sum_k (pi_k / Z_k) K_k, Z_k its integral
+            log_z = np.array([k.log_density_normalizer(X, c) for k in kernels])
+            w = self.kernel_weights_ * np.exp(-(log_z - log_z.max()))
+            self.kernel_ = SumKernel(list(zip(w / w.sum(), kernels)))
+        else:
+            self.kernel_ = kernels[0]
+        self.bandwidth_ = self.kernel_.bandwidth
+        return self
+
     def _log_density(self, Q, Z, kernel, sample_weight, exclude_self=False):
         """``log p`` at ``Q`` (None with ``exclude_self``: leave-one-out at the samples) in the
         coordinates ``Z`` where the metric is a norm, with scikit-learn's normaliser in the
@@ -317,16 +384,21 @@ class KernelDensity(BaseEstimator):
             return np.asarray(log_p, dtype=np.float64)
         # leave-one-out: every sample at x_i's point (its twins) leaves with it; the rest of the
         # weight, W - W_G(i), normalises what is left
+        # (a kernel with categorical factors leaves out each row alone: kernel_learning.loo_groups)
+        rows = loo_groups(kernel, len(Z)) if kernel.composite else None
         sums = local_sums(None, Z, None, kernel, exclude_self=True, sample_weight=sample_weight,
                           algorithm="auto" if self.algorithm == "binned" else self.algorithm,
-                          n_jobs=self.n_jobs).log_weight_sum
+                          n_jobs=self.n_jobs, twins=rows).log_weight_sum
         c = np.ones(len(Z)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        groups = twin_groups(Z)
+        groups = twin_groups(Z) if rows is None else None
         left = c.sum() - (c if groups is None else np.bincount(groups, c)[groups])
-        h = np.broadcast_to(np.asarray(kernel.bandwidth, dtype=np.float64), (Z.shape[1],))
+        if kernel.composite:
+            log_norm = kernel.log_density_normalizer(Z, sample_weight)
+        else:
+            h = np.broadcast_to(np.asarray(kernel.bandwidth, dtype=np.float64), (Z.shape[1],))
+            log_norm = np.sum(np.log(h)) + kernel.profile.log_normalizer(Z.shape[1])
         with np.errstate(divide="ignore"):
-            return (np.asarray(sums, dtype=np.float64) - np.log(left) - np.sum(np.log(h))
-                    - kernel.profile.log_normalizer(Z.shape[1]))
+            return np.asarray(sums, dtype=np.float64) - np.log(left) - log_norm
 
     def loo_log_likelihood(self, bandwidth=None):
         """The leave-one-out log-likelihood ``sum_i c_i log p_{-i}(x_i)`` of the training samples
@@ -338,6 +410,9 @@ class KernelDensity(BaseEstimator):
         ``W - W_{G(i)}``; through the engine's ``exclude_self``. ``-inf`` where a compact kernel
         leaves some sample without another within reach."""
         check_is_fitted(self)
+        if bandwidth is None and self.kernel_.composite:  # a Kernel given as kernel, as fitted
+            return self._loo_objective(self._Z_fit, self.kernel_)
+        self._plain("loo_log_likelihood(bandwidth=...)")
         h = self.bandwidth_ if bandwidth is None else resolve_bandwidth(bandwidth, self._Z_fit)
         kernel = Kernel(self.kernel_.name_, bandwidth=h, metric=self.kernel_.metric, p=self.kernel_.p)
         return self._loo_objective(self._Z_fit, kernel)
@@ -421,9 +496,16 @@ class KernelDensity(BaseEstimator):
         return float(np.sum(self.score_samples(X)))
 
     # -- one feature: distribution function, quantiles, entropy --------------------------------
+    def _plain(self, what):
+        """Refuse ``what`` for a kernel given as a Kernel on groups of columns, a product or a sum."""
+        if self.kernel_.composite:
+            raise ValueError(f"{what} needs one profile of every column (kernel given by name or as a plain Kernel); "
+                             f"this density's kernel is {self.kernel_!r}")
+
     def _one_feature(self, what):
         """``(x, c, h, profile)`` of a fitted 1-D density that integrates to one."""
         check_is_fitted(self)
+        self._plain(what)
         if self.n_features_in_ != 1 or self._metric_map is not None:
             raise ValueError(f"{what} is defined for a density of one feature with a norm metric; this one has "
                              f"n_features_in_={self.n_features_in_}, metric={self.metric!r}")
@@ -585,6 +667,7 @@ class KernelDensity(BaseEstimator):
         X : ndarray of shape (n_samples, n_features)
         """
         check_is_fitted(self)
+        self._plain("sample")
         check_positive(n_samples, "n_samples", integer=True, allow_zero=True)  # 0: an empty draw, as scikit-learn
         if self.metric != "euclidean" and (self.n_features_in_ > 1 or self._metric_map is not None):
             # scikit-learn draws Euclidean noise whatever the metric: draws that do not follow its score_samples

@@ -6,7 +6,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from ._base import LocalMeanParams
+from ._base import MIXABLE_KERNEL, LocalMeanParams
 
 
 class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
@@ -41,7 +41,7 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     Parameters
     ----------
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
-            "cosine", "laplacian", "cauchy", "softmax"} or Kernel, default="gaussian"
+            "cosine", "laplacian", "cauchy", "softmax"}, Kernel or list of Kernel, default="gaussian"
         A profile ``k`` of ``u = d(x*, x) / h`` (formulas in :class:`localkit.Kernel`; also
         scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic"
         for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight"),
@@ -49,7 +49,11 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         its own bandwidths: a product over groups of columns, with categorical factors
         (``Kernel("gaussian", bandwidth=0.5, features=[0]) * Kernel("aitchison_aitken",
         bandwidth=0.2, features=[1])``; statsmodels' ``KernelReg(var_type="cu", reg_type="lc")``,
-        see the user guide's "Composing kernels"). ``bandwidth`` is then ignored and
+        see the user guide's "Composing kernels"), a sum ``w1 * K1 + w2 * K2``, with
+        ``bandwidth="cv"`` in any factor: those bandwidths chosen jointly by the exact
+        leave-one-out error (the search in ``cv_results_``). A list ``[K1, K2, ...]`` learns the
+        weights ``w`` on the simplex of ``sum_k w_k K_k`` by the leave-one-out error
+        (``kernel_weights_``). ``bandwidth`` is then ignored and
         ``n_neighbors``, ``sample_neighbors``, ``metric`` and ``weights`` stay at their defaults.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj", "sj" or "cv", default="scott"
         ``h``; an array gives one bandwidth per feature; a rule is resolved on the samples:
@@ -152,6 +156,13 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         Its metric is the norm measured on the mapped coordinates ("euclidean" for
         "seuclidean" and "mahalanobis", "chebyshev" for ``p=inf``).
     X_fit_, y_fit_ : the training data.
+    kernel_weights_ : ndarray of shape (n_kernels,)
+        With a list ``kernel``: the mixture weights on the simplex (``kernel_`` is the sum), and
+        ``loo_loss_`` their leave-one-out mean squared error.
+    cv_results_ : dict
+        With ``bandwidth="cv"``: ``"bandwidth"`` and ``"loo_loss"`` of the isotropic search; with
+        ``"cv"`` inside a ``Kernel``: ``"bandwidths"`` (one row per point evaluated, the ``"cv"``
+        columns in the order of the factors) and ``"loo_loss"``.
 
     Examples
     --------
@@ -164,6 +175,9 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """
 
     _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL}
+    #: "cv" inside a Kernel and lists of kernels are learned by the leave-one-out of the local mean
+    _kernel_cv = True
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):

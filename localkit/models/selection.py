@@ -39,12 +39,12 @@ import warnings
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from sklearn.base import is_classifier
 
 from ..engine import local_sums
 from ..engine import neighbors as nb
 from ..engine import twin_groups
 from .._validation import check_n_neighbors, check_points
+from .kernel_learning import values_of
 
 GRID = 24
 
@@ -54,12 +54,7 @@ def loo_loss(estimator, X, y, bandwidth):
     its ``sample_weight_``, if any)."""
     if hasattr(estimator, "_loo_loss"):
         return estimator._loo_loss(X, y, bandwidth)
-    if is_classifier(estimator):  # one-hot labels; several outputs side by side
-        columns = np.asarray(y).reshape(len(y), -1)
-        values = np.hstack([np.eye(codes.max() + 1, dtype=X.dtype)[codes] for codes in
-                            (np.unique(col, return_inverse=True)[1].ravel() for col in columns.T)])
-    else:
-        values = np.asarray(y, dtype=X.dtype)
+    values = values_of(estimator, y, X.dtype)  # one-hot labels (several outputs side by side) or the targets
     c = getattr(estimator, "sample_weight_", None)
     # the metric the kernel measures on X (X comes mapped by the estimator's _fit_metric)
     metric, power = (estimator._kernel_metric() if hasattr(estimator, "_kernel_metric")

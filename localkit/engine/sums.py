@@ -1,0 +1,65 @@
+"""Sums of kernels in the engine: each term's own streamed sums, added in log-space.
+
+For ``K = sum_k w_k K_k`` (:class:`~localkit.kernels.sums.SumKernel`) a pass runs each term's
+:meth:`~localkit.engine.BoundKernel.sums` (its own path, bandwidths, indexes) and combines
+
+.. math::
+
+    \\log S(1) = \\operatorname{logsumexp}_k (\\log w_k + \\log S_k(1)), \\qquad
+    m = \\sum_k \\frac{w_k S_k(1)}{S(1)} m_k
+
+with ``m_k = S_k(v) / S_k(1)`` the term's local mean: memory stays that of one term's pass,
+never ``n_queries x n_samples``. Leave-one-out is each term's (``exclude_self`` is linear in the
+kernel). A query is empty when every term's neighbourhood is; the sum's policy then applies
+("nearest": the first term's nearest sample, in that term's coordinates).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .backends.array_api import namespace_of
+from .results import LocalSums, check_empty
+
+
+def sum_sums(bound, queries, prepared, exclude_self, query_scale):
+    """:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>` of a bound sum (``prepared``:
+    its :meth:`~localkit.engine.BoundKernel.prepare`-d values, shared by the terms)."""
+    options = dataclasses.replace(bound.options, empty="nearest")
+    outs = [(log_w, term.using(options).sums(queries, prepared, exclude_self=exclude_self, query_scale=query_scale))
+            for log_w, term in bound.terms]
+    xp = namespace_of(outs[0][1].log_weight_sum)  # the queries' device, where the terms ran
+    a = [log_w + out.log_weight_sum for log_w, out in outs]
+    top = a[0]
+    for ak in a[1:]:
+        top = xp.maximum(top, ak)
+    safe_top = xp.where(top > -math.inf, top, xp.zeros_like(top))
+    share = [xp.exp(ak - safe_top) for ak in a]
+    total = share[0]
+    for s in share[1:]:
+        total = total + s
+    with np.errstate(divide="ignore"):
+        log_sum = safe_top + xp.log(total)
+    empty = ~(log_sum > -math.inf)
+    log_sum = xp.where(empty, -math.inf, log_sum)
+    count = int(xp.sum(xp.astype(empty, xp.int64))) if xp is not np else int(empty.sum())
+    if count:
+        check_empty(bound.options.empty, count, stacklevel=4)
+    if prepared.no_values:
+        return LocalSums(None, log_sum, empty)
+    first = outs[0][1].mean  # empty everywhere: the first term's (its nearest sample's value)
+    safe_total = xp.where(empty, xp.ones_like(total), total)
+    mean = None
+    for s, (_, out) in zip(share, outs):
+        w = s / safe_total
+        w = w if out.mean.ndim == 1 else w[:, None]
+        part = w * out.mean
+        mean = part if mean is None else mean + part
+    mask = empty if first.ndim == 1 else empty[:, None]
+    mean = xp.where(mask, xp.full_like(first, math.nan) if bound.options.empty == "nan" else first, mean)
+    return LocalSums(mean, log_sum, empty)
+
+
+__all__ = ["sum_sums"]
