@@ -43,7 +43,6 @@ from scipy.special import comb
 from sklearn.utils._param_validation import StrOptions, validate_params
 
 from ..._validation import check_array, check_points, non_negative, positive
-from ...kernels import Kernel
 from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
@@ -292,8 +291,7 @@ def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neig
         raise ValueError("exclude_self=True needs the queries to be the samples")
     kern = make_kernel(kernel, bandwidth, n_neighbors)
     if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
-        kern = Kernel(kern.name, bandwidth=kern.resolve_bandwidth(samples, sw), n_neighbors=kern.n_neighbors,
-                      metric=kern.metric, p=kern.p)
+        kern = kern._with(bandwidth=kern.resolve_bandwidth(samples, sw))
     return queries, samples, Y, sw, kern
 
 
