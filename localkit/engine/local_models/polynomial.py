@@ -303,10 +303,11 @@ def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neig
     return queries, samples, Y, sw, kern
 
 
-def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design):
+def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None):
     """``(block, row_bytes, found)``: the path's ``block(rows) -> (G, b, weight sums, scale,
     nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree`` of the first
-    ``design`` columns."""
+    ``design`` columns (None: every column)."""
+    design = samples.shape[1] if design is None else design
     E = monomial_exponents(design, degree)
     if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
             and design == samples.shape[1]):
