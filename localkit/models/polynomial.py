@@ -192,7 +192,8 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
     Attributes
     ----------
     n_iter_ : int
-        With ``value_kernel``: the iterations its fixed point took at the training points.
+        With ``value_kernel``: the iterations its fixed point took at the training points; 1
+        without.
     value_kernel_ : Kernel
         With ``value_kernel``: the kernel of the targets as used (rule resolved, on the target
         column of the augmented samples ``[X, y]``).
@@ -387,6 +388,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
                 self._fit_vertices()
             if self.anchors_ is not None:
                 self._fit_anchors()
+        self.n_iter_ = 1  # the plain fit (robustness iterations are robust_iters)
         if self.value_kernel is not None:
             self._fit_output_adaptive(X)
         return self

@@ -174,7 +174,7 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         The bandwidth used (rules resolved).
     n_iter_ : int
         With ``value_kernel``: the iterations its fixed point took at the training points (in
-        ``fit``; ``predict`` iterates at its queries alike).
+        ``fit``; ``predict`` iterates at its queries alike); 1 without (one pass).
     value_kernel_ : Kernel
         With ``value_kernel``: the kernel of the targets as used (rule resolved, on the target
         columns of the augmented samples ``[X, y]``).
@@ -232,6 +232,7 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         self.X_fit_, self.y_fit_ = X, y
         self._bind(Xm, y)
         self._check_weights()
+        self.n_iter_ = 1  # the plain local mean: one pass
         if self.value_kernel is not None:
             if not (isinstance(self.weights, str) and self.weights == "uniform"):
                 raise ValueError(f"value_kernel multiplies the kernel; weights={self.weights!r} is not taken with it")
