@@ -356,11 +356,15 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     q, k, v : tensors of shape (..., L, d), (..., S, d), (..., S, d_v)
         float64, float32, bfloat16 or float16 (the last two accumulate in float32).
     kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
-            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+            "triweight", "triangular", "uniform", "cosine"} or Kernel, default="softmax"
         ``"softmax"`` (``exp(<q, k> / h)``) or a profile ``k(u)`` of ``u = |q - k| / h`` (the
         profiles of :class:`localkit.Kernel`: gaussian ``exp(-u^2 / 2)``, laplacian
         ``exp(-u)``, cauchy ``1 / (1 + u^2)``, and the compactly supported epanechnikov,
         tricube, biweight, triweight, triangular, uniform and cosine, zero for ``u > 1``).
+        A :class:`localkit.Kernel` built from a callable, ``Kernel(log_k, support=...)``, is your
+        own profile ``log_k(u2, xp)``, handed ``torch`` here (autograd differentiates it): it
+        streams (FlexAttention and the Triton kernel need a compiled form); its bandwidth is
+        this function's ``bandwidth``.
     bandwidth : float, tensor or None
         ``h``: default ``sqrt(d)`` for the softmax, ``d^(1/4)`` for the profiles. A tensor
         broadcasting to ``(..., 1, 1)`` gives, e.g., one (learnable) bandwidth per head. Any
