@@ -16,7 +16,7 @@ import torch
 
 from sklearn.datasets import load_diabetes
 
-from localkit import Kernel, LocalMeanRegressor, kernel_density, local_mean
+from localkit import Kernel, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density, local_mean
 from localkit.nn import explain_attention, kernel_attention
 
 
@@ -62,6 +62,15 @@ def test_gaussian_and_products_and_density_equal_builtin():
     reg = LocalMeanRegressor(kernel=Kernel(user_epanechnikov, bandwidth=1.3, support=1.0)).fit(X, y)
     ref = LocalMeanRegressor(kernel="epanechnikov", bandwidth=1.3).fit(X, y)
     np.testing.assert_allclose(reg.predict(Q), ref.predict(Q), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("options", [{"bandwidth": 2.5}, {"n_neighbors": 30}])
+def test_local_polynomial_fixed_and_knn(options):
+    """The local linear fit: the dense path at a fixed bandwidth, the gathered kNN path."""
+    X, y, Q = _data()
+    user = LocalPolynomialRegressor(kernel=Kernel(user_epanechnikov, support=1.0, **options)).fit(X, y)
+    ref = LocalPolynomialRegressor(kernel=Kernel("epanechnikov", **options)).fit(X, y)
+    np.testing.assert_allclose(user.predict(Q), ref.predict(Q), rtol=0, atol=1e-10)
 
 
 def test_dask_and_tensors(dispatch):
