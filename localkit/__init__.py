@@ -40,6 +40,7 @@ _EXPORTS = {
     "HierarchicalAutoencoder": "localkit.models.hierarchical",
     "LocalMeanTransformer": "localkit.models.layers",
     "denoise_nl_means": "localkit.models.nl_means",
+    "denoise_bilateral": "localkit.models.nl_means",
     "NonLocalMeans": "localkit.models.nl_means",
 }
 

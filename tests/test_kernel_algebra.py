@@ -331,3 +331,4 @@ def test_user_guide_page_runs():
     for block in blocks:
         exec(compile("\n".join(line[3:] for line in block.splitlines()), str(page), "exec"), namespace)
     assert namespace["nw"].bandwidth_ == (0.4, 0.2, 0.3)
+    assert namespace["same"] and namespace["keeps_edge"].n_iter_ >= 2

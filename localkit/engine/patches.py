@@ -4,12 +4,14 @@ For an image ``P`` with ``C`` channels, reflect-padded by the patch radius, and 
 
     E(a, b)    = (1/C) sum_c (P_c(a) - P_c(b))^2                 squared difference, channel mean
     D(x, y)    = sum_p g(p) E(x + p, y + p)                      patch distance, sum_p g(p) = 1
-    log K(x, y) = -max(D(x, y) - offset, 0) / h^2
+    log K(x, y) = -max(D(x, y) - offset, 0) / h^2 + log K_pos(y - x)
     m(x)       = sum_y K(x, y) P(y) / sum_y K(x, y),  |y - x|_inf <= d per axis, y inside the image
 
 ``g`` is a separable patch weight (a product of normalised 1-D weights, one per axis). This is a
 local mean whose kernel comes from the similarity of patches rather than from closeness of
-``x`` and ``y`` (a non-local kernel).
+``x`` and ``y`` (a non-local kernel); ``K_pos`` (optional, 1 by default) is a kernel in position,
+a distance kernel of the shift ``t = y - x``, which makes it a product kernel of space and value:
+with patches of one pixel, the bilateral filter.
 
 The loop runs over shifts ``t = y - x``, not over pixels: for one shift, ``D_t(x) = (g * E_t)(x)``
 is a separable filter of the squared-difference image ``E_t(a) = E(a, a + t)``. Each thread takes
@@ -34,6 +36,7 @@ from numba import prange
 from sklearn.utils._param_validation import validate_params
 
 from .._validation import positive
+from ..kernels import Kernel
 from .blocks import resolve_n_jobs
 
 #: Output rows (planes for 3-D) per strip: the strip buffers stay in cache.
@@ -70,8 +73,28 @@ def half_shifts(window):
     return np.ascontiguousarray(t[lead > 0], dtype=np.int64)
 
 
+def position_log_weights(position, shifts):
+    """``log K_pos(t) - log K_pos(0)`` of each shift ``t`` (rows of ``shifts``, pixels) for a
+    distance :class:`~localkit.Kernel` ``position`` (zeros for None): ``<= 0``, and symmetric in
+    ``t`` (a norm of ``t``), as the streamed sums need (each weight is added at ``x`` and ``x + t``)."""
+    if position is None:
+        return np.zeros(len(shifts))
+    if not isinstance(position, Kernel) or position.is_softmax or position.composite or not position.norm_metric \
+            or position.n_neighbors is not None or isinstance(position.bandwidth, str):
+        raise ValueError(f"position must be a distance Kernel of the shift y - x (a profile, a fixed bandwidth, "
+                         f"a norm metric), got {position!r}")
+    zero = np.zeros((1, shifts.shape[1]))
+    with np.errstate(divide="ignore"):
+        L = np.log(position(zero, np.vstack([zero, shifts.astype(np.float64)])))[0]
+    L = L[1:] - L[0]
+    if np.any(L > 0):
+        raise ValueError(f"position: the kernel {position!r} weighs some shift above the centre pixel; a kernel in "
+                         "position must peak at t = 0")
+    return L
+
+
 @validate_params({"h": positive()}, prefer_skip_nested_validation=True)
-def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None):
+def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None, position=None):
     """The patch-similarity local mean ``m(x)`` at every pixel (see the module docstring).
 
     Parameters
@@ -88,6 +111,10 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None):
         Subtracted from the patch distance before the clip at 0 (``2 sigma^2`` for known noise).
     n_jobs : int, optional
         Threads (default: all cores); each holds its own accumulator.
+    position : Kernel, optional
+        ``K_pos``, a distance kernel of the shift ``t = y - x`` in pixels (e.g.
+        ``Kernel("gaussian", bandwidth=sigma_spatial)``), normalised to 1 at ``t = 0``; shifts where it
+        vanishes are skipped. None: 1 (a flat window).
 
     Returns
     -------
@@ -100,11 +127,13 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None):
     padded = np.pad(img, [(r, r) for r in radii] + [(0, 0)], mode="reflect")
     padded = np.ascontiguousarray(np.moveaxis(padded, -1, 0))  # channels first: rows stay contiguous
     shifts = half_shifts(window)
+    log_pos = position_log_weights(position, shifts)
+    shifts, log_pos = shifts[np.isfinite(log_pos)], np.ascontiguousarray(log_pos[np.isfinite(log_pos)])
     n_threads = max(1, min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS, max(len(shifts), 1)))
     g0, g1, g2 = (np.ascontiguousarray(g, dtype=np.float64) for g in axis_weights)
     n0, n1, n2 = img.shape[:3]
     inv_h2 = min(1.0 / max(h * h, 1e-300), 1e300)  # h^2 may underflow; identical patches keep weight 1
-    acc = _shift_sums(padded, n0, n1, n2, g0, g1, g2, shifts, inv_h2, float(offset), n_threads)
+    acc = _shift_sums(padded, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, float(offset), n_threads)
     sums = acc.sum(axis=0)
     centre = padded[:, radii[0]:radii[0] + n0, radii[1]:radii[1] + n1, radii[2]:radii[2] + n2]
     weight = sums[-1] + 1.0  # the centre pixel: D = 0, weight 1
@@ -137,7 +166,7 @@ def _exp_neg(x):
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, inv_h2, offset, n_threads):
+def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, offset, n_threads):
     """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors.
 
     Strips of rows are the outer loop and shifts the inner one, so that the accumulator rows a
@@ -159,13 +188,14 @@ def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, inv_h2, offset, n_threads):
                 lo2, hi2 = max(0, -t2), min(n2, n2 - t2)
                 if a < b and lo1 < hi1 and lo2 < hi2:
                     _strip_shift(P, acc[k], E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2,
-                                 inv_h2, offset)
+                                 inv_h2, offset, log_pos[s])
     return acc
 
 
 @numba.njit(inline="always", fastmath=True)
-def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2, inv_h2, offset):
-    """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``."""
+def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2, inv_h2, offset, log_pos):
+    """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``
+    (``log_pos <= 0``: the shift's log-weight in position)."""
     C = P.shape[0]
     o0, o1, o2 = len(g0) // 2, len(g1) // 2, len(g2) // 2
     inv_c = 1.0 / C
@@ -221,7 +251,7 @@ def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, 
                     w[l] += gu * d[l]
             for l in range(m2):
                 dist = w[l] * inv_c - offset
-                w[l] = _exp_neg(-max(dist, 0.0) * inv_h2)
+                w[l] = _exp_neg(log_pos - max(dist, 0.0) * inv_h2)
             # separate loops for x and x + t: in one loop the two rows may overlap
             # (shifts along the last axis), which would keep it from vectorising
             here = acc[C, x0, x1, lo2:hi2]

@@ -88,6 +88,7 @@ def compiled_refusals(bound, q_scale, exclude_self):
     lo, hi = COMPILED_BANDWIDTHS
     checks = [
         (kern.compact, "needs a compact profile"),
+        (kern.profile is None or not kern.profile.is_user, "needs a built-in profile: a user profile (a callable log_k) has no compiled form"),
         (kern.n_neighbors is None, "needs a fixed bandwidth, not n_neighbors"),
         (kern.metric == "euclidean", f"needs the euclidean metric, not {kern.metric!r}"),
         (bound.scaled, "needs data within the float range of the bandwidth"),
@@ -286,7 +287,8 @@ def plan(bound, Q, q_scale, exclude_self):
         if not compiled:
             raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
                              f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, "
-                             f"no per-point scales and exclude_self=False; got {kern!r}")
+                             f"no per-point scales and exclude_self=False; got {kern!r}: it "
+                             + "; ".join(compiled_refusals(bound, q_scale, exclude_self)))
         return "compiled"
     if algorithm == "neighbors" and not kern.compact:
         raise ValueError("algorithm='neighbors' needs a compact profile (or a compact kNN kernel)")

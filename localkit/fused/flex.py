@@ -50,7 +50,7 @@ def inner_product(kernel):
     and the profiles of that form (:attr:`~localkit.kernels.profiles.Profile.log_linear`: the
     Gaussian's ``c (<q, k> - |k|^2 / 2)``). Those run through softmax kernels (SDPA, FlexAttention
     without ``score_mod``)."""
-    return kernel == "softmax" or PROFILES[kernel].log_linear
+    return kernel == "softmax" or (isinstance(kernel, str) and PROFILES[kernel].log_linear)
 
 
 def fused_or_none(key, call):

@@ -46,7 +46,7 @@ class Kernel:
     ----------
     name : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
             "cosine", "laplacian", "cauchy", \
-            "softmax", "aitchison_aitken", "wang_ryzin"}, default="gaussian"
+            "softmax", "aitchison_aitken", "wang_ryzin"} or callable, default="gaussian"
         A profile ``k(u)`` of ``u = d / h``: "gaussian" ``exp(-u^2 / 2)``, "laplacian" ``exp(-u)``,
         "cauchy" ``1 / (1 + u^2)``, and, zero for ``u > 1``, "epanechnikov" ``1 - u^2``, "tricube"
         ``(1 - u^3)^3``, "biweight" ``(1 - u^2)^2``, "triweight" ``(1 - u^2)^3``, "triangular"
@@ -54,7 +54,13 @@ class Kernel:
         scikit-learn's names "rbf", "tophat", "flat", "exponential", "linear" and "quartic" are
         accepted for "gaussian", "uniform", "uniform", "laplacian", "triangular" and "biweight".
         ``"softmax"`` is ``exp(<x*, x> / h)``; "aitchison_aitken" and "wang_ryzin" are categorical
-        (below).
+        (below). A callable ``log_k(u2, xp)`` is a profile of your own: ``log k`` of the squared
+        scaled distance ``u2 = u^2`` (an array), written against the array namespace ``xp`` it is
+        handed (NumPy, or torch on tensors), elementwise, ``-inf`` for a zero weight, e.g.
+        ``lambda u2, xp: xp.log1p(-u2)`` with ``support=1.0`` (the Epanechnikov profile). It runs on
+        the dense, neighbour, binned and streamed paths, on dask arrays and on tensors, and in
+        :func:`localkit.nn.kernel_attention` (autograd differentiates it); the compiled compact pass,
+        FlexAttention and the Triton attention kernel need a compiled form and refuse it.
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
         is resolved on the samples: the normal-reference
@@ -79,6 +85,10 @@ class Kernel:
         rule resolved on them. None: every column. ``K1 * K2`` multiplies kernels on disjoint
         groups of columns (a product kernel); a fixed bandwidth or a rule (no
         ``n_neighbors``) and a norm metric.
+    support : None or 1.0, default=None
+        With a callable ``name`` only: ``1.0`` when the profile vanishes for ``u > 1`` (compact: the
+        callable is then only asked inside, and the engine's compact paths and policies apply),
+        None when it has no bound.
 
     Notes
     -----
@@ -102,11 +112,13 @@ class Kernel:
     #: defaults for kernels pickled before the algebra (issue 23)
     features = None
     is_categorical = False
+    support = None
 
     def __init__(self, name: str = "gaussian", bandwidth: float | str | np.ndarray = 1.0,
                  n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2,
-                 features=None):
+                 features=None, support=None):
         self.name = name
+        self.support = support
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
         self.metric = metric
@@ -117,12 +129,15 @@ class Kernel:
     # -- description ---------------------------------------------------------------------
     def _validate(self):
         self.features = _check_features(self.features)
+        if self.support is not None and isinstance(self.name, str):
+            raise ValueError(f"support is given with a user profile (a callable log_k(u2, xp)) only; the kernel "
+                             f"{self.name!r} states its own, got support={self.support!r}")
         self.is_categorical = isinstance(self.name, str) and self.name in CATEGORICAL_PROFILES
         if self.is_categorical:
             self._validate_categorical()
             return
         self.is_softmax = self.name == "softmax"
-        self.profile = None if self.is_softmax else get_profile(self.name)
+        self.profile = None if self.is_softmax else get_profile(self.name, self.support)
         if not callable(self.metric) and self.metric not in METRICS:
             raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {self.metric!r}")
         if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not (1 <= self.p <= np.inf):
@@ -204,7 +219,7 @@ class Kernel:
         """This kernel without ``features`` (the kernel of its own columns)."""
         if self.is_categorical:
             raise ValueError("a categorical kernel has no plain (distance) form")
-        return Kernel(self.name, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors, metric=self.metric, p=self.p)
+        return self._with(features=None)
 
     def columns(self, n_features):
         """``[(factor, columns)]``: each factor with the indices of its columns (``features``;
@@ -244,9 +259,14 @@ class Kernel:
             factors.append(factor)
         return factors[0] if len(factors) == 1 and not isinstance(self, ProductKernel) else ProductKernel(factors)
 
+    def at_bandwidth(self, h):
+        """This kernel (its profile, metric and support) at the fixed bandwidth ``h``: a rule or
+        kNN bandwidth resolved."""
+        return self._with(bandwidth=h, n_neighbors=None)
+
     def _with(self, **changes):
         params = dict(name=self.name, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors, metric=self.metric,
-                      p=self.p, features=self.features)
+                      p=self.p, features=self.features, support=self.support)
         params.update(changes)
         return Kernel(**params)
 
@@ -299,7 +319,7 @@ class Kernel:
 
     def __repr__(self):
         bandwidth = self.bandwidth.tolist() if isinstance(self.bandwidth, np.ndarray) else self.bandwidth
-        args = [repr(self.name_), f"bandwidth={bandwidth!r}"]
+        args = [self.name_ if callable(self.name) else repr(self.name_), f"bandwidth={bandwidth!r}"]
         if self.n_neighbors is not None:
             args.append(f"n_neighbors={self.n_neighbors}")
         if self.metric != "euclidean":
@@ -308,6 +328,8 @@ class Kernel:
             args.append(f"p={self.p!r}")
         if self.features is not None:
             args.append(f"features={list(self.features)!r}")
+        if self.support is not None:
+            args.append(f"support={self.support!r}")
         return f"Kernel({', '.join(args)})"
 
     # -- binding to samples ------------------------------------------------------------

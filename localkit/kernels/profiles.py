@@ -460,13 +460,161 @@ ALIASES = {"tophat": "uniform", "flat": "uniform", "exponential": "laplacian", "
 KERNEL_NAMES = tuple(PROFILES) + ("softmax",)
 
 
-def get_profile(name):
-    """The :class:`Profile` called ``name`` (aliases such as ``"tophat"`` accepted)."""
+def get_profile(name, support=None):
+    """The :class:`Profile` called ``name`` (aliases such as ``"tophat"`` accepted), or the
+    :class:`UserProfile` of a callable ``log_k(u2, xp)`` with its ``support`` (None or 1.0)."""
+    if callable(name) and not isinstance(name, (str, Profile)):
+        return user_profile(name, support)
+    if isinstance(name, UserProfile):
+        return name
     if not isinstance(name, str):
-        raise TypeError(f"kernel must be a string naming a profile, got {name!r}")
+        raise TypeError(f"kernel must be a string naming a profile or a callable log_k(u2, xp), got {name!r}")
+    if support is not None:
+        raise ValueError(f"support is given with a user profile (a callable log_k(u2, xp)) only; the profile "
+                         f"{name!r} states its own, got support={support!r}")
     key = ALIASES.get(name, name)
     if key not in PROFILES:
         raise ValueError(
             f"kernel must be one of {sorted(KERNEL_NAMES)} (or an alias {sorted(ALIASES)}), got {name!r}"
         )
     return PROFILES[key]
+
+
+# -- a profile the user writes: ``log_k(u2, xp)``, a callable against the namespace it is handed ----
+#: where a user profile is probed at construction (its support, or [0, 4] for an unbounded one):
+#: a wrong shape, NaN or +inf is refused there, before any engine pass
+_PROBE = np.linspace(0.0, 1.0, 17)
+
+
+@functools.lru_cache(maxsize=None)
+def _user_statement(log_k, compact, closed, namespace):
+    """``log k`` of a user profile bound to ``namespace``: on a compact support the user's
+    function sees only ``u2`` inside it (the "double where", so that autograd sends no NaN back
+    from outside) and ``-inf`` stands beyond it. Cached per namespace, as :func:`_rebind` is."""
+    def statement(u2):
+        if not compact:
+            out = log_k(u2, namespace)
+        else:
+            inside = u2 <= 1.0 if closed else u2 < 1.0
+            out = namespace.where(inside, log_k(namespace.where(inside, u2, 0.0), namespace), -math.inf)
+        if tuple(out.shape) != tuple(u2.shape):
+            raise ValueError(f"the user profile {_callable_name(log_k)} returned shape {tuple(out.shape)} for u2 of "
+                             f"shape {tuple(u2.shape)}: log_k(u2, xp) must act elementwise")
+        return out
+
+    return statement
+
+
+def _callable_name(log_k):
+    return getattr(log_k, "__name__", type(log_k).__name__)
+
+
+@dataclass(frozen=True)
+class _NumericMoment:
+    """``log int_0^S k(r) r^(d-1) dr`` of a user profile by quadrature (``S`` = 1 or infinity),
+    the density normaliser's radial integral (:meth:`Profile.log_normalizer`)."""
+
+    log_k: Callable
+    compact: bool
+
+    def __call__(self, d):
+        def log_f(r):
+            r = np.asarray(r, dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.asarray(self.log_k(r * r, np), dtype=np.float64) + (d - 1) * np.log(r)
+
+        grid = np.linspace(1e-6, 1.0, 257) if self.compact else np.geomspace(1e-6, 1e6, 513)
+        shift = float(np.max(log_f(grid)))
+        if not np.isfinite(shift):
+            return np.inf
+        with np.errstate(over="ignore", under="ignore"):
+            value, _ = integrate.quad(lambda r: float(np.exp(log_f(np.array([r]))[0] - shift)), 0.0,
+                                      1.0 if self.compact else np.inf, limit=200)
+        return float(np.log(value) + shift) if 0 < value < np.inf else np.inf
+
+
+@dataclass(frozen=True)
+class UserProfile(Profile):
+    """A profile the user states as ``log_k(u2, xp)``, a callable of the squared scaled distance
+    written against the array namespace ``xp`` it is handed (NumPy, torch, or a dask block's
+    NumPy), built by ``Kernel(log_k, support=...)``.
+
+    ``support=1.0``: ``k`` vanishes for ``u > 1`` (``-inf`` stands there whatever ``log_k``
+    returns, and ``log_k`` only sees ``u2`` inside); ``None``: no bound. It has no compiled form
+    (numba, Triton, FlexAttention), no stated slope and no closed-form moments: the paths that
+    need those refuse it, saying which; the density normaliser is integrated numerically.
+    Distances are taken from differences (``exact_distance``), as for a profile with a kink.
+    """
+
+    support: float | None = None
+    closed: bool = False
+    is_user = True
+
+    def log_k(self, u2):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self.log_k_for(np)(np.asarray(u2))
+
+    def log_k_for(self, namespace, compile_with=None):
+        if compile_with is not None:
+            raise ValueError(f"the user profile {self.name!r} (a callable log_k(u2, xp)) has no compiled form: "
+                             "compiled paths (numba, Triton) need a built-in profile")
+        return _user_statement(self.statement, self.compact, self.closed, namespace)
+
+    @property
+    def compiled_k(self):
+        raise ValueError(f"the user profile {self.name!r} (a callable log_k(u2, xp)) has no compiled (numba) form: "
+                         "the compiled compact pass needs a built-in profile; algorithm='dense' takes it")
+
+    def slope_for(self, namespace, compile_with=None):
+        raise ValueError(f"the user profile {self.name!r} (a callable log_k(u2, xp)) states no slope "
+                         "d log k / d u2: paths with their own backward pass (the Triton attention kernel, the "
+                         "reconstruction gradient) need a built-in profile")
+
+    def __reduce__(self):
+        return user_profile, (self.statement, self.support)
+
+    def __repr__(self):
+        return f"UserProfile({self.name}, support={self.support!r})"
+
+
+Profile.is_user = False
+
+
+def user_profile(log_k, support=None):
+    """The :class:`UserProfile` of ``log_k(u2, xp)``, checked: ``log_k`` callable, ``support``
+    None or 1.0, and on a probe of ``u2`` over the support (``[0, 4]`` for an unbounded profile,
+    NumPy) an array of ``u2``'s shape without NaN or ``+inf``, finite at ``u2 = 0`` (``k(0) > 0``)."""
+    if not callable(log_k) or isinstance(log_k, type):
+        raise TypeError(f"kernel must be a profile name or a callable log_k(u2, xp), got {log_k!r}")
+    if support is not None:
+        if isinstance(support, bool) or not isinstance(support, (int, float, np.number)) or float(support) != 1.0:
+            raise ValueError(f"support must be None (no bound) or 1.0 (k vanishes for u > 1; the bandwidth sets the "
+                             f"radius: rescale the profile rather than the support), got {support!r}")
+        support = 1.0
+    name = _callable_name(log_k)
+    probe = _PROBE if support is not None else 4.0 * _PROBE
+    try:
+        with np.errstate(all="ignore"):
+            out = log_k(probe.copy(), np)
+    except Exception as exc:
+        raise TypeError(f"kernel: the user profile {name} must be a callable log_k(u2, xp) of the squared scaled "
+                        f"distance u2 (an array) and the array namespace xp; calling it on NumPy arrays raised "
+                        f"{type(exc).__name__}: {exc}") from exc
+    if not hasattr(out, "shape") or tuple(np.shape(out)) != probe.shape:
+        raise ValueError(f"kernel: the user profile {name} must return an array of the shape of u2, elementwise; "
+                         f"for u2 of shape {probe.shape} it returned {type(out).__name__} of shape "
+                         f"{tuple(np.shape(out))}")
+    out = np.asarray(out)
+    if not np.issubdtype(out.dtype, np.floating):
+        raise ValueError(f"kernel: the user profile {name} must return floating log-weights, got dtype {out.dtype}")
+    inside = out if support is None else out[:-1]  # u2 = 1 may be the edge of an open support
+    if np.any(np.isnan(out)) or np.any(inside == np.inf):
+        bad = probe[np.isnan(out) | (out == np.inf)]
+        raise ValueError(f"kernel: the user profile {name} returned NaN or +inf at u2 = {bad.tolist()}; log k must "
+                         "be a number or -inf (a zero weight) at every u2 >= 0 (within its support)")
+    if not np.isfinite(out[0]):
+        raise ValueError(f"kernel: the user profile {name} gives log k(0) = {out[0]}: a sample at the query's point "
+                         "must weigh k(0) > 0")
+    compact = support is not None
+    return UserProfile(name, log_k, compact, _NumericMoment(log_k, compact), exact_distance=True,
+                       support=support, closed=compact and bool(np.isfinite(out[-1])))

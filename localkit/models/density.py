@@ -155,7 +155,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     else:
         h = backend.bandwidth(kern, samples, sample_weight)
         if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
-            kern = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)
+            kern = kern.at_bandwidth(h)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
                      memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
     total = n if sample_weight is None else backend.total(sample_weight)
@@ -414,7 +414,7 @@ class KernelDensity(BaseEstimator):
             return self._loo_objective(self._Z_fit, self.kernel_)
         self._plain("loo_log_likelihood(bandwidth=...)")
         h = self.bandwidth_ if bandwidth is None else resolve_bandwidth(bandwidth, self._Z_fit)
-        kernel = Kernel(self.kernel_.name_, bandwidth=h, metric=self.kernel_.metric, p=self.kernel_.p)
+        kernel = self.kernel_.at_bandwidth(h)
         return self._loo_objective(self._Z_fit, kernel)
 
     def _loo_objective(self, Z, kernel):

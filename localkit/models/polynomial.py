@@ -17,13 +17,14 @@ from ..engine import (KDSurface, LocalPolynomialFit, backend_of, binned_polynomi
                       local_polynomial, map_queries, neighbors as nb, twin_groups)
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
+from ._output_adaptive import OUTPUT_ADAPTIVE_PARAMS, OutputAdaptiveMixin
 from ..exceptions import FallbackWarning, NearSingularDesignWarning, user_stacklevel
 
 #: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
 INTERPOLATE_MAX_FEATURES = 4
 
 
-class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
+class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorMixin, BaseEstimator):
     """Local polynomial regression (LOESS): a weighted least-squares polynomial at each query.
 
     .. math::
@@ -134,6 +135,17 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         at a query row holding a NaN (statsmodels' NaN at NaN ``xvals``) and fits the others.
         Infinite values raise either way (statsmodels drops them too; here they are bad input,
         not missing values).
+    value_kernel : Kernel or None, default=None
+        Output-adaptive local polynomial: each sample also weighs ``K_y(f_t(x*), y_i)``, iterated
+        from the plain fit to a fixed point, as in :class:`localkit.LocalMeanRegressor` (the
+        formula there; the targets enter the kernel only, never the local design). Needs a fixed
+        bandwidth or a rule (no ``frac``, ``n_neighbors`` or ``sample_neighbors``),
+        ``surface="direct"``, ``delta=0``, ``robust_iters=0`` and an exact ``algorithm``.
+    max_iter : int, default=100
+        The most iterations of the value kernel's fixed point; reaching it warns
+        (:class:`~localkit.exceptions.LocalkitConvergenceWarning`).
+    tol : float, default=1e-8
+        A query stops when its fit moves by less than ``tol``.
     sample_weight_type : {"frequency", "prior"}, default="frequency"
         What ``sample_weight`` ``c_i`` means. Both multiply the kernel weights,
         ``K(x*, x_i) c_i r_i``. ``"frequency"`` (scikit-learn's meaning): ``c_i`` counts copies of
@@ -179,6 +191,12 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
 
     Attributes
     ----------
+    n_iter_ : int
+        With ``value_kernel``: the iterations its fixed point took at the training points; 1
+        without.
+    value_kernel_ : Kernel
+        With ``value_kernel``: the kernel of the targets as used (rule resolved, on the target
+        column of the augmented samples ``[X, y]``).
     bandwidth_ : float, ndarray or None (span)
     n_neighbors_ : int, float or None
         The span in neighbours (from ``frac`` or ``n_neighbors``); in total weight with
@@ -224,7 +242,10 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
     def __init__(self, degree=1, kernel="tricube", bandwidth=None, frac=None, n_neighbors=None,
                  sample_neighbors=None, robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto",
                  n_jobs=None, surface="direct", cell=0.2, sample_weight_type="frequency", delta=0.0,
-                 missing="raise"):
+                 missing="raise", value_kernel=None, max_iter=100, tol=1e-8):
+        self.value_kernel = value_kernel
+        self.max_iter = max_iter
+        self.tol = tol
         self.degree = degree
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -257,6 +278,7 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
         "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,
         "delta": non_negative(),
         "missing": [StrOptions({"raise", "drop"})],
+        **OUTPUT_ADAPTIVE_PARAMS,
     }
 
     def _wide_bandwidth_tends_to_the_mean(self):
@@ -366,7 +388,38 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
                 self._fit_vertices()
             if self.anchors_ is not None:
                 self._fit_anchors()
+        self.n_iter_ = 1  # the plain fit (robustness iterations are robust_iters)
+        if self.value_kernel is not None:
+            self._fit_output_adaptive(X)
         return self
+
+    def _fit_output_adaptive(self, X):
+        """The value kernel's product over ``[X, y]`` and ``n_iter_`` (see ``value_kernel``)."""
+        refused = [name for name, bad in [("surface", self.surface != "direct"), ("delta", self.delta > 0),
+                                          ("robust_iters", self.robust_iters > 0),
+                                          ("algorithm", self.algorithm == "binned")] if bad]
+        if refused:
+            raise ValueError(f"value_kernel takes surface='direct', delta=0, robust_iters=0 and an exact algorithm; "
+                             f"got {', '.join(f'{name}={getattr(self, name)!r}' for name in refused)}")
+        Y = self.y_fit_[:, None]
+        self._value_product = self._fit_value_kernel(X, Y)
+        self._value_samples = np.concatenate([X, Y], axis=1)
+        self.n_iter_ = self._value_fixed_point(X).n_iter
+
+    def _value_fixed_point(self, X):
+        """The output-adaptive fit's fixed point at the queries ``X``: local polynomials over
+        ``[X, y]`` with the targets' column in the kernel, not in the design."""
+        def refit(Q):
+            return local_polynomial(Q, self._value_samples, self.y_fit_, self.degree, self._value_product,
+                                    sample_weight=self._weights(), ridge=self.ridge, algorithm=self.algorithm,
+                                    n_jobs=self.n_jobs, design=X.shape[1]).values
+
+        return self._iterate_values(X, self._fit_at(X, self.kernel_)[:, None], refit)
+
+    def _predict_rows(self, X):
+        if self.value_kernel is not None:
+            return self._value_fixed_point(X).state[:, 0]
+        return self._fit_at(X, self.kernel_)
 
     def _check_binned(self, span, n_features):
         """``algorithm="binned"`` needs binned moments: a fixed bandwidth, degree <= 2, 1 to 3
@@ -446,10 +499,9 @@ class LocalPolynomialRegressor(LocalKernelMixin, RegressorMixin, BaseEstimator):
             if not rows.all():
                 out = np.full(len(Q), np.nan, dtype=self.X_fit_.dtype)
                 if rows.any():
-                    out[rows] = self._fit_at(self._validate_queries(Q[rows]), self.kernel_)
+                    out[rows] = self._predict_rows(self._validate_queries(Q[rows]))
                 return out
-        X = self._validate_queries(X)
-        return self._fit_at(X, self.kernel_)
+        return self._predict_rows(self._validate_queries(X))
 
     def _weights(self):
         """Prior times robustness weights."""

@@ -1,4 +1,5 @@
-"""Nadaraya–Watson regression: the local mean of the targets."""
+"""Nadaraya–Watson regression: the local mean of the targets (optionally output-adaptive: the
+kernel also weighs each sample's target against the estimate, iterated to a fixed point)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +7,12 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
+from ..engine import bind
 from ._base import MIXABLE_KERNEL, LocalMeanParams
+from ._output_adaptive import OUTPUT_ADAPTIVE_PARAMS, OutputAdaptiveMixin
 
 
-class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
+class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, BaseEstimator):
     """Nadaraya–Watson kernel regression, the local mean of ``y``.
 
     .. math::
@@ -144,10 +147,41 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         (scikit-learn's brute-force search pools queries and samples: give ``V``/``VI`` to
         match it).
 
+    value_kernel : Kernel or None, default=None
+        Output-adaptive ("self-localized") regression: each sample is also weighed by a kernel
+        ``K_y`` of its target against the estimate at the query, iterated from the plain local
+        mean ``f_0`` to a fixed point,
+
+        .. math::
+
+            f_{t+1}(x^*) = \\frac{\\sum_i K(x^*, x_i)\\, K_y(f_t(x^*), y_i)\\, y_i}
+                                {\\sum_j K(x^*, x_j)\\, K_y(f_t(x^*), y_j)},
+
+        a local mean with the product kernel ``K * K_y`` of the points ``(x, y)`` whose query is
+        ``(x*, f_t(x*))`` (one engine pass per iteration, each query frozen once it moves less
+        than ``tol``; :func:`localkit.engine.iterate`). It keeps edges that the plain local mean
+        blurs (samples across a jump in ``y`` weigh little) and resists outliers, as the bilateral
+        filter does for images. A distance ``Kernel`` of the targets (``bandwidth`` in the
+        targets' units, or a rule resolved on them; several targets share it), e.g.
+        ``Kernel("gaussian", bandwidth=0.3)``. Needs a fixed bandwidth or a rule for ``kernel``
+        (no ``n_neighbors``, ``sample_neighbors``, ``weights`` or softmax), NumPy arrays.
+        ``bandwidth="cv"`` selects the bandwidth of the plain local mean.
+    max_iter : int, default=100
+        The most iterations of the value kernel's fixed point; reaching it warns
+        (:class:`~localkit.exceptions.LocalkitConvergenceWarning`, a ``ConvergenceWarning``).
+    tol : float, default=1e-8
+        A query stops when its estimate moves by less than ``tol`` (largest change over targets).
+
     Attributes
     ----------
     bandwidth_ : float or ndarray
         The bandwidth used (rules resolved).
+    n_iter_ : int
+        With ``value_kernel``: the iterations its fixed point took at the training points (in
+        ``fit``; ``predict`` iterates at its queries alike); 1 without (one pass).
+    value_kernel_ : Kernel
+        With ``value_kernel``: the kernel of the targets as used (rule resolved, on the target
+        columns of the augmented samples ``[X, y]``).
     sample_scale_ : ndarray of shape (n_samples,) or None
         The sample-point factors ``h_i`` (with ``sample_neighbors``).
     sample_weight_ : ndarray of shape (n_samples,) or None
@@ -175,9 +209,22 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
     """
 
     _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
-    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL}
+    _parameter_constraints: dict = {**LocalMeanParams._parameter_constraints, "kernel": MIXABLE_KERNEL,
+                                    **OUTPUT_ADAPTIVE_PARAMS}
     #: "cv" inside a Kernel and lists of kernels are learned by the leave-one-out of the local mean
     _kernel_cv = True
+
+    def __init__(self, kernel="gaussian", bandwidth="scott", n_neighbors=None, sample_neighbors=None,
+                 metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None,
+                 sample_weight_type="frequency", weights="uniform", metric_params=None, value_kernel=None,
+                 max_iter=100, tol=1e-8):
+        super().__init__(kernel=kernel, bandwidth=bandwidth, n_neighbors=n_neighbors,
+                         sample_neighbors=sample_neighbors, metric=metric, p=p, empty=empty, algorithm=algorithm,
+                         n_jobs=n_jobs, sample_weight_type=sample_weight_type, weights=weights,
+                         metric_params=metric_params)
+        self.value_kernel = value_kernel
+        self.max_iter = max_iter
+        self.tol = tol
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
@@ -199,20 +246,41 @@ class LocalMeanRegressor(LocalMeanParams, RegressorMixin, BaseEstimator):
         self.X_fit_, self.y_fit_ = X, y
         self._bind(Xm, y)
         self._check_weights()
+        self.n_iter_ = 1  # the plain local mean: one pass
+        if self.value_kernel is not None:
+            if not (isinstance(self.weights, str) and self.weights == "uniform"):
+                raise ValueError(f"value_kernel multiplies the kernel; weights={self.weights!r} is not taken with it")
+            Y = y.reshape(len(y), -1)
+            self._value_bound = bind(self._fit_value_kernel(Xm, Y), np.concatenate([Xm, Y], axis=1),
+                                     sample_weight=self.sample_weight_, options=self._engine_options())
+            self._value_y = self._value_bound.prepare(Y)
+            self.n_iter_ = self._value_fixed_point(Xm).n_iter
         return self
 
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """The local mean of the training targets at each row of ``X``."""
+        """The local mean of the training targets at each row of ``X`` (with ``value_kernel``,
+        its fixed point)."""
         X = self._validate_queries(X)
+        if self.value_kernel is not None:
+            return self._value_fixed_point(X).state.reshape(len(X), *self.y_fit_.shape[1:])
         return self._local_sums(X).mean
 
     def loo_predict(self):
         """Leave-one-out predictions at the training points (each point's own weight dropped,
         and that of every other sample at the same point)."""
         check_is_fitted(self)
+        if self.value_kernel is not None:
+            raise ValueError("loo_predict: the leave-one-out of the plain local mean; with value_kernel the fixed "
+                             "point is not left out sample by sample (set value_kernel=None)")
         return self._local_sums(None, exclude_self=True, queries_are_samples=True).mean
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.single_output = False
         return tags
+
+    def _value_fixed_point(self, X):
+        """The output-adaptive local mean's fixed point at the queries ``X`` (mapped coordinates)."""
+        binding = self._value_bound.using(self._engine_options())
+        return self._iterate_values(X, self._local_sums(X).mean.reshape(len(X), -1),
+                                    lambda Q: binding.sums(Q, self._value_y).mean)

@@ -11,3 +11,9 @@ import torch
 from ..kernels.profiles import PROFILES
 
 LOG_PROFILES = {name: profile.log_k_for(torch) for name, profile in PROFILES.items()}
+
+
+def log_profile(kernel):
+    """``log k`` on tensors of a resolved kernel: a profile's name, or a user profile
+    (:class:`~localkit.kernels.profiles.UserProfile`, its callable handed ``torch``)."""
+    return LOG_PROFILES[kernel] if isinstance(kernel, str) else kernel.log_k_for(torch)

@@ -27,8 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..engine import OnlineLogSumExp
 from ..fused.flex import inner_product
-from ..kernels.profiles import PROFILES
-from ._profiles import LOG_PROFILES
+from ._profiles import LOG_PROFILES, log_profile
 
 #: elements of one block of log-weights (4 MiB in float32): bounds the memory of a call (the
 #: profiles keep ~10 block-sized temporaries: 1 << 22 grew a Laplacian call at L=16384 by 265 MiB)
@@ -59,12 +58,12 @@ def block_scores(kernel, q, k, c, twice_differentiable=False):
     """
     if kernel == "softmax":
         return (q @ k.transpose(-2, -1)) * c
-    if PROFILES[kernel].log_linear:
+    if inner_product(kernel):
         return (q @ k.transpose(-2, -1) - 0.5 * (k * k).sum(-1).unsqueeze(-2)) * c
     if twice_differentiable:
-        return LOG_PROFILES[kernel]((q.unsqueeze(-2) - k.unsqueeze(-3)).square().sum(-1) * c)
+        return log_profile(kernel)((q.unsqueeze(-2) - k.unsqueeze(-3)).square().sum(-1) * c)
     dist = torch.cdist(q, k, compute_mode="donot_use_mm_for_euclid_dist")
-    return LOG_PROFILES[kernel](dist * dist * c)
+    return log_profile(kernel)(dist * dist * c)
 
 
 def _slice_mask(mask, i0, i1, j0, j1):

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from ..engine import Plan
-from ..kernels.profiles import PROFILES, get_profile
+from ..kernels import Kernel
+from ..kernels.profiles import PROFILES, UserProfile, get_profile
 from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none, inner_product
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
@@ -50,7 +51,18 @@ def eager():
 
 
 def resolve_kernel(kernel):
-    """The canonical name of ``kernel``: ``"softmax"`` or a profile name (aliases accepted)."""
+    """The canonical form of ``kernel``: ``"softmax"``, a profile name (aliases accepted), or the
+    user profile (:class:`~localkit.kernels.profiles.UserProfile`) of ``Kernel(log_k, support=...)``."""
+    if isinstance(kernel, UserProfile):
+        return kernel
+    if isinstance(kernel, Kernel):
+        if kernel.composite or kernel.n_neighbors is not None or kernel.metric != "euclidean":
+            raise ValueError(f"kernel={kernel!r}: attention takes a profile of |q - k| (no features, n_neighbors or "
+                             "metric); position kernels are causal=, window= and mask=")
+        if not (isinstance(kernel.bandwidth, numbers.Real) and kernel.bandwidth == 1.0):
+            raise ValueError(f"kernel={kernel!r}: attention takes the bandwidth as its own argument (bandwidth=, or "
+                             "a module's learned one); build the kernel without one, e.g. Kernel(log_k, support=1.0)")
+        return kernel.name if kernel.is_softmax else kernel.profile if kernel.profile.is_user else kernel.profile.name
     if kernel == "softmax":
         return kernel
     return get_profile(kernel).name  # raises naming the allowed kernels
@@ -196,7 +208,7 @@ def _scale(kernel, h, q, k):
     power = 1 if kernel == "softmax" else 2
     c = h.to(compute_dtype(q.dtype)) ** -power if isinstance(h, torch.Tensor) else h ** -power
     finfo = torch.finfo(compute_dtype(q.dtype))
-    if PROFILES.get(kernel) is not None and PROFILES[kernel].compact:
+    if kernel != "softmax" and (kernel if isinstance(kernel, UserProfile) else PROFILES[kernel]).compact:
         return (c.clamp_max(finfo.max) if isinstance(c, torch.Tensor) else min(c, finfo.max)), False
     if not isinstance(c, torch.Tensor) and c <= 1e3:  # the usual case: nothing to check
         return c, False
@@ -344,11 +356,15 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     q, k, v : tensors of shape (..., L, d), (..., S, d), (..., S, d_v)
         float64, float32, bfloat16 or float16 (the last two accumulate in float32).
     kernel : {"softmax", "gaussian", "laplacian", "cauchy", "epanechnikov", "tricube", "biweight", \
-            "triweight", "triangular", "uniform", "cosine"}, default="softmax"
+            "triweight", "triangular", "uniform", "cosine"} or Kernel, default="softmax"
         ``"softmax"`` (``exp(<q, k> / h)``) or a profile ``k(u)`` of ``u = |q - k| / h`` (the
         profiles of :class:`localkit.Kernel`: gaussian ``exp(-u^2 / 2)``, laplacian
         ``exp(-u)``, cauchy ``1 / (1 + u^2)``, and the compactly supported epanechnikov,
         tricube, biweight, triweight, triangular, uniform and cosine, zero for ``u > 1``).
+        A :class:`localkit.Kernel` built from a callable, ``Kernel(log_k, support=...)``, is your
+        own profile ``log_k(u2, xp)``, handed ``torch`` here (autograd differentiates it): it
+        streams (FlexAttention and the Triton kernel need a compiled form); its bandwidth is
+        this function's ``bandwidth``.
     bandwidth : float, tensor or None
         ``h``: default ``sqrt(d)`` for the softmax, ``d^(1/4)`` for the profiles. A tensor
         broadcasting to ``(..., 1, 1)`` gives, e.g., one (learnable) bandwidth per head. Any
@@ -510,6 +526,7 @@ _CPU_FLASH = (lambda a: a.mask is None and _cpu_flash_fits(a.q, a.k, a.v, 0.0),
 _CUDA = (_NOT_DENSE, _NO_TOP_K,
          (lambda a: a.mask is None, "masks stream: torch 2.11's Triton failed to compile a captured key mask (H200)"),
          (lambda a: flex_available(a.q), "needs CUDA tensors and Triton"),
+         (lambda a: isinstance(a.kernel, str), "a user profile (a callable log_k) has no compiled form: streamed"),
          _FITS)
 #: half inputs stay on FlexAttention until our kernel's half path is fixed: on an H200 it returned
 #: wrong rows in bfloat16 and float16 (and an illegal memory access with BLOCK_M = 64), while its

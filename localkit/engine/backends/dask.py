@@ -40,7 +40,6 @@ import numpy as np
 from ..._extras import install_extra
 from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
-from ...kernels import Kernel
 from ...kernels.bandwidth import resolve_bandwidth
 from ..bound import BoundKernel, make_kernel
 from ..options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
@@ -427,7 +426,7 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     q_scale = _per_point(query_scale, "query_scale", Q.shape[0], Q.chunks[0])
     s_scale = _per_point(sample_scale, "sample_scale", n_s, rows)
     h = dask_bandwidth(kern.bandwidth, S, sample_weight=c)
-    bound = Kernel(kern.name_, bandwidth=h, metric=kern.metric, p=kern.p)  # fixed from here on
+    bound = kern.at_bandwidth(h)  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
                       threads=threads, nearest=kern.compact)

@@ -43,7 +43,6 @@ from scipy.special import comb
 from sklearn.utils._param_validation import StrOptions, validate_params
 
 from ..._validation import check_array, check_points, non_negative, positive
-from ...kernels import Kernel
 from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
@@ -127,9 +126,13 @@ BINNED_MAX_DEGREE = 2
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
-                     memory_budget=None, n_jobs=None, grid_size=None):
+                     memory_budget=None, n_jobs=None, grid_size=None, design=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
     derivatives.
+
+    ``design`` (an int ``m``): only the first ``m`` columns form the local design; the others
+    enter the kernel only (the targets' columns of an output-adaptive fit, whose queries carry
+    the current estimate there). None: every column. Taken on the dense path.
 
     ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
     options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
@@ -163,19 +166,23 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     queries, samples, Y, sw, kern = _prepare(queries, samples, targets, sample_weight, kernel, bandwidth,
                                              n_neighbors, exclude_self)
     dtype = samples.dtype
-    n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
+    n_q, d, t = len(queries), samples.shape[1] if design is None else int(design), Y.shape[1]
+    if not 1 <= d <= samples.shape[1]:
+        raise ValueError(f"design={design!r} must be between 1 and the {samples.shape[1]} columns of the samples")
     if slopes and degree < 1:
         raise ValueError("slopes=True (the local derivative) needs degree >= 1: a local constant "
                          f"(degree=0) has no slope, got degree={degree}")
     P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
     if algorithm == "binned":
-        refused = binned_polynomial_refusals(kern, d, degree, sample_scale, exclude_self)
+        refused = binned_polynomial_refusals(kern, samples.shape[1], degree, sample_scale, exclude_self)
+        if design is not None:
+            refused.append("design: columns outside the local design are taken on the dense path")
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
         return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
                        max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size)
     block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
-                                      balls, algorithm)
+                                      balls, algorithm, d)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
     workers = resolve_n_jobs(n_jobs)
@@ -292,18 +299,20 @@ def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neig
         raise ValueError("exclude_self=True needs the queries to be the samples")
     kern = make_kernel(kernel, bandwidth, n_neighbors)
     if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
-        kern = Kernel(kern.name, bandwidth=kern.resolve_bandwidth(samples, sw), n_neighbors=kern.n_neighbors,
-                      metric=kern.metric, p=kern.p)
+        kern = kern._with(bandwidth=kern.resolve_bandwidth(samples, sw))
     return queries, samples, Y, sw, kern
 
 
-def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm):
+def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None):
     """``(block, row_bytes, found)``: the path's ``block(rows) -> (G, b, weight sums, scale,
-    nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree``."""
-    E = monomial_exponents(samples.shape[1], degree)
-    if kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None:
+    nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree`` of the first
+    ``design`` columns (None: every column)."""
+    design = samples.shape[1] if design is None else design
+    E = monomial_exponents(design, degree)
+    if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
+            and design == samples.shape[1]):
         return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
-    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge), None)
+    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design), None)
 
 
 @validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
@@ -578,7 +587,7 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
     return S, T
 
 
-def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
+def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design):
     """``block(rows)`` from the engine's log-weights of a query block against every sample, the
     design centred at each query and scaled by the bandwidth ``s`` (the features' spread for kNN
     and softmax kernels); and the extra bytes per query (its row of weights and temporaries)."""
@@ -626,7 +635,9 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
     if s is None:
         s = samples.std(axis=0)
         s = np.where(s > 0, s, 1.0).astype(samples.dtype)
+    s = s[:design]  # the design's columns (the others weigh only)
     inv_s = (1.0 / s).astype(samples.dtype)
+    Xd = samples if design == samples.shape[1] else np.ascontiguousarray(samples[:, :design])
     every = np.arange(len(samples))
     tree = monomial_parents(E)
 
@@ -635,7 +646,7 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge):
         top = L.max(axis=1, keepdims=True)
         L -= np.where(np.isfinite(top), top, 0.0)
         W = np.exp(flush_underflow(L, UNDERFLOW[L.dtype]), out=L).astype(samples.dtype, copy=False)
-        G, b, total = _accumulate(samples, queries[rows], Y, sw, np.broadcast_to(every, W.shape), W,
+        G, b, total = _accumulate(Xd, queries[rows, :design], Y, sw, np.broadcast_to(every, W.shape), W,
                                   np.broadcast_to(inv_s, (len(W), len(inv_s))), *tree)
         near = np.zeros(len(W), dtype=np.intp)
         none = ~(total > 0)
