@@ -25,8 +25,10 @@ def _step(n=200, seed=0):
 
 def direct_fixed_point(Q, X, y, h, hy, degree=0, tol=1e-8, max_iter=100):
     """The output-adaptive fit by definition: Gaussian weights in x and y, per query, weighted
-    least squares of degree 0 or 1 in x only, from the plain fit, until a move below ``tol``."""
-    Kx = np.exp(-0.5 * ((Q[:, None, 0] - X[None, :, 0]) / h) ** 2)
+    least squares of degree 0 or 1 in x only, from the plain fit, until a move below ``tol``.
+    ``h`` may be ``[(w_k, h_k), ...]``: the sum of Gaussians ``sum_k w_k K_{h_k}`` in x."""
+    terms = h if isinstance(h, list) else [(1.0, h)]
+    Kx = sum(w * np.exp(-0.5 * ((Q[:, None, 0] - X[None, :, 0]) / hk) ** 2) for w, hk in terms)
 
     def fit(W):
         if degree == 0:
@@ -59,6 +61,22 @@ def test_equals_the_direct_fixed_point(degree):
     got = est.fit(X, y).predict(Q)
     np.testing.assert_allclose(got, direct_fixed_point(Q, X, y, 0.06, 0.25, degree), rtol=0, atol=1e-10)
     assert est.n_iter_ >= 2 and est.value_kernel_.features == (1,)
+
+
+def test_sums_and_learned_mixtures_take_a_value_kernel():
+    X, y = _step()
+    Q = np.linspace(0, 1, 41)[:, None]
+    value = Kernel("gaussian", bandwidth=0.25)
+    g1, g2 = Kernel("gaussian", bandwidth=0.03), Kernel("gaussian", bandwidth=0.1)
+    got = LocalMeanRegressor(kernel=0.3 * g1 + 0.7 * g2, value_kernel=value).fit(X, y).predict(Q)
+    want = direct_fixed_point(Q, X, y, [(0.3, 0.03), (0.7, 0.1)], 0.25)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    # a learned mixture: its weights are those of the plain local mean, then the fixed point
+    mixed = LocalMeanRegressor(kernel=[g1, g2], value_kernel=value).fit(X, y)
+    w = mixed.kernel_weights_
+    want = direct_fixed_point(Q, X, y, [(w[0], 0.03), (w[1], 0.1)], 0.25)
+    np.testing.assert_allclose(mixed.predict(Q), want, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(w, LocalMeanRegressor(kernel=[g1, g2]).fit(X, y).kernel_weights_, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("make", [lambda vk: LocalMeanRegressor(bandwidth=0.06, value_kernel=vk),

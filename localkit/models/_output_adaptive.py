@@ -47,8 +47,7 @@ class OutputAdaptiveMixin:
         d, p = X.shape[1], Y.shape[1]
         self.value_kernel_ = vk.resolved(Y, getattr(self, "sample_weight_", None))._with(
             features=list(range(d, d + p)))
-        inputs = kern if kern.features is not None else kern._with(features=list(range(d)))
-        return inputs * self.value_kernel_
+        return _on_columns(kern, list(range(d))) * self.value_kernel_
 
     def _iterate_values(self, X, start, refit):
         """:class:`~localkit.engine.FixedPoint` of the output-adaptive fit at the queries ``X``."""
@@ -57,3 +56,11 @@ class OutputAdaptiveMixin:
 
         return iterate(step, start, tol=self.tol, max_iter=self.max_iter, per_row=True,
                        name="the value kernel's fixed point")
+
+
+def _on_columns(kernel, columns):
+    """``kernel`` looking at ``columns`` where it does not name its own (a sum, such as a learned
+    mixture, term by term)."""
+    if hasattr(kernel, "terms"):
+        return type(kernel)([(w, _on_columns(k, columns)) for w, k in kernel.terms])
+    return kernel if kernel.features is not None else kernel._with(features=columns)
