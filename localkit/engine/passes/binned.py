@@ -1,35 +1,54 @@
 """The binned pass: kernel sums in 1, 2 or 3 features by linear binning and FFT convolution.
 
-In the engine's coordinates ``x_s = (x - c) / h`` (per-feature bandwidths included) the kernel
-is ``k(|q - x|^2)``, the same in every direction. The pass
+With the bandwidths ``h`` (one per feature) the kernel is ``k(|(q - x) / h|^2)``. The pass works
+in the caller's coordinates (no centred, scaled copy of the samples is made) and
 
 1. **bins** the samples linearly onto a regular grid ``g_m`` (spacing ``delta`` per feature)
    spanning the samples, and the queries up to the kernel's reach (Wand and Jones 1994; as R's
    KernSmooth and KDEpy): sample ``x_i`` gives each corner ``m`` of its grid cell the share
    ``a_im = prod_f (1 - |t_if - m_f|)`` (``t_i = (x_i - g_0) / delta``), and the grid carries
-   ``B_m = sum_i a_im c_i`` and ``B_m v = sum_i a_im c_i v_i``;
+   ``B_m = sum_i a_im c_i`` and ``B_m v = sum_i a_im c_i v_i`` (:func:`_bin`: one compiled pass
+   over the samples, shared with the binned local polynomial's moments);
 2. **convolves** ``B`` with the kernel sampled on the grid's offsets,
-   ``S_m = sum_l B_l k(|(m - l) delta|^2)``, by FFT, zero-padded (:func:`scipy.signal.fftconvolve`:
-   no wrap-around); the kernel is sampled out to its reach: ``u <= 1`` for a compact profile,
-   for a smooth one the ``u`` beyond which ``k(u) < TAIL`` (never farther than the grid's span);
+   ``S_m = sum_l B_l k(|(m - l) delta / h|^2)``, by zero-padded real FFTs (no wrap-around; the
+   Gaussian's transform is the outer product of its 1-D ones); the kernel is sampled out to its
+   reach: ``u <= 1`` for a compact profile, for a smooth one the ``u`` beyond which
+   ``k(u) < TAIL`` (never farther than the grid's span);
 3. **interpolates** multilinearly: a query gets ``sum_m a_qm S_m`` from the corners of its cell
    (the shares ``a_qm`` of step 1), the weight sum and each value sum alike, and its local mean
    is their ratio (a weighted mean of the corners' means: never outside the values' range).
+   Multilinear, because it keeps weights non-negative and means inside the values' range, and
+   its error is of the binning's order; for the profiles of :func:`smooth` (gaussian, cauchy)
+   both leading errors are removed: the kernel is sampled less ``1/12`` of its second
+   difference (:func:`_binning_corrected`: the average spread that linear binning adds) and the
+   weight sum less the interpolation's curvature term (:func:`_interpolation_corrected`); on a
+   million-sample 2-D Gaussian mixture that took the error on a 1,536-point grid from ~8e-4 to
+   ~5e-5.
 
 Error. Binning and interpolation each err by ``O((delta / h)^2)`` relative to a smooth kernel
 sum (Wand and Jones; Hall and Wand 1996), ``O(delta / h)`` for a profile with a kink or a jump
-inside its support (triangular and laplacian at 0, uniform at its edge). The documented bound,
-pinned by ``tests/test_binned.py`` on diabetes, iris and wine in 1, 2 and 3 features with sample
-weights: where the weight sum exceeds 1e-3 of its largest, its relative error and the local
-mean's error (relative to the values' range) stay below ``8 (delta / h)^2`` (``4 delta / h`` for
-the rough profiles), ``delta / h`` the largest grid spacing in bandwidths; float32 adds its
-round-off (``2e-5``); the pass itself runs in float64. FFT round-off adds about ``1e-15`` of the
-total weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). The default
-grid (:data:`GRID_SIZE`) keeps ``delta / h`` below 1/100 in one feature for a bandwidth above a
-650th of the data's range. Queries beyond the kernel's reach of every sample get 0 (empty).
+inside its support (:func:`rough`: triangular and laplacian at 0, uniform at its edge). The
+documented bound (:func:`error_bound`), pinned by ``tests/test_binned.py`` on diabetes, iris and
+wine in 1, 2 and 3 features with sample weights, float32 and float64, at the samples and at
+queries off them: where the weight sum exceeds 1e-3 of its largest, its relative error and the
+local mean's error (relative to the values' range) stay below ``8 (delta / h)^2``
+(``4 delta / h`` for the rough profiles), ``delta / h`` the largest grid spacing in bandwidths;
+float32 adds its round-off (``2e-5``); the pass itself runs in float64. It is a worst case (data
+sitting at one place in their cells); measured errors are far below it (the tables of
+``benchmarks/RESULTS.md``, section *binned*). FFT round-off adds about ``1e-15`` of the total
+weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). Queries beyond the
+kernel's reach of every sample get 0 (empty).
+
+Grid. ``grid_size`` points per feature if given; else the rule of :func:`grid_shape`: the fewest
+points whose bound meets ``tolerance`` (:data:`TOLERANCE`, ``1e-4``, by default), at most
+:data:`GRID_LIMIT` per feature (2^18 in 1-D, 1,536 in 2-D, 128 in 3-D). In 1-D the rule is met
+(smooth profiles) while the grid spans fewer than ~900 bandwidths; in 2 features the worst-case
+bound asks for more points than the limit beyond ~5 bandwidths, in 3 beyond half a bandwidth,
+and the limit decides (:attr:`Grid.bound` says what bound the grid gives; "auto"
+takes the binned pass only where it meets the tolerance the caller asked for).
 
 Memory: the grid and the FFT buffers, ``O(grid cells x (n_values + 1))``; the samples are read
-once (one compiled pass bins them).
+twice (their extent, then one compiled pass bins them).
 """
 from __future__ import annotations
 
@@ -42,9 +61,9 @@ from scipy import fft
 #: The default grid's rule (:func:`grid_shape`): the fewest points per feature whose spacing in
 #: bandwidths keeps :func:`error_bound` below the ``tolerance`` asked for (this one by default) ...
 TOLERANCE = 1e-4
-#: ... and at most this many points per feature for 1, 2 and 3 features (2^18, 2^22 and 2^24
-#: cells, whose zero-padded FFTs take milliseconds, ~0.1 s and ~0.5 s): a grid capped there may
-#: miss the tolerance (:func:`grid_bound` says by how much; ``"auto"`` then keeps the exact path)
+#: ... and at most this many points per feature for 1, 2 and 3 features (2^18, 2.4e6 and 2.1e6
+#: cells, whose zero-padded FFTs take milliseconds, ~0.1 s and ~0.2 s): a grid capped there may
+#: miss the tolerance (:attr:`Grid.bound` says by how much; "auto" then keeps the exact path)
 GRID_LIMIT = {1: 2**18, 2: 3 * 2**9, 3: 2**7}
 #: The binned local polynomial's default grid points per feature for 1, 2 and 3 features, where no
 #: ``tolerance`` is given (its moments take up to 15 convolutions: 2^16, 2^18 and 2^18 cells)
