@@ -6,7 +6,7 @@ from sklearn.datasets import load_diabetes, load_iris, load_wine
 
 from localkit import KernelDensity, LocalMeanRegressor, LocalPolynomialRegressor, kernel_density, local_sums
 from localkit.engine import BoundKernel, EngineOptions
-from localkit.engine.passes.binned import GRID_SIZE
+from localkit.engine.passes.binned import Grid
 from localkit.kernels import Kernel
 from localkit.kernels.profiles import PROFILES
 
@@ -37,22 +37,38 @@ def _bound(profile, spacing, dtype):
 @pytest.mark.parametrize("d", [1, 2, 3])
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_binned_equals_exact_to_the_bound(d, profile):
+    """The documented bound ``B`` (localkit.engine.passes.binned), with sample weights, in float64 and
+    float32: at the samples, the weight sum's relative error and the local mean's (relative to the
+    values' range) where the weight sum exceeds 1e-3 of its largest; at as many queries drawn anywhere
+    in the data's box (and half a bandwidth beyond), the weight sum's error relative to its largest
+    and the mean's error times its weight sum relative to the largest (relative to itself for the
+    smooth profiles, gaussian and cauchy; the uniform profile's jump has no bound off the samples)."""
     X, y = _data(d)
     h = 0.5 * X.std(axis=0)  # per-feature bandwidths
-    grid = None if d < 3 else (40, 48, 56)  # 3 features: a coarser grid, one size per feature, keeps this quick
-    shape = np.array((GRID_SIZE[d],) * d if grid is None else grid)
-    spacing = float(np.max(np.ptp(X / h, axis=0) / (shape - 1)))  # delta / h: the grid spans the samples
-    c = np.random.default_rng(0).uniform(0.5, 2.0, len(X))
-    for dtype in (np.float64, np.float32) if profile in ("gaussian", "epanechnikov") or d == 1 else (np.float64,):
-        Xd = X.astype(dtype)
-        got = local_sums(None, Xd, y, profile, h, sample_weight=c, algorithm="binned", grid_size=grid)
-        ref = local_sums(None, Xd, y, profile, h, sample_weight=c, algorithm="dense")
+    grid = {1: None, 2: (256, 300), 3: (40, 48, 56)}[d]  # the default grid in 1-D; coarser ones keep this quick
+    rng = np.random.default_rng(0)
+    c = rng.uniform(0.5, 2.0, len(X))
+    Q = np.concatenate([X, rng.uniform(X.min(axis=0) - h / 2, X.max(axis=0) + h / 2, X.shape)])
+    spacing = float(np.max(Grid(X, Q, h, PROFILES[profile], grid).spacing))  # delta / h of the grid used
+    for dtype in (np.float64, np.float32):
+        Xd, Qd = X.astype(dtype), Q.astype(dtype)
+        got = local_sums(Qd, Xd, y, profile, h, sample_weight=c, algorithm="binned", grid_size=grid)
+        ref = local_sums(Qd, Xd, y, profile, h, sample_weight=c, algorithm="dense")
         assert got.mean.dtype == dtype and got.log_weight_sum.dtype == dtype
         W, Wb = ref.weight_sum.astype(float), got.weight_sum.astype(float)
-        body = W > 1e-3 * W.max()
         bound = _bound(profile, spacing, dtype)
-        assert np.max(np.abs(Wb[body] / W[body] - 1)) <= bound, (profile, d, dtype)
-        assert np.max(np.abs(got.mean[body] - ref.mean[body])) <= bound * np.ptp(y), (profile, d, dtype)
+        on, off = slice(0, len(X)), slice(len(X), None)
+        body = W[on] > 1e-3 * W[on].max()
+        assert np.max(np.abs(Wb[on][body] / W[on][body] - 1)) <= bound, (profile, d, dtype)
+        assert np.max(np.abs(got.mean[on][body] - ref.mean[on][body])) <= bound * np.ptp(y), (profile, d, dtype)
+        if profile == "uniform":
+            continue
+        top = W[off].max()
+        assert np.max(np.abs(Wb[off] - W[off])) <= bound * top, (profile, d, dtype)
+        assert np.max(np.abs(got.mean[off] - ref.mean[off]) * W[off]) <= bound * top * np.ptp(y), (profile, d, dtype)
+        if profile in ("gaussian", "cauchy"):
+            body = W[off] > 1e-3 * top
+            assert np.max(np.abs(Wb[off][body] / W[off][body] - 1)) <= bound, (profile, d, dtype)
 
 
 def test_binned_at_queries_off_the_samples_and_beyond_reach():
@@ -72,7 +88,8 @@ def test_binned_density_against_statsmodels_fft():
     """statsmodels' ``KDEUnivariate(fft=True)`` bins linearly as this pass does, then multiplies the
     bins' DFT by the Gaussian's continuous Fourier transform on a periodic grid 3 bandwidths
     beyond the data: that aliases its tails, by up to 1e-3 of the peak (measured 2e-4 to 8e-4 on
-    diabetes and iris); the binned pass is within 1e-6 of the exact density there."""
+    diabetes and iris); the binned pass is within its bound of the exact density there (1e-4 on
+    its default grid, 1e-6 when asked for)."""
     import statsmodels.api as sm
     for x in (load_diabetes().data[:, 2], load_iris().data[:, 0]):
         h = 0.3 * x.std()
@@ -81,7 +98,11 @@ def test_binned_density_against_statsmodels_fft():
         ours = kernel_density(kde.support[:, None], x[:, None], bandwidth=h, algorithm="binned")
         assert np.max(np.abs(ours - kde.density)) <= 1e-3 * kde.density.max()
         exact = kernel_density(kde.support[::16, None], x[:, None], bandwidth=h, algorithm="dense")
-        np.testing.assert_allclose(ours[::16], exact, rtol=1e-6)
+        fine = kernel_density(kde.support[::16, None], x[:, None], bandwidth=h, algorithm="binned", tolerance=1e-6)
+        np.testing.assert_allclose(fine, exact, rtol=1e-6)  # the tolerance asked for
+        body = exact > 1e-3 * exact.max()
+        bound = Grid(x[:, None], kde.support[:, None], h, PROFILES["gaussian"]).bound  # the default grid's
+        assert np.max(np.abs(ours[::16][body] / exact[body] - 1)) <= bound
 
 
 def test_binned_through_the_estimators():
@@ -152,3 +173,37 @@ def test_binned_refuses_tensors_under_array_api_dispatch(dispatch):
     X, y = _data(1)
     with pytest.raises(ValueError, match="binned"):
         local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 0.01, algorithm="binned")
+
+
+def test_grid_rule_is_the_fewest_points_that_meet_the_tolerance():
+    from localkit.engine.passes.binned import GRID_LIMIT, error_bound, grid_shape
+    for name in ("gaussian", "epanechnikov", "uniform"):
+        profile = PROFILES[name]
+        for extent, tol in ((2.0, 1e-4), (0.5, 1e-3)) + (((10.0, 1e-6),) if name == "gaussian" else ()):
+            (n,) = grid_shape(None, [extent], profile, tol)
+            assert error_bound(profile, extent / (n - 1)) <= tol < error_bound(profile, extent / (n - 2))
+    (n, m) = grid_shape(None, [1e4, 2.0], PROFILES["gaussian"], 1e-4)  # a capped feature, one within the rule
+    assert n == GRID_LIMIT[2] and error_bound(PROFILES["gaussian"], 2.0 / (m - 1)) <= 1e-4
+
+
+def test_auto_takes_binned_only_under_a_tolerance_its_bound_meets():
+    X = load_diabetes().data[:, [2]]
+    h = 0.3 * X.std()
+    kern = Kernel("gaussian", bandwidth=h)
+    assert BoundKernel(kern, X).explain().path == "dense"  # no tolerance: exact
+    plan = BoundKernel(kern, X, options=EngineOptions(tolerance=1e-6)).explain()
+    assert plan.path == "binned" and "tolerance=1e-06" in str(plan)
+    got = local_sums(X[:40], X, None, kern, tolerance=1e-6)
+    ref = local_sums(X[:40], X, None, kern, algorithm="dense")
+    np.testing.assert_allclose(got.weight_sum, ref.weight_sum, rtol=1e-6)
+    # the uniform profile's bound, 4 delta / h, cannot reach 1e-9 within the grid's limit: exact
+    plan = BoundKernel(Kernel("uniform", bandwidth=h), X, options=EngineOptions(tolerance=1e-9)).explain()
+    assert plan.path != "binned" and "exceeds tolerance=1e-09" in plan.reasons["binned"]
+    # where the binned pass cannot apply, the tolerance changes nothing
+    assert BoundKernel(kern, load_iris().data, options=EngineOptions(tolerance=1e-2)).explain().path == "dense"
+
+
+@pytest.mark.parametrize("tolerance", [0, 1, -1e-3, True, "1e-4"])
+def test_tolerance_is_checked(tolerance):
+    with pytest.raises(ValueError, match="tolerance"):
+        EngineOptions(tolerance=tolerance)

@@ -9,7 +9,7 @@ from statsmodels.nonparametric.kernel_regression import KernelReg
 from localkit import LocalPolynomialRegressor
 from localkit.engine import BoundKernel, local_polynomial, local_sums
 from localkit.engine.local_models.polynomial import monomial_exponents
-from localkit.engine.passes.binned import GRID_SIZE
+from localkit.engine.passes.binned import MOMENT_GRID_SIZE, Grid
 from localkit.kernels import Kernel
 from localkit.kernels.profiles import PROFILES, Profile
 
@@ -62,8 +62,7 @@ def test_binned_local_polynomial_equals_exact_to_the_bound(d, profile, degree):
     X, y = _data(d)
     h = 0.5 * X.std(axis=0)
     grid = None if d < 3 else (40, 48, 56)
-    shape = np.array((GRID_SIZE[d],) * d if grid is None else grid)
-    spacing = float(np.max(np.ptp(X / h, axis=0) / (shape - 1)))
+    spacing = float(np.max(Grid(X, X, h, PROFILES[profile], grid or MOMENT_GRID_SIZE[d]).spacing))
     c = np.random.default_rng(0).uniform(0.5, 2.0, len(X))
     B = 4 * spacing if profile in ROUGH else 8 * spacing**2
     cond = _condition(X, profile, h, c, degree) if degree else np.ones(len(X))
@@ -89,7 +88,7 @@ def test_binned_degree_zero_is_the_binned_local_mean():
     c = np.random.default_rng(1).uniform(0.5, 2.0, len(X))
     Q = np.random.default_rng(2).uniform(X.min(axis=0), X.max(axis=0), (40, 2))
     got = local_polynomial(Q, X, y, 0, "biweight", h, sample_weight=c, algorithm="binned")
-    ref = local_sums(Q, X, y, "biweight", h, sample_weight=c, algorithm="binned")
+    ref = local_sums(Q, X, y, "biweight", h, sample_weight=c, algorithm="binned", grid_size=MOMENT_GRID_SIZE[2])
     np.testing.assert_allclose(got.values[:, 0], ref.mean, rtol=1e-10)
 
 

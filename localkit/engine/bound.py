@@ -82,6 +82,42 @@ class BoundValues(NamedTuple):
     source: object
 
 
+class _Layout:
+    """An attribute of :class:`BoundKernel` built on first use by ``build(bound)`` and kept in its
+    ``_cache`` (shared by the copies of :meth:`BoundKernel.using`, left out of pickles); a value
+    assigned on the instance (another layout: softmax, sparse, product kernels) takes precedence."""
+
+    def __init__(self, build):
+        self.build = build
+
+    def __set_name__(self, owner, name):
+        self.key = ("layout", name)
+
+    def __get__(self, bound, owner=None):
+        if bound is None:
+            return self
+        cache = bound._cache
+        if self.key not in cache:
+            cache[self.key] = self.build(bound)
+        return cache[self.key]
+
+
+def _centring(bound):
+    """``(centre, exponent, factor, scaled)`` of a norm metric's samples (see the module's Coordinates)."""
+    centre = safe_mean(bound.samples)
+    exponent, factor = _exponent(bound.samples - centre, bound.h)
+    # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
+    return centre, exponent, factor, exponent <= SAFE_EXPONENT[bound.dtype]
+
+
+def _raw_index(bound):
+    """Raw coordinates for the index where no squared difference can overflow or underflow (the
+    compiled pass's range): ``|x / h|`` and ``h`` within 1e-100 .. 1e100."""
+    h64, extent = np.asarray(bound.h, dtype=np.float64), np.abs(bound.samples).astype(np.float64)
+    return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
+                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
+
+
 class BoundKernel:
     """A localization kernel bound to its samples.
 
@@ -166,19 +202,9 @@ class BoundKernel:
         if kernel.is_softmax or not kernel.norm_metric:  # inner products / raw distances: no centring
             self.centre, self.exponent, self.scaled = None, 0, True
             self.X = samples
-        else:
-            self.centre = safe_mean(samples)
-            self.exponent, self._factor = _exponent(samples - self.centre, self.h)
-            # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
-            self.scaled = self.exponent <= SAFE_EXPONENT[self.dtype]
-            self.X = self._transform(samples)
-        self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
-        # raw coordinates for the index where no squared difference can overflow or underflow
-        # (the compiled pass's range): |x / h| and h within 1e-100 .. 1e100
-        h64, extent = np.asarray(self.h, dtype=np.float64), np.abs(samples).astype(np.float64)
-        self._raw_index = bool(self.centre is not None and self.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
-                               and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
-        self._index_centre = _index_centre(samples) if self._raw_index else 0.0
+        # else the centred, scaled layout (centre, exponent, scaled, X, x_sq, the index's coordinates) is
+        # built on first use (the attributes of the same names below) and kept in the shared cache: the
+        # binned pass bins the raw samples and never needs it (1,000,000 samples: 6 passes, ~10 ms)
 
     #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
     sparse = False
@@ -201,6 +227,17 @@ class BoundKernel:
                      "log_weight", "sample_scale", "_given_twins"):
             setattr(self, name, getattr(first, name))
         self.factors, self._cache = None, {}
+
+    # the layout of a norm metric's samples, built on first use (see _Layout)
+    _centring = _Layout(_centring)
+    centre = _Layout(lambda bound: bound._centring[0])
+    exponent = _Layout(lambda bound: bound._centring[1])
+    _factor = _Layout(lambda bound: bound._centring[2])
+    scaled = _Layout(lambda bound: bound._centring[3])
+    X = _Layout(lambda bound: bound._transform(bound.samples))
+    x_sq = _Layout(lambda bound: np.einsum("ij,ij->i", bound.X, bound.X))
+    _raw_index = _Layout(_raw_index)
+    _index_centre = _Layout(lambda bound: _index_centre(bound.samples) if bound._raw_index else 0.0)
 
     def _bind_sparse(self, samples, sample_weight, sample_scale, twins):
         """Sparse samples, kept as CSR: no centring, no scaling, no dense copy (the neighbour path only)."""
@@ -240,7 +277,6 @@ class BoundKernel:
         self.h, self.centre, self.exponent, self.scaled, self.raw_h, self.X = None, None, 0, True, None, samples
         self.factors = bind_factors(self, self.kernel, samples)
         if self.on_host:
-            self.x_sq = np.einsum("ij,ij->i", samples, samples)
             self._raw_index, self._index_centre = False, 0.0
 
     def host(self, a):
@@ -264,12 +300,7 @@ class BoundKernel:
         state = self.__dict__.copy()
         state["_cache"] = {}  # indexes are rebuilt on first use
         state["xp"] = None  # a module: found again from the samples
-        if not self.on_host or self.sparse or self.terms is not None:
-            return state
-        if state["X"] is not self.samples:  # the engine's coordinates, recomputed bit for bit
-            state["X"] = None
-        del state["x_sq"]
-        return state
+        return state  # the layout built on first use (X, x_sq...) lives in the cache: rebuilt bit for bit
 
     def __setstate__(self, state):
         state.setdefault("factors", None)  # pickled before the kernel algebra
@@ -283,11 +314,10 @@ class BoundKernel:
             self.xp = array_namespace(self.samples)
             return
         self.xp = np
-        if self.sparse:
-            return
-        if self.X is None:
-            self.X = self._transform(self.samples)
-        self.x_sq = np.einsum("ij,ij->i", self.X, self.X)
+        if not self.sparse:  # pickled when the layout was built at binding: rebuilt on first use
+            if self.__dict__.get("X", 0) is None:
+                del self.__dict__["X"]
+            self.__dict__.pop("x_sq", None)
 
     # -- coordinates ---------------------------------------------------------------------
     @property
@@ -300,12 +330,22 @@ class BoundKernel:
         if self.terms is not None:
             raise ValueError(f"{self.kernel!r} is a sum of kernels, each term with its own coordinates: it offers "
                              "sums, log_weights, weights and nearest, not the coordinates of one kernel")
+        return self.X if queries is None else self.engine_points(self.points(queries, name))
+
+    def points(self, queries, name="queries"):
+        """Validated queries as given (``None``: the samples), for :meth:`engine_points` (or the
+        binned pass, which works in the caller's coordinates)."""
         if queries is None:
-            return self.X
+            return self.samples
         if self.sparse:  # CSR rows, as the samples (dense queries are stored as CSR)
             return check_sparse_points(queries, name, n_features=self.n_features, dtype=self.dtype)
-        Q = as_points(self.xp, queries, name, like=self.samples, n_features=self.n_features, dtype=self.dtype)
-        return Q if self.centre is None else self._transform(Q)
+        return as_points(self.xp, queries, name, like=self.samples, n_features=self.n_features, dtype=self.dtype)
+
+    def engine_points(self, P):
+        """Points of :meth:`points` in the engine's coordinates."""
+        if P is self.samples:
+            return self.X
+        return P if self.centre is None else self._transform(P)
 
     def _transform(self, points):
         centred = points - self.centre
@@ -449,15 +489,16 @@ class BoundKernel:
                 values = values.source
             return self.on(xp, first_foreign(queries, query_scale)).sums(queries, values, exclude_self=exclude_self,
                                                                           query_scale=query_scale)
-        Q = self.coordinates(queries)
-        n_q = Q.shape[0]
+        P = self.points(queries)
+        n_q = P.shape[0]
         check_pass(self.kernel, n_q, self.n_samples, exclude_self=exclude_self, query_scale=query_scale)
         q_scale = check_scale(self.xp, query_scale, n_q, "query_scale", like=self.samples)
         prepared = values if isinstance(values, BoundValues) else self.prepare(values)
         if prepared.V.shape[0] != self.n_samples:
             raise ValueError(f"values were prepared for {len(prepared.V)} samples, not these {self.n_samples}")
-        path = plan(self, Q, q_scale, exclude_self)
+        path = plan(self, P, q_scale, exclude_self)
         run = streamed_path if path == "streamed" else PATHS[path]  # on a device / on the host
+        Q = P if path == "binned" else self.engine_points(P)  # the binned pass bins the points as given
         S, shift = run(self, queries, Q, prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                       prepared.offset)
@@ -475,8 +516,8 @@ class BoundKernel:
         """
         from .planner import explain
 
-        Q = self.coordinates(queries)
-        return explain(self, Q, check_scale(self.xp, query_scale, Q.shape[0], "query_scale", like=self.samples),
+        P = self.points(queries)
+        return explain(self, P, check_scale(self.xp, query_scale, P.shape[0], "query_scale", like=self.samples),
                        exclude_self)
 
     def log_weights(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,

@@ -65,7 +65,7 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     **options
         Engine options (see :func:`local_sums`): ``empty`` ("nearest", "nan", "raise"),
         ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed"),
-        ``grid_size``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
+        ``grid_size``, ``tolerance``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
         ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
     Returns
@@ -95,7 +95,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
                block_size: int | tuple[int, int] | None = None, memory_budget: float | None = None,
                n_jobs: int | None = None, query_scale: ArrayLike | None = None,
                sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None,
-               grid_size: int | tuple | None = None) -> LocalSums:
+               grid_size: int | tuple | None = None, tolerance: float | None = None) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
     Parameters
@@ -107,8 +107,8 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
         the value of the nearest sample with a weight sum of 0; "nan" gives NaN and a warning;
         "raise" raises a ``ValueError``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
-        The path, as in :class:`~localkit.LocalMeanRegressor`: "auto" (the engine chooses; never
-        "binned"), "dense", "neighbors", "compiled" and "streamed" (exact, equal to round-off),
+        The path, as in :class:`~localkit.LocalMeanRegressor`: "auto" (the engine chooses; "binned"
+        only under a ``tolerance`` its bound meets), "dense", "neighbors", "compiled" and "streamed" (exact, equal to round-off),
         "binned" (linear binning and FFT convolution in 1 to 3 features, an approximation).
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
@@ -118,8 +118,13 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
         Threads over query blocks (``None``: one unless a joblib context says otherwise;
         ``-1``: all cores).
     grid_size : int or tuple of ints, optional
-        Grid points per feature of the binned pass (by default 2^16, 2^9, 2^6 in 1, 2, 3
-        features); its error falls as ``(spacing / bandwidth)^2``.
+        Grid points per feature of the binned pass; by default the fewest whose error bound meets
+        ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).
+    tolerance : float, optional
+        The relative error accepted from the binned pass (its bound: ``8 (delta / h)^2``,
+        ``4 delta / h`` for the triangular, laplacian and uniform profiles, where the weight sum
+        exceeds 1e-3 of its largest; :mod:`localkit.engine.passes.binned`). It sizes the default
+        grid (``1e-4`` when None); given, "auto" takes the binned pass where its bound meets it.
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
@@ -144,7 +149,8 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     """
     refuse_sparse(samples, "samples")  # dense arrays here; sparse samples: the estimators (neighbour path)
     options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
-                            memory_budget=memory_budget, n_jobs=n_jobs, grid_size=grid_size)
+                            memory_budget=memory_budget, n_jobs=n_jobs, grid_size=grid_size,
+                            tolerance=tolerance)
     return bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,
                 sample_scale=sample_scale, options=options, twins=twins).sums(queries, values,
                                                                               exclude_self=exclude_self,

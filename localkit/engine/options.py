@@ -27,15 +27,20 @@ class EngineOptions:
         the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
         warning; "raise" raises a ``ValueError``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
-        The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, never
-        "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`: asked
-        for only). "streamed" is the pass written against the array API, the one that runs on a
+        The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, and takes
+        "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`), only
+        where a ``tolerance`` is given and its error bound meets it. "streamed" is the pass written against the array API, the one that runs on a
         device, taken on NumPy arrays when asked for (the same code on every array library; on
         the host the dense path is its faster form).
     grid_size : int or tuple of ints, optional
-        Grid points per feature of the binned pass (one int, or one per feature); by default
-        :data:`localkit.engine.passes.binned.GRID_SIZE` (2^16, 2^9, 2^6 for 1, 2, 3 features). Its
-        error falls as ``(spacing / bandwidth)^2``.
+        Grid points per feature of the binned pass (one int, or one per feature); by default the
+        fewest whose error bound meets ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).
+    tolerance : float, optional
+        The relative error the caller accepts from the binned pass, against its documented bound
+        (:mod:`localkit.engine.passes.binned`: ``8 (delta / h)^2``, ``4 delta / h`` for a profile with
+        a kink or a jump). It sets the default grid (``1e-4`` when None); given, it also lets
+        "auto" take the binned pass where it applies and its bound on the grid it would use is at
+        most ``tolerance`` (never otherwise).
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
     memory_budget : float, optional
@@ -57,6 +62,7 @@ class EngineOptions:
     n_jobs: int | None = None
     exact_edge: bool = False
     grid_size: int | tuple | None = None
+    tolerance: float | None = None
 
     def __post_init__(self):
         check_choice(self.empty, "empty", EMPTY_POLICIES)
@@ -75,6 +81,9 @@ class EngineOptions:
             if not sizes or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 2
                                     for g in sizes):
                 raise ValueError(f"grid_size must be an integer >= 2 or one per feature, got {self.grid_size!r}")
+        if self.tolerance is not None and (isinstance(self.tolerance, bool) or not isinstance(self.tolerance, numbers.Real)
+                                           or not 0 < self.tolerance < 1):
+            raise ValueError(f"tolerance must be a number in (0, 1), got {self.tolerance!r}")
         resolve_n_jobs(self.n_jobs)  # raises on 0, floats, strings
 
     @property

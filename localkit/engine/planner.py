@@ -10,8 +10,10 @@
   bandwidth in more than 16 features there runs over k-d tree leaves and
   skips the sample leaves out of reach by their bounding boxes where a probe finds that cheaper
   (:func:`~localkit.engine.passes.dense.prune_blocks`);
-* "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken only when asked for, and
-  refused with a ``ValueError`` naming the parameter where it cannot apply;
+* "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken when asked for
+  (refused with a ``ValueError`` naming the parameter where it cannot apply), or by "auto" first
+  where the caller gave a ``tolerance`` and the pass's error bound on the grid it would use meets
+  it (never otherwise);
 * sparse (CSR) samples take the neighbour path only (:func:`sparse_refusals`): scikit-learn's
   brute-force search on the CSR matrix finds the k nearest samples or those within the support,
   and their values are gathered; the other paths need dense coordinates.
@@ -112,12 +114,30 @@ def binned_refusals(bound, q_scale, exclude_self):
         (bound.n_features <= MAX_FEATURES, f"n_features={bound.n_features} > {MAX_FEATURES}"),
         (kern.n_neighbors is None, "n_neighbors: needs a fixed bandwidth"),
         (kern.metric == "euclidean", f"metric={kern.metric!r}: needs the euclidean metric"),
-        (bound.scaled, "bandwidth: the data's extent in bandwidths leaves the float range"),
         (q_scale is None, "query_scale: takes no per-query scales"),
         (bound.sample_scale is None, "sample_scale: takes no per-sample scales"),
         (not exclude_self, "exclude_self=True: cannot leave one out"),
     ]
     return [reason for ok, reason in checks if not ok]
+
+
+def _binned_meets(bound, P, q_scale, exclude_self):
+    """True where "auto" takes the binned pass: it applies, a ``tolerance`` was given and the
+    error bound on the grid it would use meets it; else why not (a sentence)."""
+    from .passes.binned import Grid
+
+    tol = bound.options.tolerance
+    if tol is None:
+        return "approximate: taken when asked for, or under a tolerance its error bound meets"
+    if binned_refusals(bound, q_scale, exclude_self):
+        return "; ".join(binned_refusals(bound, q_scale, exclude_self))
+    try:
+        grid = Grid(bound.samples, P, bound.h, bound.kernel.profile, bound.options.grid_size, tol)
+    except ValueError as error:
+        return str(error)
+    if grid.bound > tol:
+        return (f"its error bound {grid.bound:.2g} on a grid of {grid.shape} points exceeds tolerance={tol:g}")
+    return True
 
 
 def _product_reason():
@@ -145,9 +165,9 @@ class Plan:
         return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
 
 
-def explain(bound, Q, q_scale, exclude_self):
+def explain(bound, P, q_scale, exclude_self):
     """:class:`Plan`: the path :func:`plan` takes for this pass, with the reason for every path."""
-    path = plan(bound, Q, q_scale, exclude_self)
+    path = plan(bound, P, q_scale, exclude_self)
     if not bound.on_host:
         where = f"arrays of {bound.xp.__name__.rsplit('.', 1)[-1]}"
         host_only = f"NumPy arrays only; these are {where}"
@@ -211,9 +231,14 @@ def explain(bound, Q, q_scale, exclude_self):
         why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies",
                      "binned": "algorithm='binned' asked for", "streamed": "algorithm='streamed' asked for"}[path]
     if path == "binned":
-        why_binned = "algorithm='binned'"
+        why_binned = ("algorithm='binned'" if algorithm == "binned" else
+                      f"its error bound meets tolerance={bound.options.tolerance:g} (:mod:`localkit.engine.passes.binned`)")
+    elif binned_refusals(bound, q_scale, exclude_self):
+        why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self))
+    elif algorithm != "auto":
+        why_binned = f"algorithm={algorithm!r} asked for"
     else:
-        why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self)) or "approximate: taken only when asked for"
+        why_binned = _binned_meets(bound, P, q_scale, exclude_self)
     if path == "streamed":
         why_streamed = "algorithm='streamed'"
     else:
@@ -255,9 +280,10 @@ def _device_plan(bound, q_scale, exclude_self):
     return "streamed"
 
 
-def plan(bound, Q, q_scale, exclude_self):
-    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for a pass over NumPy arrays,
-    ``"streamed"`` on a device; raises when the requested algorithm cannot compute it."""
+def plan(bound, P, q_scale, exclude_self):
+    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for a pass at the queries ``P``
+    (as given: :meth:`~localkit.engine.BoundKernel.points`) over NumPy arrays, ``"streamed"`` on a
+    device; raises when the requested algorithm cannot compute it."""
     if not bound.on_host:
         return _device_plan(bound, q_scale, exclude_self)
     kern, algorithm = bound.kernel, bound.options.algorithm
@@ -277,6 +303,8 @@ def plan(bound, Q, q_scale, exclude_self):
         refused = binned_refusals(bound, q_scale, exclude_self)
         if refused:
             raise ValueError("algorithm='binned' cannot compute this pass: " + "; ".join(refused))
+        return "binned"
+    if algorithm == "auto" and _binned_meets(bound, P, q_scale, exclude_self) is True:
         return "binned"
     if bound.factors is not None:
         if algorithm in ("compiled", "neighbors"):
@@ -304,12 +332,12 @@ def plan(bound, Q, q_scale, exclude_self):
         return "dense"
     if compiled and (bound.n_features <= COMPILED_MAX_FEATURES or bound.options.exact_edge):
         return "compiled"
-    if radius_ok and _few_in_support(bound, Q):
+    if radius_ok and _few_in_support(bound, P):
         return "neighbors"
     return "dense"
 
 
-def _few_in_support(bound, Q, probe=64, subset=20_000, fraction=0.05):
+def _few_in_support(bound, P, probe=64, subset=20_000, fraction=0.05):
     """Estimate, from a probe of queries against a subset of samples, whether a radius query
     beats a full pass (few samples inside the support, low dimension)."""
     if bound.n_features > 16 or bound.n_samples < 2000:
@@ -317,7 +345,7 @@ def _few_in_support(bound, Q, probe=64, subset=20_000, fraction=0.05):
     from .passes.dense import log_weight_block
 
     rng = np.random.default_rng(0)
-    rows = rng.choice(len(Q), size=min(probe, len(Q)), replace=False)
+    rows = rng.choice(len(P), size=min(probe, len(P)), replace=False)
     cols = np.sort(rng.choice(bound.n_samples, size=min(subset, bound.n_samples), replace=False))
-    L, _ = log_weight_block(bound, Q[rows], cols)
+    L, _ = log_weight_block(bound, bound.engine_points(P[rows]), cols)
     return np.isfinite(L).mean() < fraction

@@ -51,8 +51,11 @@ def times_power_of_two(x, k):
 def augment(values, xp=np):
     """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum
     (``values`` an array of the namespace ``xp``, on its device)."""
-    if xp is np:
-        return np.concatenate([values, np.ones((len(values), 1), dtype=values.dtype)], axis=1)
+    if xp is np:  # one array written once (a concatenation writes the column of ones twice)
+        out = np.empty((values.shape[0], values.shape[1] + 1), dtype=values.dtype)
+        out[:, :-1] = values
+        out[:, -1] = 1.0
+        return out
     from sklearn.utils._array_api import device
 
     return xp.concat([values, xp.ones((values.shape[0], 1), dtype=values.dtype, device=device(values))], axis=1)

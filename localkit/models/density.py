@@ -43,12 +43,14 @@ from .kernel_learning import loo_groups
         "block_size": [Interval(Integral, 1, None, closed="left"), tuple, None],
         "memory_budget": positive() + [None],
         "n_jobs": N_JOBS_CONSTRAINT,
+        "grid_size": [Interval(Integral, 2, None, closed="left"), tuple, None],
+        "tolerance": [Interval(Real, 0, 1, closed="neither"), None],
     },
     prefer_skip_nested_validation=True,
 )
 def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric="euclidean", p=2,
                    n_neighbors=None, log=False, sample_weight=None, algorithm="auto", block_size=None,
-                   memory_budget=None, n_jobs=None):
+                   memory_budget=None, n_jobs=None, grid_size=None, tolerance=None):
     """The kernel density estimate at each query.
 
     .. math::
@@ -116,10 +118,11 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         Return ``log p`` (exact even where ``p`` underflows).
     sample_weight : array of shape (n_samples,), optional
         Non-negative weights of the samples (integer weights act as repeated samples).
-    algorithm, block_size, memory_budget, n_jobs
+    algorithm, block_size, memory_budget, n_jobs, grid_size, tolerance
         Engine options of :func:`localkit.local_sums` (``algorithm``: "auto", "dense",
         "neighbors", "compiled", "binned" or "streamed", as in
-        :class:`localkit.LocalMeanRegressor`).
+        :class:`localkit.LocalMeanRegressor`; ``grid_size`` and ``tolerance``: the binned pass's
+        grid and the relative error accepted from it, see :func:`localkit.local_sums`).
 
     Returns
     -------
@@ -157,7 +160,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
             kern = kern.at_bandwidth(h)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
-                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight)  # checks sample_weight
+                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight,  # checks sample_weight
+                     grid_size=grid_size, tolerance=tolerance)
     total = n if sample_weight is None else backend.total(sample_weight)
     if log_norm is not None:  # Kernel.log_density_normalizer
         log_p = out.log_weight_sum - float(np.log(total) + log_norm)

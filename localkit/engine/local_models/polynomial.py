@@ -35,12 +35,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from numba import njit
 from scipy.special import comb
-from sklearn.utils._param_validation import StrOptions, validate_params
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
 from ..._validation import check_array, check_points, non_negative, positive
 from ..passes import neighbors as nb
@@ -48,7 +48,7 @@ from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
 from ..local_mean import make_kernel
 from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS
-from ..passes.binned import FLOOR, MAX_FEATURES, _cells, _corners, binned_moments, moment_grid, reach
+from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
 from ..twins import mask_twins, twin_groups
@@ -121,12 +121,13 @@ BINNED_MAX_DEGREE = 2
 
 
 @validate_params({**_FIT_OPTIONS, "algorithm": [StrOptions(set(POLYNOMIAL_ALGORITHMS))], "degree": non_negative(Integral),
-                  "ridge": non_negative(), "rcond": non_negative(), "slopes": ["boolean"]},
+                  "ridge": non_negative(), "rcond": non_negative(), "slopes": ["boolean"],
+                  "tolerance": [Interval(Real, 0, 1, closed="neither"), None]},
                  prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
-                     memory_budget=None, n_jobs=None, grid_size=None, design=None):
+                     memory_budget=None, n_jobs=None, grid_size=None, design=None, tolerance=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
     derivatives.
 
@@ -152,7 +153,9 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     ``algorithm="binned"`` approximates the fit by binned moments (Fan and Marron 1994; R's
     ``KernSmooth::locpoly``) in 1 to 3 features, ``degree`` 0 to 2, a fixed bandwidth and the
     euclidean metric: the samples ``c_i``, ``c_i y_i`` are binned linearly onto a regular grid
-    (``grid_size`` points per feature, :data:`localkit.engine.passes.binned.GRID_SIZE` by default),
+    (``grid_size`` points per feature; by default 2^16, 2^9, 2^6 in 1, 2, 3 features,
+    :data:`~localkit.engine.passes.binned.MOMENT_GRID_SIZE`, or with a ``tolerance`` the fewest
+    whose bound meets it, :func:`localkit.engine.passes.binned.grid_shape`),
     the moments ``S_a(g) = sum_i c_i K_h(x_i - g) z_i^a`` (``|a| <= 2 degree``) and
     ``T_a(g) = sum_i c_i K_h(x_i - g) z_i^a y_i`` (``|a| <= degree``, ``z = (x - g) / h``) come
     from FFT convolutions (:func:`localkit.engine.passes.binned.binned_moments`), the normal
@@ -180,7 +183,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
         return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
-                       max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size)
+                       max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
     block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
                                       balls, algorithm, d)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
@@ -226,25 +229,22 @@ def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_s
     return [reason for ok, reason in checks if not ok]
 
 
-def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_size):
+def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_size, tolerance):
     """The binned local polynomial (see :func:`local_polynomial`), in float64, returned in the
     samples' float type."""
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
     h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples, sw), dtype=np.float64), (d,))
-    extent = np.ptp(samples, axis=0).astype(np.float64) / h
-    if not np.all(np.isfinite(h) & (extent < 1e100) & ((extent == 0) | (extent > 1e-100))):
-        raise ValueError("algorithm='binned' cannot compute this local polynomial: bandwidth: the data's extent "
-                         f"in bandwidths leaves the float range (bandwidth {h.min():g}..{h.max():g})")
-    grid = moment_grid(samples, queries, reach(kern.profile) * h, grid_size)
-    lo, hi, delta, shape = grid
+    if grid_size is None and tolerance is None:
+        grid_size = MOMENT_GRID_SIZE[d]
+    grid = Grid(samples, queries, h, kern.profile, grid_size, tolerance)
     Q = queries.astype(np.float64, copy=False)
-    inside = np.all((Q >= lo) & (Q <= hi), axis=1)
-    corners = list(_corners(*_cells(Q[inside], lo, delta, shape), shape))
+    inside = grid.inside(Q)
+    corners = list(grid.corners(Q[inside]))
     at, where = np.unique(np.concatenate([flat for flat, _ in corners]), return_inverse=True)
     E = monomial_exponents(d, 2 * degree)
     P = n_monomials(d, degree)  # E's first P rows are the monomials of degree <= degree (graded order)
-    S, T, total = binned_moments(samples, Y, sw, kern.profile, h, E, P, grid, at)
+    S, T, total = binned_moments(samples, Y, sw, h, E, P, grid, at)
     index = {tuple(e): i for i, e in enumerate(E)}
     pair = np.array([[index[tuple(E[a] + E[b])] for b in range(P)] for a in range(P)])
     S0 = np.where(S[0] > FLOOR * total, S[0], 0.0)  # FFT round-off where no weight is: no weight

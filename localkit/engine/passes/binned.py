@@ -1,35 +1,54 @@
 """The binned pass: kernel sums in 1, 2 or 3 features by linear binning and FFT convolution.
 
-In the engine's coordinates ``x_s = (x - c) / h`` (per-feature bandwidths included) the kernel
-is ``k(|q - x|^2)``, the same in every direction. The pass
+With the bandwidths ``h`` (one per feature) the kernel is ``k(|(q - x) / h|^2)``. The pass works
+in the caller's coordinates (no centred, scaled copy of the samples is made) and
 
 1. **bins** the samples linearly onto a regular grid ``g_m`` (spacing ``delta`` per feature)
    spanning the samples, and the queries up to the kernel's reach (Wand and Jones 1994; as R's
    KernSmooth and KDEpy): sample ``x_i`` gives each corner ``m`` of its grid cell the share
    ``a_im = prod_f (1 - |t_if - m_f|)`` (``t_i = (x_i - g_0) / delta``), and the grid carries
-   ``B_m = sum_i a_im c_i`` and ``B_m v = sum_i a_im c_i v_i``;
+   ``B_m = sum_i a_im c_i`` and ``B_m v = sum_i a_im c_i v_i`` (:func:`_bin`: one compiled pass
+   over the samples, shared with the binned local polynomial's moments);
 2. **convolves** ``B`` with the kernel sampled on the grid's offsets,
-   ``S_m = sum_l B_l k(|(m - l) delta|^2)``, by FFT, zero-padded (:func:`scipy.signal.fftconvolve`:
-   no wrap-around); the kernel is sampled out to its reach: ``u <= 1`` for a compact profile,
-   for a smooth one the ``u`` beyond which ``k(u) < TAIL`` (never farther than the grid's span);
+   ``S_m = sum_l B_l k(|(m - l) delta / h|^2)``, by zero-padded real FFTs (no wrap-around; the
+   Gaussian's transform is the outer product of its 1-D ones); the kernel is sampled out to its
+   reach: ``u <= 1`` for a compact profile, for a smooth one the ``u`` beyond which
+   ``k(u) < TAIL`` (never farther than the grid's span);
 3. **interpolates** multilinearly: a query gets ``sum_m a_qm S_m`` from the corners of its cell
    (the shares ``a_qm`` of step 1), the weight sum and each value sum alike, and its local mean
    is their ratio (a weighted mean of the corners' means: never outside the values' range).
+   Multilinear, because it keeps weights non-negative and means inside the values' range, and
+   its error is of the binning's order; for the profiles of :func:`smooth` (gaussian, cauchy)
+   both leading errors are removed: the kernel is sampled less ``1/12`` of its second
+   difference (:func:`_binning_corrected`: the average spread that linear binning adds) and the
+   weight sum less the interpolation's curvature term (:func:`_interpolation_corrected`); on a
+   million-sample 2-D Gaussian mixture that took the error on a 1,536-point grid from ~7e-4 to
+   ~5e-5.
 
 Error. Binning and interpolation each err by ``O((delta / h)^2)`` relative to a smooth kernel
 sum (Wand and Jones; Hall and Wand 1996), ``O(delta / h)`` for a profile with a kink or a jump
-inside its support (triangular and laplacian at 0, uniform at its edge). The documented bound,
-pinned by ``tests/test_binned.py`` on diabetes, iris and wine in 1, 2 and 3 features with sample
-weights: where the weight sum exceeds 1e-3 of its largest, its relative error and the local
-mean's error (relative to the values' range) stay below ``8 (delta / h)^2`` (``4 delta / h`` for
-the rough profiles), ``delta / h`` the largest grid spacing in bandwidths; float32 adds its
-round-off (``2e-5``); the pass itself runs in float64. FFT round-off adds about ``1e-15`` of the
-total weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). The default
-grid (:data:`GRID_SIZE`) keeps ``delta / h`` below 1/100 in one feature for a bandwidth above a
-650th of the data's range. Queries beyond the kernel's reach of every sample get 0 (empty).
+inside its support (:func:`rough`: triangular and laplacian at 0, uniform at its edge). The
+documented bound (:func:`error_bound`), pinned by ``tests/test_binned.py`` on diabetes, iris and
+wine in 1, 2 and 3 features with sample weights, float32 and float64, at the samples and at
+queries off them: where the weight sum exceeds 1e-3 of its largest, its relative error and the
+local mean's error (relative to the values' range) stay below ``8 (delta / h)^2``
+(``4 delta / h`` for the rough profiles), ``delta / h`` the largest grid spacing in bandwidths;
+float32 adds its round-off (``2e-5``); the pass itself runs in float64. It is a worst case (data
+sitting at one place in their cells); measured errors are far below it (the tables of
+``benchmarks/RESULTS.md``, section *binned*). FFT round-off adds about ``1e-15`` of the total
+weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). Queries beyond the
+kernel's reach of every sample get 0 (empty).
+
+Grid. ``grid_size`` points per feature if given; else the rule of :func:`grid_shape`: the fewest
+points whose bound meets ``tolerance`` (:data:`TOLERANCE`, ``1e-4``, by default), at most
+:data:`GRID_LIMIT` per feature (2^18 in 1-D, 1,536 in 2-D, 128 in 3-D). In 1-D the rule is met
+(smooth profiles) while the grid spans fewer than ~900 bandwidths; in 2 features the worst-case
+bound asks for more points than the limit beyond ~5 bandwidths, in 3 beyond half a bandwidth,
+and the limit decides (:attr:`Grid.bound` says what bound the grid gives; "auto"
+takes the binned pass only where it meets the tolerance the caller asked for).
 
 Memory: the grid and the FFT buffers, ``O(grid cells x (n_values + 1))``; the samples are read
-once (one compiled pass bins them).
+twice (their extent, then one compiled pass bins them).
 """
 from __future__ import annotations
 
@@ -37,13 +56,18 @@ import itertools
 
 import numpy as np
 from numba import njit
-from scipy.signal import fftconvolve
+from scipy import fft
 
-#: Default grid points per feature for 1, 2 and 3 features: 2^16, 2^18 and 2^18 cells, whose
-#: zero-padded FFTs take milliseconds to tens of milliseconds (3 features: ~0.2 delta / h at a
-#: bandwidth of a tenth of the data's range; ask for more points there). In 1-D a fine grid costs
-#: little next to binning a million samples, and the error falls as ``(delta / h)^2``.
-GRID_SIZE = {1: 2**16, 2: 2**9, 3: 2**6}
+#: The default grid's rule (:func:`grid_shape`): the fewest points per feature whose spacing in
+#: bandwidths keeps :func:`error_bound` below the ``tolerance`` asked for (this one by default) ...
+TOLERANCE = 1e-4
+#: ... and at most this many points per feature for 1, 2 and 3 features (2^18, 2.4e6 and 2.1e6
+#: cells, whose zero-padded FFTs take milliseconds, ~0.1 s and ~0.2 s): a grid capped there may
+#: miss the tolerance (:attr:`Grid.bound` says by how much; "auto" then keeps the exact path)
+GRID_LIMIT = {1: 2**18, 2: 3 * 2**9, 3: 2**7}
+#: The binned local polynomial's default grid points per feature for 1, 2 and 3 features, where no
+#: ``tolerance`` is given (its moments take up to 15 convolutions: 2^16, 2^18 and 2^18 cells)
+MOMENT_GRID_SIZE = {1: 2**16, 2: 2**9, 3: 2**6}
 #: A smooth profile is sampled out to the ``u`` where ``k(u)`` falls below this (float64 round-off
 #: of the largest weight ``k(0) = 1``): the truncated tail is below the sums' round-off
 TAIL = 2.0**-52
@@ -53,14 +77,56 @@ FLOOR = 2.0**-40
 MAX_FEATURES = 3
 
 
-def grid_shape(grid_size, d):
-    """Grid points per feature: ``grid_size`` (an int, or one per feature) or :data:`GRID_SIZE`."""
+def rough(profile):
+    """True for a profile with a kink or a jump inside its support (triangular and laplacian at 0,
+    uniform at its edge; a profile stated by the user is assumed rough): binning errs by
+    ``O(delta / h)`` there, ``O((delta / h)^2)`` for the others."""
+    from ...kernels.profiles import PROFILES
+
+    return (profile.exact_distance or (profile.poly is not None and profile.poly[1] == 0)
+            or PROFILES.get(profile.name) is not profile)
+
+
+def smooth(profile):
+    """True for a profile smooth everywhere and without a support's edge (gaussian, cauchy): the
+    binned pass then removes the leading ``delta^2`` terms of binning and interpolation
+    (:func:`_binning_corrected`, :func:`_interpolation_corrected`). Measured, the corrections made the
+    weight sum's error 7 to 8 times smaller for cauchy and 3 to 4 times for the compact profiles
+    flat at their edge (biweight, triweight, tricube) on diabetes in 1-D, 13 times for the Gaussian
+    on a million-sample 2-D mixture, and 3 to 4 times larger where the slope jumps (epanechnikov,
+    cosine); on a coarse 3-D grid they left the local polynomials' moment matrices of
+    compact profiles indefinite where few samples fall in the support, and on KernSmooth's 401-point
+    grid the Gaussian local linear fit's error 1.5 times larger. So compact profiles and the local
+    polynomials' moments are binned as they are (a Gaussian binned local mean is then not exactly
+    the degree-0 binned local polynomial, which reads the uncorrected moments)."""
+    return not profile.compact and not rough(profile)
+
+
+def error_bound(profile, spacing):
+    """The documented bound on the binned pass's relative error (see the module): ``8 s^2`` for a
+    smooth profile, ``4 s`` for a :func:`rough` one, ``s = delta / h`` the largest grid spacing in
+    bandwidths."""
+    s = float(np.max(spacing))
+    return 4.0 * s if rough(profile) else 8.0 * s * s
+
+
+def grid_shape(grid_size, extent, profile, tolerance=None):
+    """Grid points per feature: ``grid_size`` (an int, or one per feature) if given; else the rule,
+    the fewest points ``n_f`` with ``error_bound(profile, extent_f / (n_f - 1)) <= tolerance``
+    (:data:`TOLERANCE` for None), ``extent`` the grid's span in bandwidths per feature, at least 2 and
+    at most :data:`GRID_LIMIT`."""
+    d = len(extent)
     if grid_size is None:
-        return (GRID_SIZE[d],) * d
+        tol = TOLERANCE if tolerance is None else tolerance
+        spacing = tol / 4.0 if rough(profile) else np.sqrt(tol / 8.0)
+        need = np.ceil(np.asarray(extent, dtype=np.float64) / spacing) + 1  # finite: Grid checks the extent
+        return tuple(int(n) for n in np.clip(need, 2, GRID_LIMIT[d]))
     sizes = (grid_size,) * d if np.isscalar(grid_size) else tuple(grid_size)
     if len(sizes) != d:
         raise ValueError(f"grid_size must be one int or one per feature ({d}), got {grid_size!r}")
-    return tuple(int(s) for s in sizes)
+    if min(sizes) < 2:
+        raise ValueError(f"grid_size needs at least 2 points per feature, got {grid_size!r}")
+    return tuple(int(n) for n in sizes)
 
 
 def reach(profile):
@@ -74,133 +140,155 @@ def reach(profile):
     return float(u[below[0]]) if len(below) else np.inf
 
 
-def _cells(P, lo, delta, shape):
-    """Lower corner index and fraction ``t - floor(t)`` of points ``P`` in the grid's cells."""
-    t = (P - lo) / delta
-    i0 = np.clip(np.floor(t), 0, np.array(shape) - 2).astype(np.intp)
-    return i0, t - i0
+class Grid:
+    """The regular grid of a binned pass, in the caller's coordinates: it spans the samples ``X``
+    (n, d) and the queries ``Q`` within the kernel's reach of them (``reach(profile) h``), with
+    ``shape`` points per feature (:func:`grid_shape`), lowest point ``lo``, spacing ``delta``;
+    ``spacing`` is ``delta / h`` and ``bound`` its :func:`error_bound`. Raises where the data's extent
+    in bandwidths leaves the float range."""
 
+    def __init__(self, X, Q, h, profile, grid_size=None, tolerance=None):
+        d = X.shape[1]
+        h = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,))
+        lo, hi = _extent(X)
+        extent = (hi - lo) / h
+        if not np.all(np.isfinite(h) & (extent < 1e100) & ((extent == 0) | (extent > 1e-100))):
+            raise ValueError("algorithm='binned' cannot compute this pass: bandwidth: the data's extent in "
+                             f"bandwidths leaves the float range (bandwidth {h.min():g}..{h.max():g})")
+        if len(Q):  # the queries within reach of the samples, so that they interpolate inside the grid
+            radius = reach(profile) * h
+            lo = np.minimum(lo, np.maximum(Q.min(axis=0), lo - radius))
+            hi = np.maximum(hi, np.minimum(Q.max(axis=0), hi + radius))
+        span = np.where(hi > lo, hi - lo, h)  # one point: a span of one bandwidth
+        self.shape = grid_shape(grid_size, span / h, profile, tolerance)
+        self.lo, self.hi, self.h, self.profile = lo, hi, h, profile
+        self.delta = span / (np.array(self.shape) - 1)
+        self.spacing = self.delta / h
+        self.bound = error_bound(profile, self.spacing)
+        self.cells = int(np.prod(self.shape))
+        self.strides = tuple(int(s) for s in np.cumprod((1,) + self.shape[:0:-1])[::-1])
 
-def _strides(shape):
-    """Flat-index steps of a C-ordered grid of ``shape``."""
-    return np.cumprod((1,) + shape[:0:-1])[::-1].astype(np.intp)
+    def bin(self, X, weight, Y, half):
+        """``B`` (1 + t, *size): the samples' weights ``c_i`` (``weight`` None: 1) and ``c_i Y[i]``
+        binned linearly (:func:`_bin`), summed in float64, in the first ``shape`` points of an array
+        already zero-padded to the FFT's size for a kernel of half-width ``half`` (:meth:`convolve`;
+        no padded copy is made: 2.9 million cells in 2-D, ~15 ms)."""
+        size = tuple(fft.next_fast_len(n + m, real=True) for n, m in zip(self.shape, half))
+        strides = tuple(int(s) for s in np.cumprod((1,) + size[:0:-1])[::-1])
+        B = np.zeros((int(np.prod(size)), 1 + Y.shape[1]))
+        w = np.empty(0) if weight is None else weight
+        _bin(X, self.lo, 1.0 / self.delta, self.shape, strides, w, Y, B)
+        return B.T.reshape((B.shape[1],) + size)
 
+    def offsets(self, extra=0):
+        """``(half, o)``: the kernel's half-width in grid steps per feature (its reach, at most the
+        grid's span) and the offsets (in bandwidths) of the grid points within it along each feature,
+        one 1-D array per feature (``extra`` more steps on each side)."""
+        R = reach(self.profile)
+        half = [min(n - 1, int(np.ceil(R / s))) if np.isfinite(R) else n - 1 for n, s in zip(self.shape, self.spacing)]
+        return half, [np.arange(-m - extra, m + extra + 1) * s for m, s in zip(half, self.spacing)]
 
-def _corners(i0, frac, shape):
-    """Flat index and multilinear share of each corner of each point's cell: ``2^d`` pairs (the
-    lower corner's flat index once, each corner a constant offset from it)."""
-    strides = _strides(shape)
-    base = i0 @ strides
-    sides = [(1.0 - f, f) for f in frac.T]
-    for corner in itertools.product((0, 1), repeat=len(shape)):
-        share = sides[0][corner[0]]
-        for side, c in zip(sides[1:], corner[1:]):
-            share = share * side[c]
-        yield base + int(np.dot(corner, strides)), share
+    def convolve(self, B, kernels, half):
+        """``sum_l B[:, l] kernel(m - l)`` at every grid point ``m`` for each of ``kernels`` (a list of
+        ``(kernel, columns)``; a kernel given as a list of one 1-D array per feature is their outer
+        product, whose transform is the outer product of theirs): one real FFT of ``B`` (zero-padded
+        by :meth:`bin`) and one of each kernel. A circular convolution of length at least
+        ``n + half`` per feature leaves the outputs ``half .. half + n - 1`` unaliased. Yields
+        ``(columns, cells)`` arrays."""
+        d = len(self.shape)
+        size = list(B.shape[1:])
+        axes = tuple(range(1, d + 1))
+        FB = fft.rfftn(B, axes=axes)
+        crop = (slice(None),) + tuple(slice(m, m + n) for n, m in zip(self.shape, half))
+        for kern, cols in kernels:
+            if isinstance(kern, list):  # separable: fft along each feature, rfft along the last
+                factors = [fft.fft(k, n) for k, n in zip(kern[:-1], size[:-1])] + [fft.rfft(kern[-1], size[-1])]
+                FK = factors[0]
+                for factor in factors[1:]:
+                    FK = np.multiply.outer(FK, factor)
+            else:
+                FK = fft.rfftn(kern, size)
+            full = fft.irfftn(FB[cols] * FK[None], size, axes=axes, overwrite_x=True)
+            yield full[crop].reshape(-1, self.cells)
+
+    def corners(self, P):
+        """Flat index and multilinear share of each corner of the cell of each point of ``P``
+        (inside the grid): ``2^d`` pairs (the lower corner's flat index once, each corner a
+        constant offset from it)."""
+        t = (P - self.lo) / self.delta
+        i0 = np.clip(np.floor(t), 0, np.array(self.shape) - 2).astype(np.intp)
+        frac = t - i0
+        base = i0 @ np.array(self.strides, dtype=np.intp)
+        sides = [(1.0 - f, f) for f in frac.T]
+        for corner in itertools.product((0, 1), repeat=len(self.shape)):
+            share = sides[0][corner[0]]
+            for side, c in zip(sides[1:], corner[1:]):
+                share = share * side[c]
+            yield base + int(np.dot(corner, self.strides)), share
+
+    def inside(self, P):
+        """Which points of ``P`` lie on the grid (the others are beyond every sample's reach)."""
+        return np.all((P >= self.lo) & (P <= self.hi), axis=1)
 
 
 @njit(cache=True)
-def _bin(X, lo, inv_delta, dims, strides, V, B):
-    """``B[flat(m), col] += a_im V[i, col]`` over the ``2^d`` corners ``m`` of each sample's cell
-    (:func:`_cells`' arithmetic; the samples lie above ``lo``, so ``int`` is ``floor``), in one
-    pass over the samples. ``dims`` and ``strides`` are tuples, so that numba compiles one loop
-    per ``d`` with its length known: a million samples in 1-D take 14 ms (NumPy's ``bincount``
-    per corner and column 50 ms, this loop with ``d`` read at run time 28 ms)."""
-    d = len(dims)
-    frac = np.empty(d)
+def _extent_loop(X, lo, hi):
     for i in range(X.shape[0]):
-        base = 0
-        for f in range(d):
-            t = (X[i, f] - lo[f]) * inv_delta[f]
-            j = min(max(int(t), 0), dims[f] - 2)
-            frac[f] = t - j
-            base += j * strides[f]
-        for corner in range(1 << d):
-            share, flat = 1.0, base
-            for f in range(d):
-                if (corner >> f) & 1:
-                    share *= frac[f]
-                    flat += strides[f]
-                else:
-                    share *= 1.0 - frac[f]
-            for col in range(V.shape[1]):
-                B[flat, col] += share * V[i, col]
+        for f in range(X.shape[1]):
+            x = X[i, f]
+            if x < lo[f]:
+                lo[f] = x
+            if x > hi[f]:
+                hi[f] = x
 
 
-def binned_sums(X, Q, V_aug, profile, grid_size=None):
-    """Kernel sums ``S[q] = sum_i V_aug[i] k(|Q_q - X_i|^2)`` (columns of ``V_aug`` weighted
-    already) by binning, FFT convolution and multilinear interpolation (see the module).
-
-    ``X`` (n, d) samples and ``Q`` (m, d) queries in the engine's scaled coordinates, ``d <= 3``.
-    Returns ``(m, p + 1)`` float64 sums.
-    """
-    d = X.shape[1]
-    shape = grid_shape(grid_size, d)
-    if min(shape) < 2:
-        raise ValueError(f"grid_size needs at least 2 points per feature, got {grid_size!r}")
-    X = X.astype(np.float64, copy=False)
-    Q = Q.astype(np.float64, copy=False)
-    R = reach(profile)
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    if len(Q):  # the queries within reach of the samples, so that they interpolate inside the grid
-        lo = np.minimum(lo, np.maximum(Q.min(axis=0), lo - R))
-        hi = np.maximum(hi, np.minimum(Q.max(axis=0), hi + R))
-    span = hi - lo
-    delta = np.where(span > 0, span, 1.0) / (np.array(shape) - 1)
-    # bin: B[m, col] = sum_i a_im V_aug[i, col]
-    V = np.asarray(V_aug, dtype=np.float64)
-    cells = int(np.prod(shape))
-    B = np.zeros((cells, V.shape[1]))
-    _bin(X, lo, 1.0 / delta, shape, tuple(int(s) for s in _strides(shape)), V, B)
-    B = B.T.reshape((V.shape[1],) + shape)
-    # convolve with the kernel at the grid's offsets, out to its reach (at most the grid's span)
-    half = [min(n - 1, int(np.ceil(R / dl))) if np.isfinite(R) else n - 1 for n, dl in zip(shape, delta)]
-    offsets = np.meshgrid(*[np.arange(-m, m + 1) * dl for m, dl in zip(half, delta)], indexing="ij")
-    kern = profile.k(sum(o * o for o in offsets))[None]
-    S = fftconvolve(B, kern, mode="same", axes=tuple(range(1, d + 1))).reshape(V.shape[1], cells)
-    total = np.sum(np.abs(B[-1]))
-    S[:, S[-1] <= FLOOR * total] = 0.0  # FFT round-off where no weight is: an empty neighbourhood
-    # interpolate at the queries; queries beyond the grid are beyond every sample's reach: 0
-    out = np.zeros((len(Q), V.shape[1]))
-    inside = np.all((Q >= lo) & (Q <= hi), axis=1)
-    i0, frac = _cells(Q[inside], lo, delta, shape)
-    for flat, share in _corners(i0, frac, shape):
-        out[inside] += share[:, None] * S[:, flat].T
-    return out
+def _extent(X):
+    """``(lo, hi)``: the samples' least and largest value per feature, in float64: NumPy's in one
+    feature, else one compiled pass (NumPy's ``min(axis=0)`` on a million rows of 2 features takes
+    ~40 ms, a row at a time)."""
+    if X.shape[1] == 1:
+        return X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    lo, hi = np.full(X.shape[1], np.inf), np.full(X.shape[1], -np.inf)
+    _extent_loop(X, lo, hi)
+    return lo, hi
 
 
-def binned_path(bound, queries, Q, V_aug, q_scale, exclude_self):
-    S = binned_sums(bound.X, Q, bound.weighted(V_aug), bound.kernel.profile, bound.options.grid_size)
-    return S.astype(V_aug.dtype, copy=False), np.zeros(len(Q), dtype=V_aug.dtype)
+def _second_differences(A, axis):
+    """``A[m + 1] - 2 A[m] + A[m - 1]`` along ``axis`` (0 at the two ends)."""
+    D = np.zeros_like(A)
+    inner = [slice(None)] * A.ndim
+    inner[axis] = slice(1, -1)
+    up, down = list(inner), list(inner)
+    up[axis], down[axis] = slice(2, None), slice(None, -2)
+    D[tuple(inner)] = A[tuple(up)] - 2.0 * A[tuple(inner)] + A[tuple(down)]
+    return D
 
 
-# -- binned moments: the local polynomial's sums (Fan and Marron 1994; R's KernSmooth::locpoly) -------------------
-
-def moment_grid(X, Q, radius, grid_size=None):
-    """``(lo, hi, delta, shape)``: the regular grid of :func:`binned_sums` in the caller's coordinates,
-    spanning the samples ``X`` (n, d) and the queries ``Q`` within ``radius`` (d,) of them (the
-    kernel's reach in those coordinates, ``reach(profile) h``)."""
-    d = X.shape[1]
-    shape = grid_shape(grid_size, d)
-    if min(shape) < 2:
-        raise ValueError(f"grid_size needs at least 2 points per feature, got {grid_size!r}")
-    lo, hi = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
-    if len(Q):
-        lo = np.minimum(lo, np.maximum(Q.min(axis=0), lo - radius))
-        hi = np.maximum(hi, np.minimum(Q.max(axis=0), hi + radius))
-    span = hi - lo
-    return lo, hi, np.where(span > 0, span, 1.0) / (np.array(shape) - 1), shape
+def _binning_corrected(kern):
+    """The kernel sampled on the grid, less ``1/12`` of its second difference along each feature
+    (``kern`` sampled one step wider than needed on each side; returned without that rim): linear
+    binning spreads a sample at fraction ``t`` of its cell over its two corners, which adds
+    ``t (1 - t) delta^2 / 2`` times the kernel's curvature to its sum, ``delta^2 / 12`` on average
+    over ``t``; this removes that average, leaving ``(t (1 - t) / 2 - 1 / 12) delta^2 k''``
+    (between ``-1/12`` and ``+1/24`` of ``delta^2 k''`` for any sample, against ``0`` to ``1/8``
+    uncorrected; it averages out over samples spread within their cells)."""
+    for axis in range(kern.ndim):
+        kern = kern - _second_differences(kern, axis) / 12.0
+    return kern[(slice(1, -1),) * kern.ndim]
 
 
-@njit(cache=False)
-def _bin_moments(X, lo, inv_delta, dims, strides, weight, Y, B):
+@njit(cache=True)
+def _bin(X, lo, inv_delta, dims, strides, weight, Y, B):
     """``B[flat(m), 0] += a_im c_i`` and ``B[flat(m), 1 + u] += a_im c_i y_iu`` over the ``2^d``
-    corners ``m`` of each sample's cell (``weight`` empty: ``c_i = 1``), read in the samples' own
-    float type and summed in float64: no scaled copy of the samples and no ``c [y, 1]`` product is
-    formed, so that a million samples in 1-D bin in a few milliseconds (one pass, two shares)."""
+    corners ``m`` of each sample's cell, ``a_im = prod_f (1 - |t_if - m_f|)`` with
+    ``t_i = (x_i - lo) / delta`` (``weight`` empty: ``c_i = 1``; the samples lie above ``lo``, so
+    ``int`` is ``floor``), in one pass over the samples, read in their own float type and summed
+    in float64: no scaled copy of the samples and no ``c [y, 1]`` product is formed. ``dims`` and
+    ``strides`` are tuples, so that numba compiles one loop per ``d`` with its length known; 1-D
+    takes its own loop (two corners, no corner loop): a million samples bin in ~3 ms."""
     d, t, n = len(dims), Y.shape[1], X.shape[0]
     weighted = weight.shape[0] > 0
-    if d == 1:  # the 1-D bar (KernSmooth's locpoly): two corners, no corner loop
+    if d == 1:
         lo0, inv0, top = lo[0], inv_delta[0], dims[0] - 2
         for i in range(n):
             s = (X[i, 0] - lo0) * inv0
@@ -214,6 +302,24 @@ def _bin_moments(X, lo, inv_delta, dims, strides, weight, Y, B):
                 yv = Y[i, u]
                 B[j, 1 + u] += a0 * yv
                 B[j + 1, 1 + u] += a1 * yv
+        return
+    if d == 2:  # four corners, written out (the generic loop below: ~2x slower here)
+        lo0, lo1, inv0, inv1, top0, top1, st0 = lo[0], lo[1], inv_delta[0], inv_delta[1], dims[0] - 2, dims[1] - 2, strides[0]
+        for i in range(n):
+            s0 = (X[i, 0] - lo0) * inv0
+            s1 = (X[i, 1] - lo1) * inv1
+            j0 = min(max(int(s0), 0), top0)
+            j1 = min(max(int(s1), 0), top1)
+            f0, f1 = s0 - j0, s1 - j1
+            c = weight[i] if weighted else 1.0
+            a1 = f0 * c
+            a0 = c - a1
+            base = j0 * st0 + j1
+            for flat, share in ((base, a0 * (1.0 - f1)), (base + 1, a0 * f1),
+                                (base + st0, a1 * (1.0 - f1)), (base + st0 + 1, a1 * f1)):
+                B[flat, 0] += share
+                for u in range(t):
+                    B[flat, 1 + u] += share * Y[i, u]
         return
     frac = np.empty(d)
     for i in range(n):
@@ -237,55 +343,114 @@ def _bin_moments(X, lo, inv_delta, dims, strides, weight, Y, B):
                 B[flat, 1 + u] += share * Y[i, u]
 
 
-def binned_moments(X, Y, weight, profile, h, exponents, n_target, grid, at):
+def binned_sums(X, Q, weight, Y, profile, h, grid_size=None, tolerance=None):
+    """Kernel sums ``S[q] = sum_i c_i [y_i, 1] k(|(Q_q - X_i) / h|^2)`` by binning, FFT convolution
+    and multilinear interpolation (see the module).
+
+    ``X`` (n, d) samples and ``Q`` (m, d) queries in the caller's coordinates, ``d <= 3``, ``h`` (d,)
+    the bandwidths, ``weight`` (n,) the ``c_i`` or None, ``Y`` (n, p) the values. Returns
+    ``(m, p + 1)`` float64 sums and the :class:`Grid`.
+    """
+    grid = Grid(X, Q, h, profile, grid_size, tolerance)
+    corrected = smooth(profile)
+    half, axes = grid.offsets(extra=1 if corrected else 0)
+    B = grid.bin(X, weight, Y, half)
+    if profile.log_linear:  # the Gaussian: a product of one 1-D kernel per feature
+        kern = [_binning_corrected(profile.k(o * o)) for o in axes]
+    else:
+        kern = profile.k(sum(o * o for o in np.meshgrid(*axes, indexing="ij")))
+        kern = _binning_corrected(kern) if corrected else kern
+    S = next(grid.convolve(B, [(kern, slice(None))], half))
+    floor = FLOOR * float(B[0].sum())  # FFT round-off where no weight is: an empty neighbourhood
+    # interpolate at the queries; queries beyond the grid are beyond every sample's reach: 0
+    out = np.zeros((len(Q), S.shape[0]))
+    inside = grid.inside(Q)
+    Qin = Q[inside].astype(np.float64, copy=False)
+    corners = list(grid.corners(Qin))
+    linear = np.zeros((len(Qin), S.shape[0]))
+    for flat, share in corners:
+        corner = S[:, flat].T
+        corner[corner[:, 0] <= floor] = 0.0
+        linear += share[:, None] * corner
+    out[inside] = linear
+    if corrected:  # the weight sum less the interpolation's own curvature error; the means stay ratios
+        W = out[inside, 0]
+        scale = _interpolation_corrected(grid, S[0], Qin, corners, W) / np.where(W > 0, W, 1.0)
+        out[inside] *= scale[:, None]
+    return np.roll(out, -1, axis=1), grid  # the weight sum last
+
+
+def _interpolation_corrected(grid, S, P, corners, linear):
+    """The multilinear interpolation ``linear`` of the grid values ``S`` (cells,) at the points
+    ``P`` less its leading error: along each feature, interpolating between grid points at fraction
+    ``s`` overshoots by ``s (1 - s) delta^2 S'' / 2``, and ``delta^2 S''`` is read from the second
+    differences of ``S`` at the same corners (0 at the grid's ends). Points where the result would
+    not be positive keep ``linear``. (Applied to the weight sum only: a local mean stays the ratio
+    of the multilinear interpolations, a weighted mean of its corners' means, never outside the
+    values' range.)"""
+    out = linear.copy()
+    t = (P - grid.lo) / grid.delta
+    i0 = np.clip(np.floor(t), 0, np.array(grid.shape) - 2).astype(np.intp)
+    frac = t - i0
+    bits = list(itertools.product((0, 1), repeat=len(grid.shape)))  # the corners' order (Grid.corners)
+    for f, (n, step) in enumerate(zip(grid.shape, grid.strides)):
+        curvature = 0.0
+        for (flat, share), corner in zip(corners, bits):
+            i = i0[:, f] + corner[f]
+            inner = (i > 0) & (i < n - 1)
+            up, down = np.where(inner, flat + step, flat), np.where(inner, flat - step, flat)
+            curvature = curvature + share * (S[up] - 2.0 * S[flat] + S[down])
+        out -= 0.5 * frac[:, f] * (1.0 - frac[:, f]) * curvature
+    return np.where(out > 0, out, linear)
+
+
+def binned_path(bound, queries, P, V_aug, q_scale, exclude_self):
+    """The engine's binned pass: ``P`` the queries as given (the samples' coordinates, not the
+    engine's: :meth:`~localkit.engine.BoundKernel.points`)."""
+    opts = bound.options
+    S, _ = binned_sums(bound.samples, P, bound.weight, V_aug[:, :-1], bound.kernel.profile, bound.h,
+                       opts.grid_size, opts.tolerance)
+    return S.astype(V_aug.dtype, copy=False), np.zeros(len(P), dtype=V_aug.dtype)
+
+
+# -- binned moments: the local polynomial's sums (Fan and Marron 1994; R's KernSmooth::locpoly) -------------------
+
+def binned_moments(X, Y, weight, h, exponents, n_target, grid, at):
     """Binned local moments about grid points, ``S_a(g) = sum_i c_i k(|(x_i - g) / h|^2) z_i^a`` and
     ``T_a(g) = sum_i c_i k(...) z_i^a y_i`` with ``z_i = (x_i - g) / h`` (per feature) and ``z^a`` the
     monomial of exponents ``a``, at the grid points of flat index ``at``.
 
-    The samples are binned linearly (:func:`_bin_moments`: ``x_i`` -> the corners ``l`` of its cell,
+    The samples are binned linearly (:meth:`Grid.bin`: ``x_i`` -> the corners ``l`` of its cell,
     shares ``a_il``), so ``x_i - g_m`` becomes ``(l - m) delta``, and each moment is one FFT
-    convolution (zero-padded: no wrap-around) of the bin counts ``B_l`` (or ``B_l y``) with the
-    kernel sampled on the grid's offsets times the monomial, ``kappa_a(o) = k(|o delta / h|^2)
+    convolution (:meth:`Grid.convolve`) of the bin counts ``B_l`` (or ``B_l y``) with the kernel
+    sampled on the grid's offsets times the monomial, ``kappa_a(o) = k(|o delta / h|^2)
     (-o delta / h)^a``, out to the profile's :func:`reach`: ``S_a(g_m) = sum_l B_l kappa_a(m - l)``.
     This is KernSmooth's ``locpoly`` (Wand 1994; Fan and Marron 1994), which sums the same
     products directly over a kernel truncated at 4 standard deviations.
 
     ``X`` (n, d) and ``h`` (d,) in the caller's coordinates; ``weight`` (n,) or None; ``Y`` (n, t);
     ``exponents`` (K, d): every monomial wanted for ``S``, its first ``n_target`` rows also for
-    ``T``; ``grid`` from :func:`moment_grid`; ``at`` flat grid indices. Returns ``S`` (K, len(at)),
+    ``T``; ``grid`` a :class:`Grid` of ``X``; ``at`` flat grid indices. Returns ``S`` (K, len(at)),
     ``T`` (n_target, t, len(at)) and the total weight ``sum_i c_i`` (FFT round-off is about
     ``1e-15`` of it).
     """
-    from scipy import fft
-
-    lo, _, delta, shape = grid
-    d, t = X.shape[1], Y.shape[1]
-    cells = int(np.prod(shape))
-    B = np.zeros((cells, 1 + t))
-    w = np.empty(0) if weight is None else np.asarray(weight, dtype=np.float64)
-    _bin_moments(X, lo, 1.0 / delta, shape, tuple(int(s) for s in _strides(shape)), w, Y, B)
-    total = float(B[:, 0].sum())
-    B = B.T.reshape((1 + t,) + shape)
-    step = delta / h  # grid spacing in bandwidths, per feature
-    R = reach(profile)
-    half = [min(n - 1, int(np.ceil(R / s))) if np.isfinite(R) else n - 1 for n, s in zip(shape, step)]
-    # circular convolution of length >= n + half leaves the outputs half .. half + n - 1 unaliased
-    size = [fft.next_fast_len(n + m, real=True) for n, m in zip(shape, half)]
-    axes = tuple(range(1, d + 1))
-    FB = fft.rfftn(B, size, axes=axes)
-    offsets = np.meshgrid(*[np.arange(-m, m + 1) * s for m, s in zip(half, step)], indexing="ij")
-    k = profile.k(sum(o * o for o in offsets))
-    crop = (slice(None),) + tuple(slice(m, m + n) for n, m in zip(shape, half))
-    S = np.empty((len(exponents), len(at)))
-    T = np.empty((n_target, t, len(at)))
+    t = Y.shape[1]
+    half, axes = grid.offsets()  # binned as they are: the corrections of binned_sums made local linear fits worse
+    B = grid.bin(X, None if weight is None else np.asarray(weight, dtype=np.float64), Y, half)
+    total = float(B[0].sum())
+    offsets = np.meshgrid(*axes, indexing="ij")
+    k = grid.profile.k(sum(o * o for o in offsets))
+    kernels = []
     for a, e in enumerate(exponents):
         kern = k
         for f, power in enumerate(e):
             if power:
                 kern = kern * (-offsets[f]) ** power
-        cols = slice(0, 1 + t) if a < n_target else slice(0, 1)
-        full = fft.irfftn(FB[cols] * fft.rfftn(kern, size)[None], size, axes=axes)
-        out = full[crop].reshape(-1, cells)[:, at]
+        kernels.append((kern, slice(0, 1 + t) if a < n_target else slice(0, 1)))
+    S = np.empty((len(exponents), len(at)))
+    T = np.empty((n_target, t, len(at)))
+    for a, out in enumerate(grid.convolve(B, kernels, half)):
+        out = out[:, at]
         S[a] = out[0]
         if a < n_target:
             T[a] = out[1:]
