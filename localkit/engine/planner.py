@@ -219,7 +219,7 @@ def explain(bound, P, q_scale, exclude_self):
         from .passes.dense import PRUNE_MAX_KEPT, PRUNE_MIN_FEATURES, kept_fraction, prune_conditions
 
         if prune_conditions(bound, q_scale, exclude_self):
-            kept = kept_fraction(bound, Q)
+            kept = kept_fraction(bound, bound.engine_points(P))
             why_dense += (f"; a compact profile in {d} > {PRUNE_MIN_FEATURES} features: "
                           + (f"blocks pruned by bounding boxes (k-d tree leaves; the probe keeps {kept:.0%} of "
                              "the block pairs)" if kept < PRUNE_MAX_KEPT else
