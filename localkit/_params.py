@@ -17,7 +17,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._validation import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
 from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
@@ -55,6 +55,9 @@ EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
 ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
 #: local polynomials' paths (no streamed form)
 POLYNOMIAL_ALGORITHM_CONSTRAINT = [StrOptions(set(POLYNOMIAL_ALGORITHMS))]
+#: the binned pass's grid and the error it may make (``algorithm="binned"``, or "auto" under a tolerance)
+GRID_PARAMS = {"grid_size": [Interval(Integral, 2, None, closed="left"), tuple, None],
+               "tolerance": [Interval(Real, 0, 1, closed="neither"), None]}
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 import warnings
 
-from .._params import (KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
+from .._params import (GRID_PARAMS, KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, WEIGHTS_CONSTRAINT)
 from .._validation import check_n_neighbors
 from ..engine import BoundValues, EngineOptions, backend_of, bind, sparse_refusals
@@ -310,7 +310,8 @@ class LocalKernelMixin:
         self._bound_values = self._bound.prepare(values)
 
     def _engine_options(self):
-        return EngineOptions(empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs)
+        return EngineOptions(empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs,
+                             grid_size=getattr(self, "grid_size", None), tolerance=getattr(self, "tolerance", None))
 
     def _local_sums(self, X, *, exclude_self=False, queries_are_samples=False):
         """One engine pass at the queries ``X`` over the training samples (weighted by
@@ -370,11 +371,12 @@ class LocalMeanParams(LocalKernelMixin):
                                     "metric": LOCAL_MEAN_METRIC_CONSTRAINT,
                                     "p": [Interval(Real, 1, None, closed="both")],  # inf: chebyshev
                                     "sample_weight_type": SAMPLE_WEIGHT_TYPE_CONSTRAINT,
-                                    "weights": WEIGHTS_CONSTRAINT, "metric_params": [dict, None]}
+                                    "weights": WEIGHTS_CONSTRAINT, "metric_params": [dict, None], **GRID_PARAMS}
 
     def __init__(self, kernel="gaussian", bandwidth="scott", n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None,
-                 sample_weight_type="frequency", weights="uniform", metric_params=None):
+                 sample_weight_type="frequency", weights="uniform", metric_params=None, grid_size=None,
+                 tolerance=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.n_neighbors = n_neighbors
@@ -387,6 +389,8 @@ class LocalMeanParams(LocalKernelMixin):
         self.sample_weight_type = sample_weight_type
         self.weights = weights
         self.metric_params = metric_params
+        self.grid_size = grid_size
+        self.tolerance = tolerance
 
     def _sparse_refusals(self):
         """Why these parameters cannot take sparse ``X``: reasons naming the parameters (empty: they can).

@@ -1,6 +1,8 @@
 """Kernel classification: class probabilities are the local mean of one-hot labels."""
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 from numbers import Integral, Real
 
@@ -10,7 +12,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ..engine import EngineOptions, backend_of
+from ..engine import backend_of
 from ._base import MIXABLE_KERNEL, LocalMeanParams
 from ..exceptions import LocalkitWarning, user_stacklevel
 
@@ -66,6 +68,15 @@ sample_weight_type, weights, metric_params
         and 0 for the others (all 0, with a warning, for a label that is not a class).
         "most_frequent": the class of largest total ``sample_weight`` (the most frequent without
         weights; the first on ties). None: the ``empty`` policy decides.
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (``algorithm="binned"``; one int, or one per
+        feature); by default the fewest whose error bound meets ``tolerance``.
+    tolerance : float in (0, 1), optional
+        The relative error accepted from the binned pass, against its bound ``8 (delta / h)^2``
+        (``4 delta / h`` for the triangular, Laplacian and uniform profiles; ``delta`` the grid
+        spacing, see :doc:`/user_guide/binned`). It sets the default grid (``1e-4`` when None);
+        given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
+        it (never otherwise).
 
     Attributes
     ----------
@@ -94,11 +105,12 @@ sample_weight_type, weights, metric_params
 
     def __init__(self, kernel="gaussian", bandwidth="scott", n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None,
-                 sample_weight_type="frequency", weights="uniform", metric_params=None, outlier_label=None):
+                 sample_weight_type="frequency", weights="uniform", metric_params=None, outlier_label=None,
+                 grid_size=None, tolerance=None):
         super().__init__(kernel=kernel, bandwidth=bandwidth, n_neighbors=n_neighbors,
                          sample_neighbors=sample_neighbors, metric=metric, p=p, empty=empty, algorithm=algorithm,
                          n_jobs=n_jobs, sample_weight_type=sample_weight_type, weights=weights,
-                         metric_params=metric_params)
+                         metric_params=metric_params, grid_size=grid_size, tolerance=tolerance)
         self.outlier_label = outlier_label
 
     _takes_sparse = True  # CSR X on the neighbour path (see "Sparse input")
@@ -177,7 +189,7 @@ sample_weight_type, weights, metric_params
         if self.outlier_label is None:
             return options
         # outlier_label decides the empty rows (overwritten below): the policy must not raise
-        return EngineOptions(empty="nearest", algorithm=options.algorithm, n_jobs=options.n_jobs)
+        return dataclasses.replace(options, empty="nearest")
 
     def _probabilities(self, X, *, loo=False):
         """``(proba, outliers)``: the local means of the concatenated one-hot labels (every output's

@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._params import (ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, KERNEL_CONSTRAINT,
+from .._params import (GRID_PARAMS, ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, KERNEL_CONSTRAINT,
                        N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive)
 from .._validation import check_positive
 from ..engine import backend_of, local_sums, make_kernel, twin_groups
@@ -244,6 +244,15 @@ class KernelDensity(BaseEstimator):
         scikit-learn's: ``{"p": ...}`` for "minkowski" (and ``"w"``, weights), ``{"V": ...}`` for
         "seuclidean", ``{"VI": ...}`` for "mahalanobis" (without them the samples' own variances,
         resp. inverse covariance).
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (``algorithm="binned"``; one int, or one per
+        feature); by default the fewest whose error bound meets ``tolerance``.
+    tolerance : float in (0, 1), optional
+        The relative error accepted from the binned pass, against its bound ``8 (delta / h)^2``
+        (``4 delta / h`` for the triangular, Laplacian and uniform profiles; ``delta`` the grid
+        spacing, see :doc:`/user_guide/binned`). It sets the default grid (``1e-4`` when None);
+        given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
+        it (never otherwise).
 
     With ``bandwidth="cv"`` the bandwidth maximises the leave-one-out log-likelihood
     ``sum_i c_i log p_{-i}(x_i)`` (:meth:`loo_log_likelihood`; one bandwidth per feature in
@@ -281,16 +290,19 @@ class KernelDensity(BaseEstimator):
         "n_jobs": N_JOBS_CONSTRAINT,
         "metric": [StrOptions(set(NORM_METRICS) | set(LINEAR_METRICS))],
         "metric_params": [dict, None],
+        **GRID_PARAMS,
     }
 
     def __init__(self, kernel="gaussian", bandwidth=1.0, algorithm="auto", n_jobs=None, metric="euclidean",
-                 metric_params=None):
+                 metric_params=None, grid_size=None, tolerance=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.algorithm = algorithm
         self.n_jobs = n_jobs
         self.metric = metric
         self.metric_params = metric_params
+        self.grid_size = grid_size
+        self.tolerance = tolerance
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None, sample_weight: ArrayLike | None = None):
@@ -379,7 +391,7 @@ class KernelDensity(BaseEstimator):
         d = self.n_features_in_
         if not exclude_self:
             log_p = kernel_density(Q, Z, kernel, log=True, sample_weight=sample_weight, algorithm=self.algorithm,
-                                   n_jobs=self.n_jobs)
+                                   n_jobs=self.n_jobs, grid_size=self.grid_size, tolerance=self.tolerance)
             d_mapped = Z.shape[1]
             if d_mapped != d:  # kernel_density normalised in the mapped dimensions: restate for d
                 h = float(np.ravel(kernel.bandwidth)[0])

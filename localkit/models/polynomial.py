@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted, validate_data
 
-from .._params import (KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, POLYNOMIAL_ALGORITHM_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT,
+from .._params import (GRID_PARAMS, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, POLYNOMIAL_ALGORITHM_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT,
                        non_negative)
 from .._validation import check_n_neighbors, check_regression_target
 from ..engine import (KDSurface, LocalPolynomialFit, backend_of, binned_polynomial_refusals, check_design_fits,
@@ -146,6 +146,16 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         (:class:`~localkit.exceptions.LocalkitConvergenceWarning`).
     tol : float, default=1e-8
         A query stops when its fit moves by less than ``tol``.
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (``algorithm="binned"``, the binned moments; one int, or one per
+        feature); by default 2^16, 2^9 and 2^6 points in 1, 2 and 3 features, or the fewest whose
+        error bound meets ``tolerance`` where one is given.
+    tolerance : float in (0, 1), optional
+        The relative error accepted from the binned pass, against its bound ``8 (delta / h)^2``
+        (``4 delta / h`` for the triangular, Laplacian and uniform profiles; ``delta`` the grid
+        spacing, see :doc:`/user_guide/binned`). It sets the default grid (``1e-4`` when None);
+        given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
+        it (never otherwise).
     sample_weight_type : {"frequency", "prior"}, default="frequency"
         What ``sample_weight`` ``c_i`` means. Both multiply the kernel weights,
         ``K(x*, x_i) c_i r_i``. ``"frequency"`` (scikit-learn's meaning): ``c_i`` counts copies of
@@ -242,10 +252,12 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
     def __init__(self, degree=1, kernel="tricube", bandwidth=None, frac=None, n_neighbors=None,
                  sample_neighbors=None, robust_iters=0, ridge=0.0, metric="euclidean", algorithm="auto",
                  n_jobs=None, surface="direct", cell=0.2, sample_weight_type="frequency", delta=0.0,
-                 missing="raise", value_kernel=None, max_iter=100, tol=1e-8):
+                 missing="raise", value_kernel=None, max_iter=100, tol=1e-8, grid_size=None, tolerance=None):
         self.value_kernel = value_kernel
         self.max_iter = max_iter
         self.tol = tol
+        self.grid_size = grid_size
+        self.tolerance = tolerance
         self.degree = degree
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -279,6 +291,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         "delta": non_negative(),
         "missing": [StrOptions({"raise", "drop"})],
         **OUTPUT_ADAPTIVE_PARAMS,
+        **GRID_PARAMS,
     }
 
     def _wide_bandwidth_tends_to_the_mean(self):
@@ -411,8 +424,8 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         ``[X, y]`` with the targets' column in the kernel, not in the design."""
         def refit(Q):
             return local_polynomial(Q, self._value_samples, self.y_fit_, self.degree, self._value_product,
-                                    sample_weight=self._weights(), ridge=self.ridge, algorithm=self.algorithm,
-                                    n_jobs=self.n_jobs, design=X.shape[1]).values
+                                    sample_weight=self._weights(), ridge=self.ridge, design=X.shape[1],
+                                    **self._path_options()).values
 
         return self._iterate_values(X, self._fit_at(X, self.kernel_)[:, None], refit)
 
@@ -556,10 +569,14 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
                 NearSingularDesignWarning, stacklevel=user_stacklevel())
         return out
 
+    def _path_options(self):
+        """The engine's path and its settings, as the estimator's parameters give them."""
+        return dict(algorithm=self.algorithm, n_jobs=self.n_jobs, grid_size=self.grid_size, tolerance=self.tolerance)
+
     def _exact_fit(self, X, kernel, exclude_self=False, slopes=False, balls=None):
         return local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
                                 sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
-                                slopes=slopes, balls=balls, algorithm=self.algorithm, n_jobs=self.n_jobs)
+                                slopes=slopes, balls=balls, **self._path_options())
 
     def _exact_in_weight(self, X, kernel, exclude_self=False, slopes=False, balls=None):
         """The fits with a span in weight: each query's count ``k(x*)`` of nearest samples whose
@@ -603,7 +620,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         kernel = Kernel(self.kernel, bandwidth=bandwidth, metric=self.metric)
         out = local_polynomial(None, X, y, self.degree, kernel, sample_weight=self.sample_weight_,
                                sample_scale=self.sample_scale_, exclude_self=True, ridge=self.ridge,
-                               algorithm=self.algorithm, n_jobs=self.n_jobs)
+                               **self._path_options())
         return float(np.average((out.values[:, 0] - y) ** 2, weights=self.sample_weight_))
 
 

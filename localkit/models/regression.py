@@ -171,6 +171,15 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         (:class:`~localkit.exceptions.LocalkitConvergenceWarning`, a ``ConvergenceWarning``).
     tol : float, default=1e-8
         A query stops when its estimate moves by less than ``tol`` (largest change over targets).
+    grid_size : int or tuple of ints, optional
+        Grid points per feature of the binned pass (``algorithm="binned"``; one int, or one per
+        feature); by default the fewest whose error bound meets ``tolerance``.
+    tolerance : float in (0, 1), optional
+        The relative error accepted from the binned pass, against its bound ``8 (delta / h)^2``
+        (``4 delta / h`` for the triangular, Laplacian and uniform profiles; ``delta`` the grid
+        spacing, see :doc:`/user_guide/binned`). It sets the default grid (``1e-4`` when None);
+        given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
+        it (never otherwise).
 
     Attributes
     ----------
@@ -217,11 +226,11 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
     def __init__(self, kernel="gaussian", bandwidth="scott", n_neighbors=None, sample_neighbors=None,
                  metric="euclidean", p=2, empty="nearest", algorithm="auto", n_jobs=None,
                  sample_weight_type="frequency", weights="uniform", metric_params=None, value_kernel=None,
-                 max_iter=100, tol=1e-8):
+                 max_iter=100, tol=1e-8, grid_size=None, tolerance=None):
         super().__init__(kernel=kernel, bandwidth=bandwidth, n_neighbors=n_neighbors,
                          sample_neighbors=sample_neighbors, metric=metric, p=p, empty=empty, algorithm=algorithm,
                          n_jobs=n_jobs, sample_weight_type=sample_weight_type, weights=weights,
-                         metric_params=metric_params)
+                         metric_params=metric_params, grid_size=grid_size, tolerance=tolerance)
         self.value_kernel = value_kernel
         self.max_iter = max_iter
         self.tol = tol
