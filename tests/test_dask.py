@@ -13,7 +13,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.neighbors import KernelDensity
 from sklearn.preprocessing import StandardScaler
 
-from localkit import (HopfieldNetwork, LazyAutoencoder, Localized, LocallyLinearEmbedding,
+from localkit import (HopfieldNetwork, Kernel, LazyAutoencoder, Localized, LocallyLinearEmbedding,
                       LocalMeanClassifier, LocalMeanDenoiser, LocalMeanRegressor, LocalPCA, LocalPolynomialRegressor,
                       MeanShift, MetricLearningKernelRegressor, RelaxationLabeling, TSKFuzzyClassifier,
                       TSKFuzzyRegressor, kernel_density, local_mean)
@@ -307,3 +307,17 @@ def test_kernel_density_keeps_float32_on_dask():
     got = lazy.compute()
     assert lazy.dtype == got.dtype == np.float32
     np.testing.assert_allclose(got, kernel_density(X.astype(float), X.astype(float), "gaussian", 0.5), rtol=1e-5)
+
+
+def test_product_and_sum_kernels_on_a_cluster(client):
+    """The kernels fixed on all the samples (rules, categorical levels) travel to the workers."""
+    rng = np.random.default_rng(7)
+    X = np.c_[rng.normal(size=200), np.sort(rng.integers(0, 4, 200))]  # the first chunks miss levels
+    y, Q = np.sin(3 * X[:, 0]) + X[:, 1], np.c_[rng.normal(size=30), rng.integers(0, 4, 30)]
+    K = Kernel("gaussian", bandwidth="scott", features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    for kernel in (K, 0.3 * K + 0.7 * Kernel("laplacian", bandwidth=2.0)):
+        want = local_sums(Q, X, y, kernel)
+        got = local_sums(chunked(Q, 10), chunked(X, 40), chunked(y, 40), kernel, **DENSE)
+        mean, log_sum = dask.compute(got.mean, got.log_weight_sum)
+        np.testing.assert_allclose(mean, want.mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(log_sum, want.log_weight_sum, rtol=1e-12, atol=0)

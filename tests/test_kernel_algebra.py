@@ -282,14 +282,6 @@ def test_bad_input_at_bind_and_in_estimators():
         BoundKernel(K, X).squared_distances(Q)
 
 
-def test_dask_refused():
-    import dask.array as da
-    X, y, Q = _mixed(10)
-    K = Kernel("gaussian", features=[0]) * Kernel("wang_ryzin", bandwidth=0.2, features=[2])
-    with pytest.raises(ValueError, match="dask"):
-        local_sums(da.from_array(Q, chunks=10), X, y, K)
-
-
 @pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
 def test_streamed_pass_on_tensors(dispatch, dtype, atol):
     import torch

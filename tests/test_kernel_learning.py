@@ -364,14 +364,6 @@ def test_sum_on_tensors_equals_numpy(dispatch, dtype, atol):
         np.testing.assert_allclose(out.mean.cpu().numpy(), loo.mean, rtol=0, atol=atol)
 
 
-def test_sum_refuses_dask():
-    import dask.array as da
-
-    X, y = _mixed(10, n=50)
-    with pytest.raises(ValueError, match="sum of kernels.*dask"):
-        local_sums(None, da.from_array(X, chunks=10), y, Kernel("gaussian") + Kernel("laplacian"))
-
-
 def test_cv_warns_where_it_stops_at_the_smallest_bandwidth():
     from localkit.exceptions import BandwidthWarning
 

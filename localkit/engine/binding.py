@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 
 
-from ..kernels.kernel import SumKernel
 from .backends import backend_of
 from .bound import BoundKernel, BoundValues
 from .backends.dask import dask_local_sums, is_dask_collection
@@ -41,9 +40,6 @@ class Binding:
         self.kernel, self.samples, self.options = kernel, samples, options
         self.sample_weight, self.sample_scale, self.twins = sample_weight, sample_scale, twins
         on_dask = is_dask_collection(samples, sample_weight, sample_scale)
-        if on_dask and isinstance(kernel, SumKernel):
-            raise ValueError(f"kernel={kernel!r} is a sum of kernels, which runs on arrays in memory (NumPy or a "
-                             "device), not on dask collections; compute the dask arrays first")
         self.bound = None if on_dask else BoundKernel(
             kernel, samples, sample_weight=sample_weight, sample_scale=sample_scale, options=options, twins=twins)
 

@@ -684,7 +684,8 @@ def bind_factors(bound, kernel, samples):
         if factor.is_categorical:
             codes = bound.host(part)
             check_codes(codes, factor.name)
-            columns = CategoricalColumns(factor.name, check_smoothing(factor.bandwidth, factor.name), codes)
+            columns = CategoricalColumns(factor.name, check_smoothing(factor.bandwidth, factor.name), codes,
+                                         factor.level_codes)
             factors.append(Factor(factor, cols, categorical=columns, codes=part))
         else:
             factors.append(Factor(factor, cols, bound=BoundKernel(factor.plain(), part, sample_weight=bound.weight)))

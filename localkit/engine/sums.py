@@ -30,6 +30,13 @@ def sum_sums(bound, queries, prepared, exclude_self, query_scale):
     options = dataclasses.replace(bound.options, empty="nearest")
     outs = [(log_w, term.using(options).sums(queries, prepared, exclude_self=exclude_self, query_scale=query_scale))
             for log_w, term in bound.terms]
+    return combine_terms(outs, bound.options.empty, prepared.no_values)
+
+
+def combine_terms(outs, empty_policy, no_values):
+    """The sums of ``sum_k w_k K_k`` from its terms' ``outs``, ``[(log w_k, LocalSums of K_k)]``,
+    each computed with the "nearest" policy; ``empty_policy`` applied where every term is empty
+    (the dask path combines its terms' chunks here too)."""
     xp = namespace_of(outs[0][1].log_weight_sum)  # the queries' device, where the terms ran
     a = [log_w + out.log_weight_sum for log_w, out in outs]
     top = a[0]
@@ -46,8 +53,8 @@ def sum_sums(bound, queries, prepared, exclude_self, query_scale):
     log_sum = xp.where(empty, -math.inf, log_sum)
     count = int(xp.sum(xp.astype(empty, xp.int64))) if xp is not np else int(empty.sum())
     if count:
-        check_empty(bound.options.empty, count, stacklevel=4)
-    if prepared.no_values:
+        check_empty(empty_policy, count, stacklevel=4)
+    if no_values:
         return LocalSums(None, log_sum, empty)
     first = outs[0][1].mean  # empty everywhere: the first term's (its nearest sample's value)
     safe_total = xp.where(empty, xp.ones_like(total), total)
@@ -58,8 +65,8 @@ def sum_sums(bound, queries, prepared, exclude_self, query_scale):
         part = w * out.mean
         mean = part if mean is None else mean + part
     mask = empty if first.ndim == 1 else empty[:, None]
-    mean = xp.where(mask, xp.full_like(first, math.nan) if bound.options.empty == "nan" else first, mean)
+    mean = xp.where(mask, xp.full_like(first, math.nan) if empty_policy == "nan" else first, mean)
     return LocalSums(mean, log_sum, empty)
 
 
-__all__ = ["sum_sums"]
+__all__ = ["combine_terms", "sum_sums"]

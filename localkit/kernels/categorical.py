@@ -13,7 +13,9 @@ wang_ryzin        ``1 - lam``            ``(1 - lam) / 2 * lam^|x* - x|``       
 
 ``c`` is the number of levels the column shows in the samples the kernel is bound to (resolved
 at bind time, as a bandwidth rule is; statsmodels' ``aitchison_aitken`` counts the same,
-``np.unique(data[:, j]).size``). ``lam = 0`` weighs only equal levels (the cell means of the
+``np.unique(data[:, j]).size``), unless the kernel fixes its levels
+(:meth:`Kernel.with_levels <localkit.Kernel.with_levels>`: those of all the samples of a dask
+array, whose chunks are bound one by one). ``lam = 0`` weighs only equal levels (the cell means of the
 frequency estimator); ``lam = 1`` gives the Aitchison-Aitken kernel ``0`` at equal levels and
 the Wang-van Ryzin kernel ``0`` everywhere (an empty neighbourhood, handled by the engine's
 policy): ``log 0 = -inf`` is a zero weight, as everywhere in the engine.
@@ -63,10 +65,12 @@ class CategoricalColumns:
     """A categorical kernel bound to its columns: the smoothing ``lam`` and the levels ``c`` per
     column, and the constants of its log-weights, computed once.
 
-    ``codes`` (n_samples, k) are the samples' integer codes on the kernel's columns (NumPy).
+    ``codes`` (n_samples, k) are the samples' integer codes on the kernel's columns (NumPy);
+    ``seen``, if given, the codes of each column's levels (one array per column), fixed instead
+    of those ``codes`` show.
     """
 
-    def __init__(self, name, lam, codes):
+    def __init__(self, name, lam, codes, seen=None):
         self.name, self.ordered = name, CATEGORICAL_PROFILES[name]
         k = codes.shape[1]
         lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (k,)) if np.ndim(lam) == 0 or np.size(lam) == 1 \
@@ -75,7 +79,9 @@ class CategoricalColumns:
             raise ValueError(f"bandwidth of the {name!r} kernel has {lam.size} entries for {k} columns (features); "
                              "give one number, or one per column")
         self.lam = lam
-        self._seen = [np.unique(codes[:, j]) for j in range(k)]
+        self._seen = [np.unique(codes[:, j]) for j in range(k)] if seen is None else [np.unique(s) for s in seen]
+        if len(self._seen) != k:
+            raise ValueError(f"the {name!r} kernel fixes the levels of {len(self._seen)} columns for {k} columns")
         self.levels = np.array([seen.size for seen in self._seen])
         if not self.ordered and np.any(self.levels < 2):
             raise ValueError(f"the 'aitchison_aitken' kernel weighs another level lam / (c - 1), c the number of "

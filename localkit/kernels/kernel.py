@@ -113,6 +113,9 @@ class Kernel:
     features = None
     is_categorical = False
     support = None
+    #: a categorical kernel's levels, fixed by :meth:`with_levels` (one array of codes per column);
+    #: None: those the samples it is bound to show
+    level_codes = None
 
     def __init__(self, name: str = "gaussian", bandwidth: float | str | np.ndarray = 1.0,
                  n_neighbors: int | None = None, metric: str | Callable = "euclidean", p: float = 2,
@@ -264,11 +267,23 @@ class Kernel:
         kNN bandwidth resolved."""
         return self._with(bandwidth=h, n_neighbors=None)
 
+    def with_levels(self, levels):
+        """This categorical kernel with the levels of its columns fixed, ``levels`` one array of
+        codes per column (``c`` their number), instead of counted on the samples it is bound to:
+        the levels of all the samples where a pass binds them chunk by chunk (dask arrays)."""
+        if not self.is_categorical:
+            raise ValueError(f"levels: {self!r} is not a categorical kernel; it has no levels")
+        out = self._with()
+        out.level_codes = tuple(np.unique(np.asarray(codes, dtype=np.float64)) for codes in levels)
+        return out
+
     def _with(self, **changes):
         params = dict(name=self.name, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors, metric=self.metric,
                       p=self.p, features=self.features, support=self.support)
         params.update(changes)
-        return Kernel(**params)
+        out = Kernel(**params)
+        out.level_codes = self.level_codes
+        return out
 
     def resolved(self, samples, sample_weight=None):
         """This kernel with every bandwidth rule resolved on its own columns of ``samples``
@@ -435,7 +450,7 @@ class Kernel:
                 if factor.is_categorical:
                     check_codes(Y[:, cols], factor.name)
                     L += CategoricalColumns(factor.name, check_smoothing(factor.bandwidth, factor.name),
-                                            Y[:, cols]).log_weights(np, X[:, cols], Y[:, cols])
+                                            Y[:, cols], factor.level_codes).log_weights(np, X[:, cols], Y[:, cols])
                 else:
                     with np.errstate(divide="ignore"):
                         L += np.log(factor.plain()(X[:, cols], Y[:, cols]))

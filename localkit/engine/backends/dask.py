@@ -25,11 +25,17 @@ kNN kernels first merge per-chunk k nearest into the global k nearest (sorted by
   ``query_scale=h(x*)``, as the in-memory dense path does.
 
 Bandwidth rules ("scott", "silverman") take the standard deviations from one dask reduction.
+A kernel on groups of columns (``features``, categorical factors, ``K1 * K2``) is fixed on all
+the samples first (:func:`dask_resolved`: each factor's rule on its columns, each categorical
+column's levels), so that every chunk's pass weighs as one pass over all the samples would. A
+sum ``sum_k w_k K_k`` runs each term's reduction and combines the terms per query chunk as in
+memory (:func:`~localkit.engine.sums.combine_terms`).
 Nothing here imports dask at module level: ``import localkit`` never imports it.
 """
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import warnings
 from contextlib import contextmanager
@@ -41,6 +47,8 @@ from ..._extras import install_extra
 from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
 from ...kernels.bandwidth import resolve_bandwidth
+from ...kernels.categorical import check_codes, check_smoothing
+from ...kernels.kernel import ProductKernel, SumKernel
 from ..bound import BoundKernel, make_kernel
 from ..options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
 from ..results import LocalSums, check_empty
@@ -48,6 +56,7 @@ from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
 from ..checks import check_exclude_self, check_pass
 from ..stream import augment
+from ..sums import combine_terms
 from ..twins import refuse_twins
 
 
@@ -125,6 +134,31 @@ def dask_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None):
     import dask.array as da
 
     return resolve_bandwidth(bandwidth, samples, name, sample_weight, xp=da, host=lambda a: np.asarray(a.compute()))
+
+
+def dask_resolved(kernel, samples, sample_weight=None):
+    """``kernel``, on groups of columns, fixed on all the dask ``samples``: each distance factor's
+    bandwidth (a rule resolved on its columns by :func:`dask_bandwidth`, weighted by
+    ``sample_weight``) and each categorical factor's levels (the codes each of its columns shows,
+    one dask reduction for all of them: :meth:`Kernel.with_levels <localkit.Kernel.with_levels>`),
+    as binding it to all the samples in memory would fix them."""
+    import dask
+    import dask.array as da
+
+    parts = kernel.columns(samples.shape[1])
+    seen = iter(dask.compute(*[da.unique(samples[:, j]) for factor, cols in parts if factor.is_categorical
+                               for j in cols]))
+    factors = []
+    for factor, cols in parts:
+        if factor.is_categorical:
+            check_smoothing(factor.bandwidth, factor.name)
+            levels = [next(seen) for _ in cols]
+            check_codes(np.concatenate(levels), factor.name)
+            factors.append(factor.with_levels(levels))
+        else:
+            factors.append(factor._with(bandwidth=dask_bandwidth(factor.bandwidth, samples[:, cols],
+                                                                 sample_weight=sample_weight)))
+    return ProductKernel(factors)
 
 
 # -- per-task settings ----------------------------------------------------------------------------
@@ -396,6 +430,12 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     check_choice(empty, "empty", EMPTY_POLICIES)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     check_exclude_self(exclude_self)
+    kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
+    if isinstance(kern, SumKernel):
+        return _dask_sum(kern, queries, samples, values, exclude_self, empty,
+                         dict(sample_weight=sample_weight, algorithm=algorithm, block_size=block_size,
+                              memory_budget=memory_budget, n_jobs=n_jobs, query_scale=query_scale,
+                              sample_scale=sample_scale, split_every=split_every, exact_edge=exact_edge))
     threads = 1 if n_jobs is None else resolve_n_jobs(n_jobs)
     S = as_dask_points(samples, "samples")
     dtype, (n_s, d), rows = S.dtype, S.shape, S.chunks[0]
@@ -411,11 +451,6 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         p = V.shape[1]
     out_dtype = dtype if V is None else V.dtype
     c = _per_point(sample_weight, "sample_weight", n_s, rows)
-    kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
-    if kern.composite:  # each chunk would resolve its own rules and count its own levels
-        raise ValueError(f"kernel={kern!r} (a kernel on groups of columns) is not available on dask arrays yet: its "
-                         "bandwidth rules and levels are resolved on all the samples; compute them first (NumPy) or "
-                         "use arrays in memory")
     if callable(kern.metric) or kern.metric == "precomputed":
         raise ValueError(f"metric={kern.metric!r} is not available on dask arrays (chunks need coordinates); "
                          "use a named metric of coordinates")
@@ -425,8 +460,10 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         Q = Q.rechunk((rows, -1))  # aligned with the samples: only diagonal pairs hold a query's own sample
     q_scale = _per_point(query_scale, "query_scale", Q.shape[0], Q.chunks[0])
     s_scale = _per_point(sample_scale, "sample_scale", n_s, rows)
-    h = dask_bandwidth(kern.bandwidth, S, sample_weight=c)
-    bound = kern.at_bandwidth(h)  # fixed from here on
+    if kern.composite:  # rules and levels of all the samples, not of each chunk
+        bound = dask_resolved(kern, S, c)
+    else:
+        bound = kern.at_bandwidth(dask_bandwidth(kern.bandwidth, S, sample_weight=c))  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
                       threads=threads, nearest=kern.compact)
@@ -446,6 +483,37 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
                               chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
     return _result(final, p, values is None, squeeze, dtype, out_dtype)
+
+
+def _dask_sum(kern, queries, samples, values, exclude_self, empty, options):
+    """:func:`dask_local_sums` of a sum of kernels: each term's own reduction (its rules, levels
+    and kNN bandwidths on all the samples), with the "nearest" policy, combined per query chunk
+    by :func:`~localkit.engine.sums.combine_terms` (the sum's ``empty`` policy applied there)."""
+    da = _require_dask()
+    terms = [(math.log(w), dask_local_sums(queries, samples, values, k, exclude_self=exclude_self, empty="nearest",
+                                                **options))
+             for w, k in kern.terms if w > 0]
+    first = terms[0][1]
+    no_values, squeeze = first.mean is None, first.mean is not None and first.mean.ndim == 1
+    p = 0 if no_values else (1 if squeeze else first.mean.shape[1])
+    dtype, out_dtype = first.log_weight_sum.dtype, first.log_weight_sum.dtype if no_values else first.mean.dtype
+    stacks = [out.log_weight_sum[:, None].astype(out_dtype) if no_values else
+              da.concatenate([out.mean.reshape(-1, p), out.log_weight_sum[:, None].astype(out_dtype)],
+                             axis=1).rechunk({1: -1})
+              for _, out in terms]
+    final = da.map_blocks(partial(_combine_sum, log_w=[log_w for log_w, _ in terms], p=p, empty=empty,
+                                  no_values=no_values), *stacks, chunks=(stacks[0].chunks[0], (p + 1,)),
+                          dtype=out_dtype)
+    return _result(final, p, no_values, squeeze, dtype, out_dtype)
+
+
+def _combine_sum(*blocks, log_w, p, empty, no_values):
+    """``[mean, log weight sum]`` of a sum from its terms' (n, p + 1) blocks."""
+    outs = [(lw, LocalSums(None if no_values else b[:, :p], b[:, p], ~(b[:, p] > -np.inf)))
+            for lw, b in zip(log_w, blocks)]
+    out = combine_terms(outs, empty, no_values)
+    return out.log_weight_sum[:, None] if no_values else np.concatenate([out.mean, out.log_weight_sum[:, None]],
+                                                                          axis=1)
 
 
 def _per_point(x, name, n, rows):
