@@ -425,6 +425,7 @@ def _gradient_case(kind, name, weighted):
     rng = np.random.default_rng(5)
     X, y = _mixed(6, n=140)
     X[:, 3] = rng.normal(size=140)
+    X[:, 2] **= 2  # ordered codes 1, 4, 9, 16, 25: level distances up to 24
     c = rng.uniform(0.3, 2.0, 140) if weighted else None
     K = GRADIENT_KERNELS[name]
     slots = CVSlots(K, X, c)

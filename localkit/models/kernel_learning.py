@@ -156,7 +156,9 @@ class LooGradient:
                 lam0 = self.LAM_WR if f.name == "wang_ryzin" else self.LAM_AA
                 bound = [BoundKernel(Kernel(f.name, bandwidth=lam0, features=[int(col)]), X, twins=groups)
                          for col in cols]
-                levels = [np.unique(X[:, col]).size for col in cols]
+                # Aitchison-Aitken: the levels c; Wang-van Ryzin: the largest level distance
+                levels = [int(np.ptp(X[:, col])) if f.name == "wang_ryzin" else np.unique(X[:, col]).size
+                          for col in cols]
                 self.parts.append(("categorical", f.name, bound, positions, levels))
             else:
                 bound = [BoundKernel(Kernel("gaussian", bandwidth=1.0, features=[int(col)]), X, twins=groups)
@@ -223,19 +225,32 @@ class LooGradient:
             for b, pos, c_levels in zip(bound, positions, levels):
                 lam = float(np.clip(theta[pos], 0.0, 1.0))
                 R = b.log_weights(Q, exclude_self=True, row_offset=start)
-                excluded = np.isneginf(R)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    if ordered:  # at lam0 = 1/2: log 1/2 at equal levels, (2 + d) log 1/2 otherwise
-                        k = np.rint(np.where(excluded, 1.0, R / np.log(self.LAM_WR)))
-                        same, d = k == 1, np.maximum(k - 2, 1)
-                        L = np.where(same, np.log1p(-lam), np.log((1 - lam) / 2) + d * np.log(lam))
-                        dk = np.where(same, -1.0, (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2)
-                    else:  # at lam0 = 1/4: log 3/4 at equal levels, log(1 / (4 (c - 1))) otherwise
-                        same = R > np.log(0.5)
-                        L = np.where(same, np.log1p(-lam), np.log(lam) - np.log(c_levels - 1.0))
-                        dk = np.where(same, -1.0, 1.0 / (c_levels - 1.0))
-                logs.append(np.where(excluded, -np.inf, L))
-                derivs.append((pos, "rest", len(logs) - 1, np.where(excluded, 0.0, dk)))
+                # each pair's level distance d (0: equal levels), read off the reference smoothing: Aitchison-Aitken
+                # at 1/4 gives log 3/4 or log(1 / (4 (c - 1))), Wang-van Ryzin at 1/2 gives log 1/2 or
+                # (2 + d) log 1/2; the pairs left out get the last entry of the tables (k = 0, dk = 0)
+                with np.errstate(invalid="ignore"):
+                    if ordered:
+                        code = np.rint(np.where(np.isneginf(R), 0.0, R) / np.log(self.LAM_WR)).astype(np.intp) - 1
+                        d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
+                        d[0] = 1.0  # (unused: equal levels have their own entry)
+                        with np.errstate(divide="ignore"):
+                            L_of = np.log((1 - lam) / 2) + d * np.log(lam)
+                        dk_of = (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2
+                        code = np.where(code > 0, code - 1, 0)  # 0 equal levels, d otherwise
+                    else:
+                        code = (R <= np.log(0.5)).astype(np.intp)  # 0 equal levels, 1 otherwise
+                        with np.errstate(divide="ignore"):
+                            L_of = np.array([0.0, np.log(lam) - np.log(c_levels - 1.0)])
+                        dk_of = np.array([0.0, 1.0 / (c_levels - 1.0)])
+                with np.errstate(divide="ignore"):
+                    L_of[0], dk_of[0] = np.log1p(-lam), -1.0
+                L_of, dk_of = np.append(L_of, -np.inf), np.append(dk_of, 0.0)
+                code[np.isneginf(R)] = len(L_of) - 1
+                logs.append(L_of[code])
+                if np.all(np.isfinite(L_of[:-1])):  # every level weighs: dK = K dk / k
+                    derivs.append((pos, "log", len(logs) - 1, (dk_of / np.exp(np.append(L_of[:-1], 0.0)))[code]))
+                else:  # lam at 0 or 1: dK = K^(-c) dk, the other parts' weights
+                    derivs.append((pos, "rest", len(logs) - 1, dk_of[code]))
         if self.fixed is not None:
             logs.append(self.fixed.log_weights(Q, exclude_self=True, row_offset=start))
         return logs, derivs
