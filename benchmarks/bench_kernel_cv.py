@@ -120,7 +120,7 @@ def run(quick=False):
                      -sm.loo_likelihood(ours, np.log), -sm.loo_likelihood(sm.bw, np.log), np.nan))
     # and on generated mixed data without repeated values (a normal column, 4 unordered and 5 ordered levels)
     rng = np.random.default_rng(0)
-    X = np.c_[rng.normal(size=n) * 2.0 + 5.0, rng.integers(0, 4, n), rng.integers(1, 6, n)]
+    X = generated = np.c_[rng.normal(size=n) * 2.0 + 5.0, rng.integers(0, 4, n), rng.integers(1, 6, n)]
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -143,9 +143,8 @@ def run(quick=False):
     X = np.c_[g["value"], np.unique(g["firm"], return_inverse=True)[1], g["year"] - g["year"].min()]
     grad_rows.append(("grunfeld cuo, density", *_search_pair(_product("cuo", ["cv"] * 3), X, "density", None,
                                                              repeat)))
-    X = np.c_[rng.normal(size=n) * 2.0 + 5.0, rng.integers(0, 4, n), rng.integers(1, 6, n)]
-    grad_rows.append(("generated cuo, density", *_search_pair(_product("cuo", ["cv"] * 3), X, "density", None,
-                                                              repeat)))
+    grad_rows.append(("generated cuo, density", *_search_pair(_product("cuo", ["cv"] * 3), generated, "density",
+                                                              None, repeat)))
     load = os.getloadavg()[0]
     lines = [
         f"statsmodels' `fair` data, the first {n} rows, `affairs` on the columns {FAIR} (regression), and its "

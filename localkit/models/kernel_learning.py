@@ -129,15 +129,14 @@ class LooGradient:
     ``p_{-i} = S0_i / (left_i Z)`` and ``log Z`` the continuous factors' ``sum log h + const``
     (gradient ``-sum_i c_i dS0_i / S0_i + sum_i c_i`` for each continuous ``log h``).
 
-    The pairs come from the engine: each ``"cv"`` column bound once (its squared distance through a
-    unit Gaussian, its levels through the categorical kernel at a reference smoothing), the fixed
+    The pairs come from the engine: each ``"cv"`` column bound once (its squared differences
+    through a unit Gaussian; a categorical column's level distances are their roots), the fixed
     factors bound once, all read block by block with ``BoundKernel.log_weights`` (``exclude_self``
-    with the leave-one-out groups); no ``(n, n)`` array outlives a block. Rows with no weight
+    with the leave-one-out groups); no ``(n, n)`` array outlives a block. The categorical kernels
+    are tables over the level distance (Li & Racine's formulas), ``dK = K dk / k`` where every
+    level weighs, ``K^(-c) dk`` at ``lam = 0`` or ``1``. Rows with no weight
     (a compact kernel's empty neighbourhood) take the engine's value (``loss``), with no gradient.
     """
-
-    #: the reference smoothings at which the categorical columns are bound (their levels decoded)
-    LAM_AA, LAM_WR = 0.25, 0.5
 
     def __init__(self, slots, X, kind, values, sample_weight, options, loss):
         self.slots, self.kind, self.loss, self.sample_weight = slots, kind, loss, sample_weight
@@ -152,17 +151,14 @@ class LooGradient:
             f = slots.base.factors[i]
             positions = np.arange(at, at + len(cols))
             at += len(cols)
-            if categorical:
-                lam0 = self.LAM_WR if f.name == "wang_ryzin" else self.LAM_AA
-                bound = [BoundKernel(Kernel(f.name, bandwidth=lam0, features=[int(col)]), X, twins=groups)
-                         for col in cols]
-                # Aitchison-Aitken: the levels c; Wang-van Ryzin: the largest level distance
+            # each column's squared differences d^2, through a unit Gaussian on it: log w = -d^2 / 2
+            bound = [BoundKernel(Kernel("gaussian", bandwidth=1.0, features=[int(col)]), X, twins=groups)
+                     for col in cols]
+            if categorical:  # Aitchison-Aitken: the levels c; Wang-van Ryzin: the largest level distance
                 levels = [int(np.ptp(X[:, col])) if f.name == "wang_ryzin" else np.unique(X[:, col]).size
                           for col in cols]
                 self.parts.append(("categorical", f.name, bound, positions, levels))
             else:
-                bound = [BoundKernel(Kernel("gaussian", bandwidth=1.0, features=[int(col)]), X, twins=groups)
-                         for col in cols]
                 self.parts.append(("continuous", f.profile, bound, positions, None))
         fixed = [f for j, f in enumerate(slots.base.factors) if j not in {i for i, _, _ in slots.slots}]
         self.fixed = None
@@ -225,27 +221,25 @@ class LooGradient:
             for b, pos, c_levels in zip(bound, positions, levels):
                 lam = float(np.clip(theta[pos], 0.0, 1.0))
                 R = b.log_weights(Q, exclude_self=True, row_offset=start)
-                # each pair's level distance d (0: equal levels), read off the reference smoothing: Aitchison-Aitken
-                # at 1/4 gives log 3/4 or log(1 / (4 (c - 1))), Wang-van Ryzin at 1/2 gives log 1/2 or
-                # (2 + d) log 1/2; the pairs left out get the last entry of the tables (k = 0, dk = 0)
-                with np.errstate(invalid="ignore"):
-                    if ordered:
-                        code = np.rint(np.where(np.isneginf(R), 0.0, R) / np.log(self.LAM_WR)).astype(np.intp) - 1
-                        d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
-                        d[0] = 1.0  # (unused: equal levels have their own entry)
-                        with np.errstate(divide="ignore"):
-                            L_of = np.log((1 - lam) / 2) + d * np.log(lam)
-                        dk_of = (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2
-                        code = np.where(code > 0, code - 1, 0)  # 0 equal levels, d otherwise
-                    else:
-                        code = (R <= np.log(0.5)).astype(np.intp)  # 0 equal levels, 1 otherwise
-                        with np.errstate(divide="ignore"):
-                            L_of = np.array([0.0, np.log(lam) - np.log(c_levels - 1.0)])
-                        dk_of = np.array([0.0, 1.0 / (c_levels - 1.0)])
+                # each pair's level distance d = |x - x'| (integer codes), 0 at equal levels; the pairs left
+                # out (R = -inf) get the last entry of the tables (k = 0, dk = 0)
+                excluded = np.isneginf(R)
+                code = np.rint(np.sqrt(-2.0 * np.where(excluded, 0.0, R))).astype(np.intp)
+                if ordered:
+                    d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
+                    d[0] = 1.0  # (unused: equal levels have their own entry)
+                    with np.errstate(divide="ignore"):
+                        L_of = np.log((1 - lam) / 2) + d * np.log(lam)
+                    dk_of = (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2
+                else:
+                    code = np.minimum(code, 1)  # 0 equal levels, 1 otherwise
+                    with np.errstate(divide="ignore"):
+                        L_of = np.array([0.0, np.log(lam) - np.log(c_levels - 1.0)])
+                    dk_of = np.array([0.0, 1.0 / (c_levels - 1.0)])
                 with np.errstate(divide="ignore"):
                     L_of[0], dk_of[0] = np.log1p(-lam), -1.0
                 L_of, dk_of = np.append(L_of, -np.inf), np.append(dk_of, 0.0)
-                code[np.isneginf(R)] = len(L_of) - 1
+                code[excluded] = len(L_of) - 1
                 logs.append(L_of[code])
                 if np.all(np.isfinite(L_of[:-1])):  # every level weighs: dK = K dk / k
                     derivs.append((pos, "log", len(logs) - 1, (dk_of / np.exp(np.append(L_of[:-1], 0.0)))[code]))
@@ -266,7 +260,9 @@ class LooGradient:
         for start in range(0, n, self.block):
             rows = slice(start, min(n, start + self.block))
             logs, derivs = self._block_logs(theta, rows)
-            L = logs[0] if len(logs) == 1 else np.sum(logs, axis=0)
+            L = logs[0].copy()
+            for part in logs[1:]:
+                L += part
             top = np.max(L, axis=1, keepdims=True)
             top = np.where(np.isfinite(top), top, 0.0)
             tops[rows] = top[:, 0]
@@ -277,8 +273,10 @@ class LooGradient:
                 if form == "log":
                     D = E * g
                 else:  # K^(-c) dk: the other parts' log-weights, without this column's
-                    others = [l for q, l in enumerate(logs) if q != part]
-                    rest = np.sum(others, axis=0) if others else np.zeros_like(L)
+                    rest = np.zeros_like(L)
+                    for q, other in enumerate(logs):
+                        if q != part:
+                            rest += other
                     D = np.exp(rest - top) * g  # g = 0 at the pairs left out
                 dS0[rows, pos] = D @ self.c
                 dS1[rows, pos] = D @ cv
