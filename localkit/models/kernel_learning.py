@@ -224,7 +224,7 @@ class LooGradient:
                 # each pair's level distance d = |x - x'| (integer codes), 0 at equal levels; the pairs left
                 # out (R = -inf) get the last entry of the tables (k = 0, dk = 0)
                 excluded = np.isneginf(R)
-                code = np.rint(np.sqrt(-2.0 * np.where(excluded, 0.0, R))).astype(np.intp)
+                code = np.rint(np.sqrt(np.maximum(-2.0 * np.where(excluded, 0.0, R), 0.0))).astype(np.intp)
                 if ordered:
                     d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
                     d[0] = 1.0  # (unused: equal levels have their own entry)
