@@ -253,10 +253,9 @@ class LooGradient:
         theta = np.asarray(theta, dtype=np.float64)
         n, P = len(self.X), self.slots.size
         p = 1 if self.values is None else self.values.shape[1]
-        cv = self.c if self.values is None else self.c[:, None] * self.values
-        cv = cv.reshape(n, -1)
-        S0, S1, tops = np.empty(n), np.empty((n, p)), np.empty(n)
-        dS0, dS1 = np.empty((n, P)), np.empty((n, P, p))
+        # [c | c v]: one product gives the weights' sum and the weighted values' sums
+        cv = np.column_stack([self.c, self.c if self.values is None else self.c[:, None] * self.values])
+        S, dS, tops = np.empty((n, 1 + p)), np.empty((n, P, 1 + p)), np.empty(n)
         for start in range(0, n, self.block):
             rows = slice(start, min(n, start + self.block))
             logs, derivs = self._block_logs(theta, rows)
@@ -267,19 +266,18 @@ class LooGradient:
             top = np.where(np.isfinite(top), top, 0.0)
             tops[rows] = top[:, 0]
             E = np.exp(L - top)  # the block's weights K_ij, each row scaled by its largest
-            S0[rows] = E @ self.c
-            S1[rows] = E @ cv
+            S[rows] = E @ cv
             for pos, form, part, g in derivs:
                 if form == "log":
-                    D = E * g
+                    g *= E
                 else:  # K^(-c) dk: the other parts' log-weights, without this column's
                     rest = np.zeros_like(L)
                     for q, other in enumerate(logs):
                         if q != part:
                             rest += other
-                    D = np.exp(rest - top) * g  # g = 0 at the pairs left out
-                dS0[rows, pos] = D @ self.c
-                dS1[rows, pos] = D @ cv
+                    g *= np.exp(rest - top)  # g = 0 at the pairs left out
+                dS[rows, pos] = g @ cv
+        S0, S1, dS0, dS1 = S[:, 0], S[:, 1:], dS[:, :, 0], dS[:, :, 1:]
         live = S0 > 0
         safe = np.where(live, S0, 1.0)
         if self.kind == "density":
