@@ -474,3 +474,24 @@ def test_cv_gradient_at_the_ends_of_lambda(lam):
     fd = (-3 * loss(slots.kernel(theta)) + 4 * loss(slots.kernel(theta + step))
           - loss(slots.kernel(theta + 2 * step))) / (2 * s)
     assert grad[1] == pytest.approx(fd, rel=1e-6)
+
+
+def test_cv_without_a_stated_slope_searches_on_finite_differences():
+    from localkit.models.kernel_learning import CVSlots, LooGradient
+
+    def log_epanechnikov(u2, xp):  # a user's profile: no slope stated
+        return xp.log(xp.clip(1.0 - u2, 0.0, None))
+
+    X, y = _mixed(7, n=150)
+    X = X[:, :2]
+    user = Kernel(log_epanechnikov, bandwidth="cv", support=1.0, features=[0]) * Kernel(
+        "aitchison_aitken", bandwidth="cv", features=[1])
+    builtin = Kernel("epanechnikov", bandwidth="cv", features=[0]) * Kernel("aitchison_aitken", bandwidth="cv",
+                                                                             features=[1])
+    assert not LooGradient.supports(CVSlots(user, X)) and LooGradient.supports(CVSlots(builtin, X))
+    fd = LocalMeanRegressor(kernel=user).fit(X, y)
+    analytic = LocalMeanRegressor(kernel=builtin).fit(X, y)
+    # the same objective, searched with and without the gradient: the same minimum
+    loss_fd, loss_analytic = (np.mean((r.loo_predict() - y) ** 2) for r in (fd, analytic))
+    assert loss_fd == pytest.approx(np.min(fd.cv_results_["loo_loss"]), rel=1e-12)
+    assert loss_analytic == pytest.approx(loss_fd, rel=1e-8)
