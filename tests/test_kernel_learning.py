@@ -391,3 +391,99 @@ def test_kernel_density_with_a_plain_kernel_object():
     alone = KernelDensity(bandwidth="cv").fit(X)
     assert joint.loo_log_likelihood() >= alone.loo_log_likelihood() * (1 + 1e-12)  # both negative
     assert joint.kernel_.bandwidth == pytest.approx(alone.bandwidth_, rel=1e-5)
+
+
+# -- the analytic gradient of the leave-one-out loss ------------------------------------------------
+GRADIENT_KERNELS = {
+    "gaussian*aa*wr*fixed": (Kernel("gaussian", bandwidth="cv", features=[0])
+                             * Kernel("aitchison_aitken", bandwidth="cv", features=[1])
+                             * Kernel("wang_ryzin", bandwidth="cv", features=[2])
+                             * Kernel("epanechnikov", bandwidth=4.0, features=[3])),
+    "laplacian2*wr": (Kernel("laplacian", bandwidth="cv", features=[0, 3])
+                      * Kernel("wang_ryzin", bandwidth="cv", features=[2])),
+    "epanechnikov*aa": (Kernel("epanechnikov", bandwidth="cv", features=[0])
+                        * Kernel("aitchison_aitken", bandwidth="cv", features=[1])),
+    "wr alone": Kernel("wang_ryzin", bandwidth="cv", features=[2]),
+}
+
+
+def _gradient_case(kind, name, weighted):
+    """``(slots, fun, loss)``: the streamed loss and gradient, and the engine's own loss of a kernel
+    (the estimators' leave-one-out: ``loo_predict``'s squared error / Brier score, ``KernelDensity``'s
+    ``loo_log_likelihood``)."""
+    from localkit.engine import EngineOptions
+    from localkit.models.kernel_learning import CVSlots, LooGradient, squared_loss, values_of
+
+    rng = np.random.default_rng(5)
+    X, y = _mixed(6, n=140)
+    X[:, 3] = rng.normal(size=140)
+    X[:, 2] **= 2  # ordered codes 1, 4, 9, 16, 25: level distances up to 24
+    c = rng.uniform(0.3, 2.0, 140) if weighted else None
+    K = GRADIENT_KERNELS[name]
+    slots = CVSlots(K, X, c)
+    if kind == "density":
+        def loss(k):
+            return -KernelDensity(kernel=k).fit(X, sample_weight=c).loo_log_likelihood()
+        values = None
+    else:
+        model = LocalMeanClassifier() if kind == "brier" else LocalMeanRegressor()
+        target = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3])) if kind == "brier" else y
+        values = values_of(model, target, np.float64)
+
+        def loss(k):
+            return squared_loss(k, X, values, c, EngineOptions())
+    fun = LooGradient(slots, X, "density" if kind == "density" else "squared", values, c,
+                      EngineOptions(memory_budget=2e5), loss)
+    return slots, fun, loss
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("name", list(GRADIENT_KERNELS))
+@pytest.mark.parametrize("kind", ["squared", "brier", "density"])
+def test_cv_gradient_equals_finite_differences_of_the_engines_loss(kind, name, weighted):
+    slots, fun, loss = _gradient_case(kind, name, weighted)
+    # an interior point: log h at 1.5 times the normal reference, lam = 0.2 + 0.1 per column
+    theta = np.array([0.3 + 0.1 * k if cat else ref + np.log(1.5)
+                      for k, (cat, ref) in enumerate(zip(slots.categorical, slots.reference))])
+    assert fun.block < 140  # several query blocks (a budget of 200 kB)
+    value, grad = fun(theta)
+    assert value == pytest.approx(loss(slots.kernel(theta)), rel=1e-12)
+    eps = 1e-5  # central differences: truncation ~ eps^2, rounding ~ 1e-16 / eps
+    fd = np.array([(loss(slots.kernel(theta + eps * e)) - loss(slots.kernel(theta - eps * e))) / (2 * eps)
+                   for e in np.eye(slots.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lam", [0.0, 1.0])
+def test_cv_gradient_at_the_ends_of_lambda(lam):
+    slots, fun, loss = _gradient_case("squared", "epanechnikov*aa", False)
+    theta = np.array([slots.reference[0] + 1.0, lam])  # a wide window: every level within reach
+    value, grad = fun(theta)
+    assert np.isfinite(value) and value == pytest.approx(loss(slots.kernel(theta)), rel=1e-12)
+    # one-sided differences into [0, 1], second order: (-3 f(0) + 4 f(s) - f(2 s)) / 2 s
+    s = 1e-5 if lam == 0.0 else -1e-5
+    step = np.array([0.0, s])
+    fd = (-3 * loss(slots.kernel(theta)) + 4 * loss(slots.kernel(theta + step))
+          - loss(slots.kernel(theta + 2 * step))) / (2 * s)
+    assert grad[1] == pytest.approx(fd, rel=1e-6)
+
+
+def test_cv_without_a_stated_slope_searches_on_finite_differences():
+    from localkit.models.kernel_learning import CVSlots, LooGradient
+
+    def log_epanechnikov(u2, xp):  # a user's profile: no slope stated
+        return xp.log(xp.clip(1.0 - u2, 0.0, None))
+
+    X, y = _mixed(7, n=150)
+    X = X[:, :2]
+    user = Kernel(log_epanechnikov, bandwidth="cv", support=1.0, features=[0]) * Kernel(
+        "aitchison_aitken", bandwidth="cv", features=[1])
+    builtin = Kernel("epanechnikov", bandwidth="cv", features=[0]) * Kernel("aitchison_aitken", bandwidth="cv",
+                                                                             features=[1])
+    assert not LooGradient.supports(CVSlots(user, X)) and LooGradient.supports(CVSlots(builtin, X))
+    fd = LocalMeanRegressor(kernel=user).fit(X, y)
+    analytic = LocalMeanRegressor(kernel=builtin).fit(X, y)
+    # the same objective, searched with and without the gradient: the same minimum
+    loss_fd, loss_analytic = (np.mean((r.loo_predict() - y) ** 2) for r in (fd, analytic))
+    assert loss_fd == pytest.approx(np.min(fd.cv_results_["loo_loss"]), rel=1e-12)
+    assert loss_analytic == pytest.approx(loss_fd, rel=1e-8)

@@ -168,7 +168,8 @@ class LocalKernelMixin:
         options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         kernel, self.cv_results_ = select_cv_bandwidths(
-            self.kernel_, X, lambda K: squared_loss(K, X, values, weight, options), weight)
+            self.kernel_, X, lambda K: squared_loss(K, X, values, weight, options), weight, kind="squared",
+            values=values, options=options)
         return kernel
 
     def _fit_kernel_mixture(self, X, y, sample_weight):

@@ -369,7 +369,7 @@ class KernelDensity(BaseEstimator):
                 if len(X) < 3:
                     raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
                 k, self.cv_results_ = select_cv_bandwidths(
-                    k, X, lambda K: -self._loo_objective(X, K), c)
+                    k, X, lambda K: -self._loo_objective(X, K), c, kind="density")
             kernels.append(k)
         self._metric_map, self.X_fit_, self._Z_fit = None, X, X
         if isinstance(self.kernel, list):

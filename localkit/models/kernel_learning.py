@@ -16,8 +16,11 @@ estimator's leave-one-out loss ``L(theta)`` (:func:`select_cv_bandwidths`):
 times the normal reference ``1.06 sigma_c n^(-1/(q+4))`` (``q`` the continuous columns) for every
 continuous column, ``t`` in ``{1/3, 1, 3}``, with every ``lam`` in ``{0.05, 0.3}``; from the
 best two, scipy's bounded quasi-Newton L-BFGS-B (``log h`` within ``1e-4`` to ``1e4`` times the
-reference, ``lam`` in ``[0, 1]``, gradients by finite differences of the exact objective: one
-pass per parameter). The best point evaluated is kept (``cv_results_``).
+reference, ``lam`` in ``[0, 1]``) on the exact objective and its analytic gradient, both from one
+streamed pass (:class:`LooGradient`: ``d m_{-i} / d theta`` from weighted sums over the same
+pairs); a factor whose profile states no slope (a user's callable) or measures several columns
+by a non-euclidean metric falls back to finite differences (one pass per parameter). The best
+point evaluated is kept (``cv_results_``).
 
 **Mixtures.** A list ``kernel=[K_1, ..., K_K]`` is the sum ``sum_k w_k K_k`` with ``w`` on the
 simplex minimising the leave-one-out loss (:func:`learn_mixture`). Each kernel's leave-one-out
@@ -41,7 +44,7 @@ import warnings
 import numpy as np
 from scipy import optimize
 
-from ..engine import bind
+from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, bind, twin_groups
 from ..exceptions import BandwidthWarning, user_stacklevel
 from ..kernels import Kernel
 from ..kernels.kernel import ProductKernel
@@ -100,6 +103,203 @@ def squared_loss(kernel, X, values, sample_weight, options):
     """``sum_i c_i |v_i - m_{-i}|^2 / sum_i c_i``."""
     m = loo_sums(kernel, X, values, sample_weight, options).mean
     return float(np.average(np.sum((m - values) ** 2, axis=1), weights=sample_weight))
+
+
+# -- the leave-one-out loss and its gradient in theta, streamed by query blocks ------------------
+class LooGradient:
+    """``fun(theta) -> (L, dL/dtheta)``: the exact leave-one-out loss of the kernel
+    ``slots.kernel(theta)`` and its analytic gradient, in one pass over blocks of queries.
+
+    With ``K_ij = prod_f K_f`` (the ``"cv"`` factors times the fixed ones) and the weights
+    ``w_ij = c_j K_ij`` (zero for ``j`` left out with ``i``), ``S0_i = sum_j w_ij``,
+    ``S1_i = sum_j w_ij v_j`` and ``m_i = S1_i / S0_i``::
+
+        d m_i / d theta_p = (sum_j w'_ijp v_j - m_i sum_j w'_ijp) / S0_i,   w'_ijp = d w_ij / d theta_p
+
+    * a continuous column ``c`` of a factor with profile ``k(u2)``, ``u2 = sum_c d_c^2 / h_c^2``,
+      ``theta = log h_c``: ``w' = w * d log k / d u2 * (-2 d_c^2 / h_c^2)`` (the profile's slope);
+    * a categorical column with smoothing ``lam = theta`` (bounded in ``[0, 1]``, no logit):
+      ``w' = c_j K_ij^(-c) dk_c / d lam``, the other factors times the column's own derivative,
+      finite at ``lam = 0`` and ``1`` where ``log k_c = -inf``: Aitchison-Aitken ``-1`` at equal
+      levels, ``1 / (c - 1)`` otherwise; Wang-van Ryzin ``-1`` at equal levels, otherwise
+      ``(d lam^(d-1) (1 - lam) - lam^d) / 2`` at ``d = |x - x'|``.
+
+    Losses (``kind``): ``"squared"``, ``sum_i c_i |v_i - m_i|^2 / sum_i c_i`` (gradient
+    ``2 sum_i c_i (m_i - v_i) . dm_i / sum c``); ``"density"``, ``-sum_i c_i log p_{-i}(x_i)`` with
+    ``p_{-i} = S0_i / (left_i Z)`` and ``log Z`` the continuous factors' ``sum log h + const``
+    (gradient ``-sum_i c_i dS0_i / S0_i + sum_i c_i`` for each continuous ``log h``).
+
+    The pairs come from the engine: each ``"cv"`` column bound once (its squared differences
+    through a unit Gaussian; a categorical column's level distances are their roots), the fixed
+    factors bound once, all read block by block with ``BoundKernel.log_weights`` (``exclude_self``
+    with the leave-one-out groups); no ``(n, n)`` array outlives a block. The categorical kernels
+    are tables over the level distance (Li & Racine's formulas), ``dK = K dk / k`` where every
+    level weighs, ``K^(-c) dk`` at ``lam = 0`` or ``1``. Rows with no weight
+    (a compact kernel's empty neighbourhood) take the engine's value (``loss``), with no gradient.
+    """
+
+    def __init__(self, slots, X, kind, values, sample_weight, options, loss):
+        self.slots, self.kind, self.loss, self.sample_weight = slots, kind, loss, sample_weight
+        n = len(X)
+        self.c = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.values = None if values is None else np.asarray(values, dtype=np.float64).reshape(n, -1)
+        groups = loo_groups(slots.base, n)
+        self.X = X = np.asarray(X)
+        self.parts = []  # per "cv" factor: (kind, profile or name, bound column kernels, slot positions, levels)
+        at = 0
+        for i, cols, categorical in slots.slots:
+            f = slots.base.factors[i]
+            positions = np.arange(at, at + len(cols))
+            at += len(cols)
+            # each column's squared differences d^2, through a unit Gaussian on it: log w = -d^2 / 2
+            bound = [BoundKernel(Kernel("gaussian", bandwidth=1.0, features=[int(col)]), X, twins=groups)
+                     for col in cols]
+            if categorical:  # Aitchison-Aitken: the levels c; Wang-van Ryzin: the largest level distance
+                levels = [int(np.ptp(X[:, col])) if f.name == "wang_ryzin" else np.unique(X[:, col]).size
+                          for col in cols]
+                self.parts.append(("categorical", f.name, bound, positions, levels))
+            else:
+                self.parts.append(("continuous", f.profile, bound, positions, None))
+        fixed = [f for j, f in enumerate(slots.base.factors) if j not in {i for i, _, _ in slots.slots}]
+        self.fixed = None
+        if fixed:
+            K = fixed[0]
+            for f in fixed[1:]:
+                K = K * f
+            self.fixed = BoundKernel(K, X, twins=groups)
+        n_params = slots.size
+        p = 1 if self.values is None else self.values.shape[1]
+        budget = DEFAULT_MEMORY_BUDGET if options is None or options.memory_budget is None else options.memory_budget
+        per_row = 8 * n * (2 * n_params + 6 + p)  # the blocks of one query row, their temporaries
+        self.block = int(max(1, min(n, budget // per_row)))
+        if kind == "density":
+            g = groups if groups is not None else twin_groups(X)
+            total = self.c.sum()
+            self.left = total - (self.c if g is None else np.bincount(g, self.c)[g])
+
+    @staticmethod
+    def supports(slots):
+        """True where every ``"cv"`` factor has a stated gradient: categorical, or a profile with a
+        slope on euclidean distances (or one column)."""
+        for i, cols, categorical in slots.slots:
+            f = slots.base.factors[i]
+            if categorical:
+                continue
+            if f.profile is None or f.profile.slope is None or f.n_neighbors is not None:
+                return False
+            if len(cols) > 1 and f.metric != "euclidean":
+                return False
+            if callable(f.metric) or f.metric not in ("euclidean", "manhattan", "minkowski", "chebyshev"):
+                return False
+        return True
+
+    def _block_logs(self, theta, rows):
+        """``(logs, derivs)``: the log-weights of each part of the kernel on the block (left-out
+        pairs ``-inf``) and per parameter ``(position, form, part, g)``: ``form`` "log" with
+        ``g = d log K_part / d theta``, or "rest" with ``g = dk_c / dlam`` (to be multiplied by
+        the other parts' weights)."""
+        start, stop = rows.start, rows.stop
+        Q = self.X[start:stop]
+        logs, derivs = [], []  # per part: log K_part (b, n); per parameter: its derivative spec
+        for kind, profile, bound, positions, levels in self.parts:
+            if kind == "continuous":
+                h2 = np.exp(2.0 * theta[positions])
+                u2c = [-2.0 * b.log_weights(Q, exclude_self=True, row_offset=start) / s for b, s in zip(bound, h2)]
+                u2 = u2c[0] if len(u2c) == 1 else np.sum(u2c, axis=0)
+                excluded = np.isinf(u2)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    L = profile.log_k(np.where(excluded, 0.0, u2))
+                    slope = profile.slope_for(np)(np.where(excluded, 0.0, u2))
+                L = np.where(excluded, -np.inf, L)
+                logs.append(L)
+                for pos, u in zip(positions, u2c):
+                    with np.errstate(invalid="ignore"):
+                        g = np.where((u > 0) & ~excluded, -2.0 * slope * u, 0.0)
+                    derivs.append((pos, "log", len(logs) - 1, g))
+                continue
+            ordered = profile == "wang_ryzin"
+            for b, pos, c_levels in zip(bound, positions, levels):
+                lam = float(np.clip(theta[pos], 0.0, 1.0))
+                R = b.log_weights(Q, exclude_self=True, row_offset=start)
+                # each pair's level distance d = |x - x'| (integer codes), 0 at equal levels; the pairs left
+                # out (R = -inf) get the last entry of the tables (k = 0, dk = 0)
+                excluded = np.isneginf(R)
+                code = np.rint(np.sqrt(np.maximum(-2.0 * np.where(excluded, 0.0, R), 0.0))).astype(np.intp)
+                if ordered:
+                    d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
+                    d[0] = 1.0  # (unused: equal levels have their own entry)
+                    with np.errstate(divide="ignore"):
+                        L_of = np.log((1 - lam) / 2) + d * np.log(lam)
+                    dk_of = (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2
+                else:
+                    code = np.minimum(code, 1)  # 0 equal levels, 1 otherwise
+                    with np.errstate(divide="ignore"):
+                        L_of = np.array([0.0, np.log(lam) - np.log(c_levels - 1.0)])
+                    dk_of = np.array([0.0, 1.0 / (c_levels - 1.0)])
+                with np.errstate(divide="ignore"):
+                    L_of[0], dk_of[0] = np.log1p(-lam), -1.0
+                L_of, dk_of = np.append(L_of, -np.inf), np.append(dk_of, 0.0)
+                code[excluded] = len(L_of) - 1
+                logs.append(L_of[code])
+                if np.all(np.isfinite(L_of[:-1])):  # every level weighs: dK = K dk / k
+                    derivs.append((pos, "log", len(logs) - 1, (dk_of / np.exp(np.append(L_of[:-1], 0.0)))[code]))
+                else:  # lam at 0 or 1: dK = K^(-c) dk, the other parts' weights
+                    derivs.append((pos, "rest", len(logs) - 1, dk_of[code]))
+        if self.fixed is not None:
+            logs.append(self.fixed.log_weights(Q, exclude_self=True, row_offset=start))
+        return logs, derivs
+
+    def __call__(self, theta):
+        theta = np.asarray(theta, dtype=np.float64)
+        n, P = len(self.X), self.slots.size
+        p = 1 if self.values is None else self.values.shape[1]
+        # [c | c v]: one product gives the weights' sum and the weighted values' sums
+        cv = np.column_stack([self.c, self.c if self.values is None else self.c[:, None] * self.values])
+        S, dS, tops = np.empty((n, 1 + p)), np.empty((n, P, 1 + p)), np.empty(n)
+        for start in range(0, n, self.block):
+            rows = slice(start, min(n, start + self.block))
+            logs, derivs = self._block_logs(theta, rows)
+            L = logs[0].copy()
+            for part in logs[1:]:
+                L += part
+            top = np.max(L, axis=1, keepdims=True)
+            top = np.where(np.isfinite(top), top, 0.0)
+            tops[rows] = top[:, 0]
+            E = np.exp(L - top)  # the block's weights K_ij, each row scaled by its largest
+            S[rows] = E @ cv
+            for pos, form, part, g in derivs:
+                if form == "log":
+                    g *= E
+                else:  # K^(-c) dk: the other parts' log-weights, without this column's
+                    rest = np.zeros_like(L)
+                    for q, other in enumerate(logs):
+                        if q != part:
+                            rest += other
+                    g *= np.exp(rest - top)  # g = 0 at the pairs left out
+                dS[rows, pos] = g @ cv
+        S0, S1, dS0, dS1 = S[:, 0], S[:, 1:], dS[:, :, 0], dS[:, :, 1:]
+        live = S0 > 0
+        safe = np.where(live, S0, 1.0)
+        if self.kind == "density":
+            keep = self.c > 0
+            if np.any(~live & keep):
+                return np.inf, np.zeros(P)
+            # each row's sums are scaled by exp(-top): log S0 + top is the true log-sum
+            c = self.c[keep]
+            log_z = self.slots.kernel(theta).log_density_normalizer(self.X, self.sample_weight)
+            value = -float(np.sum(c * (np.log(S0[keep]) + tops[keep] - np.log(self.left[keep]) - log_z)))
+            grad = -(c / S0[keep]) @ dS0[keep] + np.where(self.slots.categorical, 0.0, c.sum())
+            return value, grad
+        M = S1 / safe[:, None]
+        dM = (dS1 - M[:, None, :] * dS0[:, :, None]) / safe[:, None, None]
+        dM[~live] = 0.0
+        r = M - self.values
+        w = self.c / self.c.sum()
+        if np.all(live):
+            value = float(np.sum(w * np.sum(r * r, axis=1)))
+        else:  # the engine's empty-neighbourhood policy for the rows with no weight
+            value = self.loss(self.slots.kernel(theta))
+        return value, 2.0 * np.einsum("n,np,nkp->k", w, r, dM)
 
 
 # -- joint "cv" bandwidths ---------------------------------------------------------------------
@@ -180,28 +380,52 @@ class CVSlots:
         return np.where(self.categorical, np.clip(theta, 0.0, 1.0), np.exp(theta))
 
 
-def select_cv_bandwidths(kernel, X, loss, sample_weight=None):
+def select_cv_bandwidths(kernel, X, loss, sample_weight=None, kind=None, values=None, options=None):
     """``(kernel, cv_results)``: ``kernel`` with its ``"cv"`` bandwidths minimising ``loss(K)``
     (a leave-one-out loss of a kernel without "cv"; see the module's docstring for the search).
+    With ``kind`` (``"squared"`` of ``values``, or ``"density"``: ``loss``'s own objective) the
+    search runs on :class:`LooGradient`'s value and analytic gradient where every ``"cv"`` factor
+    states one, else on ``loss`` with finite differences.
     ``cv_results`` holds ``"bandwidths"`` (one row per point evaluated, the ``"cv"`` columns in
     the order of the factors) and ``"loo_loss"``."""
     slots = CVSlots(kernel, X, sample_weight)
     tried = {}
+    analytic = None
+    if kind is not None and LooGradient.supports(slots):
+        analytic = LooGradient(slots, X, kind, values, sample_weight, options, loss)
+
+    def value_of(key):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            value = loss(slots.kernel(np.asarray(key)))
+        return value if np.isfinite(value) else np.inf
 
     def objective(theta):
         key = tuple(np.round(theta, 12))
         if key not in tried:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                value = loss(slots.kernel(np.asarray(key)))
-            tried[key] = value if np.isfinite(value) else np.inf
+            tried[key] = value_of(key)
         return tried[key]
 
-    starts = sorted(slots.starts(), key=objective)
+    def with_gradient(theta):
+        key = tuple(np.round(theta, 12))
+        value, grad = analytic(np.asarray(key))
+        tried[key] = value if np.isfinite(value) else np.inf
+        if not np.isfinite(value):  # no finite loss (a row without weight): a value above every one seen, so
+            # that the line search steps back instead of stopping (L-BFGS-B stops at an infinite value)
+            top = max((v for v in tried.values() if np.isfinite(v)), default=0.0)
+            return top + abs(top) + 1.0, np.zeros_like(grad)
+        if not np.all(np.isfinite(grad)):  # a derivative beyond float range: differences
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                grad = optimize.approx_fprime(np.asarray(key), lambda t: analytic(t)[0], 1.5e-8)
+        return value, np.where(np.isfinite(grad), grad, 0.0)
+
+    starts = sorted(slots.starts(), key=objective if analytic is None else (lambda t: with_gradient(t)[0]))
     for start in starts[:2]:
         with warnings.catch_warnings():  # inf - inf in a finite difference where a point has no finite loss
             warnings.simplefilter("ignore", RuntimeWarning)
-            optimize.minimize(objective, start, method="L-BFGS-B", bounds=slots.bounds,
+            optimize.minimize(objective if analytic is None else with_gradient, start, method="L-BFGS-B",
+                              jac=analytic is not None, bounds=slots.bounds,
                               options={"ftol": 1e-12, "gtol": 1e-9, "maxiter": 200})
     keys = list(tried)
     values = np.array([tried[k] for k in keys])
@@ -341,6 +565,6 @@ def mixture_kernel(kernels, w):
     return SumKernel(list(zip(w, kernels)))
 
 
-__all__ = ["CVSlots", "check_kernel_list", "density_mixture_loss", "has_cv", "learn_mixture", "loo_groups",
-           "loo_sums", "mixture_kernel", "mixture_loss", "select_cv_bandwidths", "simplex_minimum",
+__all__ = ["CVSlots", "LooGradient", "check_kernel_list", "density_mixture_loss", "has_cv", "learn_mixture",
+           "loo_groups", "loo_sums", "mixture_kernel", "mixture_loss", "select_cv_bandwidths", "simplex_minimum",
            "squared_loss", "values_of"]
