@@ -14,7 +14,12 @@ on its own columns in its own scaled coordinates. Binding it binds each factor o
 The bound product keeps the samples raw; a block's log-weights are the sum of the factors'
 (:class:`~localkit.engine.passes.dense.ProductBlock` on the host,
 :func:`~localkit.engine.backends.array_api.streamed_log_weights` on a device and for
-``algorithm="streamed"``; :meth:`BoundKernel._bind_factors <localkit.engine.BoundKernel>` binds them). For the empty-neighbourhood policy the nearest sample is taken in
+``algorithm="streamed"``; :meth:`BoundKernel._bind_factors <localkit.engine.BoundKernel>` binds them).
+A kNN factor's per-query bandwidth is its own bound kernel's k-th distance (:func:`knn_scales`).
+Where a factor is compact (:func:`candidate_factor`), the neighbour path searches its support
+with its own index and forms the product's log-weights on those pairs only
+(:func:`pair_log_weights`, :func:`~localkit.engine.passes.neighbors.product_pairs`).
+For the empty-neighbourhood policy the nearest sample is taken in
 :func:`nearest_points`: each distance factor's columns over its bandwidth, a level apart one unit.
 """
 from __future__ import annotations
