@@ -270,6 +270,8 @@ def test_knn_factor_needs_the_host_search():
     K = Kernel("gaussian", n_neighbors=10, features=[0, 1]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[3])
     with pytest.raises(ValueError, match="n_neighbors: a kNN factor"):
         local_sums(X[:5], X, y, K, algorithm="streamed")
+    with pytest.raises(ValueError, match="kNN factor"):
+        kernel_density(X[:5], X, kernel=K)
 
 
 def _fair_mixed():
@@ -292,6 +294,7 @@ def test_compact_factor_takes_the_neighbour_path_on_fair():
     bound = BoundKernel(FAIR_PRODUCT, X)
     plan = bound.explain(exclude_self=True)
     assert plan.path == "neighbors" and "radius search" in plan.reasons["neighbors"]
+    X, y = X[:2500], y[:2500]  # the comparisons on a part: the dense path takes seconds on all
     Q = X[::7] + np.array([0.5, 0.3, 0.2, 0.0, 0.0, 0.0])
     for queries, loo in ((None, False), (None, True), (Q, False)):
         a = local_sums(queries, X, y, FAIR_PRODUCT, exclude_self=loo)

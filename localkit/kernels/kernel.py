@@ -288,6 +288,9 @@ class Kernel:
         categorical factors count as they are (their weights are probabilities of levels)."""
         total = 0.0
         for factor, cols in self.resolved(samples, sample_weight).columns(np.shape(samples)[1]):
+            if factor.n_neighbors is not None:
+                raise ValueError(f"kernel: a density needs a fixed bandwidth (or a rule) in every factor, got the kNN "
+                                 f"factor {factor!r}")
             if factor.is_categorical:
                 continue
             h = np.broadcast_to(np.asarray(factor.bandwidth, dtype=np.float64), (len(cols),))
