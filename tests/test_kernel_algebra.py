@@ -302,6 +302,15 @@ def test_compact_factor_takes_the_neighbour_path_on_fair():
         np.testing.assert_array_equal(a.empty, b.empty)
         np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
         np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
+    # the uniform profile's edge, on fair's lattice of values (many samples at exactly h), decided
+    # alike on both paths: as the compact factor searched, and as a second compact factor
+    for K in (Kernel("uniform", bandwidth=[5.0, 3.5, 3.0], features=[0, 1, 2]) * Kernel("gaussian", features=[3]),
+              Kernel("epanechnikov", bandwidth=[3.0, 3.2, 1.5], features=[0, 1, 2])
+              * Kernel("uniform", bandwidth=1.0, features=[3])):
+        a = local_sums(None, X, y, K, exclude_self=True, algorithm="neighbors")
+        b = local_sums(None, X, y, K, exclude_self=True, algorithm="dense")
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
     # the blocks of weights, with sample weights
     c = np.random.default_rng(0).uniform(0.5, 2.0, len(X))
     a = BoundKernel(FAIR_PRODUCT, X, sample_weight=c)

@@ -97,6 +97,11 @@ def pair_log_weights(bound, Q, owner, idx, scales, skip=None):
         if f.categorical is not None:
             L += f.categorical.pair_log_weights(Q[:, f.cols][owner], f.codes[idx])
             continue
+        if f.bound.exact_edge:  # the uniform profile's one jump, decided in the index's coordinates (as the dense path)
+            diff = f.bound.index_points(Q[:, f.cols])[owner] - f.bound.index_points(None)[idx]
+            inside = np.einsum("ij,ij->i", diff, diff) <= f.bound.index_unit ** 2
+            L += np.where(inside, f.kernel.profile.log_k0, -np.inf).astype(L.dtype)
+            continue
         diff = f.bound.coordinates(Q[:, f.cols])[owner] - f.bound.X[idx]
         metric = f.kernel.metric
         if metric == "euclidean":

@@ -329,7 +329,9 @@ class ProductBlock:
             else:
                 if scale is None and f.kernel.n_neighbors is not None:
                     raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
-                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols]), scale))
+                # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
+                points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
+                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols]), scale, points=points))
 
     def log_weights(self, bound, cols, fold_offset=False):
         """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""
