@@ -240,22 +240,29 @@ def test_knn_factor_on_every_column_is_the_knn_kernel(profile):
                                local_sums(None, Xd, yd, plain, exclude_self=True).mean, rtol=0, atol=1e-12)
 
 
+def _knn_times_aa(X, Q, k, lam, profile, loo):
+    """The weights of ``Kernel(profile, n_neighbors=k, features=[0, 1, 2]) * Kernel("aitchison_aitken",
+    bandwidth=lam, features=[3])`` (two levels) written out; ``loo``: ``Q`` are the first samples."""
+    D = np.sqrt(((Q[:, None, :3] - X[None, :, :3]) ** 2).sum(-1))
+    Dk = np.where(np.arange(len(X))[None, :] == np.arange(len(Q))[:, None], np.inf, D) if loo else D
+    h = np.sort(Dk, axis=1)[:, k - 1]  # the k-th nearest (another sample, leave-one-out)
+    u2 = (D / h[:, None]) ** 2
+    K_c = np.exp(-u2 / 2) if profile == "gaussian" else np.where(u2 < 1, 1 - u2, 0.0)
+    K_u = np.where(Q[:, None, 3] == X[None, :, 3], 1 - lam, lam)  # c = 2 levels: lam / (c - 1)
+    W = K_c * K_u
+    if loo:
+        W[np.arange(len(Q)), np.arange(len(Q))] = 0.0
+    return W
+
+
 @pytest.mark.parametrize("profile", ["gaussian", "epanechnikov"])
 def test_knn_factor_times_categorical_is_its_formula(profile):
     X, y = _diabetes_mixed()
     k, lam = 20, 0.3
     K = Kernel(profile, n_neighbors=k, features=[0, 1, 2]) * Kernel("aitchison_aitken", bandwidth=lam, features=[3])
     Q = X[:60]
-    D = np.sqrt(((Q[:, None, :3] - X[None, :, :3]) ** 2).sum(-1))
     for loo in (False, True):
-        Dk = np.where(np.arange(len(X))[None, :] == np.arange(len(Q))[:, None], np.inf, D) if loo else D
-        h = np.sort(Dk, axis=1)[:, k - 1]  # the k-th nearest (another sample, leave-one-out)
-        u2 = (D / h[:, None]) ** 2
-        K_c = np.exp(-u2 / 2) if profile == "gaussian" else np.where(u2 < 1, 1 - u2, 0.0)
-        K_u = np.where(Q[:, None, 3] == X[None, :, 3], 1 - lam, lam)  # c = 2 levels: lam / (c - 1)
-        W = K_c * K_u
-        if loo:
-            W[np.arange(len(Q)), np.arange(len(Q))] = 0.0
+        W = _knn_times_aa(X, Q, k, lam, profile, loo)
         ref = W @ y / W.sum(1)
         if loo:
             mine = LocalMeanRegressor(kernel=K).fit(X, y).loo_predict()[:60]
@@ -263,6 +270,12 @@ def test_knn_factor_times_categorical_is_its_formula(profile):
             mine = local_mean(Q, X, y, K)
         np.testing.assert_allclose(mine, ref, rtol=1e-12)
     assert BoundKernel(K, X).explain().path == ("neighbors" if profile == "epanechnikov" else "dense")
+    # the local linear fit: weighted least squares with those weights, the design centred at the query
+    W = _knn_times_aa(X, Q[:20], k, lam, profile, False)
+    ref = [np.linalg.lstsq(np.c_[np.ones(len(X)), X - q] * np.sqrt(w)[:, None], y * np.sqrt(w), rcond=None)[0][0]
+           for q, w in zip(Q[:20], W)]
+    np.testing.assert_allclose(LocalPolynomialRegressor(kernel=K, degree=1).fit(X, y).predict(Q[:20]), ref,
+                               rtol=1e-10)
 
 
 def test_knn_factor_needs_the_host_search():
