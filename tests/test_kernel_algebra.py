@@ -7,6 +7,7 @@ bandwidths, to 1e-12; the categorical kernels their formulas.
 """
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import warnings
 
@@ -199,12 +200,160 @@ def test_planner_takes_dense_and_says_why_not_others():
     X, y, Q = _mixed(6)
     K = Kernel("epanechnikov", bandwidth=1.0, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
     plan = BoundKernel(K, X).explain(Q)
-    assert plan.path == "dense"
-    for path in ("neighbors", "compiled", "binned"):
+    assert plan.path == "dense"  # 250 samples: no probe, the full pass
+    for path in ("compiled", "binned"):
         assert "groups of columns" in plan.reasons[path]
-    for algorithm in ("compiled", "neighbors", "binned"):
+    assert "compact factor" in plan.reasons["neighbors"]
+    for algorithm in ("compiled", "binned"):
         with pytest.raises(ValueError, match=f"algorithm='{algorithm}'"):
             local_sums(Q, X, y, K, algorithm=algorithm)
+    smooth = Kernel("gaussian", bandwidth=1.0, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    assert "needs a compact factor" in BoundKernel(smooth, X).explain(Q).reasons["neighbors"]
+    with pytest.raises(ValueError, match="algorithm='neighbors' needs a compact factor"):
+        local_sums(Q, X, y, smooth, algorithm="neighbors")
+
+
+def _diabetes_mixed():
+    """scikit-learn's diabetes data: age, bmi, bp (continuous) and sex as codes 0/1."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    return np.c_[X[:, [0, 2, 3]], (X[:, 1] > 0).astype(float)], y
+
+
+@pytest.mark.parametrize("profile", ["gaussian", "epanechnikov", "uniform", "tricube"])
+def test_knn_factor_on_every_column_is_the_knn_kernel(profile):
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    factor = Kernel(profile, n_neighbors=15, features=list(range(X.shape[1])))
+    plain = Kernel(profile, n_neighbors=15)
+    for loo in (False, True):
+        a, b = local_sums(None, X, y, factor, exclude_self=loo), local_sums(None, X, y, plain, exclude_self=loo)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(BoundKernel(factor, X).weights(X[:40], exclude_self=False),
+                                   BoundKernel(plain, X).weights(X[:40]), rtol=0, atol=1e-12)
+    # ties: duplicated rows are one observation left out together, as for the plain kNN kernel
+    Xd, yd = np.r_[X, X[:30]], np.r_[y, y[:30] + 1.0]
+    np.testing.assert_allclose(local_sums(None, Xd, yd, factor, exclude_self=True).mean,
+                               local_sums(None, Xd, yd, plain, exclude_self=True).mean, rtol=0, atol=1e-12)
+
+
+def _knn_times_aa(X, Q, k, lam, profile, loo):
+    """The weights of ``Kernel(profile, n_neighbors=k, features=[0, 1, 2]) * Kernel("aitchison_aitken",
+    bandwidth=lam, features=[3])`` (two levels) written out; ``loo``: ``Q`` are the first samples."""
+    D = np.sqrt(((Q[:, None, :3] - X[None, :, :3]) ** 2).sum(-1))
+    Dk = np.where(np.arange(len(X))[None, :] == np.arange(len(Q))[:, None], np.inf, D) if loo else D
+    h = np.sort(Dk, axis=1)[:, k - 1]  # the k-th nearest (another sample, leave-one-out)
+    u2 = (D / h[:, None]) ** 2
+    K_c = np.exp(-u2 / 2) if profile == "gaussian" else np.where(u2 < 1, 1 - u2, 0.0)
+    K_u = np.where(Q[:, None, 3] == X[None, :, 3], 1 - lam, lam)  # c = 2 levels: lam / (c - 1)
+    W = K_c * K_u
+    if loo:
+        W[np.arange(len(Q)), np.arange(len(Q))] = 0.0
+    return W
+
+
+@pytest.mark.parametrize("profile", ["gaussian", "epanechnikov"])
+def test_knn_factor_times_categorical_is_its_formula(profile):
+    X, y = _diabetes_mixed()
+    k, lam = 20, 0.3
+    K = Kernel(profile, n_neighbors=k, features=[0, 1, 2]) * Kernel("aitchison_aitken", bandwidth=lam, features=[3])
+    Q = X[:60]
+    for loo in (False, True):
+        W = _knn_times_aa(X, Q, k, lam, profile, loo)
+        ref = W @ y / W.sum(1)
+        if loo:
+            mine = LocalMeanRegressor(kernel=K).fit(X, y).loo_predict()[:60]
+        else:
+            mine = local_mean(Q, X, y, K)
+        np.testing.assert_allclose(mine, ref, rtol=1e-12)
+    assert BoundKernel(K, X).explain().path == ("neighbors" if profile == "epanechnikov" else "dense")
+    # the local linear fit: weighted least squares with those weights, the design centred at the query
+    W = _knn_times_aa(X, Q[:20], k, lam, profile, False)
+    ref = [np.linalg.lstsq(np.c_[np.ones(len(X)), X - q] * np.sqrt(w)[:, None], y * np.sqrt(w), rcond=None)[0][0]
+           for q, w in zip(Q[:20], W)]
+    np.testing.assert_allclose(LocalPolynomialRegressor(kernel=K, degree=1).fit(X, y).predict(Q[:20]), ref,
+                               rtol=1e-10)
+
+
+def test_knn_factor_needs_the_host_search():
+    X, y = _diabetes_mixed()
+    K = Kernel("gaussian", n_neighbors=10, features=[0, 1]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[3])
+    with pytest.raises(ValueError, match="n_neighbors: a kNN factor"):
+        local_sums(X[:5], X, y, K, algorithm="streamed")
+    with pytest.raises(ValueError, match="kNN factor"):
+        kernel_density(X[:5], X, kernel=K)
+
+
+def _fair_mixed():
+    from statsmodels.datasets import fair
+
+    data = fair.load_pandas().data
+    cols = ["age", "yrs_married", "educ", "children", "occupation", "religious"]
+    return data[cols].to_numpy(float), data["affairs"].to_numpy(float)
+
+
+#: a compact factor on three columns of ``fair`` (about 3% of the samples in its support) times a
+#: Gaussian, an unordered and an ordered factor
+FAIR_PRODUCT = (Kernel("epanechnikov", bandwidth=[3.0, 3.2, 1.5], features=[0, 1, 2])
+                * Kernel("gaussian", bandwidth=1.0, features=[3]) * Kernel("aitchison_aitken", bandwidth=0.3, features=[4])
+                * Kernel("wang_ryzin", bandwidth=0.4, features=[5]))
+
+
+def test_compact_factor_takes_the_neighbour_path_on_fair():
+    X, y = _fair_mixed()
+    bound = BoundKernel(FAIR_PRODUCT, X)
+    plan = bound.explain(exclude_self=True)
+    assert plan.path == "neighbors" and "radius search" in plan.reasons["neighbors"]
+    X, y = X[:2500], y[:2500]  # the comparisons on a part: the dense path takes seconds on all
+    Q = X[::7] + np.array([0.5, 0.3, 0.2, 0.0, 0.0, 0.0])
+    for queries, loo in ((None, False), (None, True), (Q, False)):
+        a = local_sums(queries, X, y, FAIR_PRODUCT, exclude_self=loo)
+        b = local_sums(queries, X, y, FAIR_PRODUCT, exclude_self=loo, algorithm="dense")
+        np.testing.assert_array_equal(a.empty, b.empty)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
+    # the uniform profile's edge, on fair's lattice of values (many samples at exactly h), decided
+    # alike on both paths: as the compact factor searched, and as a second compact factor
+    for K in (Kernel("uniform", bandwidth=[5.0, 3.5, 3.0], features=[0, 1, 2]) * Kernel("gaussian", features=[3]),
+              Kernel("epanechnikov", bandwidth=[3.0, 3.2, 1.5], features=[0, 1, 2])
+              * Kernel("uniform", bandwidth=1.0, features=[3])):
+        a = local_sums(None, X, y, K, exclude_self=True, algorithm="neighbors")
+        b = local_sums(None, X, y, K, exclude_self=True, algorithm="dense")
+        np.testing.assert_allclose(a.mean, b.mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
+    # the blocks of weights, with sample weights
+    c = np.random.default_rng(0).uniform(0.5, 2.0, len(X))
+    a = BoundKernel(FAIR_PRODUCT, X, sample_weight=c)
+    np.testing.assert_allclose(a.sums(Q, y).mean,
+                               a.using(dataclasses.replace(a.options, algorithm="dense")).sums(Q, y).mean,
+                               rtol=0, atol=1e-12)
+
+
+def test_compact_knn_factor_times_gaussian_on_fair_with_ties():
+    """``fair``'s columns hold many ties: the k-th distance is often 0 (every other observation at
+    the query's point of the factor's columns then weighs k(0)) or shared by several samples
+    (those at it weigh 0: tricube vanishes there; a row with no weight left is empty)."""
+    X, y = _fair_mixed()
+    X = X[:1500, [0, 1, 2, 3]]
+    y = y[:1500]
+    k = 40
+    K = Kernel("tricube", n_neighbors=k, features=[0, 1]) * Kernel("gaussian", bandwidth=1.0, features=[3])
+    assert BoundKernel(K, X).explain(exclude_self=True).path == "neighbors"
+    out = local_sums(None, X, y, K, exclude_self=True, algorithm="dense")  # taken on the neighbour path still
+    same = (X[:, None, :] == X[None, :, :]).all(-1)  # the same observation: left out
+    D = np.sqrt(((X[:, None, :2] - X[None, :, :2]) ** 2).sum(-1))
+    h = np.sort(np.where(same, np.inf, D), axis=1)[:, k - 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(h[:, None] > 0, D / h[:, None], np.where(D == 0, 0.0, np.inf))
+    W = np.where(u < 1, (1 - u ** 3) ** 3, 0.0) * np.exp(-0.5 * (X[:, None, 3] - X[None, :, 3]) ** 2)
+    W[same] = 0.0
+    empty = W.sum(1) == 0
+    assert 0 < np.mean(h == 0) < 1 and empty.any()  # both kinds of ties occur here
+    np.testing.assert_array_equal(out.empty, empty)
+    np.testing.assert_allclose(out.mean[~empty], (W @ y)[~empty] / W.sum(1)[~empty], rtol=1e-12)
 
 
 def test_repr_and_pickle():
@@ -241,8 +390,6 @@ def test_feature_names_from_dataframe():
     (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian", features=[0, 1]), "features"),
     (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian"), "features"),
     (lambda: Kernel("gaussian", features=[0]) * Kernel("softmax"), "softmax"),
-    (lambda: Kernel("gaussian", features=[0]) * Kernel("gaussian", n_neighbors=5), "n_neighbors"),
-    (lambda: Kernel("gaussian", n_neighbors=5, features=[0]), "n_neighbors"),
     (lambda: Kernel("softmax", features=[0]), "features"),
     (lambda: Kernel("gaussian", features=[0, 0]), "features"),
     (lambda: Kernel("gaussian", features=[-1]), "features"),

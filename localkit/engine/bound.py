@@ -528,7 +528,7 @@ class BoundKernel:
         that of every sample at its point.
         Memory is ``n_queries x n_samples``: callers walk blocks of queries.
         """
-        from .passes.dense import log_weight_block
+        from .passes.dense import log_weight_block, product_log_weights
         from .passes.neighbors import knn_log_weights
 
         if self.terms is not None:  # log sum_k w_k c_j K_k = logsumexp_k (log w_k + log c_j K_k)
@@ -539,7 +539,9 @@ class BoundKernel:
         self._require_dense("log_weights")
         Q = self.coordinates(queries)
         k = self.kernel.n_neighbors
-        if k is not None and self.kernel.compact:
+        if self.factors is not None:
+            L = product_log_weights(self, Q, exclude_self, row_offset)
+        elif k is not None and self.kernel.compact:
             L = knn_log_weights(self, self.index_points(queries), exclude_self, row_offset)
         else:
             q_scale = None if k is None else self.knn_scale(queries, exclude_self=exclude_self, row_offset=row_offset)
@@ -688,5 +690,14 @@ def bind_factors(bound, kernel, samples):
                                          factor.level_codes)
             factors.append(Factor(factor, cols, categorical=columns, codes=part))
         else:
-            factors.append(Factor(factor, cols, bound=BoundKernel(factor.plain(), part, sample_weight=bound.weight)))
+            if factor.n_neighbors is not None and not bound.on_host:
+                raise ValueError(f"{factor!r}: a kNN factor of a product kernel takes its balloon bandwidths from "
+                                 "a neighbour search on the host; pass NumPy arrays")
+            # a kNN factor's leave-one-out leaves out the same observations as the product's: the samples at
+            # the query's point of every column (or the caller's groups), not of the factor's columns only
+            twins = None
+            if factor.n_neighbors is not None:
+                twins = bound.twins if bound.twins is not None else np.arange(bound.n_samples)
+            factors.append(Factor(factor, cols, bound=BoundKernel(factor.plain(), part, sample_weight=bound.weight,
+                                                                  twins=twins)))
     return factors

@@ -14,6 +14,10 @@
   (refused with a ``ValueError`` naming the parameter where it cannot apply), or by "auto" first
   where the caller gave a ``tolerance`` and the pass's error bound on the grid it would use meets
   it (never otherwise);
+* a product kernel (:mod:`localkit.engine.factors`) takes the neighbour path where a factor is
+  compact, as a plain kernel of that factor's columns would (always for a compact kNN factor;
+  for a fixed bandwidth where the probe finds few samples in its support): candidates from that
+  factor's index, the product's log-weights on them only; else the dense path;
 * sparse (CSR) samples take the neighbour path only (:func:`sparse_refusals`): scikit-learn's
   brute-force search on the CSR matrix finds the k nearest samples or those within the support,
   and their values are gathered; the other paths need dense coordinates.
@@ -187,6 +191,11 @@ def explain(bound, P, q_scale, exclude_self):
     kern, algorithm, d = bound.kernel, bound.options.algorithm, bound.n_features
     refused = compiled_refusals(bound, q_scale, exclude_self)
     knn_compact = kern.compact and kern.n_neighbors is not None
+    if bound.factors is not None:
+        from .factors import candidate_factor
+
+        c = candidate_factor(bound)
+        knn_compact = c is not None and c.kernel.n_neighbors is not None
     if path == "compiled":
         why_compiled = ("algorithm='compiled'" if algorithm == "compiled"
                         else f"a compact profile at a fixed bandwidth in {d} <= {COMPILED_MAX_FEATURES} features: "
@@ -198,12 +207,12 @@ def explain(bound, P, q_scale, exclude_self):
         why_compiled = f"algorithm={algorithm!r} asked for"
     else:
         why_compiled = f"{d} features > {COMPILED_MAX_FEATURES}: no faster than the dense path there (measured)"
-    if path == "neighbors":
+    if bound.factors is not None:
+        why_neighbors = _product_neighbors_reason(bound, path)
+    elif path == "neighbors":
         why_neighbors = ("a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
                          if knn_compact else "algorithm='neighbors'" if algorithm == "neighbors"
                          else "fewer than 5% of the samples in the support (probed): a radius query is cheaper")
-    elif bound.factors is not None:
-        why_neighbors = _product_reason()
     elif not kern.compact:
         why_neighbors = "needs a compact profile"
     elif not _radius_ok(bound, q_scale):
@@ -263,8 +272,11 @@ def device_compiled_fits(bound, q_scale, exclude_self):
 def streamed_refusals(bound):
     """Why the streamed pass (the array-API pass) cannot compute a pass over these samples."""
     kern = bound.kernel
+    knn_factor = bound.factors is not None and any(f.kernel.n_neighbors is not None for f in bound.factors)
     checks = [(not callable(kern.metric), "metric: a callable needs the host's paths"),
-              (kern.metric != "precomputed", "metric='precomputed' needs the host's paths")]
+              (kern.metric != "precomputed", "metric='precomputed' needs the host's paths"),
+              (not knn_factor, "n_neighbors: a kNN factor of a product needs the host's neighbour search (the "
+                               "dense or neighbour path)")]
     return [reason for ok, reason in checks if not ok]
 
 
@@ -307,9 +319,7 @@ def plan(bound, P, q_scale, exclude_self):
     if algorithm == "auto" and _binned_meets(bound, P, q_scale, exclude_self) is True:
         return "binned"
     if bound.factors is not None:
-        if algorithm in ("compiled", "neighbors"):
-            raise ValueError(f"algorithm={algorithm!r} cannot compute this pass: {_product_reason()}")
-        return "dense"
+        return _product_plan(bound, P, algorithm)
     compiled = compiled_applies(bound, q_scale, exclude_self)
     if algorithm == "compiled":
         if not compiled:
@@ -335,6 +345,47 @@ def plan(bound, P, q_scale, exclude_self):
     if radius_ok and _few_in_support(bound, P):
         return "neighbors"
     return "dense"
+
+
+def _product_plan(bound, P, algorithm):
+    """A product kernel's path on the host: the neighbour path where a factor is compact (always
+    for a compact kNN factor, whose k nearest are the tree's, as for a plain compact kNN kernel;
+    for a fixed bandwidth where asked or where the probe finds few samples in that factor's
+    support), else the dense path."""
+    from .factors import candidate_factor
+
+    if algorithm == "compiled":
+        raise ValueError(f"algorithm='compiled' cannot compute this pass: {_product_reason()}")
+    c = candidate_factor(bound)
+    if c is not None and c.kernel.n_neighbors is not None:
+        return "neighbors"
+    if algorithm == "neighbors":
+        if c is None:
+            raise ValueError(f"algorithm='neighbors' needs a compact factor (its support holds the candidates); "
+                             f"{bound.kernel!r} has none")
+        return "neighbors"
+    if algorithm == "dense" or c is None:
+        return "dense"
+    return "neighbors" if _few_in_support(c.bound, P[:, c.cols]) else "dense"
+
+
+def _product_neighbors_reason(bound, path):
+    """Why the neighbour path was or was not taken for a product kernel (:func:`explain`)."""
+    from .factors import candidate_factor
+
+    c = candidate_factor(bound)
+    if c is None:
+        return "needs a compact factor (its support holds the candidates)"
+    if path == "neighbors":
+        if c.kernel.n_neighbors is not None:
+            return (f"the compact kNN factor {c.kernel!r}: its k nearest samples (tree distances), the product's "
+                    "log-weights on them")
+        return (("algorithm='neighbors'" if bound.options.algorithm == "neighbors" else
+                 "fewer than 5% of the samples in the support of the compact factor (probed)")
+                + f": a radius search in the support of {c.kernel!r}, the product's log-weights on its candidates")
+    if bound.options.algorithm != "auto":
+        return f"algorithm={bound.options.algorithm!r} asked for"
+    return f"too many samples in the support of the compact factor {c.kernel!r} (probed): a full pass is cheaper"
 
 
 def _few_in_support(bound, P, probe=64, subset=20_000, fraction=0.05):

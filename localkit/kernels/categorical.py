@@ -101,9 +101,16 @@ class CategoricalColumns:
     def log_weights(self, xp, Q, X):
         """``log K`` (b_q, b_s) of codes ``Q`` (b_q, k) against ``X`` (b_s, k), arrays of the
         namespace ``xp``, in ``Q``'s dtype."""
+        return self._log_k(xp, [(Q[:, j:j + 1], X[None, :, j]) for j in range(Q.shape[1])], Q)
+
+    def pair_log_weights(self, Q, X):
+        """``log K`` (n,) of the pairs ``(Q[t], X[t])`` of codes (NumPy, (n, k) each), in ``Q``'s dtype."""
+        return self._log_k(np, [(Q[:, j], X[:, j]) for j in range(Q.shape[1])], Q)
+
+    def _log_k(self, xp, columns, Q):
+        """The sum over the columns ``j`` of the log-weights of ``columns[j] = (q, x)``, arrays that broadcast."""
         L = None
-        for j in range(Q.shape[1]):
-            q, x = Q[:, j:j + 1], X[None, :, j]
+        for j, (q, x) in enumerate(columns):
             same = q == x
             if self.ordered:
                 with np.errstate(invalid="ignore"):  # 0 * -inf at equal levels (lam = 0): replaced below

@@ -83,8 +83,9 @@ class Kernel:
         The columns the kernel looks at (indices; names where an estimator is fitted on a
         DataFrame): ``K(x*, x) = k(d(x*_F, x_F) / h)`` on the columns ``F`` only, a bandwidth
         rule resolved on them. None: every column. ``K1 * K2`` multiplies kernels on disjoint
-        groups of columns (a product kernel); a fixed bandwidth or a rule (no
-        ``n_neighbors``) and a norm metric.
+        groups of columns (a product kernel); a norm metric. With ``n_neighbors``, ``h(x*)`` is
+        the distance to the k-th nearest sample in those columns, as the kNN kernel of those
+        columns alone computes it.
     support : None or 1.0, default=None
         With a callable ``name`` only: ``1.0`` when the profile vanishes for ``u > 1`` (compact: the
         callable is then only asked inside, and the engine's compact paths and policies apply),
@@ -174,9 +175,6 @@ class Kernel:
             if self.is_softmax:
                 raise ValueError("features: the softmax kernel takes the inner product of every column; a kernel on "
                                  "a group of columns is a distance kernel")
-            if self.n_neighbors is not None:
-                raise ValueError("n_neighbors: a kernel on a group of columns (features=...) takes a fixed bandwidth "
-                                 "or a rule for now, not a kNN bandwidth")
             if not self.norm_metric:
                 raise ValueError(f"metric={self.metric!r}: a kernel on a group of columns (features=...) measures them "
                                  f"with a norm, one of {list(NORM_METRICS)}")
@@ -305,6 +303,9 @@ class Kernel:
         categorical factors count as they are (their weights are probabilities of levels)."""
         total = 0.0
         for factor, cols in self.resolved(samples, sample_weight).columns(np.shape(samples)[1]):
+            if factor.n_neighbors is not None:
+                raise ValueError(f"kernel: a density needs a fixed bandwidth (or a rule) in every factor, got the kNN "
+                                 f"factor {factor!r}")
             if factor.is_categorical:
                 continue
             h = np.broadcast_to(np.asarray(factor.bandwidth, dtype=np.float64), (len(cols),))
@@ -516,8 +517,13 @@ class ProductKernel(Kernel):
     each factor ``K_f`` a :class:`Kernel` on its columns ``F_f`` (``features``), with its own
     bandwidth (a rule is resolved on its own columns) or categorical smoothing. The engine
     streams it as any kernel, adding the factors' log-weights block by block (never an
-    ``(n_queries, n_samples)`` matrix beyond one block); it is compact where a factor is.
-    Factors need ``features``, disjoint; kNN bandwidths and the softmax kernel are refused.
+    ``(n_queries, n_samples)`` matrix beyond one block); it is compact where a factor is (the
+    engine's neighbour path then searches that factor's support: :mod:`localkit.engine.factors`).
+    A factor with ``n_neighbors`` takes ``h(x*)``, the distance to the k-th nearest sample in its
+    columns, as the kNN kernel of those columns alone (with ``exclude_self``, among the other
+    observations: a sample at the query's point of the factor's columns but not of all counts,
+    at distance 0); a compact one weighs exactly those k samples.
+    Factors need ``features``, disjoint; the softmax kernel is refused.
 
     Built by ``*``, not called directly::
 
@@ -532,9 +538,6 @@ class ProductKernel(Kernel):
             if factor.is_softmax:
                 raise ValueError("kernel='softmax' cannot be a factor of a product kernel (it is a similarity of every "
                                  "column, not a kernel of a group of columns)")
-            if factor.n_neighbors is not None:
-                raise ValueError("n_neighbors: a factor of a product kernel takes a fixed bandwidth or a rule for "
-                                 f"now, got {factor!r}")
             if len(factors) > 1 and factor.features is None:
                 raise ValueError(f"features: each factor of a product kernel names its columns, e.g. "
                                  f"Kernel({factor.name_!r}, features=[0]); got {factor!r}")

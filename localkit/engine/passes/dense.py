@@ -16,6 +16,7 @@ import numpy as np
 from scipy.spatial.distance import cdist
 
 from ..blocks import block_sizes, map_blocks
+from ..factors import candidate_factor, knn_scales
 from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow
 from ..twins import mask_twins
 
@@ -89,9 +90,27 @@ def log_weight_block(bound, Q, cols, q_scale=None, points=None):
     """``(L, offset)`` of queries ``Q`` (engine coordinates; ``points``: in the index's, for
     :attr:`~localkit.engine.BoundKernel.exact_edge`) against the samples ``cols``."""
     if bound.factors is not None:  # a product: the sum of its factors' log-weights
-
-        return ProductBlock(bound, Q).log_weights(bound, cols)
+        return ProductBlock(bound, Q, knn_scales(bound, Q, False)).log_weights(bound, cols)
     return QueryBlock(bound, Q, q_scale, points=points).log_weights(bound, cols)
+
+
+def product_log_weights(bound, Q, exclude_self, row_offset):
+    """``(n_queries, n_samples)`` ``log K`` of a product at ``Q`` (raw): with a compact kNN factor the
+    neighbour path's pairs scattered (exactly its k nearest samples carry weight), else the dense
+    path's block; with ``exclude_self`` the samples at query ``row_offset + i``'s point left out."""
+    c = candidate_factor(bound)
+    if c is not None and c.kernel.n_neighbors is not None:
+        from .neighbors import product_pairs
+
+        indptr, idx, L = product_pairs(bound, Q, slice(row_offset, row_offset + len(Q)), exclude_self)
+        out = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
+        out[np.repeat(np.arange(len(Q)), np.diff(indptr)), idx] = L
+        return out
+    L, _ = ProductBlock(bound, Q, knn_scales(bound, Q, exclude_self, row_offset)).log_weights(
+        bound, slice(0, bound.n_samples))
+    if exclude_self:
+        mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, bound.n_samples), bound.twins)
+    return L
 
 
 def _logit_exponent(bound, Q):
@@ -228,6 +247,8 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     bq, bs = dense_blocks(bound, Q)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
+    if bound.factors is not None:  # a product's kNN factors (smooth profiles): their balloon bandwidths
+        scales = knn_scales(bound, Q, exclude_self)
     order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
     pruned = prune_blocks(bound, Q, q_scale, exclude_self)
     if pruned:  # compact leaves of queries (also what the recentring needs) and of samples
@@ -253,7 +274,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
     def block_of(idx):
         if bound.factors is not None:  # a product: the sum of its factors' log-weights
-            return ProductBlock(bound, Q[idx])
+            return ProductBlock(bound, Q[idx], [None if s is None else s[idx] for s in scales])
         return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx],
                           logit_exponent, None if P is None else P[idx])
 
@@ -296,16 +317,21 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 class ProductBlock:
     """A block of queries (raw coordinates) of a bound product, for the dense path: one
     :class:`~localkit.engine.passes.dense.QueryBlock` per distance factor (recentred or exact as
-    that factor needs), the codes of each categorical one."""
+    that factor needs; a kNN factor's at the queries' balloon bandwidths ``scales[f]``,
+    :func:`~localkit.engine.factors.knn_scales`), the codes of each categorical one."""
 
-    def __init__(self, bound, Q):
+    def __init__(self, bound, Q, scales):
         self.Q = Q
         self.parts = []
-        for f in bound.factors:
+        for f, scale in zip(bound.factors, scales):
             if f.categorical is not None:
                 self.parts.append(Q[:, f.cols])
             else:
-                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols])))
+                if scale is None and f.kernel.n_neighbors is not None:
+                    raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
+                # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
+                points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
+                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols]), scale, points=points))
 
     def log_weights(self, bound, cols, fold_offset=False):
         """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""

@@ -12,6 +12,7 @@ from scipy import sparse
 from sklearn.neighbors import KDTree, NearestNeighbors
 
 from ..blocks import map_blocks
+from ..factors import candidate_factor, knn_scales, pair_log_weights
 from ..twins import largest_group
 
 
@@ -185,6 +186,49 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
     return sums, np.zeros(Q.shape[0], dtype=V_aug.dtype)
 
 
+def csr_sums(L, idx, indptr, V_aug, g=None):
+    """``(sums, shift)`` over flat neighbourhoods (query ``i``'s samples ``idx[indptr[i]:indptr[i + 1]]``
+    with log-weights ``L``, times the factors ``g`` where given), each row's maximum factored out:
+    the true sums are ``sums * exp(shift)``."""
+    counts = np.diff(indptr)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    m = np.full(len(counts), -np.inf)
+    np.maximum.at(m, owner, L)
+    m = np.where(np.isfinite(m), m, 0.0)
+    w = np.exp(L - m[owner])
+    if g is not None:
+        w = w * g
+    W = sparse.csr_matrix((w.astype(V_aug.dtype), idx, indptr), shape=(len(counts), len(V_aug)))
+    return np.asarray(W @ V_aug), m.astype(V_aug.dtype)
+
+
+def product_pairs(bound, Q, rows, exclude_self):
+    """The neighbour path of a product kernel with a compact factor ``c``
+    (:func:`~localkit.engine.factors.candidate_factor`): ``(indptr, idx, L)``, each query's
+    candidates (``Q`` raw, global rows ``rows``) found in c's support by c's own index as the
+    plain kernel of c's columns finds them (:func:`_neighborhoods`: its k nearest samples for a kNN
+    factor, else a radius search), and ``L`` the whole product's log-weights on those pairs only
+    (c's from the index's distances, the others' from coordinate differences,
+    :func:`~localkit.engine.factors.pair_log_weights`). Pairs of zero weight are dropped, and with
+    ``exclude_self`` the samples at the query's point (a kNN factor's k nearest are taken among
+    the others, as the product's leave-one-out defines them)."""
+    c = candidate_factor(bound)
+    knn_loo = exclude_self and c.kernel.n_neighbors is not None  # a kNN factor's twins are the product's
+    indptr, idx, _, u2, _ = _neighborhoods(c.bound, c.bound.index_points(Q[:, c.cols]), rows, knn_loo,
+                                           c.bound.twins if knn_loo else None)
+    owner = np.repeat(np.arange(Q.shape[0]), np.diff(indptr))
+    scales = knn_scales(bound, Q, exclude_self, rows.start, skip=c)
+    L = c.kernel.profile.log_k(u2).astype(bound.dtype) + pair_log_weights(bound, Q, owner, idx, scales, skip=c)
+    keep = np.isfinite(L)
+    if exclude_self:
+        at = owner + rows.start
+        keep &= idx != at if bound.twins is None else bound.twins[idx] != bound.twins[at]
+    if not keep.all():
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[keep], minlength=Q.shape[0]))])
+        idx, L = idx[keep], L[keep]
+    return indptr, idx, L
+
+
 def _gathered_sums(L, idx, V_aug):
     m = L.max(axis=1)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -205,11 +249,15 @@ def neighbor_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     bq = opts.block_size if np.isscalar(opts.block_size) else (opts.block_size or (0,))[0]
     bq = int(bq or 0) or max(64, int(8 * 2**20 // (8 * width * V_aug.shape[1] + 1)))
 
-    P = bound.index_points(queries)
-    twins = bound.twins if exclude_self else None
+    product = bound.factors is not None
+    P = None if product else bound.index_points(queries)
+    twins = bound.twins if exclude_self and not product else None
 
     def run(rows):
-        if k is not None:
+        if product:  # candidates from the compact factor's support, the product's log-weights on them
+            indptr, idx, L = product_pairs(bound, Q[rows], rows, exclude_self)
+            s, m = csr_sums(L, idx, indptr, V_aug)
+        elif k is not None:
             s, m = knn_block_sums(bound.index, P[rows], k, kern.profile, V_aug, exclude_self=exclude_self,
                                      row_offset=rows.start, groups=twins)
         else:
@@ -426,15 +474,7 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
             # it counts as absent, as if it were not there
             d = np.where(bound.weight[idx] > 0, d, np.inf)
         g = _caller_weights(weights, d, indptr, grid)
-        L = bound.kernel.profile.log_k(u2)
-        counts = np.diff(indptr)
-        owner = np.repeat(np.arange(len(counts)), counts)
-        m = np.full(len(counts), -np.inf)
-        np.maximum.at(m, owner, L)
-        m = np.where(np.isfinite(m), m, 0.0)
-        w = (np.exp(L - m[owner]) * g).astype(V_aug.dtype)
-        W = sparse.csr_matrix((w, idx, indptr), shape=(len(counts), len(V_aug)))
-        S[rows], shift[rows] = np.asarray(W @ V_aug), m
+        S[rows], shift[rows] = csr_sums(bound.kernel.profile.log_k(u2), idx, indptr, V_aug, g)
 
     map_blocks(run, n_q, block, bound.options.threads, blas=False)
     return finish(bound, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
