@@ -150,3 +150,19 @@ def test_bad_codes_are_refused_by_the_kernel_name():
     with pytest.raises(ValueError, match="single level"):
         local_sums(_chunked(Q, 15), _chunked(X, 50), y, _cuo()).mean.compute()
 
+
+
+def test_knn_factors_are_refused_on_dask_samples():
+    """A kNN factor's bandwidth is the distance to the k-th nearest of all the samples: a chunk
+    would find its own (silently wrong: 0.86 off in the mean before the refusal)."""
+    X, y, Q = _mixed(7)
+    knn = Kernel("gaussian", n_neighbors=5, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    with pytest.raises(ValueError, match="k nearest samples"):
+        local_sums(_chunked(Q, 15), _chunked(X, 50), y, knn)
+    with pytest.raises(ValueError, match="k nearest samples"):
+        local_sums(_chunked(Q, 15), _chunked(X, 50), y, 0.5 * knn + 0.5 * _cuo())
+    # samples in one chunk hold every k nearest: then it runs, as a regressor fitted in memory
+    # predicting dask queries does
+    _same(local_sums(_chunked(Q, 15), _chunked(X, len(X)), y, knn), local_sums(Q, X, y, knn))
+    reg = LocalMeanRegressor(kernel=knn).fit(X, y)
+    np.testing.assert_allclose(reg.predict(_chunked(Q, 15)).compute(), reg.predict(Q), rtol=0, atol=TOL)

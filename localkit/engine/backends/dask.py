@@ -150,7 +150,13 @@ def dask_resolved(kernel, samples, sample_weight=None):
                                for j in cols]))
     factors = []
     for factor, cols in parts:
-        if factor.is_categorical:
+        if factor.n_neighbors is not None:  # its k-th distance: that of all the samples, in one chunk only
+            if len(samples.chunks[0]) > 1:
+                raise ValueError(f"kernel: the factor {factor!r} takes its bandwidth from the k nearest samples, which "
+                                 "a reduction over sample chunks does not find; give it a bandwidth, or the samples "
+                                 "in one chunk (or in memory)")
+            factors.append(factor)
+        elif factor.is_categorical:
             check_smoothing(factor.bandwidth, factor.name)
             levels = [next(seen) for _ in cols]
             check_codes(np.concatenate(levels), factor.name)
