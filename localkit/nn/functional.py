@@ -555,6 +555,22 @@ def _banded(a):
     return banded_attention(a.kernel, q, k, v, c, a.window, a.causal, a.mask).to(a.q.dtype)
 
 
+def _compiled(a):
+    from ..fused.cpu_attention import cpu_kernel_attention
+
+    q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
+    bias = a.mask
+    if bias is not None and bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=q.dtype).masked_fill(~bias, -math.inf)
+    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, bias).to(a.q.dtype)
+
+
+def _compiled_fits(a):
+    from ..fused.cpu_attention import supports
+
+    return supports(a.kernel, a.q) and a.q.dtype != torch.float64
+
+
 def _streamed(a):
     q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
     plan = _streamed_plan(a.kernel, q, k, c, a.causal, a.window, a.mask, a.v.shape[-1], a.shrink, a.top_k)
@@ -587,6 +603,13 @@ PATHS = (
           hands_over=True),
     _Path("FlexAttention", "FlexAttention (localkit.fused.flex), compiled once",
           (*_CUDA, (lambda a: not _TRITON[0](a), "our Triton kernel takes it")), _flex, hands_over=True),
+    _Path("compiled CPU pass", "tiles of queries and keys in one compiled pass (localkit.fused.cpu_attention), "
+          "forward and backward; compact profiles skip key tiles outside every query's support",
+          (_NOT_DENSE, _NO_TOP_K, (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 and a kernel "
+                                   "that is not a softmax of inner products (float64 streams: the reference)"),
+           (lambda a: a.window is None, "a window takes the banded path"),
+           (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the pass takes key masks)")),
+          _compiled),
     _Path("banded", "each block of queries against the band of keys around it, one batched product",
           (_NOT_DENSE, _NO_TOP_K, (lambda a: a.window is not None, "no window"),
            (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the band takes key masks)"),
@@ -630,7 +653,7 @@ class AttentionPlan(Plan):
     ----------
     path : str
         The path taken: "dense SDPA", "dense weights", "CPU flash kernel", "SDPA", "Triton",
-        "FlexAttention", "banded" or "streamed".
+        "FlexAttention", "compiled CPU pass", "banded" or "streamed".
     reasons : dict
         For every path, in the order tried, what it is or why it was not taken.
     """
@@ -661,6 +684,8 @@ def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, caus
     >>> from localkit.nn import explain_attention
     >>> q = k = v = torch.randn(1, 2, 16, 8)
     >>> explain_attention(q, k, v, "laplacian").path
+    'compiled CPU pass'
+    >>> explain_attention(q.double(), k.double(), v.double(), "laplacian").path
     'streamed'
     >>> explain_attention(q, k, v, "gaussian", causal=True).path
     'CPU flash kernel'
