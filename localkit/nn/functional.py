@@ -18,9 +18,11 @@ Kernels multiply with kernels in position: ``causal`` (``j <= i``), ``window`` (
 ``|i - j|``), a ``mask`` (bool: True takes part, as in ``scaled_dot_product_attention``; float: added
 to the log-weights), and ``top_k`` (a kNN kernel: only the ``k`` closest keys of each row).
 Kernels that are a softmax of a score plus a bias (softmax, Gaussian) run through PyTorch's fused
-``scaled_dot_product_attention`` where that needs no ``(L, S)`` mask; every other kernel and every
-kernel in position streams over key blocks with the online log-sum-exp (memory ``O(L x block)``,
-forward and backward, position kernels as block sparsity). A row whose kernel is zero
+``scaled_dot_product_attention`` where that needs no ``(L, S)`` mask; on the CPU every other
+profile runs as one compiled pass over tiles of queries and keys (:mod:`localkit.fused.cpu_attention`,
+float32 and half inputs, ``causal`` and key masks); windows take a banded path; the rest (float64,
+masks by query, ``top_k``) streams over key blocks with the online log-sum-exp (memory
+``O(L x block)``, forward and backward, position kernels as block sparsity). A row whose kernel is zero
 everywhere (all masked, or outside a compact support) gives a zero output, never NaN.
 
 :func:`local_linear_attention` replaces the local mean (the constant local model) with a local
@@ -381,8 +383,11 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     its CPU flash kernel when no ``(L, S)`` mask would have to be built; every other case runs,
     on CUDA when there is no mask, through our flash kernel in Triton for float32 or
     FlexAttention for the other dtypes and inside ``torch.compile`` (a kernel that fails to
-    compile falls back, with one warning), and otherwise streams over key blocks (the CPU path
-    and the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
+    compile falls back, with one warning); on the CPU, in float32, bfloat16 and float16 without
+    a window or a mask by query, through one compiled pass over tiles
+    (:mod:`localkit.fused.cpu_attention`: BLAS products per tile, the profile's weights formed in
+    place, flash-style backward; compact profiles skip key tiles beyond every query's support);
+    and otherwise streams over key blocks (float64: the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
     ``window`` and masks skipping whole key blocks. ``top_k`` streams too, in two passes: a
     running top-k of each query's closeness over key blocks (memory ``O(L (top_k + block))``),
     then its threshold as a kernel in position. Only ``dropout_p > 0`` (the weights' dropout mask
