@@ -51,8 +51,8 @@ from ..kernels.profiles import PROFILES, _rebind, _scalar_namespace
 NAMES = tuple(name for name, p in PROFILES.items() if not p.log_linear)
 #: summed in log space with the online maximum: those whose weights can all underflow
 LOG_SPACE = tuple(name for name in NAMES if not (PROFILES[name].compact or PROFILES[name].polynomial_tail))
-#: queries and keys per tile. B=1 H=8 L=4096 d=64, Laplacian forward, 2 threads:
-#: see the sweep in benchmarks/RESULTS.md (issue 27); 64 x 512 keeps a tile of weights in L2
+#: queries and keys per tile: a tile of weights is 128 KiB (L2-sized), the key tile 512 x d; not
+#: swept (no quiet machine in issue 27's session: load 7-13 on 2 cores)
 TILE_Q, TILE_K = 64, 512
 #: pairs whose expanded squared distance is below this share of ``|q|^2 + |k|^2`` are recomputed
 #: from differences (the expansion's round-off is ~1e-7 of it in float32)
