@@ -18,9 +18,11 @@ Kernels multiply with kernels in position: ``causal`` (``j <= i``), ``window`` (
 ``|i - j|``), a ``mask`` (bool: True takes part, as in ``scaled_dot_product_attention``; float: added
 to the log-weights), and ``top_k`` (a kNN kernel: only the ``k`` closest keys of each row).
 Kernels that are a softmax of a score plus a bias (softmax, Gaussian) run through PyTorch's fused
-``scaled_dot_product_attention`` where that needs no ``(L, S)`` mask; every other kernel and every
-kernel in position streams over key blocks with the online log-sum-exp (memory ``O(L x block)``,
-forward and backward, position kernels as block sparsity). A row whose kernel is zero
+``scaled_dot_product_attention`` where that needs no ``(L, S)`` mask; on the CPU every other
+profile runs as one compiled pass over tiles of queries and keys (:mod:`localkit.fused.cpu_attention`,
+float32 and half inputs, ``causal`` and key masks); windows take a banded path; the rest (float64,
+masks by query, ``top_k``) streams over key blocks with the online log-sum-exp (memory
+``O(L x block)``, forward and backward, position kernels as block sparsity). A row whose kernel is zero
 everywhere (all masked, or outside a compact support) gives a zero output, never NaN.
 
 :func:`local_linear_attention` replaces the local mean (the constant local model) with a local
@@ -397,8 +399,11 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     its CPU flash kernel when no ``(L, S)`` mask would have to be built; every other case runs,
     on CUDA when there is no mask, through our flash kernel in Triton for float32 or
     FlexAttention for the other dtypes and inside ``torch.compile`` (a kernel that fails to
-    compile falls back, with one warning), and otherwise streams over key blocks (the CPU path
-    and the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
+    compile falls back, with one warning); on the CPU, in float32, bfloat16 and float16 without
+    a window or a mask by query, through one compiled pass over tiles
+    (:mod:`localkit.fused.cpu_attention`: BLAS products per tile, the profile's weights formed in
+    place, flash-style backward; compact profiles skip key tiles beyond every query's support);
+    and otherwise streams over key blocks (float64: the reference): memory ``O(L x block)`` in forward and backward, ``causal``,
     ``window`` and masks skipping whole key blocks. ``top_k`` streams too, in two passes: a
     running top-k of each query's closeness over key blocks (memory ``O(L (top_k + block))``),
     then its threshold as a kernel in position. Only ``dropout_p > 0`` (the weights' dropout mask
@@ -572,6 +577,22 @@ def _banded(a):
     return banded_attention(a.kernel, q, k, v, c, a.window, a.causal, a.mask).to(a.q.dtype)
 
 
+def _compiled(a):
+    from ..fused.cpu_attention import cpu_kernel_attention
+
+    q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
+    bias = a.mask
+    if bias is not None and bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=q.dtype).masked_fill(~bias, -math.inf)
+    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, bias).to(a.q.dtype)
+
+
+def _compiled_fits(a):
+    from ..fused.cpu_attention import supports
+
+    return supports(a.kernel, a.q) and a.q.dtype != torch.float64
+
+
 def _streamed(a):
     q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
     plan = _streamed_plan(a.kernel, q, k, c, a.causal, a.window, a.mask, a.v.shape[-1], a.shrink, a.top_k)
@@ -604,6 +625,13 @@ PATHS = (
           hands_over=True),
     _Path("FlexAttention", "FlexAttention (localkit.fused.flex), compiled once",
           (*_CUDA, (lambda a: not _TRITON[0](a), "our Triton kernel takes it")), _flex, hands_over=True),
+    _Path("compiled CPU pass", "tiles of queries and keys in one compiled pass (localkit.fused.cpu_attention), "
+          "forward and backward; compact profiles skip key tiles outside every query's support",
+          (_NOT_DENSE, _NO_TOP_K, (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 and a kernel "
+                                   "that is not a softmax of inner products (float64 streams: the reference)"),
+           (lambda a: a.window is None, "a window takes the banded path"),
+           (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the pass takes key masks)")),
+          _compiled),
     _Path("banded", "each block of queries against the band of keys around it, one batched product",
           (_NOT_DENSE, _NO_TOP_K, (lambda a: a.window is not None, "no window"),
            (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the band takes key masks)"),
@@ -647,7 +675,7 @@ class AttentionPlan(Plan):
     ----------
     path : str
         The path taken: "dense SDPA", "dense weights", "CPU flash kernel", "SDPA", "Triton",
-        "FlexAttention", "banded" or "streamed".
+        "FlexAttention", "compiled CPU pass", "banded" or "streamed".
     reasons : dict
         For every path, in the order tried, what it is or why it was not taken.
     """
@@ -678,6 +706,8 @@ def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, caus
     >>> from localkit.nn import explain_attention
     >>> q = k = v = torch.randn(1, 2, 16, 8)
     >>> explain_attention(q, k, v, "laplacian").path
+    'compiled CPU pass'
+    >>> explain_attention(q.double(), k.double(), v.double(), "laplacian").path
     'streamed'
     >>> explain_attention(q, k, v, "gaussian", causal=True).path
     'CPU flash kernel'

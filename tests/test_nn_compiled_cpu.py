@@ -1,0 +1,147 @@
+"""The compiled CPU pass (:mod:`localkit.fused.cpu_attention`) against a float64 dense reference.
+
+Every profile it takes x dtype x (none, causal, padding, causal + padding), forward and gradients
+(``q``, ``k``, ``v`` and a learned per-head bandwidth), on inputs rounded to the dtype before both
+computations; shapes cross several query and key tiles, and some queries coincide with keys (the
+Laplacian's and the triangular profile's kink at ``u = 0``, where the pass recomputes distances
+from differences). Windows take the banded path and float64 the streamed one
+(tests/test_nn_streaming.py covers both for every profile).
+"""
+import math
+
+import numpy as np
+import pytest
+
+import torch
+
+from localkit.fused import cpu_attention
+from localkit.nn import explain_attention, kernel_attention
+from localkit.nn._profiles import LOG_PROFILES
+
+KERNELS = cpu_attention.NAMES
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+POSITIONS = ["none", "causal", "padding", "causal+padding"]
+B, H, D, DV = 2, 2, 6, 3
+
+
+@pytest.fixture(autouse=True)
+def small_tiles(monkeypatch):
+    """Tiles of 16 queries and 32 keys: every case crosses tile boundaries (the tile sizes are
+    arguments of the compiled pass, so no recompilation)."""
+    monkeypatch.setattr(cpu_attention, "TILE_Q", 16)
+    monkeypatch.setattr(cpu_attention, "TILE_K", 32)
+
+
+def qkv(dtype, L=70, S=90, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = 0.5 * torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+    k = 0.5 * torch.randn(B, H, S, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, S, DV, generator=g, dtype=torch.float64)
+    q[..., :5, :] = k[..., 3:8, :]  # queries at keys: u = 0
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def padding(S=90):
+    keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    keep[0, ..., 60:] = False
+    keep[1, ..., :20] = False  # with causal: batch 1's first 20 queries see no key
+    return keep
+
+
+def dense_reference(q, k, v, kernel, h, causal=False, keep=None):
+    """The local mean in float64 with autograd: the weights formed, distances from differences."""
+    d2 = ((q.unsqueeze(-2) - k.unsqueeze(-3)) ** 2).sum(-1)
+    logw = LOG_PROFILES[kernel](d2 / h ** 2)
+    if causal:
+        logw = logw.masked_fill(torch.ones(logw.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    if keep is not None:
+        logw = logw.masked_fill(~keep, -math.inf)
+    empty = torch.isneginf(logw.amax(-1, keepdim=True))
+    w = torch.softmax(logw.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
+    return w @ v
+
+
+def case(position):
+    return "causal" in position, (padding() if "padding" in position else None)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_forward_matches_float64_reference(kernel, dtype, position):
+    q, k, v = qkv(dtype)
+    causal, keep = case(position)
+    assert explain_attention(q, k, v, kernel, bandwidth=1.5, mask=keep, causal=causal).path == "compiled CPU pass"
+    out = kernel_attention(q, k, v, kernel, bandwidth=1.5, mask=keep, causal=causal)
+    ref = dense_reference(*(t.double() for t in (q, k, v)), kernel, 1.5, causal, keep)
+    assert out.dtype == dtype
+    # float32 accumulation, then the cast to dtype (half an ulp of the output)
+    tol = 2e-5 if dtype == torch.float32 else torch.finfo(dtype).eps * float(ref.abs().max())
+    np.testing.assert_allclose(out.double(), ref, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gradients_match_autograd_of_dense_reference(kernel, position):
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, seed=1))
+    h = torch.tensor([1.5, 1.2]).view(2, 1, 1).requires_grad_(True)  # learned, per head
+    causal, keep = case(position)
+    g = torch.randn(B, H, q.shape[-2], DV, generator=torch.Generator().manual_seed(2))
+    out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=causal)
+    ours = torch.autograd.grad((out * g).sum(), (q, k, v, h))
+    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v, h)]
+    ref = dense_reference(*inputs[:3], kernel, inputs[3], causal, keep)
+    refs = torch.autograd.grad((ref * g.double()).sum(), inputs)
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=2e-5, rtol=0)
+    # the pass's distances: |q|^2 + |k|^2 - 2 <q, k> in float32, recomputed from differences below
+    # REFINE (|q|^2 + |k|^2), so a pair's u^2 is off by at most ~4 eps / REFINE = 3e-5 of itself
+    tol = 4 * torch.finfo(torch.float32).eps / cpu_attention.REFINE
+    for name, a, b in zip("qkvh", ours, refs):
+        np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("kernel", ["epanechnikov", "uniform", "triangular"])
+def test_compact_support_skips_far_tiles_and_keeps_the_result(kernel):
+    """Points along a curve (locality): with a small bandwidth most key tiles lie beyond every
+    query's support and are skipped; the result is the dense one."""
+    t = torch.linspace(0, 6, 200, dtype=torch.float64)
+    curve = torch.stack([torch.cos(t), torch.sin(t), t, 0.3 * t], -1).expand(B, H, 200, 4)
+    q = (curve + 0.01 * torch.randn(curve.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64))
+    q, k = q.float(), curve.float().contiguous()
+    v = torch.randn(B, H, 200, DV, generator=torch.Generator().manual_seed(4))
+    h = 0.4
+    flat = lambda x: x.reshape(B * H, 200, -1)
+    qbox, kbox = cpu_attention._boxes(flat(q), 16), cpu_attention._boxes(flat(k), 32)
+    gap = torch.clamp(torch.maximum(qbox[:, :, None, 0] - kbox[:, None, :, 1], kbox[:, None, :, 0] - qbox[:, :, None, 1]),
+                      min=0)
+    assert float((gap.square().sum(-1) > h ** 2 * 1.01).float().mean()) > 0.5  # most tile pairs are skipped
+    out = kernel_attention(q, k, v, kernel, bandwidth=h)
+    ref = dense_reference(q.double(), k.double(), v.double(), kernel, h)
+    np.testing.assert_allclose(out.double(), ref, atol=2e-5, rtol=0)
+
+
+def test_compiles_whole_forward_and_backward():
+    """The pass is a pair of custom operators: ``torch.compile(fullgraph=True)`` traces them."""
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=20, S=24, seed=5))
+    keep = torch.ones(B, 1, 1, 24, dtype=torch.bool)
+    keep[..., :3] = False
+    f = lambda q, k, v: kernel_attention(q, k, v, "laplacian", bandwidth=1.5, mask=keep, causal=True)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    eager = f(q, k, v)
+    refs = torch.autograd.grad(eager.square().sum(), (q, k, v))
+    np.testing.assert_allclose(out.detach(), eager.detach(), atol=1e-6)
+    for a, b in zip(grads, refs):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_tiny_bandwidth_laplacian_is_the_nearest_key_forward_and_backward():
+    """A bandwidth whose scale is capped: log-weights ~ -1e14, whose float32 ulp is ~1e7."""
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=13, S=17, seed=6))
+    out = kernel_attention(q, k, v, "laplacian", bandwidth=1e-20)
+    d2 = ((q.detach().double().unsqueeze(-2) - k.detach().double().unsqueeze(-3)) ** 2).sum(-1)
+    nearest = torch.gather(v.detach().double(), -2, d2.argmin(-1, keepdim=True).expand(-1, -1, -1, DV))
+    np.testing.assert_allclose(out.detach().double(), nearest, atol=1e-6)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
