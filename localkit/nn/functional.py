@@ -588,9 +588,13 @@ def _compiled(a):
 
 
 def _compiled_fits(a):
-    from ..fused.cpu_attention import supports
+    return a.q.device.type == "cpu" and a.q.dtype != torch.float64
 
-    return supports(a.kernel, a.q) and a.q.dtype != torch.float64
+
+def _compiled_profile(a):
+    from ..fused.cpu_attention import NAMES
+
+    return a.kernel in NAMES
 
 
 def _streamed(a):
@@ -627,8 +631,10 @@ PATHS = (
           (*_CUDA, (lambda a: not _TRITON[0](a), "our Triton kernel takes it")), _flex, hands_over=True),
     _Path("compiled CPU pass", "tiles of queries and keys in one compiled pass (localkit.fused.cpu_attention), "
           "forward and backward; compact profiles skip key tiles outside every query's support",
-          (_NOT_DENSE, _NO_TOP_K, (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 and a kernel "
-                                   "that is not a softmax of inner products (float64 streams: the reference)"),
+          (_NOT_DENSE, _NO_TOP_K, (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 (float64 "
+                                   "streams: the reference)"),
+           (_compiled_profile, "needs a built-in profile that is not a softmax of inner products (a profile given "
+                               "as a callable has no compiled form: it streams)"),
            (lambda a: a.window is None, "a window takes the banded path"),
            (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the pass takes key masks)")),
           _compiled),
