@@ -12,7 +12,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from localkit import Kernel, LocalMeanRegressor, local_sums
+from localkit import Kernel, LocalMeanClassifier, LocalMeanRegressor, local_sums
 from localkit.exceptions import EmptyNeighbourhoodWarning
 from localkit.kernels.kernel import SumKernel
 
@@ -166,3 +166,27 @@ def test_knn_factors_are_refused_on_dask_samples():
     _same(local_sums(_chunked(Q, 15), _chunked(X, len(X)), y, knn), local_sums(Q, X, y, knn))
     reg = LocalMeanRegressor(kernel=knn).fit(X, y)
     np.testing.assert_allclose(reg.predict(_chunked(Q, 15)).compute(), reg.predict(Q), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("Estimator", [LocalMeanRegressor, LocalMeanClassifier])
+@pytest.mark.parametrize("kernel", ["product", "sum"])
+def test_estimators_fitted_on_dask_samples_equal_in_memory(Estimator, kernel):
+    """Rules and levels resolved by dask reductions over all the sample chunks (weighted), as a fit
+    in memory resolves them: the predictions agree to round-off."""
+    X, y, Q = _mixed(8)
+    w = np.random.default_rng(8).uniform(0.5, 2.0, len(X))
+    kern = _cuo() if kernel == "product" else 0.4 * _cuo() + 0.6 * Kernel("epanechnikov", bandwidth=2.0, features=[0])
+    target = (y > np.median(y)).astype(int) if Estimator is LocalMeanClassifier else y
+    mem = Estimator(kernel=kern).fit(X, target, sample_weight=w)
+    lazy = Estimator(kernel=kern).fit(_chunked(X, 50), _chunked(target, 50), sample_weight=_chunked(w, 50))
+    assert repr(lazy.kernel_) == repr(mem.kernel_)  # the same rules' values and levels
+    got = lazy.predict_proba(_chunked(Q, 15)) if Estimator is LocalMeanClassifier else lazy.predict(_chunked(Q, 15))
+    want = mem.predict_proba(Q) if Estimator is LocalMeanClassifier else mem.predict(Q)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=TOL)
+
+
+def test_cv_inside_a_kernel_is_refused_on_dask_samples():
+    X, y, _ = _mixed(9)
+    kern = Kernel("gaussian", bandwidth="cv", features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    with pytest.raises(ValueError, match="bandwidth='cv' inside a Kernel is not available on dask"):
+        LocalMeanRegressor(kernel=kern).fit(_chunked(X, 50), _chunked(y, 50))

@@ -143,9 +143,12 @@ class LocalKernelMixin:
         (:func:`~localkit.models.kernel_learning.select_cv_bandwidths`; the search in ``cv_results_``)."""
         kern = self.kernel.with_feature_names(getattr(self, "feature_names_in_", None))
         backend = self._check_kernel_instance(kern, X, sample_weight)
-        self.kernel_ = kern.resolved(backend.host(X), None if sample_weight is None else backend.host(sample_weight))
         from .kernel_learning import has_cv
 
+        if has_cv(kern):
+            backend.require_in_memory("bandwidth='cv' inside a Kernel", "it leaves out every sample in turn; give "
+                                      "numbers or rules")
+        self.kernel_ = backend.resolved(kern, X, sample_weight)
         if has_cv(self.kernel_):
             self.kernel_ = self._select_kernel_cv(backend.host(X), y, sample_weight)
         self.bandwidth_ = self.kernel_.bandwidth
@@ -211,11 +214,7 @@ class LocalKernelMixin:
             if not (value is default or (isinstance(value, str) and value == default)):
                 raise ValueError(f"{name}={value!r} cannot be combined with a Kernel given as kernel={kern!r}, which "
                                  f"carries its own bandwidths and metric; leave {name} at {default!r}")
-        backend = backend_of(X, sample_weight)
-        if kern.composite:
-            backend.require_in_memory("a kernel on groups of columns", "its rules and levels are resolved on every "
-                                      "sample; use arrays in memory")
-        return backend
+        return backend_of(X, sample_weight)
 
     def _kernel_metric(self):
         """``(metric, p)`` of ``kernel_``: the estimator's metric, or the norm it reduces to on the

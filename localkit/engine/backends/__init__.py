@@ -23,7 +23,7 @@ from ..._validation import check_class_labels, check_points, check_regression_ta
 from ...kernels import Kernel
 from ...kernels.bandwidth import resolve_bandwidth
 from ..passes import neighbors as nb
-from .dask import as_dask_array, as_dask_points, dask_bandwidth, is_dask_collection
+from .dask import as_dask_array, as_dask_points, dask_bandwidth, dask_resolved, is_dask_collection
 from ..checks import as_points
 from .array_api import foreign_namespace, to_host, xp_nearest
 from ...exceptions import user_stacklevel
@@ -101,6 +101,11 @@ class NumPyBackend:
     def bandwidth(self, kernel, X, sample_weight=None):
         """``kernel``'s bandwidth resolved on the samples ``X`` (a rule from their weighted spread)."""
         return resolve_bandwidth(kernel.bandwidth, X, sample_weight=sample_weight)
+
+    def resolved(self, kernel, X, sample_weight=None):
+        """A :class:`~localkit.Kernel` on groups of columns (a product, categorical factors, a sum)
+        fixed on the samples ``X``: its rules resolved on its columns, its levels counted."""
+        return kernel.resolved(*self.host(X, sample_weight))
 
     def require_in_memory(self, what, why):
         """Refuse ``what`` where the samples are not in memory (nothing to refuse here)."""
@@ -242,6 +247,16 @@ class DaskBackend(NumPyBackend):
 
     def bandwidth(self, kernel, X, sample_weight=None):
         return dask_bandwidth(kernel.bandwidth, X, sample_weight=sample_weight)  # a rule: dask reductions
+
+    def resolved(self, kernel, X, sample_weight=None):
+        """Rules and levels by dask reductions over all the samples (:func:`dask_resolved`); a sum
+        term by term."""
+        if hasattr(kernel, "terms"):
+            return type(kernel)([(w, self.resolved(k, X, sample_weight)) for w, k in kernel.terms])
+        if not kernel.composite:  # a kNN kernel keeps its k: the pass merges each chunk's k nearest
+            return kernel if kernel.n_neighbors is not None else kernel.at_bandwidth(
+                self.bandwidth(kernel, X, sample_weight))
+        return dask_resolved(kernel, X, sample_weight)
 
     def require_in_memory(self, what, why):
         raise ValueError(f"{what} is not available on dask arrays ({why})")
