@@ -45,7 +45,7 @@ import warnings
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["BandwidthWarning", "EmptyNeighbourhoodWarning", "FallbackWarning", "LocalkitConvergenceWarning",
-           "LocalkitWarning", "NearSingularDesignWarning", "user_stacklevel", "warn"]
+           "LocalkitWarning", "NearSingularDesignWarning"]
 
 
 class LocalkitWarning(UserWarning):
