@@ -187,9 +187,10 @@ def _action(category, text, module, lineno):
 
 
 def warn(warning):
-    """Emit ``warning``, an instance of a localkit warning class, at the user's line
-    (:func:`user_stacklevel`): under Python's ``"default"`` action once per line of the user's code
-    (``"module"``: once per file), even where the filters are set anew in between.
+    """Emit ``warning``, a warning instance (of a localkit class, or a scikit-learn class that
+    localkit mirrors), at the user's line (:func:`user_stacklevel`): under Python's ``"default"``
+    action once per line of the user's code (``"module"``: once per file), even where the
+    filters are set anew in between.
 
     Python forgets which warnings it has shown whenever the filters change, and scikit-learn's
     cross-validation and searches set them anew for every fold (to carry the caller's filters

@@ -87,10 +87,11 @@ def warn_far_bandwidth(h, X, sample_weight=None):
         r = float(np.sqrt(np.sum((sigma / np.asarray(h, dtype=np.float64)) ** 2)))
     if np.isfinite(r) and 0 < r < 1.0 / WIDE:
         given = h if np.ndim(h) == 0 else np.asarray(h).tolist()
-        warn(BandwidthWarning(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean square "
-                              "distance of the samples to their mean: the warning's spread): every sample weighs about "
-                              "the same and the fit is close to the global mean; give a bandwidth on the data's scale "
-                              "or use bandwidth='scott' (the default) or 'cv'", spread=float(np.sqrt(np.sum(sigma ** 2)))))
+        warn(BandwidthWarning(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean "
+                              "square distance of the samples to their mean: the warning's spread): every sample weighs "
+                              "about the same and the fit is close to the global mean; give a bandwidth on the data's "
+                              "scale or use bandwidth='scott' (the default) or 'cv'",
+                              spread=float(np.sqrt(np.sum(sigma ** 2)))))
 
 
 class LocalKernelMixin:
