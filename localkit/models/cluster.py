@@ -101,8 +101,8 @@ def bin_seeds(X, bin_size, min_bin_freq=1):
     cells, _, counts = backend.occupied_cells(X, bin_size)
     seeds = cells[counts >= min_bin_freq].astype(np.float32)
     if len(seeds) == X.shape[0]:
-        # scikit-learn's words less its figure (bin_size is bandwidth_, which may differ from fold to fold)
-        warn(LocalkitWarning("Binning data failed with provided bin_size (bandwidth_), using data points as seeds."))
+        # scikit-learn's words, figure included (tests/test_mean_shift_bins.py compares them)
+        warn(LocalkitWarning(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds."))
         return backend.host(X)
     return seeds * bin_size
 
