@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import numbers
 import sys
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from tqdm import tqdm
 
-from .exceptions import LocalkitConvergenceWarning, user_stacklevel
+from .exceptions import LocalkitConvergenceWarning, warn
 
 __all__ = ["AUTO_DELAY", "ConvergenceWarning", "check_verbose", "optimizer_progress", "progress",
            "warn_max_iter", "warn_optimizer"]
@@ -66,13 +65,17 @@ def optimizer_progress(desc, max_iter, verbose=None):
     return bar, callback
 
 
-def warn_max_iter(name, max_iter, detail="", stacklevel=3):
-    """``ConvergenceWarning``: ``name`` stopped at ``max_iter`` before its stopping rule held."""
-    warnings.warn(f"{name} did not converge within max_iter={max_iter} iterations{detail}; increase "
-                  "max_iter or tol", LocalkitConvergenceWarning, stacklevel=user_stacklevel())
+def warn_max_iter(name, max_iter, n_unconverged=None, n_rows=None, what="rows", tol=True):
+    """``ConvergenceWarning``: ``name`` stopped at ``max_iter`` before its stopping rule held (with
+    ``n_unconverged`` of its ``n_rows`` rows, or ``what``, still moving); ``tol``: the estimator
+    has a ``tol`` to suggest."""
+    still = "" if n_unconverged is None else f" (some {what} still moving: the warning's n_unconverged of n_rows)"
+    warn(LocalkitConvergenceWarning(f"{name} did not converge within max_iter={max_iter} iterations{still}; "
+                                    f"increase max_iter{' or tol' if tol else ''}", n_unconverged=n_unconverged,
+                                    n_rows=n_rows))
 
 
-def warn_optimizer(result, name, max_iter):
+def warn_optimizer(result, name, max_iter, tol=False):
     """Warn when a ``scipy.optimize`` result stopped on its iteration limit (L-BFGS-B's status 1)."""
     if not result.success and result.nit >= max_iter:
-        warn_max_iter(name, max_iter, stacklevel=4)
+        warn_max_iter(name, max_iter, tol=tol)

@@ -259,7 +259,8 @@ def check_class_labels(y, name="y"):
         if "str" in kinds and len(kinds) > 1:
             raise ValueError(f"Mix of label input types (string and number); {name} holds {', '.join(sorted(kinds))}; "
                              "class labels must be all strings or all numbers")
-    check_classification_targets(y)
+    with np.errstate(invalid="ignore"):  # its integer test casts floats beyond int64 (1e300): a RuntimeWarning
+        check_classification_targets(y)  # before its own "Unknown label type" error
 
 
 # -- pieces of declarative parameter constraints (scikit-learn's ``validate_params``; see

@@ -18,15 +18,29 @@ A warning points at the user's line: the first frame of the call stack outside l
 scikit-learn (and joblib), not at the file inside localkit that noticed the problem
 (:func:`user_stacklevel`).
 
+A warning's message is the same each time its cause recurs, and is shown once per line of the
+user's code (Python's ``"default"`` action), also across the folds of a cross-validation or a
+search: the figures that differ from one occurrence to the next (how many queries, which rows,
+the data's spread in this fold) are attributes of the warning instance, listed by each class::
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EmptyNeighbourhoodWarning)
+        model.predict(X)
+    [(w.message.n_empty, w.message.n_queries) for w in caught]
+
 >>> import warnings
 >>> from sklearn.exceptions import ConvergenceWarning
 >>> issubclass(LocalkitConvergenceWarning, ConvergenceWarning), issubclass(NearSingularDesignWarning, RuntimeWarning)
 (True, True)
+>>> w = EmptyNeighbourhoodWarning("some queries have an empty neighbourhood", n_empty=3, n_queries=40)
+>>> str(w), w.n_empty, w.n_queries, w.rows
+('some queries have an empty neighbourhood', 3, 40, None)
 """
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from sklearn.exceptions import ConvergenceWarning
 
@@ -35,28 +49,82 @@ __all__ = ["BandwidthWarning", "EmptyNeighbourhoodWarning", "FallbackWarning", "
 
 
 class LocalkitWarning(UserWarning):
-    """The base of every warning that localkit raises."""
+    """The base of every warning that localkit raises.
+
+    Attributes
+    ----------
+    chunk : tuple of int or None
+        For a warning raised while computing one chunk of a dask array, the rows of that chunk,
+        ``(start, stop)``; None otherwise.
+    """
+
+    chunk = None
 
 
 class BandwidthWarning(LocalkitWarning):
     """A bandwidth far wider than the data's spread: every sample weighs about the same, so the
     local model is close to the global one; or a ``"cv"`` bandwidth that stopped at the smallest
-    of its search (the leave-one-out objective still improving as ``h -> 0``)."""
+    of its search (the leave-one-out objective still improving as ``h -> 0``).
+
+    Attributes
+    ----------
+    spread : float or None
+        The data's spread: the root mean square distance of the samples to their mean (None for
+        a ``"cv"`` search that stopped at its smallest bandwidth).
+    """
+
+    def __init__(self, message="", *, spread=None):
+        super().__init__(message)
+        self.spread = spread
 
 
 class NearSingularDesignWarning(LocalkitWarning, RuntimeWarning):
     """A local model's weighted design is (near) singular at some queries (too few neighbours or
-    collinear points): those queries fall back to a simpler local model."""
+    collinear points): those queries fall back to a simpler local model.
+
+    Attributes
+    ----------
+    n_singular, n_queries : int or None
+        How many queries fell back, out of how many.
+    """
+
+    def __init__(self, message="", *, n_singular=None, n_queries=None):
+        super().__init__(message)
+        self.n_singular, self.n_queries = n_singular, n_queries
 
 
 class EmptyNeighbourhoodWarning(LocalkitWarning, RuntimeWarning):
     """Some queries have no sample of weight inside the kernel's support (a compact kernel, a
-    ``min_weight``, a graph that no label reaches): they get the documented fallback answer."""
+    ``min_weight``, a graph that no label reaches): they get the documented fallback answer.
+
+    Attributes
+    ----------
+    n_empty, n_queries : int or None
+        How many queries (or training samples) are empty, out of how many.
+    rows : ndarray of int or None
+        Which, where the estimator says so (relaxation labeling): their row indices in the call's
+        input (in a dask array, counted from its first row).
+    """
+
+    def __init__(self, message="", *, n_empty=None, n_queries=None, rows=None):
+        super().__init__(message)
+        self.n_empty, self.n_queries, self.rows = n_empty, n_queries, rows
 
 
 class LocalkitConvergenceWarning(LocalkitWarning, ConvergenceWarning):
     """An iteration (fixed point, optimiser) stopped at ``max_iter`` before its stopping rule held.
-    A :class:`sklearn.exceptions.ConvergenceWarning`, so scikit-learn's filters apply."""
+    A :class:`sklearn.exceptions.ConvergenceWarning`, so scikit-learn's filters apply.
+
+    Attributes
+    ----------
+    n_unconverged, n_rows : int or None
+        For an iteration of many rows (mean shift's seeds, per-row fixed points), how many were
+        still moving, out of how many; None for one iteration as a whole.
+    """
+
+    def __init__(self, message="", *, n_unconverged=None, n_rows=None):
+        super().__init__(message)
+        self.n_unconverged, self.n_rows = n_unconverged, n_rows
 
 
 class FallbackWarning(LocalkitWarning, RuntimeWarning):
@@ -98,3 +166,48 @@ def user_stacklevel():
                 return level
         frame, level = frame.f_back, level + 1
     return first_outside_localkit or 1
+
+
+#: the warnings that :func:`warn` showed under the "default" and "module" actions: the filters in
+#: force, the class, the message and the user's file and line (0 for "module")
+_SHOWN = set()
+
+
+def _matches(pattern, value):
+    """A filter's message or module pattern against a warning's (``warnings.warn_explicit``'s rule)."""
+    return pattern is None or (pattern == value if isinstance(pattern, str) else bool(pattern.match(value)))
+
+
+def _action(category, text, module, lineno):
+    """The action of Python's warning filters on this warning (the first filter that matches, else
+    ``warnings.defaultaction``), and the filters."""
+    filters = tuple(warnings._get_filters() if hasattr(warnings, "_get_filters") else warnings.filters)
+    for action, message, cat, mod, line in filters:
+        if _matches(message, text) and issubclass(category, cat) and _matches(mod, module) and line in (0, lineno):
+            return action, filters
+    return warnings.defaultaction, filters
+
+
+def warn(warning):
+    """Emit ``warning``, a warning instance (of a localkit class, or a scikit-learn class that
+    localkit mirrors), at the user's line (:func:`user_stacklevel`): under Python's ``"default"``
+    action once per line of the user's code (``"module"``: once per file), even where the
+    filters are set anew in between.
+
+    Python forgets which warnings it has shown whenever the filters change, and scikit-learn's
+    cross-validation and searches set them anew for every fold (to carry the caller's filters
+    into each task): a warning showed once per fold, five times in a 5-fold
+    ``cross_val_score``. Here a warning already shown at that line under the same filters is not
+    shown again. Every other action (``"always"``, ``"error"``, ``"ignore"``, ``"once"``, and so
+    ``pytest.warns``) is Python's own.
+    """
+    level = user_stacklevel()
+    frame = sys._getframe(level - 1)  # level 1 is this function's frame
+    category, text = type(warning), str(warning)
+    action, filters = _action(category, text, frame.f_globals.get("__name__", "<string>"), frame.f_lineno)
+    if action in ("default", "module"):
+        key = (filters, category, text, frame.f_code.co_filename, frame.f_lineno if action == "default" else 0)
+        if key in _SHOWN:
+            return
+        _SHOWN.add(key)
+    warnings.warn(warning, stacklevel=level)

@@ -185,7 +185,7 @@ def test_derivative_equals_kernelreg_marginal_effects(algorithm, rtol):
     X, y = data.data[:, [2, 3]], data.target
     h = 0.5 * X.std(axis=0)
     Q = X[::20]
-    mean, mfx = KernelReg(y, X, var_type="cc", reg_type="ll", bw=h).fit(Q)
+    mean, mfx = KernelReg(y, X, var_type="cc", reg_type="ll", bw=h, rng=0).fit(Q)
     fit = LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth=h, algorithm=algorithm).fit(X, y)
     slopes = fit.predict_derivative(Q)
     assert slopes.shape == (len(Q), 2)

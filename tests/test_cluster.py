@@ -9,6 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import MeanShift, local_mean
+from localkit.exceptions import LocalkitConvergenceWarning
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +24,17 @@ def separated():
 
 
 def assert_same_as_sklearn(X, **params):
-    ref = skc.MeanShift(**params).fit(X)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # our driver also warns when max_iter cuts seeds short
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        ref = skc.MeanShift(**params).fit(X)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         ours = MeanShift(**params).fit(X)
+    # scikit-learn's warning where bin seeding fails, and ours; ours also says when max_iter cut seeds short
+    binning = "Binning data failed with provided bin_size"
+    assert all(binning in str(w.message) for w in theirs)
+    assert sum(binning in str(w.message) for w in caught) == len(theirs)
+    assert all(issubclass(w.category, LocalkitConvergenceWarning) for w in caught if binning not in str(w.message))
     assert ours.cluster_centers_.shape == ref.cluster_centers_.shape
     np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(ours.labels_, ref.labels_)

@@ -1,4 +1,6 @@
 """The local-mean denoiser (posterior mean) and the lazy autoencoder (unsupervised kernel regression)."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from sklearn.decomposition import PCA
 from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import LazyAutoencoder, LocalMeanDenoiser, local_mean
+from localkit.exceptions import LocalkitConvergenceWarning
 from localkit.engine.reconstruction import reconstruction_gradient
 
 
@@ -122,7 +125,8 @@ def test_reconstruction_error_is_the_engines_leave_one_out(rng):
 def swiss_fit():
     X, _ = make_swiss_roll(450, noise=0.2, random_state=0)
     train, test = X[:300], X[300:]
-    return train, test, LazyAutoencoder(n_components=2, max_iter=60).fit(train)
+    with pytest.warns(LocalkitConvergenceWarning, match="max_iter=60"):  # 60 iterations: good enough, and quick
+        return train, test, LazyAutoencoder(n_components=2, max_iter=60).fit(train)
 
 
 def test_swiss_roll_reconstructs_clearly_better_than_pca(swiss_fit):
@@ -163,4 +167,10 @@ def test_autoencoder_bad_data(swiss_fit):
 @pytest.mark.parametrize("est", [LocalMeanDenoiser(), LazyAutoencoder(n_components=1, max_iter=10)],
                          ids=lambda e: type(e).__name__)
 def test_check_estimator(est):
-    check_estimator(est)
+    # max_iter=10 keeps LazyAutoencoder's checks fast (24 s; 100 iterations: 129 s, and they still
+    # do not converge): its fits stop there and say so, every one with the same warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LocalkitConvergenceWarning)
+        check_estimator(est)
+    expected = {"LazyAutoencoder did not converge within max_iter=10 iterations; increase max_iter"}
+    assert {str(w.message) for w in caught} == (expected if isinstance(est, LazyAutoencoder) else set())

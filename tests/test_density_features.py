@@ -90,7 +90,7 @@ def test_cv_is_at_least_as_good_as_statsmodels(log_income, columns):
     ours = KernelDensity(bandwidth="cv").fit(X)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # log(0) inside statsmodels' search
-        ref = KDEMultivariate(X, var_type="c" * X.shape[1], bw="cv_ml")
+        ref = KDEMultivariate(X, var_type="c" * X.shape[1], bw="cv_ml", rng=0)
         theirs = -ref.loo_likelihood(ref.bw, func=np.log)
         at_ours = -ref.loo_likelihood(np.atleast_1d(ours.bandwidth_), func=np.log)
     assert at_ours >= theirs

@@ -1,5 +1,6 @@
 """The streaming local-mean engine: definition, paths, invariances, numerics, memory."""
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_diabetes
 
 from localkit import Kernel, local_mean, local_sums
+from localkit.exceptions import EmptyNeighbourhoodWarning
 from localkit.kernels import PROFILES
 
 
@@ -225,10 +227,14 @@ def test_knn_gaussian_with_duplicates_counts_only_the_coinciding_samples():
 def test_integer_sample_weights_equal_repeated_samples(diabetes, name, algorithm):
     X, y = diabetes
     w = np.random.default_rng(0).integers(0, 4, len(X))  # zeros drop samples
-    m, s = local_mean(X[:60], X, y, name, 0.12, sample_weight=w, return_weight_sum=True, algorithm=algorithm,
-                      empty="nan")
-    m_rep, s_rep = local_mean(X[:60], np.repeat(X, w, axis=0), np.repeat(y, w), name, 0.12,
-                              return_weight_sum=True, algorithm=algorithm, empty="nan")
+    with warnings.catch_warnings(record=True) as caught:  # compact kernels leave some queries empty
+        warnings.simplefilter("always", EmptyNeighbourhoodWarning)
+        m, s = local_mean(X[:60], X, y, name, 0.12, sample_weight=w, return_weight_sum=True, algorithm=algorithm,
+                          empty="nan")
+        m_rep, s_rep = local_mean(X[:60], np.repeat(X, w, axis=0), np.repeat(y, w), name, 0.12,
+                                  return_weight_sum=True, algorithm=algorithm, empty="nan")
+    n_empty = int(np.sum(np.isnan(m)))
+    assert [r.message.n_empty for r in caught] == ([n_empty] * 2 if n_empty else [])
     assert np.any(s > 0)
     np.testing.assert_allclose(m, m_rep, rtol=1e-12, atol=1e-10, equal_nan=True)
     np.testing.assert_allclose(s, s_rep, rtol=1e-12)

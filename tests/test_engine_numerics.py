@@ -14,12 +14,16 @@ U2 = np.array([0.0, 1e-300, 1e-12, 0.09, 0.25, 0.81, 0.999999, 1.0, 1.000001, 4.
 
 
 def exact_local_mean(Q, X, v, name, h):
-    """The definition, in float64 with exact (difference) distances and a row-max shift."""
+    """The definition, in float64 with exact (difference) distances and a row-max shift; NaN where
+    no sample lies inside a compact kernel's support (no local mean)."""
     u2 = cdist(np.asarray(Q, dtype=float), np.asarray(X, dtype=float), "sqeuclidean") / h**2
     L = PROFILES[name].log_k(u2)
-    L -= L.max(axis=1, keepdims=True)
-    W = np.exp(L)
-    return (W @ np.asarray(v, dtype=float)) / W.sum(axis=1)
+    top = L.max(axis=1)
+    alive = top > -np.inf
+    W = np.exp(L[alive] - top[alive, None])
+    out = np.full(len(L), np.nan)
+    out[alive] = (W @ np.asarray(v, dtype=float)) / W.sum(axis=1)
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

@@ -1,10 +1,13 @@
 """float32 in, float32 out: every estimator's floating outputs keep the input's precision."""
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_iris
 from sklearn.linear_model import LinearRegression, LogisticRegression
 
 import localkit
+from localkit.exceptions import LocalkitConvergenceWarning
 
 Xi, yi = load_iris(return_X_y=True)
 Xi = Xi.astype(np.float32)
@@ -14,7 +17,8 @@ Xd, yd = (Xd / Xd.std(0)).astype(np.float32)[:150], yd[:150].astype(np.float32)
 CASES = {
     "LocalMeanRegressor": (lambda: localkit.LocalMeanRegressor(bandwidth=1.0), Xd, yd),
     "LocalMeanClassifier": (lambda: localkit.LocalMeanClassifier(bandwidth=1.0), Xi, yi),
-    "LocalPolynomialRegressor": (lambda: localkit.LocalPolynomialRegressor(bandwidth=2.0), Xd, yd),
+    # h = 3 (h = 2 leaves the local linear designs in 10-D near-singular, and warns, in float64 too)
+    "LocalPolynomialRegressor": (lambda: localkit.LocalPolynomialRegressor(bandwidth=3.0), Xd, yd),
     "Localized(LinearRegression)": (lambda: localkit.Localized(LinearRegression(), bandwidth=2.0), Xd[:60], yd[:60]),
     "Localized(LogisticRegression)": (lambda: localkit.Localized(LogisticRegression(), bandwidth=2.0), Xi[::3],
                                       yi[::3]),
@@ -30,11 +34,15 @@ CASES = {
 }
 
 
-@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+#: fits cut short to keep the test quick, which say so
+STOPPED = {"MetricLearningKernelRegressor": "max_iter=3", "LazyAutoencoder": "max_iter=2"}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_float32_outputs_stay_float32(name):
     make, X, y = CASES[name]
-    model = make().fit(X) if y is None else make().fit(X, y)
+    with pytest.warns(LocalkitConvergenceWarning, match=STOPPED[name]) if name in STOPPED else nullcontext():
+        model = make().fit(X) if y is None else make().fit(X, y)
     checked = 0
     for method in ("predict", "predict_proba", "transform"):
         if hasattr(model, method):

@@ -62,10 +62,11 @@ def test_per_row_freezes_converged_rows_and_calls_step_only_on_moving_rows():
 
 
 def test_per_row_warning_counts_rows_still_moving():
-    with pytest.warns(ConvergenceWarning, match="1 of 2 rows"):
+    with pytest.warns(ConvergenceWarning, match="some rows still moving") as rec:
         out = iterate(lambda s, r: s * np.where(r == 0, 0.0, 2.0)[:, None] + (r == 1)[:, None],
                       np.ones((2, 1)), tol=1e-3, max_iter=4, per_row=True)
     assert out.converged.tolist() == [True, False]
+    assert (rec[0].message.n_unconverged, rec[0].message.n_rows) == (1, 2)
 
 
 def test_progress_bar_writes_to_stderr(capsys):

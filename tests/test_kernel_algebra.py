@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -65,11 +64,9 @@ MIXED = {"cu": ([0, 1], [0.7, 0.25]), "co": ([0, 2], [0.5, 0.35]), "cuo": ([0, 1
 
 def _compare(X, y, Q, var_type, bw):
     K = product(var_type, bw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # statsmodels' random-state notice
-        lc = KernelReg(y, X, var_type=var_type, reg_type="lc", bw=bw).fit(Q)[0]
-        ll = KernelReg(y, X, var_type=var_type, reg_type="ll", bw=bw).fit(Q)[0]
-        pdf = KDEMultivariate(X, var_type=var_type, bw=bw).pdf(Q)
+    lc = KernelReg(y, X, var_type=var_type, reg_type="lc", bw=bw, rng=0).fit(Q)[0]  # rng: statsmodels' notice
+    ll = KernelReg(y, X, var_type=var_type, reg_type="ll", bw=bw, rng=0).fit(Q)[0]  # of its random-state default
+    pdf = KDEMultivariate(X, var_type=var_type, bw=bw, rng=0).pdf(Q)
     ours_lc = LocalMeanRegressor(kernel=K).fit(X, y).predict(Q)
     ours_ll = LocalPolynomialRegressor(kernel=K, degree=1).fit(X, y).predict(Q)
     ours_pdf = kernel_density(Q, X, kernel=K)

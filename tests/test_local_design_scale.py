@@ -37,7 +37,7 @@ def test_kernelreg_local_linear_at_its_cross_validated_bandwidth():
     X, y = load_diabetes(return_X_y=True)
     x = X[:150, 2:3]
     bw = np.array([1.3e5])
-    ref = KernelReg(y[:150], x, var_type="c", reg_type="ll", bw=bw).fit(x)[0]
+    ref = KernelReg(y[:150], x, var_type="c", reg_type="ll", bw=bw, rng=0).fit(x)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = LocalPolynomialRegressor(kernel="gaussian", bandwidth=bw).fit(x, y[:150]).predict(x)

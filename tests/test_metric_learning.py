@@ -1,5 +1,7 @@
 """Metric learning for kernel regression: the analytic gradient against finite differences, the
 point of it (finding the relevant directions of make_friedman1), and its regularisation."""
+import warnings
+
 import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
@@ -10,6 +12,7 @@ from sklearn.utils.estimator_checks import check_estimator
 from localkit import LocalMeanRegressor, MetricLearningKernelRegressor, local_mean
 from localkit.models import metric_learning
 from localkit.models.metric_learning import loo_objective
+from localkit.exceptions import LocalkitConvergenceWarning
 
 
 @pytest.mark.parametrize("shape", [(10, 10), (3, 10), (10,)], ids=["full", "low-rank", "diagonal"])
@@ -74,7 +77,8 @@ def test_penalty_keeps_it_from_overfitting_few_samples():
     X, y = load_diabetes(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0)
     iso = LocalMeanRegressor(bandwidth="cv").fit(Xtr, ytr).score(Xte, yte)
-    plain = MetricLearningKernelRegressor(max_iter=150).fit(Xtr, ytr)
+    with pytest.warns(LocalkitConvergenceWarning, match="max_iter=150"):  # the unpenalised fit keeps going
+        plain = MetricLearningKernelRegressor(max_iter=150).fit(Xtr, ytr)
     pulled = MetricLearningKernelRegressor(alpha=1.0, max_iter=150).fit(Xtr, ytr)
     # the plain fit drives its training objective far below the penalised one, and pays for it
     assert plain.loo_loss_ < pulled.loo_loss_
@@ -89,7 +93,8 @@ def test_penalty_keeps_it_from_overfitting_few_samples():
 
 def test_predict_is_the_local_mean_in_the_learned_metric():
     X, y = make_friedman1(n_samples=150, noise=1.0, random_state=2)
-    model = MetricLearningKernelRegressor(n_components=3, max_iter=30).fit(X, y)
+    with pytest.warns(LocalkitConvergenceWarning, match="max_iter=30"):  # a quick fit is enough here
+        model = MetricLearningKernelRegressor(n_components=3, max_iter=30).fit(X, y)
     assert model.components_.shape == (3, 10) and model.transform(X).shape == (150, 3)
     Z = X @ model.components_.T
     D2 = ((Z[:20, None, :] - Z[None]) ** 2).sum(axis=2)
@@ -127,5 +132,10 @@ def test_bad_data(monkeypatch):
 def test_check_estimator():
     # On the check's two tight blobs the cross-validated isotropic start already has zero
     # leave-one-out error, so L-BFGS converges without an iteration: n_iter_ is honestly 0.
-    check_estimator(MetricLearningKernelRegressor(max_iter=5), expected_failed_checks={
-        "check_transformer_n_iter": "the objective is already 0 at the start on that data"})
+    # max_iter=5 keeps the checks quick: the fits that stop there say so, all with the same warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LocalkitConvergenceWarning)
+        check_estimator(MetricLearningKernelRegressor(max_iter=5), expected_failed_checks={
+            "check_transformer_n_iter": "the objective is already 0 at the start on that data"})
+    assert {str(w.message) for w in caught} <= {
+        "MetricLearningKernelRegressor did not converge within max_iter=5 iterations; increase max_iter or tol"}

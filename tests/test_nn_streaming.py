@@ -235,7 +235,7 @@ def test_causal_gaussian_per_head_bandwidth_and_broadcast_batch(dtype):
         tol_out, tol_grad = 1e-13, 1e-11
     else:  # inputs rounded to dtype: relative error ~ eps on every weight
         tol_out = tol_grad = 8 * torch.finfo(dtype).eps
-    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol_out * float(ref.abs().max()), rtol=0)
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=tol_out * float(ref.detach().abs().max()), rtol=0)
     for name, a, b in zip("qkvh", ours, refs):
         np.testing.assert_allclose(a.double(), b, atol=tol_grad * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
 

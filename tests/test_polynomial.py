@@ -52,7 +52,7 @@ def test_equals_statsmodels_lowess(sine, frac, it):
 def test_equals_kernelreg_local_linear(diabetes):
     X, y = diabetes
     bw = 0.8 * X.std(axis=0)
-    kr = KernelReg(y, X, var_type="cccc", reg_type="ll", bw=bw)
+    kr = KernelReg(y, X, var_type="cccc", reg_type="ll", bw=bw, rng=0)
     Xq = X[:40] + 0.3 * bw
     model = LocalPolynomialRegressor(kernel="gaussian", bandwidth=bw).fit(X, y)
     np.testing.assert_allclose(model.predict(X), kr.fit()[0], rtol=0, atol=1e-6)

@@ -51,3 +51,36 @@ def test_one_filter_silences_them_all():
         warnings.simplefilter("error")
         warnings.simplefilter("ignore", LocalkitWarning)
         LocalMeanRegressor(bandwidth=1.0).fit(X, y)
+
+
+def test_a_warning_shows_once_per_line_across_the_folds_of_cross_validation():
+    """Python's default action shows a warning once per line; scikit-learn sets the filters anew
+    for each fold, which made Python forget it, and the fold's figures in the message made each
+    fold's text differ. The 5 folds' spreads differ (the warning's ``spread``); the message does not."""
+    X, y = load_diabetes(return_X_y=True)
+    with warnings.catch_warnings(record=True) as every:
+        warnings.simplefilter("always", BandwidthWarning)
+        cross_val_score(LocalMeanRegressor(bandwidth=1.0), X, y, cv=5)
+    assert len(every) == 5 and len({w.message.spread for w in every}) == 5 and len({str(w.message) for w in every}) == 1
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        for _ in range(2):  # the same line twice: still once
+            cross_val_score(LocalMeanRegressor(bandwidth=1.0), X, y, cv=5)
+        cross_val_score(LocalMeanRegressor(bandwidth=2.0), X, y, cv=5)  # another line, another message
+    assert [(w.category, w.filename, w.lineno) for w in shown] == [
+        (BandwidthWarning, __file__, shown[0].lineno), (BandwidthWarning, __file__, shown[0].lineno + 1)]
+    assert "bandwidth=2.0" in str(shown[1].message)
+
+
+def test_a_warning_shows_again_where_the_filters_change():
+    X, y = load_diabetes(return_X_y=True)
+    for action in ("default", "always"):
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter(action)
+            for _ in range(2):
+                cross_val_score(LocalMeanRegressor(bandwidth=1.0), X, y, cv=3)
+        assert len(shown) == (1 if action == "default" else 6)
+    with pytest.raises(BandwidthWarning):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", BandwidthWarning)
+            cross_val_score(LocalMeanRegressor(bandwidth=1.0), X, y, cv=3, error_score="raise")

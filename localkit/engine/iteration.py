@@ -130,8 +130,10 @@ def iterate(step: Callable, state, *, tol, max_iter, change: Callable | None = N
         else:
             out = _iterate_global(step, x, tol, max_iter, change or max_abs_change, below, trail, bar)
     if warn and not np.all(out.converged):
-        still = "" if not per_row else f" ({int(np.sum(~out.converged))} of {len(x)} rows still moving)"
-        warn_max_iter(name, max_iter, still, stacklevel=4)
+        if per_row:
+            warn_max_iter(name, max_iter, int(np.sum(~out.converged)), len(x))
+        else:
+            warn_max_iter(name, max_iter)
     return out
 
 

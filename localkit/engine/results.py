@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
+from ..exceptions import EmptyNeighbourhoodWarning, warn
 
 
 @dataclass
@@ -80,8 +79,8 @@ def check_empty(policy, count, stacklevel):
             "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'"
         )
     if policy == "nan":
-        warnings.warn(f"{count} queries have an empty neighbourhood; their local means are NaN "
-                      "(empty='nan')", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
+        warn(EmptyNeighbourhoodWarning("some queries have an empty neighbourhood; their local means are NaN "
+                                       "(empty='nan'); the warning's n_empty says how many", n_empty=count))
 
 
 def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):

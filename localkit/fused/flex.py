@@ -27,12 +27,11 @@ weights added to every score.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
 from ..kernels.profiles import PROFILES
-from ..exceptions import FallbackWarning, user_stacklevel
+from ..exceptions import FallbackWarning, warn
 
 #: Distinct ``score_mod``s (ten profiles, windows) and shapes each compile once; torch's default
 #: recompile limit (8 per function) would silently send the rest to the eager, dense fallback
@@ -71,8 +70,8 @@ def fused_or_none(key, call):
         _FAILED.add(key)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         fused = "The Triton attention kernel" if key[0] == "triton" else "FlexAttention"
-        warnings.warn(f"{fused} failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
-                      "path is used instead (exact, slower)", FallbackWarning, stacklevel=user_stacklevel())
+        warn(FallbackWarning(f"{fused} failed to compile for {key} ({type(exc).__name__}: {first}); the streamed "
+                             "path is used instead (exact, slower)"))
         return None
 
 

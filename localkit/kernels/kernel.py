@@ -784,9 +784,12 @@ def _param_array(params, key, shape, metric):
 
 def _frequency_covariance(X, sample_weight):
     """The samples' covariance with ``sample_weight`` read as counts of repeated rows,
-    ``sum_i c_i (x_i - m)(x_i - m)^T / (sum c - 1)`` (``np.cov`` with ddof=1 without weights)."""
+    ``sum_i c_i (x_i - m)(x_i - m)^T / (sum c - 1)`` (``np.cov`` with ddof=1 without weights), and
+    ``sum c``; None for the covariance where ``sum c <= 1``."""
     c = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     total = c.sum()
+    if not total > 1:  # no (co)variance: the caller refuses it by name
+        return None, total
     Xc = X - (c @ X) / total
     return (Xc * c[:, None]).T @ Xc / (total - 1.0), total
 

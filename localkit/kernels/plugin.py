@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 
 import numpy as np
 from numba import njit
 
-from ..exceptions import LocalkitConvergenceWarning, user_stacklevel
+from ..exceptions import LocalkitConvergenceWarning, warn
 
 #: the ISJ grid: 2^10 points over the data range padded by max(range / 2, ISJ_PAD) each side
 ISJ_GRID = 1024
@@ -396,7 +395,7 @@ def zeroin(f, lower, upper, f_lower, f_upper, tol, maxiter=1000):
         fb = f(b)
         if (fb > 0 and fc > 0) or (fb < 0 and fc < 0):  # keep c on the other side of the root from b
             c, fc = a, fa
-    warnings.warn(f"zeroin did not converge in {maxiter} iterations", LocalkitConvergenceWarning, stacklevel=user_stacklevel())
+    warn(LocalkitConvergenceWarning(f"zeroin did not converge in {maxiter} iterations"))
     return b
 
 

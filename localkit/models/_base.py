@@ -10,7 +10,6 @@ from sklearn.utils._array_api import get_namespace
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-import warnings
 
 from .._params import (GRID_PARAMS, KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, WEIGHTS_CONSTRAINT)
@@ -20,7 +19,7 @@ from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
-from ..exceptions import BandwidthWarning, user_stacklevel
+from ..exceptions import BandwidthWarning, warn
 
 FLOATS = [np.float64, np.float32]
 
@@ -88,10 +87,11 @@ def warn_far_bandwidth(h, X, sample_weight=None):
         r = float(np.sqrt(np.sum((sigma / np.asarray(h, dtype=np.float64)) ** 2)))
     if np.isfinite(r) and 0 < r < 1.0 / WIDE:
         given = h if np.ndim(h) == 0 else np.asarray(h).tolist()
-        warnings.warn(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean square "
-                      f"distance of the samples to their mean, {float(np.sqrt(np.sum(sigma ** 2))):.3g}): every "
-                      "sample weighs about the same and the fit is close to the global mean; give a bandwidth on "
-                      "the data's scale or use bandwidth='scott' (the default) or 'cv'", BandwidthWarning, stacklevel=user_stacklevel())
+        warn(BandwidthWarning(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean "
+                              "square distance of the samples to their mean: the warning's spread): every sample weighs "
+                              "about the same and the fit is close to the global mean; give a bandwidth on the data's "
+                              "scale or use bandwidth='scott' (the default) or 'cv'",
+                              spread=float(np.sqrt(np.sum(sigma ** 2)))))
 
 
 class LocalKernelMixin:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -14,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..engine import backend_of
 from ._base import MIXABLE_KERNEL, LocalMeanParams
-from ..exceptions import LocalkitWarning, user_stacklevel
+from ..exceptions import LocalkitWarning, warn
 
 
 class LocalMeanClassifier(LocalMeanParams, ClassifierMixin, BaseEstimator):
@@ -128,8 +126,8 @@ sample_weight_type, weights, metric_params
         X, y, backend = self._fit_data(X, y, sample_weight, multi_output=True, accept_sparse="csr")
         self._check_sparse_fit(X)
         if y.ndim == 2 and y.shape[1] == 1:  # scikit-learn's KNeighborsClassifier: one output, warned
-            warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
-                          "of y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=user_stacklevel())
+            warn(DataConversionWarning("A column-vector y was passed when a 1d array was expected. Please change the "
+                                       "shape of y to (n_samples,), for example using ravel()."))
             y = y[:, 0]
         self.outputs_2d_ = y.ndim == 2
         if self.outputs_2d_:
@@ -208,8 +206,8 @@ sample_weight_type, weights, metric_params
                 if at.size == 1:
                     proba[outliers, start + at[0]] = 1.0
                 else:
-                    warnings.warn(f"Outlier label {label_k} is not in training classes. All class probabilities "
-                                  "of outliers will be assigned with 0.", LocalkitWarning, stacklevel=user_stacklevel())
+                    warn(LocalkitWarning(f"Outlier label {label_k} is not in training classes. All class "
+                                         "probabilities of outliers will be assigned with 0."))
                 start += len(classes_k)
         return proba, outliers
 

@@ -12,7 +12,6 @@ On tensors under array-API dispatch every engine pass runs on the tensors' devic
 """
 from __future__ import annotations
 
-import warnings
 from numbers import Integral
 
 import numpy as np
@@ -25,7 +24,7 @@ from .._progress import warn_max_iter
 from .._validation import check_points
 from ..engine import EngineOptions, backend_of, bind, iterate, map_queries, row_norm_change
 from ..kernels import Kernel
-from ..exceptions import LocalkitWarning, user_stacklevel
+from ..exceptions import LocalkitWarning, warn
 
 
 def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sample_weight=None,
@@ -67,7 +66,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
                      change=lambda a, b: row_norm_change(a, b).max(), inclusive=True, history=history,
                      progress=verbose, warn=False, name="blurring mean shift")
         if not fp.converged:
-            warn_max_iter("blurring mean shift", max_iter)
+            warn_max_iter("blurring mean shift", max_iter, tol=False)
         return fp, intensity
 
     # the samples stay put: bound once, so the compiled pass sorts them once for every iteration
@@ -82,7 +81,7 @@ def shift_seeds(X, seeds, kernel, max_iter, blurring=False, history=False, *, sa
     fp = iterate(step, seeds, tol=tol, max_iter=max_iter + 1, change=row_norm_change, per_row=True,
                  inclusive=True, history=history, progress=verbose, warn=False, name="mean shift")
     if not fp.converged.all():  # counted as scikit-learn counts: max_iter beyond the first update
-        warn_max_iter("mean shift", max_iter, f" ({int(np.sum(~fp.converged))} of {len(seeds)} seeds still moving)")
+        warn_max_iter("mean shift", max_iter, int(np.sum(~fp.converged)), len(seeds), what="seeds", tol=False)
     return fp, intensity
 
 
@@ -102,8 +101,8 @@ def bin_seeds(X, bin_size, min_bin_freq=1):
     cells, _, counts = backend.occupied_cells(X, bin_size)
     seeds = cells[counts >= min_bin_freq].astype(np.float32)
     if len(seeds) == X.shape[0]:
-        warnings.warn(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds.",
-                      LocalkitWarning, stacklevel=user_stacklevel())
+        # scikit-learn's words, figure included (tests/test_mean_shift_bins.py compares them)
+        warn(LocalkitWarning(f"Binning data failed with provided bin_size={bin_size:f}, using data points as seeds."))
         return backend.host(X)
     return seeds * bin_size
 

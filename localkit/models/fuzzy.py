@@ -18,6 +18,7 @@ prototype-centred weights. The weights come from :mod:`localkit.engine.prototype
 """
 from __future__ import annotations
 
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -26,6 +27,7 @@ from scipy import optimize
 from scipy.special import log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Options, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -140,8 +142,11 @@ class _TSKBase(BaseEstimator):
         sd = m * np.sqrt(np.average(((X - mu) / m) ** 2, axis=0, weights=w))
         sd[sd == 0] = 1.0
         Z = (X - mu) / sd
-        km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(
-            Z, sample_weight=w)
+        with warnings.catch_warnings():  # fewer distinct points than rules: rules share a centre (a
+            # rule of their own each, identical), not a failure of a KMeans the user never called
+            warnings.filterwarnings("ignore", "Number of distinct clusters", ConvergenceWarning)
+            km = KMeans(self.n_rules, n_init=10, random_state=check_random_state(self.random_state)).fit(
+                Z, sample_weight=w)
         C = km.cluster_centers_
         S = np.full_like(C, _MIN_WIDTH)
         for r in range(self.n_rules):

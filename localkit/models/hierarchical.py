@@ -91,7 +91,11 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     >>> from localkit import HierarchicalAutoencoder
     >>> t = np.linspace(0, 3, 60)
     >>> X = np.c_[np.cos(t), np.sin(t), 0.1 * t, 0.2 * np.cos(3 * t)]
-    >>> hae = HierarchicalAutoencoder(n_components=(2, 1), max_iter=30).fit(X)
+    >>> import warnings
+    >>> from localkit.exceptions import LocalkitConvergenceWarning
+    >>> with warnings.catch_warnings():  # 30 iterations: a quick fit short of convergence, which it warns about
+    ...     warnings.simplefilter("ignore", LocalkitConvergenceWarning)
+    ...     hae = HierarchicalAutoencoder(n_components=(2, 1), max_iter=30).fit(X)
     >>> bool(hae.reconstruction_error_ <= hae.init_error_)
     True
     >>> hae.transform(X[:2]).shape, hae.inverse_transform(hae.transform(X[:2])).shape

@@ -45,7 +45,7 @@ import numpy as np
 from scipy import optimize
 
 from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, bind, twin_groups
-from ..exceptions import BandwidthWarning, user_stacklevel
+from ..exceptions import BandwidthWarning, warn
 from ..kernels import Kernel
 from ..kernels.kernel import ProductKernel
 from ..kernels.kernel import SumKernel
@@ -436,11 +436,12 @@ def select_cv_bandwidths(kernel, X, loss, sample_weight=None, kind=None, values=
     low = np.array([lo for lo, _ in slots.bounds])
     at_floor = ~slots.categorical & (best <= low + 1e-6)
     if np.any(at_floor):
-        warnings.warn(f"bandwidth='cv' stopped at its smallest bandwidth ({np.exp(low[at_floor]).tolist()}, 1e-4 times "
-                      "the normal reference) for some continuous column(s): the leave-one-out objective still "
-                      "improves as h -> 0, as it does where many rows repeat a value (a density's leave-one-out "
-                      "likelihood is then unbounded); treat such a column as categorical, or give its bandwidth",
-                      BandwidthWarning, stacklevel=user_stacklevel())
+        # the bandwidths reached are in cv_results_; the message stays the same, shown once per line
+        warn(BandwidthWarning("bandwidth='cv' stopped at the smallest bandwidth of its search (1e-4 times the normal "
+                              "reference) for some continuous column(s): the leave-one-out objective still improves "
+                              "as h -> 0, as it does where many rows repeat a value (a density's leave-one-out "
+                              "likelihood is then unbounded); treat such a column as categorical, or give its "
+                              "bandwidth"))
     return slots.kernel(best), results
 
 

@@ -1,7 +1,6 @@
 """The localization trick for any estimator that accepts ``sample_weight``."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -19,7 +18,7 @@ from ..engine import BoundKernel, make_kernel, resolve_n_jobs
 from ..kernels.bandwidth import resolve_bandwidth
 from ._base import FLOATS, check_sample_weight
 from ..engine import map_queries
-from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
+from ..exceptions import EmptyNeighbourhoodWarning, warn
 
 BLOCK = 128  # queries whose weights are computed in one engine call
 
@@ -178,9 +177,10 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
         # counted in the workers, warned here: a joblib process's warnings would not reach the caller
         dropped = sum(n for _, n in parts)
         if dropped:
-            warnings.warn(f"{dropped} of {len(X)} queries have no sample of weight >= min_weight={self.min_weight!r}"
-                          " (their heaviest samples weigh less); they got the target of their nearest sample. "
-                          "Lower min_weight or widen the bandwidth.", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
+            warn(EmptyNeighbourhoodWarning(
+                f"some queries have no sample of weight >= min_weight={self.min_weight!r} (their heaviest samples "
+                "weigh less); they got the target of their nearest sample (the warning's n_empty and n_queries "
+                "say how many). Lower min_weight or widen the bandwidth.", n_empty=dropped, n_queries=len(X)))
         return np.concatenate([out for out, _ in parts])
 
     def _local_block(self, Q, method):

@@ -10,7 +10,6 @@ Both are local models fitted on a neighbourhood:
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from numbers import Integral
 
@@ -30,7 +29,7 @@ from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
 from ..engine import map_queries
-from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
+from ..exceptions import EmptyNeighbourhoodWarning, warn
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 LLE_METHODS = ("standard", "modified", "hessian", "ltsa")
@@ -571,8 +570,9 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
                 raise ValueError(f"{n} queries have an empty neighbourhood (no sample inside the kernel's support); "
                                  "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'")
             if self.empty == "nan":
-                warnings.warn(f"{n} queries have an empty neighbourhood; their local PCA is NaN (empty='nan')",
-                              EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())
+                warn(EmptyNeighbourhoodWarning("some queries have an empty neighbourhood; their local PCA is NaN "
+                                               "(empty='nan'); the warning's n_empty says how many", n_empty=n,
+                                               n_queries=len(empty)))
             else:  # the nearest sample: a neighbourhood of one point, no variance
                 mean[empty] = self.X_fit_[nearest[empty]]
         vals, vecs = np.linalg.eigh(cov)

@@ -179,7 +179,7 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
         with threadpool_limits(limits=1, user_api="blas"), bar:
             res = minimize(objective, A0.ravel(), jac=True, method="L-BFGS-B", callback=callback,
                            options={"maxiter": self.max_iter, "gtol": self.tol})
-        warn_optimizer(res, "MetricLearningKernelRegressor", self.max_iter)
+        warn_optimizer(res, "MetricLearningKernelRegressor", self.max_iter, tol=True)
         A = res.x.reshape(shape)
         self.loo_loss_ = loo_objective(Xc, t, A, var, gradient=False, kernel=self.kernel)[0]
         A, A0 = A / s, A0 / s

@@ -1,7 +1,6 @@
 """Local polynomial regression and LOESS: the localization trick with a polynomial model."""
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,7 +17,7 @@ from ..engine import (KDSurface, LocalPolynomialFit, backend_of, binned_polynomi
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ._output_adaptive import OUTPUT_ADAPTIVE_PARAMS, OutputAdaptiveMixin
-from ..exceptions import FallbackWarning, NearSingularDesignWarning, user_stacklevel
+from ..exceptions import FallbackWarning, NearSingularDesignWarning, warn
 
 #: Most features for which ``surface="interpolate"`` builds its k-d tree surface (R's loess limit)
 INTERPOLATE_MAX_FEATURES = 4
@@ -383,9 +382,9 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
             self.anchors_ = delta_anchors(X[:, 0], self.delta)
             self._fit_anchors()
         if self.surface == "interpolate" and X.shape[1] > INTERPOLATE_MAX_FEATURES:
-            warnings.warn(f"surface='interpolate' blends the 2^d corners of each cell and pays up to "
-                          f"{INTERPOLATE_MAX_FEATURES} features (R's loess limit); with n_features={X.shape[1]} "
-                          "this fit is surface='direct' (exact local fits)", FallbackWarning, stacklevel=user_stacklevel())
+            warn(FallbackWarning(f"surface='interpolate' blends the 2^d corners of each cell and pays up to "
+                                 f"{INTERPOLATE_MAX_FEATURES} features (R's loess limit); with n_features={X.shape[1]} "
+                                 "this fit is surface='direct' (exact local fits)"))
         elif self.surface == "interpolate":
             per_cell = len(X) * self.frac if self.frac is not None else self.n_neighbors_
             self.surface_ = KDSurface(X, max(1, int(np.floor(per_cell * self.cell + 1e-10))))
@@ -562,11 +561,11 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         fit = self._exact_in_weight if getattr(self, "_weighted_span", False) else self._exact_fit
         out = fit(X, kernel, exclude_self=exclude_self, slopes=slopes, balls=balls)
         if out.singular.any():
-            warnings.warn(
-                f"{int(out.singular.sum())} of {len(out.singular)} queries have a near-singular local "
-                f"design for degree={self.degree} (too few neighbours or collinear points); they fall "
-                "back to the local mean. Widen the bandwidth or span, or set ridge > 0.",
-                NearSingularDesignWarning, stacklevel=user_stacklevel())
+            warn(NearSingularDesignWarning(
+                f"some queries have a near-singular local design for degree={self.degree} (too few neighbours "
+                "or collinear points); they fall back to the local mean (the warning's n_singular and n_queries "
+                "say how many). Widen the bandwidth or span, or set ridge > 0.",
+                n_singular=int(out.singular.sum()), n_queries=len(out.singular)))
         return out
 
     def _path_options(self):

@@ -14,7 +14,6 @@ Rosenfeld–Hummel–Zucker relaxation.
 """
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -31,7 +30,7 @@ from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
 from ..engine import map_queries
-from ..exceptions import EmptyNeighbourhoodWarning, user_stacklevel
+from ..exceptions import EmptyNeighbourhoodWarning, warn
 
 NORMALIZATIONS = ("mean", "symmetric")
 #: scikit-learn's default max_iter: LabelPropagation's (hard clamping) and LabelSpreading's (soft)
@@ -46,13 +45,14 @@ def _normalize_rows(P):
 
 
 def _warn_no_label_mass(P, what, outcome):
-    """One warning naming the rows of ``P`` that carry no label mass (all zero), if any."""
+    """One warning about the rows of ``P`` that carry no label mass (all zero), if any: which they
+    are is the warning's ``rows``."""
     empty = np.flatnonzero(~np.any(P, axis=1))
     if len(empty):
-        rows = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
-        warnings.warn(f"{len(empty)} of {len(P)} {what} received no label mass (rows {rows}): no label reaches them "
-                      f"through the kernel; {outcome}. A wider bandwidth or more neighbours, or a label among them, "
-                      f"connects them.", EmptyNeighbourhoodWarning, stacklevel=user_stacklevel())  # the caller of fit or predict_proba
+        warn(EmptyNeighbourhoodWarning(
+            f"some {what} received no label mass: no label reaches them through the kernel; {outcome}. A wider "
+            "bandwidth or more neighbours, or a label among them, connects them (the warning's rows says which, "
+            "n_empty and n_queries how many)", n_empty=len(empty), n_queries=len(P), rows=empty))
 
 
 class RelaxationLabeling(ClassifierMixin, BaseEstimator):

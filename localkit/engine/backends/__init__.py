@@ -12,6 +12,7 @@ What a backend cannot do is refused by name, with :meth:`NumPyBackend.require_in
 """
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 
@@ -26,7 +27,7 @@ from ..passes import neighbors as nb
 from .dask import as_dask_array, as_dask_points, dask_bandwidth, dask_resolved, is_dask_collection
 from ..checks import as_points
 from .array_api import foreign_namespace, to_host, xp_nearest
-from ...exceptions import user_stacklevel
+from ...exceptions import LocalkitWarning, warn
 
 
 def backend_of(*arrays):
@@ -325,7 +326,8 @@ def map_queries(method):
 
 
 def _call(method, est, block, args, kwargs, block_info=None):
-    """``method`` on one chunk; its warnings say which chunk (the rows they name count from its first)."""
+    """``method`` on one chunk; its warnings say which chunk (a localkit warning's ``chunk``, and its
+    ``rows`` counted from the array's first row)."""
     if block_info is None:
         return method(est, block, *args, **kwargs)
     start, stop = block_info[0]["array-location"][0]
@@ -333,6 +335,11 @@ def _call(method, est, block, args, kwargs, block_info=None):
         warnings.simplefilter("always")
         out = method(est, block, *args, **kwargs)
     for w in caught:  # re-emitted: the caller's warning filters apply
-        warnings.warn(f"{w.message} [dask chunk of rows {start}:{stop}; rows named here count from {start}]",
-                      w.category, stacklevel=user_stacklevel())
+        message = w.message
+        if isinstance(message, LocalkitWarning):
+            message = copy.copy(message)
+            message.chunk = (start, stop)
+            if getattr(message, "rows", None) is not None:
+                message.rows = message.rows + start
+        warn(message)
     return out
