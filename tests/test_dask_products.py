@@ -190,3 +190,18 @@ def test_cv_inside_a_kernel_is_refused_on_dask_samples():
     kern = Kernel("gaussian", bandwidth="cv", features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
     with pytest.raises(ValueError, match="bandwidth='cv' inside a Kernel is not available on dask"):
         LocalMeanRegressor(kernel=kern).fit(_chunked(X, 50), _chunked(y, 50))
+
+
+@pytest.mark.parametrize("kernel", ["product", "sum"])
+def test_kernel_density_on_dask_equals_in_memory(kernel):
+    """The density of a kernel on groups of columns: rules and levels of all the chunks, the
+    continuous factors' normaliser from the resolved bandwidths (no samples needed for it)."""
+    from localkit import kernel_density
+
+    X, _, Q = _mixed(10)
+    w = np.random.default_rng(10).uniform(0.5, 2.0, len(X))
+    kern = _cuo() if kernel == "product" else 0.4 * _cuo() + 0.6 * (
+        Kernel("epanechnikov", bandwidth=2.0, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.5, features=[1]))
+    want = kernel_density(Q, X, kernel=kern, sample_weight=w)
+    got = kernel_density(_chunked(Q, 15), _chunked(X, 50), kernel=kern, sample_weight=_chunked(w, 50))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=0)

@@ -301,8 +301,13 @@ class Kernel:
         continuous factors of ``log(c_(d_f) prod_k h_k)`` (``d_f`` the factor's columns, ``c_d``
         its profile's integral); the
         categorical factors count as they are (their weights are probabilities of levels)."""
+        return self.resolved(samples, sample_weight).resolved_log_density_normalizer(np.shape(samples)[1])
+
+    def resolved_log_density_normalizer(self, n_features):
+        """:meth:`log_density_normalizer` of this kernel with its rules already resolved (numbers
+        in every continuous factor), in ``n_features`` columns: no samples needed (dask)."""
         total = 0.0
-        for factor, cols in self.resolved(samples, sample_weight).columns(np.shape(samples)[1]):
+        for factor, cols in self.columns(n_features):
             if factor.n_neighbors is not None:
                 raise ValueError(f"kernel: a density needs a fixed bandwidth (or a rule) in every factor, got the kNN "
                                  f"factor {factor!r}")
@@ -681,8 +686,11 @@ class SumKernel(Kernel):
         """``log sum_k w_k Z_k`` with ``Z_k = exp(K_k.log_density_normalizer)`` the integral of
         each term: the density of a sum kernel is ``sum_k w_k S_k(1) / (n sum_k w_k Z_k)``, the
         mixture of the terms' densities with weights ``w_k Z_k / sum_l w_l Z_l``."""
+        return self.resolved(samples, sample_weight).resolved_log_density_normalizer(np.shape(samples)[1])
+
+    def resolved_log_density_normalizer(self, n_features):
         w = self.weights
-        logs = np.array([k.log_density_normalizer(samples, sample_weight) for _, k in self.terms])
+        logs = np.array([k.resolved_log_density_normalizer(n_features) for _, k in self.terms])
         with np.errstate(divide="ignore"):
             a = np.log(w) + logs
         top = np.max(a)

@@ -151,10 +151,8 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     n, d = samples.shape
     log_norm = None
     if kern.composite:  # groups of columns: the continuous factors normalised, the categorical as they are
-        backend.require_in_memory("a kernel on groups of columns", "its rules and levels are resolved on every sample")
-        host, weight = backend.host(samples), None if sample_weight is None else backend.host(sample_weight)
-        kern = kern.resolved(host, weight)
-        log_norm = kern.log_density_normalizer(host, weight)
+        kern = backend.resolved(kern, samples, sample_weight)  # rules and levels of all the samples (dask too)
+        log_norm = kern.resolved_log_density_normalizer(d)
     else:
         h = backend.bandwidth(kern, samples, sample_weight)
         if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
