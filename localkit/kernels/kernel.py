@@ -671,11 +671,15 @@ class SumKernel(Kernel):
             return SumKernel([(w, other * k) for w, k in self.terms])
         return self.__mul__(other)
 
+    def map_terms(self, f):
+        """``sum_k w_k f(K_k)``: the same weights, each term's kernel through ``f``."""
+        return SumKernel([(w, f(k)) for w, k in self.terms])
+
     def resolved(self, samples, sample_weight=None):
-        return SumKernel([(w, k.resolved(samples, sample_weight)) for w, k in self.terms])
+        return self.map_terms(lambda k: k.resolved(samples, sample_weight))
 
     def with_feature_names(self, names):
-        return SumKernel([(w, k.with_feature_names(names)) for w, k in self.terms])
+        return self.map_terms(lambda k: k.with_feature_names(names))
 
     def columns(self, n_features):
         for _, k in self.terms:

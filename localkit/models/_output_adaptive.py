@@ -17,6 +17,7 @@ from sklearn.utils._param_validation import Interval
 
 from ..engine import backend_of, iterate
 from ..kernels import Kernel
+from ..kernels.kernel import SumKernel
 
 #: the parameters the estimators add
 OUTPUT_ADAPTIVE_PARAMS = {"value_kernel": [Kernel, None], "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -61,6 +62,6 @@ class OutputAdaptiveMixin:
 def _on_columns(kernel, columns):
     """``kernel`` looking at ``columns`` where it does not name its own (a sum, such as a learned
     mixture, term by term)."""
-    if hasattr(kernel, "terms"):
-        return type(kernel)([(w, _on_columns(k, columns)) for w, k in kernel.terms])
+    if isinstance(kernel, SumKernel):
+        return kernel.map_terms(lambda k: _on_columns(k, columns))
     return kernel if kernel.features is not None else kernel._with(features=columns)

@@ -22,6 +22,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from ..._validation import check_class_labels, check_points, check_regression_target
 from ...kernels import Kernel
+from ...kernels.kernel import SumKernel
 from ...kernels.bandwidth import resolve_bandwidth
 from ..passes import neighbors as nb
 from .dask import as_dask_array, as_dask_points, dask_bandwidth, dask_resolved, is_dask_collection
@@ -252,8 +253,8 @@ class DaskBackend(NumPyBackend):
     def resolved(self, kernel, X, sample_weight=None):
         """Rules and levels by dask reductions over all the samples (:func:`dask_resolved`); a sum
         term by term."""
-        if hasattr(kernel, "terms"):
-            return type(kernel)([(w, self.resolved(k, X, sample_weight)) for w, k in kernel.terms])
+        if isinstance(kernel, SumKernel):
+            return kernel.map_terms(lambda k: self.resolved(k, X, sample_weight))
         if not kernel.composite:  # a kNN kernel keeps its k: the pass merges each chunk's k nearest
             return kernel if kernel.n_neighbors is not None else kernel.at_bandwidth(
                 self.bandwidth(kernel, X, sample_weight))
