@@ -145,3 +145,17 @@ def test_tiny_bandwidth_laplacian_is_the_nearest_key_forward_and_backward():
     np.testing.assert_allclose(out.detach().double(), nearest, atol=1e-6)
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_leaves_pytorchs_thread_count_as_the_user_set_it():
+    """numba's OpenMP layer shares libgomp with PyTorch: its launch (the pass's first call in a
+    process) reset ``torch.set_num_threads(1)`` to 2. A fresh process, so the launch happens here."""
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(1); torch.get_num_threads(); "
+            "from localkit.nn import kernel_attention; q = torch.randn(1, 2, 64, 8); "
+            "kernel_attention(q, q, q, 'epanechnikov', bandwidth=3.0); print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "1"

@@ -38,13 +38,13 @@ pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numba
 import numpy as np
 import torch
 
+from .._threads import numba_threads, threadpools
 from ..kernels.profiles import PROFILES, _rebind, _scalar_namespace
 
 #: the profiles this pass computes (every one that is not a softmax of inner products)
@@ -336,23 +336,11 @@ def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
     return out.reshape(batch + (L, dv))
 
 
-def _threads():
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-
-
-@functools.cache
-def _blas():
-    """The BLAS libraries loaded (threadpoolctl): the tiles' products run one BLAS thread each
+def _run(compiled, *args):
+    """``compiled(*args)`` on PyTorch's thread count, its tiles' products on one BLAS thread each
     inside numba's threads (OpenBLAS threads nested in numba's OpenMP loop serialised on a lock:
     B=1 H=8 L=2048 d=64, 40 s against 0.35 s for SDPA)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def _run(compiled, *args):
-    numba.set_num_threads(_threads())
-    with _blas().limit(limits=1, user_api="blas"):
+    with numba_threads(torch.get_num_threads()), threadpools().limit(limits=1, user_api="blas"):
         compiled(*args)
 
 

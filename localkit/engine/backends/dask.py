@@ -34,7 +34,6 @@ Nothing here imports dask at module level: ``import localkit`` never imports it.
 """
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import warnings
@@ -44,6 +43,7 @@ from functools import partial
 import numpy as np
 
 from ..._extras import install_extra
+from ..._threads import numba_threads, threadpools
 from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
 from ...kernels.bandwidth import resolve_bandwidth
@@ -172,23 +172,8 @@ def dask_resolved(kernel, samples, sample_weight=None):
 def _native_threads(n):
     """One task uses ``n`` native threads (BLAS, OpenMP, numba): a worker runs
     ``threads_per_worker`` tasks at once, so its cores are not oversubscribed."""
-    import numba
-
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
-        with _threadpools().limit(limits=n):
-            yield
-    finally:
-        numba.set_num_threads(before)
-
-
-@functools.lru_cache(maxsize=1)
-def _threadpools():
-    """The process's native thread pools, found once (a fresh scan costs ~6 ms per task)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
+    with numba_threads(n), threadpools().limit(limits=n):
+        yield
 
 
 def _offsets(chunks):

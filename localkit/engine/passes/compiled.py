@@ -23,6 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._threads import numba_threads
 from ...kernels import PROFILES
 from ..blocks import interruptible
 
@@ -169,15 +170,11 @@ class CompactIndex:
         pairs = np.cumsum((seg_hi - seg_lo).sum(axis=1))
         total = int(pairs[-1]) if len(pairs) else 0
         bounds = np.unique(np.r_[0, np.searchsorted(pairs, np.arange(CHUNK_PAIRS, total, CHUNK_PAIRS)), len(Qs)])
-        before = numba.get_num_threads()
-        numba.set_num_threads(min(before, threads) if total > PARALLEL_PAIRS else 1)
-        try:
-            with interruptible():  # chunks of queries: Ctrl-C is seen between them
-                parts = [_window_sums(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2, self.code)
-                         for a, b in zip(bounds[:-1], bounds[1:])]
-            return np.concatenate(parts) if parts else np.zeros((0, len(Vt)))
-        finally:
-            numba.set_num_threads(before)
+        with numba_threads(min(numba.get_num_threads(), threads) if total > PARALLEL_PAIRS else 1), interruptible():
+            # chunks of queries: Ctrl-C is seen between them
+            parts = [_window_sums(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2, self.code)
+                     for a, b in zip(bounds[:-1], bounds[1:])]
+        return np.concatenate(parts) if parts else np.zeros((0, len(Vt)))
 
 
 def compiled_path(bound, queries, Q, V_aug, q_scale, exclude_self):
