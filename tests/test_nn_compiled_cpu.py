@@ -159,3 +159,72 @@ def test_leaves_pytorchs_thread_count_as_the_user_set_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "1"
+
+
+def test_vector_math_rounds_within_its_stated_ulps():
+    """``exp`` within 1 float32 ulp of the exact value on [-87.3, 0] and 0 below the normal range;
+    ``sin`` and ``cos`` within 3 on [0, pi/2] (relative, so near the cosine's zero at pi/2 too)."""
+    import numba
+
+    from localkit.fused import vector_math as vm
+
+    @numba.njit
+    def each(f, x):
+        out = np.empty_like(x)
+        for i in range(len(x)):
+            out[i] = f(x[i])
+        return out
+
+    def ulps(got, exact):
+        return np.max(np.abs(got - exact) / np.spacing(np.abs(exact).astype(np.float32)))
+
+    x = np.linspace(-87.33, 0.0, 100_001).astype(np.float32)
+    assert ulps(each(vm.exp, x), np.exp(x.astype(np.float64))) <= 1.0
+    np.testing.assert_array_equal(each(vm.exp, np.array([-np.inf, -200.0, -87.4], np.float32)), 0.0)
+    x = np.linspace(0.0, np.pi / 2, 100_001)[1:-1].astype(np.float32)
+    assert ulps(each(vm.sin, x), np.sin(x.astype(np.float64))) <= 3.0
+    assert ulps(each(vm.cos, x.astype(np.float64)), np.cos(x.astype(np.float64))) <= 3.0
+
+
+@pytest.mark.parametrize("which", ["pass", "scipy"])
+def test_sgemm_through_its_address_for_every_transposition(which):
+    """The pass's ``sgemm`` (MKL's inside PyTorch where exported, else SciPy's) and SciPy's alike:
+    ``C = alpha op(A) op(B) + beta C`` against NumPy for the four transpositions."""
+    import numba
+
+    from localkit.fused import blas
+
+    address = (blas.sgemm_address() if which == "pass"
+               else blas.get_cython_function_address("scipy.linalg.cython_blas", "sgemm"))
+
+    @numba.njit
+    def gemm(A, B, C, ta, tb):
+        blas.gemm(address, blas.cells(), A, B, C, ta, tb, 1.5, 0.25)
+
+    rng = np.random.default_rng(0)
+    m, k, n = 7, 5, 3
+    for ta in (False, True):
+        for tb in (False, True):
+            A = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+            B = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+            C = rng.standard_normal((m, n)).astype(np.float32)
+            expected = 1.5 * (A.T if ta else A).astype(np.float64) @ (B.T if tb else B) + 0.25 * C
+            gemm(A, B, C, ta, tb)
+            np.testing.assert_allclose(C, expected, atol=1e-5)
+
+
+def test_laplacian_rows_far_from_every_key_are_summed_in_log_space():
+    """Half the queries lie hundreds of bandwidths from every key (every weight ``exp(-u)``
+    underflows float32): those rows are summed again with the running maximum, forward and
+    backward, and match the float64 reference; the near rows keep the direct sums."""
+    q, k, v = (t.float() for t in qkv(torch.float64, L=40, S=50, seed=7))
+    q[..., 20:, :] += 60.0  # u ~ 60 sqrt(D) / h ~ 200
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    out = kernel_attention(q, k, v, "laplacian", bandwidth=0.75)
+    ref = dense_reference(q.detach().double(), k.detach().double(), v.detach().double(), "laplacian", 0.75)
+    np.testing.assert_allclose(out.detach().double(), ref, atol=2e-5, rtol=0)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    refs = torch.autograd.grad(dense_reference(qd, kd, vd, "laplacian", 0.75).square().sum(), (qd, kd, vd))
+    for a, b in zip(grads, refs):
+        np.testing.assert_allclose(a.double(), b, atol=1e-4 * float(b.abs().max()), rtol=0)

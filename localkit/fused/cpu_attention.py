@@ -4,7 +4,7 @@
 the profiles that are not a softmax of inner products (Laplacian, Cauchy and the compact ones;
 softmax and Gaussian run on PyTorch's CPU flash kernel). Flash attention's tiling, compiled by
 numba: each task (a batch-head ``n`` and a tile of ``TILE_Q`` queries) walks over tiles of
-``TILE_K`` keys, takes ``<q, k>`` of the tile from one BLAS product (``np.dot``, cache-sized),
+``TILE_K`` keys, takes ``<q, k>`` of the tile from one BLAS product (:mod:`~localkit.fused.blas`, cache-sized),
 forms the weights in place and adds ``P V`` with a second product. Nothing ``(L, S)``-sized is
 ever stored: memory is the output, the row log-sum-exp and one tile per thread.
 
@@ -16,28 +16,37 @@ Measured before choosing (CPU, float32, B=1 H=8 L=4096 d=64, 2 cores shared with
 under ``torch.compile`` took 3.5-4.2 s (the two products alone, out of cache, cost 2x SDPA); this
 pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
 
+* **Vectorised tiles.** Each profile's weights, and in the backward pass its slopes, are formed
+  by a loop compiled for that profile alone (:func:`_tile_loops`, chosen once per tile by
+  :func:`_switch`), from the profiles' own statements bound to
+  :mod:`localkit.fused.vector_math` (an ``exp``, ``sin`` and ``cos`` that LLVM vectorises;
+  ``math.exp`` is a C call per pair) and compiled with fast-math reassociation, so that LLVM
+  vectorises the loop and its row sums: the Laplacian's weights went from 3.0 to 0.3 ns a pair,
+  one core (AVX-512).
 * **Distances** come from ``|q|^2 + |k|^2 - 2 <q, k>`` on ``q`` and ``k`` centred on the keys'
   mean (the BLAS product); where that is below ``REFINE (|q|^2 + |k|^2)`` (near-duplicate
   points, whose expanded distance is mostly round-off) the pair's distance is recomputed from
   differences, so that the profiles with a kink at ``u = 0`` (Laplacian, triangular) keep
   float32 accuracy there (self-attention with ``q = k``).
-* **Weights**: compact profiles and the Cauchy profile are summed directly
-  (:attr:`~localkit.kernels.profiles.Profile.compiled_k`: ``(1 - u^a)^b`` is a few products; their
-  weights lie in ``[0, 1]`` and cannot all underflow); the Laplacian in log space with the online
-  maximum (``exp(-u)`` underflows beyond ``u ~ 100``).
+* **Weights** are summed directly, ``k(u) exp(b_j - max b)`` with the key biases ``b``: every
+  profile has ``k <= k(0) = 1``, so no running maximum is needed, and only the Laplacian's can all
+  underflow (``exp(-u)`` beyond ``u ~ 87``); a row whose sum falls below :data:`TINY` (a query far
+  from every key) is summed again in log space with the running maximum
+  (:func:`_log_space_row`), so that a tiny bandwidth still gives the nearest key's value.
 * **Block sparsity**: ``causal`` ends each query tile's keys at its last query; for a compact
   profile a key tile whose bounding box lies farther than the bandwidth from the query tile's
   bounding box is skipped (``c * gap^2 > 1``, with a round-off margin), so a small bandwidth on
   data with locality costs less than dense attention. A key bias (padding masks, ``(..., 1, S)``)
   multiplies the weights.
 * **Backward** (flash attention's recomputation): per batch-head, each tile's weights are formed
-  again from the saved row log-sum-exp, ``P = exp(log k + b - lse)``, and with
+  again from the saved row log-sum-exp, ``P = k exp(b - lse)``, and with
   ``G = P * (dO V^T - rowsum(dO * O)) * (d log k / d u^2)``:
   ``dV += P^T dO``, ``dQ = 2c (rowsum(G) Q - G K)``, ``dK += 2c (colsum(G) K - G^T Q)``,
   ``dc += sum(G u^2) / c``. Parallel over batch-heads (each owns its ``dK``, ``dV``).
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import numba
@@ -45,114 +54,153 @@ import numpy as np
 import torch
 
 from .._threads import numba_threads, threadpools
-from ..kernels.profiles import PROFILES, _rebind, _scalar_namespace
+from ..kernels.profiles import PROFILES
+from . import blas, vector_math
+from .vector_math import FAST
 
 #: the profiles this pass computes (every one that is not a softmax of inner products)
 NAMES = tuple(name for name, p in PROFILES.items() if not p.log_linear)
-#: summed in log space with the online maximum: those whose weights can all underflow
+#: those whose weights can all underflow: a row of them far from every key is summed again in log space
 LOG_SPACE = tuple(name for name in NAMES if not (PROFILES[name].compact or PROFILES[name].polynomial_tail))
-#: queries and keys per tile: a tile of weights is 128 KiB (L2-sized), the key tile 512 x d; not
-#: swept (no quiet machine in issue 27's session: load 7-13 on 2 cores)
+#: queries and keys per tile: a tile of weights is 128 KiB (L2-sized), the key tile 512 x d
 TILE_Q, TILE_K = 64, 512
 #: pairs whose expanded squared distance is below this share of ``|q|^2 + |k|^2`` are recomputed
 #: from differences (the expansion's round-off is ~1e-7 of it in float32)
 REFINE = 2.0 ** -6
+#: a row's weight sum (in units of ``k(0) = 1``) below this is summed again in log space: above it,
+#: the weights flushed to 0 (below float32's smallest normal number) weigh less than
+#: ``S^2 1e-26`` of the sum
+TINY = 2.0 ** -40
+LOG_TINY = math.log(TINY)
+# float32 constants: a Python float would promote the tiles' float32 arithmetic to float64
+_0, _1, _2, _REFINE = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(REFINE)
 
-_njit = numba.njit(cache=False, inline="always")
-_WEIGHT = tuple(PROFILES[name].compiled_k for name in NAMES)
-_LOG = tuple(_rebind(PROFILES[name].statement, _scalar_namespace(), _njit) for name in NAMES)
-_SLOPE = tuple(PROFILES[name].slope_for(_scalar_namespace(), _njit) for name in NAMES)
-# fixed module-level names, chosen by a code inside the compiled passes: numba caches a pass on
-# disk only when it calls module-level functions (see localkit.engine.passes.compiled)
-(_w0, _w1, _w2, _w3, _w4, _w5, _w6, _w7, _w8) = _WEIGHT
-(_l0, _l1, _l2, _l3, _l4, _l5, _l6, _l7, _l8) = _LOG
-(_s0, _s1, _s2, _s3, _s4, _s5, _s6, _s7, _s8) = _SLOPE
-
-
-@numba.njit(inline="always")
-def _weight(code, u2):
-    if code == 0:
-        return _w0(u2)
-    if code == 1:
-        return _w1(u2)
-    if code == 2:
-        return _w2(u2)
-    if code == 3:
-        return _w3(u2)
-    if code == 4:
-        return _w4(u2)
-    if code == 5:
-        return _w5(u2)
-    if code == 6:
-        return _w6(u2)
-    if code == 7:
-        return _w7(u2)
-    return _w8(u2)
+# the statements are inlined into the tile loops in numba's IR, taking the loops' fast-math flags;
+# the loops themselves are compiled apart with theirs (an inlined loop would take its caller's,
+# the pass's, which must not reassociate)
+_fast = numba.njit(inline="always", fastmath=FAST)
+_loop = numba.njit(fastmath=FAST)
+_XP = vector_math.namespace()
 
 
-@numba.njit(inline="always")
-def _log_weight(code, u2):
-    if code == 0:
-        return _l0(u2)
-    if code == 1:
-        return _l1(u2)
-    if code == 2:
-        return _l2(u2)
-    if code == 3:
-        return _l3(u2)
-    if code == 4:
-        return _l4(u2)
-    if code == 5:
-        return _l5(u2)
-    if code == 6:
-        return _l6(u2)
-    if code == 7:
-        return _l7(u2)
-    return _l8(u2)
+def _switch(functions):
+    """A compiled ``switch(code, ...)`` calling ``functions[code](...)`` (they share their
+    parameters): one branch per profile, each inlining its own loop (the profile is chosen once
+    per tile, not per pair)."""
+    params = ", ".join(inspect.signature(functions[0].py_func).parameters)
+    env = {f"f{i}": f for i, f in enumerate(functions)}
+    call = lambda i: f"return f{i}({params})\n"
+    branches = "".join(f"    if code == {i}:\n        {call(i)}" for i in range(len(functions) - 1))
+    exec(f"def switch(code, {params}):\n{branches}    {call(len(functions) - 1)}", env)
+    return numba.njit(env["switch"])
 
 
-@numba.njit(inline="always")
-def _slope(code, u2):
-    if code == 0:
-        return _s0(u2)
-    if code == 1:
-        return _s1(u2)
-    if code == 2:
-        return _s2(u2)
-    if code == 3:
-        return _s3(u2)
-    if code == 4:
-        return _s4(u2)
-    if code == 5:
-        return _s5(u2)
-    if code == 6:
-        return _s6(u2)
-    if code == 7:
-        return _s7(u2)
-    return _s8(u2)
+def _tile_loops(profile):
+    """The loops over a tile for one profile, compiled with its statements bound to
+    :mod:`~localkit.fused.vector_math` so that LLVM vectorises them: ``weigh`` (forward),
+    ``reweigh`` (the backward pass's weights from the saved log-sum-exp), ``gradient`` (``G``), and
+    ``log_k`` of one pair (the log-space rows)."""
+    k, log_k, slope = profile.k_for(_XP, _fast), profile.log_k_for(_XP, _fast), profile.slope_for(_XP, _fast)
+
+    @_loop
+    def weigh(s, kw, total):
+        """``s`` (``u^2``; negative: excluded) overwritten with ``k(u) kw_j`` (``kw``: the tile's keys');
+        row sums added to ``total``."""
+        nq, nk = s.shape
+        for a in range(nq):
+            t = np.float32(0.0)
+            for b in range(nk):
+                x = s[a, b]
+                w = k(x if x > _0 else _0) * kw[b]
+                w = w if x >= _0 else _0
+                s[a, b] = w
+                t += w
+            total[a] += t
+
+    @_loop
+    def reweigh(u2, p, kb, kw, lse, shift, log_space):
+        """``p`` = the weights over their row sums, ``k(u) kw_j exp(shift - lse)``, or for rows
+        summed in log space ``exp(log k(u) + kb_j - lse)``; 0 where excluded or the row is empty."""
+        nq, nk = u2.shape
+        for a in range(nq):
+            top = lse[a]
+            if top == -np.inf:
+                p[a, :] = 0.0
+            elif log_space and top - shift < LOG_TINY:
+                for b in range(nk):
+                    x = u2[a, b]
+                    w = vector_math.exp(log_k(x if x > _0 else _0) + kb[b] - top)
+                    p[a, b] = w if x >= _0 else _0
+            else:
+                scale = math.exp(shift - top)
+                for b in range(nk):
+                    x = u2[a, b]
+                    w = k(x if x > _0 else _0) * kw[b] * scale
+                    p[a, b] = w if x >= _0 else _0
+
+    @_loop
+    def gradient(u2, p, g, delta, g_row, g_col):
+        """``g`` (``dO V^T``) overwritten with ``G = P (g - delta) d log k / d u^2``, its row and
+        column sums added to ``g_row`` and ``g_col``; returns ``sum(G u^2)``."""
+        nq, nk = u2.shape
+        dc = np.float32(0.0)
+        for a in range(nq):
+            t = np.float32(0.0)
+            for b in range(nk):
+                x, y = p[a, b], u2[a, b]
+                gab = x * (g[a, b] - delta[a]) * slope(y if y > _0 else _0)
+                gab = gab if x > _0 else _0
+                dc += gab * y
+                g[a, b] = gab
+                t += gab
+                g_col[b] += gab
+            g_row[a] += t
+        return dc
+
+    return weigh, reweigh, gradient, log_k
 
 
-@numba.njit(inline="always")
-def _scaled_distances(s, Q, K, qn, kn, n, i0, j0, c, causal):
+_LOOPS = [_tile_loops(PROFILES[name]) for name in NAMES]
+# module-level names, chosen by a code inside the compiled passes: numba caches a pass on disk
+# only when it calls module-level functions (see localkit.engine.passes.compiled)
+_weigh, _reweigh, _gradient, _log_k = (_switch(loops) for loops in zip(*_LOOPS))
+
+
+@_loop
+def _distances(s, Q, K, qn, kn, i0, j0, c, causal):
     """``s`` (the tile's ``<q, k>``) overwritten with ``u^2 = c |q - k|^2``; ``-1`` where causal
-    excludes the pair."""
+    excludes the pair; near-duplicate pairs recomputed from differences. ``Q, K``: one batch-head's
+    ``(L, d)``, ``(S, d)``; ``qn, kn``: the tile's squared norms (float32 throughout)."""
     nq, nk = s.shape
-    d = Q.shape[2]
+    d = Q.shape[1]
     for a in range(nq):
         i = i0 + a
-        for b in range(nk):
-            j = j0 + b
-            if causal and j > i:
-                s[a, b] = -1.0
-                continue
-            full = qn[n, i] + kn[n, j]
-            d2 = full - 2.0 * s[a, b]
-            if d2 < REFINE * full:  # near-duplicates: from differences
-                d2 = 0.0
-                for f in range(d):
-                    t = Q[n, i, f] - K[n, j, f]
-                    d2 += t * t
-            s[a, b] = c * max(d2, 0.0)
+        top = max(0, min(nk, i - j0 + 1)) if causal else nk
+        qi = qn[a]
+        near = 0
+        for b in range(top):
+            full = qi + kn[b]
+            d2 = full - _2 * s[a, b]
+            near += d2 < _REFINE * full
+            s[a, b] = c * (d2 if d2 > _0 else _0)
+        for b in range(top, nk):
+            s[a, b] = -_1
+        if near:
+            for b in range(top):
+                if s[a, b] < c * _REFINE * (qi + kn[b]):
+                    d2 = _0
+                    for f in range(d):
+                        t = Q[i, f] - K[j0 + b, f]
+                        d2 += t * t
+                    s[a, b] = c * d2
+
+
+@_loop
+def _add_key_gradient(dk, g_col, kt, gk, scale):
+    """``dk += scale (colsum(G) K - G^T Q)`` for a key tile (``gk = G^T Q``)."""
+    for b in range(dk.shape[0]):
+        for f in range(dk.shape[1]):
+            dk[b, f] += scale * (g_col[b] * kt[b, f] - gk[b, f])
 
 
 @numba.njit(inline="always")
@@ -166,16 +214,48 @@ def _skipped(qbox, kbox, n, t, jt, c, margin):
     return c * gap2 > 1.0 + margin
 
 
+@numba.njit(inline="always")
+def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
+    """``out[n, i]`` and ``lse[n, i]`` over keys ``0 .. hi - 1`` summed in log space with the
+    running maximum, distances from differences: a row whose weights all underflow."""
+    d, dv = Q.shape[2], V.shape[2]
+    top, total = -np.inf, 0.0
+    acc = np.zeros(dv)
+    for j in range(hi):
+        d2 = 0.0
+        for f in range(d):
+            t = Q[n, i, f] - K[n, j, f]
+            d2 += t * t
+        lw = _log_k(code, np.float32(c * d2)) + kb[j]
+        if lw == -np.inf:
+            continue
+        if lw > top:
+            scale = math.exp(top - lw)
+            total *= scale
+            acc *= scale
+            top = lw
+        w = math.exp(lw - top)
+        total += w
+        acc += w * V[n, j]
+    if total > 0.0:
+        out[n, i] = acc / total
+        lse[n, i] = top + math.log(total)
+    else:
+        out[n, i] = 0.0
+        lse[n, i] = -np.inf
+
+
 @numba.njit(parallel=True, cache=True)
-def attention_forward(Q, K, V, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin, tq, tk, out, lse):
+def attention_forward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
+                      gemm_at, out, lse):
     """Fill ``out`` ``(N, L, dv)`` and ``lse`` ``(N, L)`` (``-inf``: no key with weight).
 
     ``Q, K, V``: ``(N, L, d)``, ``(N, S, d)``, ``(N, S, dv)`` float32, C-contiguous, ``Q`` and ``K``
     centred alike; ``qn, kn``: their squared norms; ``C``: ``(N,)`` scales; ``kb``: ``(1 or N, S)``
-    key log-weights (0, ``-inf`` for padding) and ``kw = exp(kb - max kb)``; ``code``: index in
-    :data:`NAMES`; ``logspace``: sum ``exp(log k + kb - m)`` with the online maximum ``m`` (else
-    ``k kw``, and ``lse`` misses ``max kb``, added by the caller); ``qbox, kbox``: ``(N, tiles, 2,
-    d)`` bounding boxes for skipping (compact profiles; empty otherwise)."""
+    key log-weights (0, ``-inf`` for padding), ``shift`` their row maxima (0 where ``-inf``) and
+    ``kw = exp(kb - shift)``; ``code``: index in :data:`NAMES`; ``log_space``: rows below
+    :data:`TINY` are summed again in log space; ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
+    for skipping (compact profiles; empty otherwise)."""
     N, L, d = Q.shape
     S, dv = K.shape[1], V.shape[2]
     n_qt = (L + tq - 1) // tq
@@ -190,61 +270,34 @@ def attention_forward(Q, K, V, qn, kn, C, kb, kw, code, logspace, causal, qbox, 
         qt = Q[n, i0:i1]
         acc = np.zeros((nq, dv), dtype=np.float32)
         total = np.zeros(nq, dtype=np.float32)
-        m = np.full(nq, -np.inf, dtype=np.float32)
+        cell, tile = blas.cells(), np.empty(nq * tk, dtype=np.float32)
         hi = min(S, i1) if causal else S
         for j0 in range(0, hi, tk):
             j1 = min(hi, j0 + tk)
             if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                 continue
-            s = np.dot(qt, K[n, j0:j1].T)
-            _scaled_distances(s, Q, K, qn, kn, n, i0, j0, c, causal)
-            nk = j1 - j0
-            for a in range(nq):
-                if logspace:
-                    top = -np.inf
-                    for b in range(nk):
-                        # the maximum of the stored (float32) log-weights: exp(s - top) <= 1 even where
-                        # the log-weights are huge (a tiny bandwidth: -1e14, 1e7 per float32 ulp)
-                        s[a, b] = _log_weight(code, s[a, b]) + kb[row, j0 + b] if s[a, b] >= 0.0 else -np.inf
-                        top = max(top, s[a, b])
-                    new = max(m[a], top)
-                    if new == -np.inf:
-                        for b in range(nk):
-                            s[a, b] = 0.0
-                        continue
-                    alpha = math.exp(m[a] - new)
-                    m[a] = new
-                    total[a] *= alpha
-                    for f in range(dv):
-                        acc[a, f] *= alpha
-                    row_sum = 0.0
-                    for b in range(nk):
-                        p = math.exp(s[a, b] - new)
-                        s[a, b] = p
-                        row_sum += p
-                    total[a] += row_sum
-                else:
-                    row_sum = 0.0
-                    for b in range(nk):
-                        p = _weight(code, s[a, b]) * kw[row, j0 + b] if s[a, b] >= 0.0 else 0.0
-                        s[a, b] = p
-                        row_sum += p
-                    total[a] += row_sum
-            acc += np.dot(s, V[n, j0:j1])
+            s = tile[:nq * (j1 - j0)].reshape((nq, j1 - j0))
+            blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
+            _distances(s, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
+            _weigh(code, s, kw[row, j0:j1], total)
+            blas.gemm(gemm_at, cell, s, V[n, j0:j1], acc, False, False, 1.0, 1.0)
         for a in range(nq):
-            if total[a] > 0.0:
+            i = i0 + a
+            if log_space and total[a] < TINY:
+                _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], code, out, lse)
+            elif total[a] > 0.0:
                 for f in range(dv):
-                    out[n, i0 + a, f] = acc[a, f] / total[a]
-                lse[n, i0 + a] = math.log(total[a]) + (m[a] if logspace else 0.0)
+                    out[n, i, f] = acc[a, f] / total[a]
+                lse[n, i] = math.log(total[a]) + shift[row]
             else:
                 for f in range(dv):
-                    out[n, i0 + a, f] = 0.0
-                lse[n, i0 + a] = -np.inf
+                    out[n, i, f] = 0.0
+                lse[n, i] = -np.inf
 
 
 @numba.njit(parallel=True, cache=True)
-def attention_backward(Q, K, V, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin, tq, tk,
-                       dO, delta, lse, dQ, dK, dV, dC):
+def attention_backward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
+                       gemm_at, dO, delta, lse, dQ, dK, dV, dC):
     """Gradients of :func:`attention_forward` (same arguments, ``lse`` as it returned it) for the
     output gradient ``dO`` with ``delta = rowsum(dO * out)``: fills ``dQ``, ``dK``, ``dV`` (zeroed)
     and ``dC`` ``(N,)``, each batch-head by one thread."""
@@ -257,6 +310,9 @@ def attention_backward(Q, K, V, qn, kn, C, kb, kw, code, logspace, causal, qbox,
         c = C[n]
         row = n if kb.shape[0] > 1 else 0
         dc = 0.0
+        cell = blas.cells()
+        tiles = np.empty((3, tq * tk), dtype=np.float32)  # u^2, P and G of a tile
+        gk = np.empty((tk, d), dtype=np.float32)
         for t in range(n_qt):
             i0 = t * tq
             i1 = min(L, i0 + tq)
@@ -271,38 +327,19 @@ def attention_backward(Q, K, V, qn, kn, C, kb, kw, code, logspace, causal, qbox,
                 if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                     continue
                 kt, vt = K[n, j0:j1], V[n, j0:j1]
-                u2 = np.dot(qt, kt.T)
-                _scaled_distances(u2, Q, K, qn, kn, n, i0, j0, c, causal)
-                p = np.empty((nq, nk), dtype=np.float32)
-                for a in range(nq):
-                    top = lse[n, i0 + a]
-                    for b in range(nk):
-                        x = u2[a, b]
-                        if x < 0.0 or top == -np.inf:
-                            p[a, b] = 0.0
-                        elif logspace:
-                            p[a, b] = math.exp(np.float32(_log_weight(code, x) + kb[row, j0 + b]) - top)
-                        else:
-                            p[a, b] = _weight(code, x) * kw[row, j0 + b] * math.exp(-top)
-                dV[n, j0:j1] += np.dot(p.T, dot)
-                g = np.dot(dot, vt.T)  # dO V^T, then G in place
+                u2 = tiles[0, :nq * nk].reshape((nq, nk))
+                p = tiles[1, :nq * nk].reshape((nq, nk))
+                g = tiles[2, :nq * nk].reshape((nq, nk))
+                blas.gemm(gemm_at, cell, qt, kt, u2, False, True, 1.0, 0.0)
+                _distances(u2, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
+                _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row], log_space)
+                blas.gemm(gemm_at, cell, p, dot, dV[n, j0:j1], True, False, 1.0, 1.0)
+                blas.gemm(gemm_at, cell, dot, vt, g, False, True, 1.0, 0.0)  # dO V^T, then G in place
                 g_col = np.zeros(nk, dtype=np.float32)
-                for a in range(nq):
-                    for b in range(nk):
-                        x = p[a, b]
-                        if x > 0.0:
-                            gab = x * (g[a, b] - delta[n, i0 + a]) * _slope(code, u2[a, b])
-                            dc += gab * u2[a, b]
-                        else:
-                            gab = 0.0
-                        g[a, b] = gab
-                        g_row[a] += gab
-                        g_col[b] += gab
-                dq -= np.dot(g, kt)
-                gk = np.dot(g.T, qt)
-                for b in range(nk):
-                    for f in range(d):
-                        dK[n, j0 + b, f] += 2.0 * c * (g_col[b] * kt[b, f] - gk[b, f])
+                dc += _gradient(code, u2, p, g, delta[n, i0:i1], g_row, g_col)
+                blas.gemm(gemm_at, cell, g, kt, dq, False, False, -1.0, 1.0)
+                blas.gemm(gemm_at, cell, g, qt, gk[:nk], True, False, 1.0, 0.0)
+                _add_key_gradient(dK[n, j0:j1], g_col, kt, gk[:nk], 2.0 * c)
             for a in range(nq):
                 for f in range(d):
                     dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a] * qt[a, f])
@@ -354,15 +391,16 @@ def _boxes(t, tile):
 
 def _arguments(q, k, v, c, key_bias, code):
     """The compiled passes' arguments as NumPy views: ``q, k`` centred on the keys' mean (no
-    distance changes), their squared norms, the key weights ``exp(b - max b)``, the bounding boxes
+    distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the bounding boxes
     of the tiles (compact profiles; empty otherwise) and the round-off margin of the skip test."""
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
     q, k, v, C, kb = map(contiguous, (q, k, v, c, key_bias))
     centre = k.mean(1, keepdim=True)
     q, k = (q - centre).contiguous(), (k - centre).contiguous()
     qn, kn = q.square().sum(-1), k.square().sum(-1)
-    top = kb.amax(-1, keepdim=True)
-    kw = torch.exp(kb - torch.where(torch.isfinite(top), top, 0.0))
+    top = kb.amax(-1)
+    shift = torch.where(torch.isfinite(top), top, 0.0)
+    kw = torch.exp(kb - shift[:, None])
     if PROFILES[NAMES[code]].compact:
         qbox, kbox = _boxes(q, TILE_Q), _boxes(k, TILE_K)
         # the expansion's round-off in c |q - k|^2: a pair the boxes put outside is computed
@@ -371,7 +409,7 @@ def _arguments(q, k, v, c, key_bias, code):
     else:
         qbox = kbox = torch.empty(q.shape[0], 0, 2, q.shape[-1])
         margin = 0.0
-    arrays = (q, k, v, qn, kn, C, kb, kw)
+    arrays = (q, k, v, qn, kn, C, kb, kw, shift)
     return tuple(t.numpy() for t in arrays) + (code, NAMES[code] in LOG_SPACE), (qbox.numpy(), kbox.numpy(), margin)
 
 
@@ -383,7 +421,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tenso
     arrays, skip = _arguments(q, k, v, c, key_bias, code)
     N, L, dv = q.shape[0], q.shape[1], v.shape[-1]
     out, lse = torch.empty(N, L, dv), torch.empty(N, L)
-    _run(attention_forward, *arrays, causal, *skip, TILE_Q, TILE_K, out.numpy(), lse.numpy())
+    _run(attention_forward, *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), out.numpy(), lse.numpy())
     return out.to(q.dtype), lse
 
 
@@ -402,7 +440,7 @@ def _attention_backward(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
     delta = (dO * out.to(torch.float32)).sum(-1)
     dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float32) for t in (q, k, v))
     dc = torch.zeros(q.shape[0])
-    _run(attention_backward, *arrays, causal, *skip, TILE_Q, TILE_K, dO.numpy(), delta.numpy(),
+    _run(attention_backward, *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), dO.numpy(), delta.numpy(),
          lse.contiguous().numpy(), dq.numpy(), dk.numpy(), dv.numpy(), dc.numpy())
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dc.to(c.dtype)
 

@@ -322,22 +322,24 @@ class Profile:
                              "kernels with their own backward pass need d log k / d u2")
         return _rebind(self.slope, namespace, compile_with)
 
+    def k_for(self, namespace, compile_with):
+        """``k(u2)`` from the direct statement (``(1 - u^a)^b`` by products and at most one square
+        root; a profile stated only as ``log k`` through ``exp``) with ``xp`` bound to ``namespace``,
+        each function compiled by ``compile_with``."""
+        if self.poly is None and self.direct is None:  # a profile stated only as log k
+            log_k, exp = _rebind(self.statement, namespace, compile_with), namespace.exp
+            return compile_with(lambda u2: exp(log_k(u2)))
+        if self.poly is None:
+            return _rebind(self.direct, namespace, compile_with)
+        a, b = self.poly
+        poly = _rebind(_poly, namespace, compile_with)
+        return compile_with(lambda u2: poly(u2, a, b))
+
     @cached_property
     def compiled_k(self):
-        """``k(u2)`` of one float, compiled by numba from the direct statement, so that a pass
-        summing weights pays no ``log``/``exp``: ``(1 - u^a)^b`` is products and at most one
-        square root (the compiled compact pass)."""
-        import numba
-
-        njit = numba.njit(cache=False, inline="always")
-        if self.poly is None and self.direct is None:  # a profile stated only as log k
-            log_k = _rebind(self.statement, _scalar_namespace(), njit)
-            return njit(lambda u2: math.exp(log_k(u2)))
-        if self.poly is None:
-            return _rebind(self.direct, _scalar_namespace(), njit)
-        a, b = self.poly
-        poly = poly_compiled()
-        return njit(lambda u2: poly(u2, a, b))
+        """``k(u2)`` of one float, compiled by numba (:meth:`k_for` on ``math``), so that a pass
+        summing weights pays no ``log``/``exp``: the compiled compact pass."""
+        return self.k_for(_scalar_namespace(), _scalar_njit())
 
     def k(self, u2):
         """``k`` of the squared scaled distance (NumPy), from the direct statement."""
@@ -390,13 +392,19 @@ def _scalar_namespace():
 
 
 @functools.cache
+def _scalar_njit():
+    """One decorator object, so that :func:`_rebind`'s cache returns the same compiled functions."""
+    import numba
+
+    return numba.njit(cache=False, inline="always")
+
+
+@functools.cache
 def poly_compiled():
     """``(1 - u^a)^b`` of ``(u2, a, b)``, one float, compiled by numba (see ``_poly``): the
     statement that the compiled passes share (the compact pass, the fused LOESS windows). Given
     ``u2 = z * z`` it has the bits of ``(1 - |z|^a)^b`` by products (``sqrt(z * z) = |z|``)."""
-    import numba
-
-    return _rebind(_poly, _scalar_namespace(), numba.njit(cache=False, inline="always"))
+    return _rebind(_poly, _scalar_namespace(), _scalar_njit())
 
 
 _NUMPY_CACHE = {}
