@@ -375,8 +375,9 @@ def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
 
 def _run(compiled, *args):
     """``compiled(*args)`` on PyTorch's thread count, its tiles' products on one BLAS thread each
-    inside numba's threads (OpenBLAS threads nested in numba's OpenMP loop serialised on a lock:
-    B=1 H=8 L=2048 d=64, 40 s against 0.35 s for SDPA)."""
+    inside numba's threads (MKL does so by itself inside an OpenMP region; OpenBLAS threads
+    nested in numba's loop serialised on a lock: B=1 H=8 L=2048 d=64, 40 s against 0.35 s for
+    SDPA, so OpenBLAS is limited to one)."""
     with numba_threads(torch.get_num_threads()), threadpools().limit(limits=1, user_api="blas"):
         compiled(*args)
 
@@ -391,8 +392,9 @@ def _boxes(t, tile):
 
 def _arguments(q, k, v, c, key_bias, code):
     """The compiled passes' arguments as NumPy views: ``q, k`` centred on the keys' mean (no
-    distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the bounding boxes
-    of the tiles (compact profiles; empty otherwise) and the round-off margin of the skip test."""
+    distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the
+    bounding boxes of the tiles (compact profiles; empty otherwise) and the round-off margin of
+    the skip test."""
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
     q, k, v, C, kb = map(contiguous, (q, k, v, c, key_bias))
     centre = k.mean(1, keepdim=True)
