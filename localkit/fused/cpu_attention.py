@@ -78,8 +78,8 @@ _0, _1, _2, _REFINE = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.floa
 # the statements are inlined into the tile loops in numba's IR, taking the loops' fast-math flags;
 # the loops themselves are compiled apart with theirs (an inlined loop would take its caller's,
 # the pass's, which must not reassociate)
-_fast = numba.njit(inline="always", fastmath=FAST)
-_loop = numba.njit(fastmath=FAST)
+_fast = numba.njit(inline="always", fastmath=FAST, error_model="numpy")
+_loop = numba.njit(fastmath=FAST, error_model="numpy")
 _XP = vector_math.namespace()
 
 
@@ -109,9 +109,9 @@ def _tile_loops(profile):
         nq, nk = s.shape
         for a in range(nq):
             t = np.float32(0.0)
-            for b in range(nk):
-                x = s[a, b]
-                w = k(x if x > _0 else _0) * kw[b]
+            for b in range(nk):  # k(u) rounded to float32 at once: LLVM then narrows the statement's
+                x = s[a, b]  # float64 arithmetic (Python constants) where exact (epanechnikov 2x)
+                w = np.float32(k(x if x > _0 else _0)) * kw[b]
                 w = w if x >= _0 else _0
                 s[a, b] = w
                 t += w
@@ -129,13 +129,13 @@ def _tile_loops(profile):
             elif log_space and top - shift < LOG_TINY:
                 for b in range(nk):
                     x = u2[a, b]
-                    w = vector_math.exp(log_k(x if x > _0 else _0) + kb[b] - top)
+                    w = vector_math.exp(np.float32(log_k(x if x > _0 else _0)) + kb[b] - top)
                     p[a, b] = w if x >= _0 else _0
             else:
                 scale = math.exp(shift - top)
                 for b in range(nk):
                     x = u2[a, b]
-                    w = k(x if x > _0 else _0) * kw[b] * scale
+                    w = np.float32(k(x if x > _0 else _0)) * kw[b] * scale
                     p[a, b] = w if x >= _0 else _0
 
     @_loop
@@ -148,7 +148,7 @@ def _tile_loops(profile):
             t = np.float32(0.0)
             for b in range(nk):
                 x, y = p[a, b], u2[a, b]
-                gab = x * (g[a, b] - delta[a]) * slope(y if y > _0 else _0)
+                gab = x * (g[a, b] - delta[a]) * np.float32(slope(y if y > _0 else _0))
                 gab = gab if x > _0 else _0
                 dc += gab * y
                 g[a, b] = gab
