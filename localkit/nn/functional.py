@@ -771,14 +771,22 @@ def _cpu_flash(q, k, v, kernel, c, is_causal):
     SDPA calls there), with the Gaussian's key bias ``-c |k|^2 / 2`` as its ``(..., 1, S)`` mask
     (:class:`_KeyBiasAttention`), which it takes together with ``is_causal`` (public SDPA does
     not: B=1, H=8, L=4096, d=64, one thread: 0.93x of causal SDPA, folded 0.82x). None when the
-    log-sum-exp overflowed, for the caller to stream instead."""
-    q, scale = _scaled(q, c)
+    logits overflowed, for the caller to stream instead: the log-sum-exp is not finite, or, where
+    every logit of a row overflowed to ``-inf``, the kernel returns that row as 0 with a
+    log-sum-exp of 0 (a row of ``lse == 0`` is then checked against :func:`_logit_shrink`)."""
+    scaled, scale = _scaled(q, c)
     if kernel == "softmax":
-        return _key_bias_attention(q, k, v, scale, None, is_causal)
-    # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
-    # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
-    norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
-    return _key_bias_attention(q, k, v, scale, norm.square().unsqueeze(-2) * (-0.5 * c), is_causal)
+        bias = None
+    else:
+        # the bias in float32 for half inputs (the kernel takes it); |k|^2 from the norm, one
+        # pass without the k * k temporary (0.4 ms against vecdot's 1.1 ms at 2M entries)
+        norm = torch.linalg.vector_norm(k, dim=-1, dtype=compute_dtype(k.dtype))
+        bias = norm.square().unsqueeze(-2) * (-0.5 * c)
+    out, lse = _key_bias_attention(scaled, k, v, scale, bias, is_causal)
+    if eager() and not (bool(torch.isfinite(lse).all())
+                        and not (bool((lse == 0).any()) and _logit_shrink(kernel, q, k, c))):
+        return None
+    return out
 
 
 def _sdpa(q, k, v, kernel, c, allowed, bias, dropout_p, is_causal):
@@ -842,9 +850,8 @@ def _cpu_flash_fits(q, k, v, dropout_p):
 
 
 def _key_bias_attention(q, k, v, scale, bias, is_causal):
-    """Softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)`` or None) on the CPU,
-    batch dimensions flattened to the kernel's ``(B, H)``; None if the log-sum-exp is not finite
-    (the logits overflowed: every row has an admissible key here, so it is finite otherwise)."""
+    """``(out, lse)``: softmax attention of ``scale <q, k> + b_j`` (``bias``: ``(..., 1, S)`` or
+    None) on the CPU, batch dimensions flattened to the kernel's ``(B, H)``, and its log-sum-exp."""
     batch = torch.broadcast_shapes(*(t.shape[:-2] for t in (q, k, v, bias) if t is not None))
     if len(batch) == 2:
         as4d = lambda t: _unit_last_stride(t.expand(batch + t.shape[-2:]))
@@ -855,9 +862,7 @@ def _key_bias_attention(q, k, v, scale, bias, is_causal):
                                                                               scale=scale)
     else:
         out, lse = _KeyBiasAttention.apply(*map(as4d, (q, k, v, bias)), scale, is_causal)
-    if eager() and not bool(torch.isfinite(lse).all()):
-        return None
-    return out.reshape(batch + out.shape[-2:])
+    return out.reshape(batch + out.shape[-2:]), lse
 
 
 def _unit_last_stride(t):
