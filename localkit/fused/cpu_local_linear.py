@@ -25,7 +25,7 @@ LLVM vectorises (numba's ``math.exp`` is a scalar call without SVML: 0.4 G/s aga
 this one on the development machine, one thread, float32).
 
 Candidates measured (B=1 H=8 L=4096 d=16, softmax, float32, one thread, against SDPA at d=16;
-see :data:`TILE_Q`): this pass, recomputing the weights in the second walk, against keeping the
+tiles of ``cpu_attention.TILE_Q x TILE_K``): this pass, recomputing the weights in the second walk, against keeping the
 first walk's weights of a query tile (``TILE_Q x S`` floats per thread): see the comment at
 :func:`local_linear_forward`.
 
@@ -39,14 +39,13 @@ import numba
 import numpy as np
 import torch
 
+from . import cpu_attention
 from .cpu_attention import LOG_SPACE, NAMES, _arguments, _log_weight, _run, _scaled_distances, _skipped, _weight
 
 #: the kernels of inner products (codes below 0 in the pass): ``c <q, k>`` and the Gaussian's
 #: ``c (<q, k> - |k|^2 / 2)``; the other profiles take their index in ``cpu_attention.NAMES``
 INNER = ("softmax", "gaussian")
 SOFTMAX, GAUSSIAN = -1, -2
-#: queries and keys per tile
-TILE_Q, TILE_K = 64, 512
 
 _LOG2E, _LN2_HI, _LN2_LO = np.float32(1.4426950408889634), np.float32(0.693359375), np.float32(-2.12194440e-4)
 _SHIFT = np.float32(1.5 * 2 ** 23)  # adding then subtracting it rounds a float32 to an integer
@@ -299,7 +298,8 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     logspace = code < 0 or NAMES[code] in LOG_SPACE
     _run(local_linear_forward, Q, K, (vc - v_mean).contiguous().numpy(), v_mean[:, 0].contiguous().numpy(),
          M.numpy(), mu.numpy(), qn, kn, C, kb, kw,
-         code, logspace, causal, *skip, ridge, TILE_Q, TILE_K, out.numpy())
+         code, logspace, causal, *skip, ridge,
+         cpu_attention.TILE_Q, cpu_attention.TILE_K, out.numpy())  # its tiles: the boxes are of those
     return out.to(q.dtype)
 
 
