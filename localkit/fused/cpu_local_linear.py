@@ -12,22 +12,24 @@ the local mean with the equivalent kernel of local linear regression. Two walks 
 tiles of each query tile (flash attention's tiling, as :mod:`localkit.fused.cpu_attention`, whose
 distances, profiles, arguments and tile skipping this pass calls):
 
-1. the tile's weights ``P`` with the online maximum, then one product
+1. the tile's weights ``P`` with the online maximum (kept), then one product
    ``P [1, k, sym(k k^T)]`` (``1 + d + d (d + 1) / 2`` columns, keys centred on their mean):
-   ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` Cholesky solve in float64);
-2. the weights again (from the final maximum), ``R = Z K^T`` (one product) and
+   ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` solve in float64);
+2. the kept weights rescaled to the final maximum, ``R = Z K^T`` (one product) and
    ``(P * (1 + kbar . z - R)) V`` (one more; values centred on their mean).
 
-That is ``d (d + 1) / 2 + 4 d + 1`` multiply-adds per pair with ``d_v = d`` (the moments of
-``v k^T`` in one walk would add ``d d_v`` columns: 425 at ``d = 16`` against 201) and two
-``exp`` per pair (log-space kernels), taken by :func:`_exp_in_place`, a polynomial ``exp`` that
-LLVM vectorises (numba's ``math.exp`` is a scalar call without SVML: 0.4 G/s against 3 G/s for
-this one on the development machine, one thread, float32).
+That is ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (201 at ``d = d_v = 16``; the
+moments of ``v`` and ``v k^T`` in the first walk instead of a second would be 441) and one
+``exp``, taken by :func:`_exp_row`, a polynomial ``exp`` that LLVM vectorises (numba's
+``math.exp`` is a scalar call without SVML: 0.4 G/s against ~3 G/s for this one on the development
+machine, one thread, float32). Tiles are ``cpu_attention``'s (``TILE_Q x TILE_K``, 64 x 512).
 
-Candidates measured (B=1 H=8 L=4096 d=16, softmax, float32, one thread, against SDPA at d=16;
-tiles of ``cpu_attention.TILE_Q x TILE_K``): this pass, recomputing the weights in the second walk, against keeping the
-first walk's weights of a query tile (``TILE_Q x S`` floats per thread): see the comment at
-:func:`local_linear_forward`.
+Measured before choosing (B=1 H=8 L=4096 d=16, softmax, float32, one thread, interleaved with SDPA
+at d=16, medians of 5; the 2-core machine at load 3-4): keeping the first walk's weights of a
+query tile (``TILE_Q x S`` floats per thread, fewer than the streamed path's ``d (d + d_v)`` per
+query) took 7.6x SDPA's time against 8.7-8.9x for forming them again in the second walk (one more
+``<q, k>`` product and ``exp``). The product of the moments, ``d (d + 1) / 2`` of the 201
+multiply-adds, is the floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
 
 Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.streamed_local_linear`).
 """
@@ -104,9 +106,13 @@ def _row_max(row):
 
 @numba.njit(fastmath=_FAST)
 def _times_lift(row, r, lift, scale):
-    """``row *= scale (lift - r)``: the weights of a row times ``1 + kbar . z - k_j . z``."""
+    """``row *= scale (lift - r)``: the weights of a row times ``1 + kbar . z - k_j . z`` (``r``,
+    ``lift``: float64, where the difference of those two products, each ~``|k| |z|``, is exact
+    enough: in float32 a row with few keys, ``|z| ~ |kbar - q| / ridge``, lost ``1e-4`` of its
+    value, where the moments' formula gives the nearest key's value exactly)."""
     for b in range(row.size):
-        row[b] *= scale * (lift - r[b])
+        # 0 where the weight is 0: the factor may overflow float32 where round-off made z huge
+        row[b] = row[b] * np.float32(scale * (lift - r[b])) if row[b] > 0.0 else np.float32(0.0)
 
 
 @numba.njit(inline="always")
@@ -143,15 +149,16 @@ def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, row, code, logspace, ca
 
 
 @numba.njit(parallel=True, cache=True)
-def local_linear_forward(Q, K, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin, ridge,
-                         tq, tk, out):
+def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin,
+                         ridge, tq, tk, out):
     """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
 
     ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
     :func:`localkit.fused.cpu_attention.attention_forward` takes them (``Q, K`` centred on the
-    keys' mean ``mu`` ``(N, d)``); ``V``: ``(N, S, dv)`` centred on its mean; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key ``[1, k, k_f k_g for f <= g]``;
-    ``code``: :data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a profile in ``NAMES``; ``v_mean``:
-    ``(N, dv)``, the values' mean."""
+    keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
+    its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
+    ``[1, k, k_f k_g for f <= g]``; ``code``: :data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a
+    profile in ``NAMES``."""
     N, L, d = Q.shape
     S, dv, width = K.shape[1], V.shape[2], M.shape[2]
     n_qt = (L + tq - 1) // tq
@@ -189,24 +196,25 @@ def local_linear_forward(Q, K, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspa
             for a in range(nq):
                 for f in range(width):
                     acc[a, f] = acc[a, f] * alpha[a] + part[a, f]
-        Z = np.zeros((nq, d), dtype=np.float32)
-        lift = np.zeros(nq, dtype=np.float32)  # 1 + kbar . z
+        Z = np.zeros((nq, d))
+        lift = np.zeros(nq)  # 1 + kbar . z
         total = acc[:, 0].copy()
         cov = np.empty((d, d))
         rhs = np.empty(d)
         for a in range(nq):
             if not total[a] > 0.0:
                 continue
-            # C_kk + ridge I from the moments (upper triangle, in M's column order), in float64
+            # C_kk + ridge I from the moments (M's columns: the upper triangle), in float64
             col = 1 + d
             for f in range(d):
                 kf = acc[a, 1 + f] / np.float64(total[a])
                 rhs[f] = kf - Q[n, i0 + a, f]
                 for g in range(f, d):
                     cov[f, g] = acc[a, col] / np.float64(total[a]) - kf * (acc[a, 1 + g] / np.float64(total[a]))
+                    cov[g, f] = cov[f, g]
                     col += 1
                 cov[f, f] += ridge
-            _cholesky_solve(cov, rhs)
+            _solve(cov, rhs)
             beta = 0.0
             for f in range(d):
                 Z[a, f] = rhs[f]
@@ -218,7 +226,7 @@ def local_linear_forward(Q, K, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspa
             if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                 continue
             p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
-            r = np.dot(Z, K[n, j0:j1].T)
+            r = np.dot(Z, K64[n, j0:j1].T)
             for a in range(nq):
                 # weights taken at the maximum of their tile, rescaled to the final one
                 _times_lift(p[a], r[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
@@ -229,28 +237,32 @@ def local_linear_forward(Q, K, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspa
 
 
 @numba.njit(inline="always")
-def _cholesky_solve(A, b):
-    """``b = A^{-1} b`` for a symmetric positive definite ``A`` given by its upper triangle
-    (overwritten with its Cholesky factor ``U``, ``A = U^T U``)."""
+def _solve(A, b):
+    """``b = A^{-1} b`` by Gaussian elimination with partial pivoting (``A`` overwritten), as
+    ``torch.linalg.solve`` in the streamed path: where the moments' round-off leaves
+    ``C_kk + ridge I`` indefinite (keys ~1e8 in float32), pivots stay bounded (a Cholesky
+    factorisation's grew past the float range); a zero pivot is taken as the smallest positive float."""
     d = b.shape[0]
     for f in range(d):
-        for g in range(f):
-            A[f, f] -= A[g, f] * A[g, f]
-        A[f, f] = math.sqrt(A[f, f])
-        for h in range(f + 1, d):
-            x = A[f, h]
-            for g in range(f):
-                x -= A[g, f] * A[g, h]
-            A[f, h] = x / A[f, f]
-    for f in range(d):  # U^T y = b
-        x = b[f]
-        for g in range(f):
-            x -= A[g, f] * b[g]
-        b[f] = x / A[f, f]
-    for f in range(d - 1, -1, -1):  # U x = y
-        x = b[f]
+        best = f
         for g in range(f + 1, d):
-            x -= A[f, g] * b[g]
+            if abs(A[g, f]) > abs(A[best, f]):
+                best = g
+        if best != f:
+            for h in range(d):
+                A[f, h], A[best, h] = A[best, h], A[f, h]
+            b[f], b[best] = b[best], b[f]
+        if A[f, f] == 0.0:
+            A[f, f] = 2.2250738585072014e-308
+        for g in range(f + 1, d):
+            factor = A[g, f] / A[f, f]
+            for h in range(f + 1, d):
+                A[g, h] -= factor * A[f, h]
+            b[g] -= factor * b[f]
+    for f in range(d - 1, -1, -1):
+        x = b[f]
+        for h in range(f + 1, d):
+            x -= A[f, h] * b[h]
         b[f] = x / A[f, f]
 
 
@@ -296,7 +308,7 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     M = torch.cat([torch.ones_like(kt[..., :1]), kt, kt[..., upper[0]] * kt[..., upper[1]]], -1).contiguous()
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
     logspace = code < 0 or NAMES[code] in LOG_SPACE
-    _run(local_linear_forward, Q, K, (vc - v_mean).contiguous().numpy(), v_mean[:, 0].contiguous().numpy(),
+    _run(local_linear_forward, Q, K, K.astype(np.float64), (vc - v_mean).contiguous().numpy(), v_mean[:, 0].contiguous().numpy(),
          M.numpy(), mu.numpy(), qn, kn, C, kb, kw,
          code, logspace, causal, *skip, ridge,
          cpu_attention.TILE_Q, cpu_attention.TILE_K, out.numpy())  # its tiles: the boxes are of those

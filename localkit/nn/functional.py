@@ -937,7 +937,7 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     masks ``(..., 1, S)``, runs as one compiled pass over tiles instead
     (:mod:`localkit.fused.cpu_local_linear`): the same intercepts as the local mean of the
     equivalent kernel ``w_ij (1 + (kbar_i - k_j) . z_i)``, ``z_i = (C_kk + ridge I)^{-1} (kbar_i - q_i)``,
-    in ``d (d + 1) / 2 + 4 d + 1`` multiply-adds per pair (keys centred on their mean), memory
+    in ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (keys centred on their mean), memory
     ``O(S d^2)`` plus 64 weights per key and thread. It has no backward pass: training
     (gradients), float64, windows, masks by query, ``top_k``, dropout and logits beyond the float
     range stream as above.
