@@ -30,6 +30,8 @@ query tile (``TILE_Q x S`` floats per thread, fewer than the streamed path's ``d
 query) took 7.6x SDPA's time against 8.7-8.9x for forming them again in the second walk (one more
 ``<q, k>`` product and ``exp``). The product of the moments, ``d (d + 1) / 2`` of the 201
 multiply-adds, is the floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
+Tiles of 128 or 256 x 512 queries x keys were 5-7% faster than 64 x 512 (128 x 256 and 128 x
+1024 alike): not worth tiles of its own.
 
 Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.streamed_local_linear`).
 """
@@ -300,18 +302,15 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     Q, K, V, qn, kn, C, kb, kw = arrays[:8]
     if code == GAUSSIAN:  # c (<q, k> - |k|^2 / 2): the key norms join the keys' bias
         kb = kb - 0.5 * C[:, None] * kn
-    mu = k.detach().to(torch.float32).mean(1)
-    vc = v.detach().to(torch.float32)
-    v_mean = vc.mean(1, keepdim=True)
-    upper = torch.triu_indices(Q.shape[-1], Q.shape[-1])
-    kt = torch.from_numpy(K)
-    M = torch.cat([torch.ones_like(kt[..., :1]), kt, kt[..., upper[0]] * kt[..., upper[1]]], -1).contiguous()
+    mu = k.detach().to(torch.float32).mean(1).numpy()  # the centre of Q and K
+    v_mean = V.mean(1)
+    upper = np.triu_indices(K.shape[-1])
+    M = np.concatenate([np.ones_like(K[..., :1]), K, K[..., upper[0]] * K[..., upper[1]]], -1)
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
     logspace = code < 0 or NAMES[code] in LOG_SPACE
-    _run(local_linear_forward, Q, K, K.astype(np.float64), (vc - v_mean).contiguous().numpy(), v_mean[:, 0].contiguous().numpy(),
-         M.numpy(), mu.numpy(), qn, kn, C, kb, kw,
-         code, logspace, causal, *skip, ridge,
-         cpu_attention.TILE_Q, cpu_attention.TILE_K, out.numpy())  # its tiles: the boxes are of those
+    # cpu_attention's tiles: its bounding boxes are of those
+    _run(local_linear_forward, Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
+         code, logspace, causal, *skip, ridge, cpu_attention.TILE_Q, cpu_attention.TILE_K, out.numpy())
     return out.to(q.dtype)
 
 
