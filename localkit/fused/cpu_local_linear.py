@@ -15,8 +15,8 @@ distances, profiles, arguments and tile skipping this pass calls):
 1. the tile's weights ``P`` with the online maximum (kept), then one product
    ``P [1, k, sym(k k^T)]`` (``1 + d + d (d + 1) / 2`` columns, keys centred on their mean):
    ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` solve in float64);
-2. the kept weights rescaled to the final maximum, ``R = Z K^T`` (one product) and
-   ``(P * (1 + kbar . z - R)) V`` (one more; values centred on their mean).
+2. the kept weights rescaled to the final maximum, ``R = Z K^T`` (one product, in float64: see
+   :func:`_times_lift`) and ``(P * (1 + kbar . z - R)) V`` (one more; values centred on their mean).
 
 That is ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (201 at ``d = d_v = 16``; the
 moments of ``v`` and ``v k^T`` in the first walk instead of a second would be 441) and one
@@ -28,8 +28,8 @@ Measured before choosing (B=1 H=8 L=4096 d=16, softmax, float32, one thread, int
 at d=16, medians of 5; the 2-core machine at load 3-4): keeping the first walk's weights of a
 query tile (``TILE_Q x S`` floats per thread, fewer than the streamed path's ``d (d + d_v)`` per
 query) took 7.6x SDPA's time against 8.7-8.9x for forming them again in the second walk (one more
-``<q, k>`` product and ``exp``). The product of the moments, ``d (d + 1) / 2`` of the 201
-multiply-adds, is the floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
+``<q, k>`` product and ``exp``). The product of the moments, 153 of the 201 multiply-adds, is the
+floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
 Tiles of 128 or 256 x 512 queries x keys were 5-7% faster than 64 x 512 (128 x 256 and 128 x
 1024 alike): not worth tiles of its own.
 
