@@ -135,7 +135,8 @@ def _every_kernel_table(B, H, L, d, repeat):
     ql, kl, vl = (t[..., :16].contiguous() for t in (q, k, v))
     gl = [t.clone().requires_grad_(True) for t in (ql, kl, vl)]
     grads[:] = [t.clone().requires_grad_(True) for t in (ql, kl, vl)]
-    row("local-linear (d=16; SDPA at d=16)", "streamed moments (not fused)", lambda: local_linear_attention(ql, kl, vl),
+    row("local-linear (d=16; SDPA at d=16)", "compiled CPU pass (fwd), streamed (bwd)",
+        lambda: local_linear_attention(ql, kl, vl),
         lambda: local_linear_attention(*gl).sum().backward(), (ql, kl, vl))
     head = [f"Every kernel against SDPA, CPU, float32, B={B}, H={H}, L={L}, d={d}, {torch.get_num_threads()} "
             f"thread(s), medians of {repeat} interleaved repeats (time ratio: localkit / SDPA, bars: forward <= 2x, "

@@ -394,7 +394,9 @@ def _arguments(q, k, v, c, key_bias, code):
     """The compiled passes' arguments as NumPy views: ``q, k`` centred on the keys' mean (no
     distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the
     bounding boxes of the tiles (compact profiles; empty otherwise) and the round-off margin of
-    the skip test."""
+    the skip test. ``code`` -1: a kernel of inner products (:mod:`localkit.fused.cpu_local_linear`),
+    no boxes."""
+    name = NAMES[code] if code >= 0 else None
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
     q, k, v, C, kb = map(contiguous, (q, k, v, c, key_bias))
     centre = k.mean(1, keepdim=True)
@@ -403,7 +405,7 @@ def _arguments(q, k, v, c, key_bias, code):
     top = kb.amax(-1)
     shift = torch.where(torch.isfinite(top), top, 0.0)
     kw = torch.exp(kb - shift[:, None])
-    if PROFILES[NAMES[code]].compact:
+    if name is not None and PROFILES[name].compact:
         qbox, kbox = _boxes(q, TILE_Q), _boxes(k, TILE_K)
         # the expansion's round-off in c |q - k|^2: a pair the boxes put outside is computed
         # inside only within it (64 float32 ulps of c (|q|^2 + |k|^2) at most)
@@ -412,7 +414,7 @@ def _arguments(q, k, v, c, key_bias, code):
         qbox = kbox = torch.empty(q.shape[0], 0, 2, q.shape[-1])
         margin = 0.0
     arrays = (q, k, v, qn, kn, C, kb, kw, shift)
-    return tuple(t.numpy() for t in arrays) + (code, NAMES[code] in LOG_SPACE), (qbox.numpy(), kbox.numpy(), margin)
+    return tuple(t.numpy() for t in arrays) + (code, name in LOG_SPACE), (qbox.numpy(), kbox.numpy(), margin)
 
 
 @torch.library.custom_op("localkit::profile_attention", mutates_args=())

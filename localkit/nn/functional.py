@@ -581,10 +581,15 @@ def _compiled(a):
     from ..fused.cpu_attention import cpu_kernel_attention
 
     q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
-    bias = a.mask
-    if bias is not None and bias.dtype == torch.bool:
-        bias = torch.zeros(bias.shape, dtype=q.dtype).masked_fill(~bias, -math.inf)
-    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, bias).to(a.q.dtype)
+    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, _key_log_weights(a.mask, q.dtype)).to(a.q.dtype)
+
+
+def _key_log_weights(mask, dtype):
+    """A key mask ``(..., 1, S)`` as the compiled passes take it: None, or log-weights of ``dtype``
+    (a bool mask's False as ``-inf``)."""
+    if mask is not None and mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -math.inf)
+    return mask
 
 
 def _compiled_fits(a):
@@ -932,6 +937,16 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     ``O(L S d (d + d_v))``: keep heads small. ``top_k`` streams (see :func:`kernel_attention`);
     ``dropout_p > 0`` and a float mask that requires grad form the weights.
 
+    Inference on the CPU (no input requires grad, or under ``torch.no_grad()``) in float32,
+    bfloat16 or float16, with the softmax, the Gaussian or a built-in profile, ``causal`` and key
+    masks ``(..., 1, S)``, runs as one compiled pass over tiles instead
+    (:mod:`localkit.fused.cpu_local_linear`): the same intercepts as the local mean of the
+    equivalent kernel ``w_ij (1 + (kbar_i - k_j) . z_i)``, ``z_i = (C_kk + ridge I)^{-1} (kbar_i - q_i)``,
+    in ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (keys centred on their mean), memory
+    ``O(S d^2)`` plus 64 weights per key and thread. It has no backward pass: training
+    (gradients), float64, windows, masks by query, ``top_k``, dropout and logits beyond the float
+    range stream as above.
+
     Parameters
     ----------
     q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p
@@ -959,11 +974,15 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
     _check_dropout(dropout_p)
     kernel, c, _, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    top_k = top_k if top_k is not None and top_k < k.shape[-2] else None
     shrink = _logit_shrink(kernel, q, k, c)
     q_, k_, v_, c_ = _to_compute(q, k, v, c)
+    if _compiled_local_linear_fits(q, k, v, c, kernel, mask, window, top_k, dropout_p, shrink):
+        from ..fused.cpu_local_linear import cpu_local_linear
+
+        return cpu_local_linear(kernel, q_, k_, v_, c_, causal, _key_log_weights(mask, q_.dtype), ridge).to(q.dtype)
     if not _dense_path(mask, dropout_p):
         d, dv = k.shape[-1], v.shape[-1]
-        top_k = top_k if top_k is not None and top_k < k.shape[-2] else None
         plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, d * (d + dv), shrink, top_k)
         return streamed_local_linear(plan, q_, k_, v_, c_, float(ridge)).to(q.dtype)
     allowed, bias = _position_terms(q, k, mask, bool(causal), window)
@@ -986,3 +1005,16 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     x = torch.linalg.solve(c_kk + ridge * eye, (kbar - qc).unsqueeze(-1))
     out = cv + vbar - (c_vk @ x).squeeze(-1)
     return out.masked_fill(empty, 0.0).to(q.dtype)
+
+
+def _compiled_local_linear_fits(q, k, v, c, kernel, mask, window, top_k, dropout_p, shrink):
+    """Whether :func:`local_linear_attention` takes the compiled forward pass
+    (:mod:`localkit.fused.cpu_local_linear`): CPU tensors in float32, bfloat16 or float16, a
+    built-in kernel, no window, ``top_k`` or dropout, at most a key mask (no gradient), logits in
+    the float range, and no gradient asked of any input (the pass has no backward pass)."""
+    from ..fused.cpu_local_linear import supports
+
+    wants_grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c))
+    return (q.device.type == "cpu" and q.dtype != torch.float64 and supports(kernel) and window is None
+            and top_k is None and dropout_p == 0 and not shrink and not wants_grad
+            and (mask is None or (mask.shape[-2] == 1 and not mask.requires_grad)))

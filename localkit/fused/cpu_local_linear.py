@@ -1,0 +1,299 @@
+"""Local linear attention's forward pass compiled on the CPU: two walks over tiles of keys.
+
+With the weights ``w_ij`` of the kernel, ``S0_i = sum_j w_ij``, the weighted means ``kbar_i`` and
+covariance ``C_kk`` of the keys (:func:`localkit.nn.local_linear_attention`), and
+``z_i = (C_kk + ridge I)^{-1} (kbar_i - q_i)``, the intercept of the local linear model is
+``a_i = vbar_i - C_vk z_i``. Because ``sum_j w_ij (k_j - kbar_i) = 0``,
+``C_vk z_i = sum_j w_ij v_j (k_j - kbar_i) . z_i / S0_i``, so ::
+
+    a_i = sum_j w_ij (1 + kbar_i . z_i - k_j . z_i) v_j / S0_i,
+
+the local mean with the equivalent kernel of local linear regression. Two walks over the key
+tiles of each query tile (flash attention's tiling, as :mod:`localkit.fused.cpu_attention`, whose
+distances, profiles, arguments and tile skipping this pass calls):
+
+1. the tile's weights ``P`` with the online maximum (kept), then one product
+   ``P [1, k, sym(k k^T)]`` (``1 + d + d (d + 1) / 2`` columns, keys centred on their mean):
+   ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` solve in float64);
+2. the kept weights rescaled to the final maximum, ``R = Z K^T`` (one product, in float64: see
+   :func:`_times_lift`) and ``(P * (1 + kbar . z - R)) V`` (one more; values centred on their mean).
+
+That is ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (201 at ``d = d_v = 16``; the
+moments of ``v`` and ``v k^T`` in the first walk instead of a second would be 441) and one
+``exp`` (:mod:`localkit.fused.vector_math`'s, which LLVM vectorises). Tiles and products are
+``cpu_attention``'s (``TILE_Q x TILE_K``, 64 x 512; :mod:`localkit.fused.blas`).
+
+Measured before choosing (B=1 H=8 L=4096 d=16, softmax, float32, one thread, interleaved with SDPA
+at d=16, medians of 5; the 2-core machine at load 3-4): keeping the first walk's weights of a
+query tile (``TILE_Q x S`` floats per thread, fewer than the streamed path's ``d (d + d_v)`` per
+query) took 7.6x SDPA's time against 8.7-8.9x for forming them again in the second walk (one more
+``<q, k>`` product and ``exp``). The product of the moments, 153 of the 201 multiply-adds, is the
+floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
+Tiles of 128 or 256 x 512 queries x keys were 5-7% faster than 64 x 512 (128 x 256 and 128 x
+1024 alike): not worth tiles of its own.
+
+Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.streamed_local_linear`).
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+from . import blas, cpu_attention, vector_math
+from .cpu_attention import LOG_SPACE, NAMES, _arguments, _distances, _log_k, _loop, _run, _skipped, _weigh
+
+#: the kernels of inner products (codes below 0 in the pass): ``c <q, k>`` and the Gaussian's
+#: ``c (<q, k> - |k|^2 / 2)``; the other profiles take their index in ``cpu_attention.NAMES``
+INNER = ("softmax", "gaussian")
+SOFTMAX, GAUSSIAN = -1, -2
+
+
+
+@_loop
+def _exp_row(x, shift):
+    """``x = exp(x - shift)`` for a float32 row with entries ``<= shift`` (``-inf`` gives 0), by
+    :func:`localkit.fused.vector_math.exp`, which LLVM vectorises."""
+    for i in range(x.size):
+        x[i] = vector_math.exp(x[i] - shift)
+
+
+@_loop
+def _inner_logits(row, kb, c):
+    """A row of log-weights ``c <q, k> + kb`` of a kernel of inner products from its ``<q, k>``,
+    in place, and its maximum."""
+    for b in range(row.size):
+        row[b] = c * row[b] + kb[b]
+    return _row_max(row)
+
+
+@_loop
+def _row_max(row):
+    """The maximum of a float32 row, over eight running maxima (one chain of ``max`` is bound by
+    its latency: 27 us for a 64 x 512 tile against 7 us)."""
+    full = row.size - row.size % 8
+    t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = np.float32(-np.inf)
+    for b in range(0, full, 8):
+        t0, t1, t2, t3 = max(t0, row[b]), max(t1, row[b + 1]), max(t2, row[b + 2]), max(t3, row[b + 3])
+        t4, t5, t6, t7 = max(t4, row[b + 4]), max(t5, row[b + 5]), max(t6, row[b + 6]), max(t7, row[b + 7])
+    for b in range(full, row.size):
+        t0 = max(t0, row[b])
+    return max(max(max(t0, t1), max(t2, t3)), max(max(t4, t5), max(t6, t7)))
+
+
+@_loop
+def _times_lift(row, r, lift, scale):
+    """``row *= scale (lift - r)``: the weights of a row times ``1 + kbar . z - k_j . z`` (``r``,
+    ``lift``: float64, where the difference of those two products, each ~``|k| |z|``, is exact
+    enough: in float32 a row with few keys, ``|z| ~ |kbar - q| / ridge``, lost ``1e-4`` of its
+    value, where the moments' formula gives the nearest key's value exactly)."""
+    for b in range(row.size):
+        # 0 where the weight is 0: the factor may overflow float32 where round-off made z huge
+        row[b] = row[b] * np.float32(scale * (lift - r[b])) if row[b] > 0.0 else np.float32(0.0)
+
+
+@numba.njit(inline="always")
+def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal, m, alpha, ignored):
+    """``s`` (the tile's ``<q, k>``) overwritten with the weights, ``exp(log w - m_i)`` in log space,
+    the running row maxima ``m`` raised to the tile's and ``alpha = exp(m_old - m_new)``. Direct
+    profiles (not log space) give ``k(u^2) kw_j`` (``m`` stays 0, ``alpha`` 1). ``kb, kw``: the
+    tile's keys' (for the Gaussian, the keys' bias less ``c |k|^2 / 2``)."""
+    nq, nk = s.shape
+    if code >= 0:
+        _distances(s, Q[n], K[n], qn[n, i0:i0 + nq], kn[n, j0:j0 + nk], i0, j0, c, causal)
+        if not logspace:
+            _weigh(code, s, kw, ignored)  # ignored: the row sums, taken by the moments' product
+            return
+        for a in range(nq):
+            for b in range(nk):
+                x = s[a, b]
+                s[a, b] = _log_k(code, x) + kb[b] if x >= 0.0 else -np.inf
+    for a in range(nq):
+        # causal: keys j <= i only (the rest of the row is -inf)
+        lim = max(0, min(nk, i0 + a - j0 + 1)) if causal else nk
+        if code < 0:
+            top = _inner_logits(s[a, :lim], kb[:lim], c)
+            for b in range(lim, nk):
+                s[a, b] = -np.inf
+        else:
+            top = _row_max(s[a, :lim])
+        new = max(m[a], top)
+        alpha[a] = math.exp(m[a] - new) if new > -np.inf else 1.0
+        m[a] = new
+        _exp_row(s[a], m[a] if m[a] > -np.inf else 0.0)
+
+
+@numba.njit(parallel=True, cache=True)
+def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin,
+                         ridge, tq, tk, gemm_at, out):
+    """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
+
+    ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
+    :func:`localkit.fused.cpu_attention.attention_forward` takes them (``Q, K`` centred on the
+    keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
+    its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
+    ``[1, k, k_f k_g for f <= g]``; ``code``: :data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a
+    profile in ``NAMES``; ``gemm_at``: the ``sgemm`` of :func:`~localkit.fused.blas.sgemm_address`."""
+    N, L, d = Q.shape
+    S, dv, width = K.shape[1], V.shape[2], M.shape[2]
+    n_qt = (L + tq - 1) // tq
+    skip = qbox.shape[1] > 0
+    for task in numba.prange(N * n_qt):
+        n, t = task // n_qt, task % n_qt
+        i0 = t * tq
+        i1 = min(L, i0 + tq)
+        nq = i1 - i0
+        c = C[n]
+        row = n if kb.shape[0] > 1 else 0
+        qt = Q[n, i0:i1].copy()
+        if code == SOFTMAX:  # <q, k - mu>: <q, k> less a constant of the row
+            for a in range(nq):
+                for f in range(d):
+                    qt[a, f] += mu[n, f]
+        hi = min(S, i1) if causal else S
+        m = np.full(nq, -np.inf if logspace else 0.0, dtype=np.float32)
+        alpha = np.ones(nq, dtype=np.float32)
+        ignored = np.empty(nq, dtype=np.float32)
+        cell, tile = blas.cells(), np.empty(nq * tk, dtype=np.float32)
+        acc = np.zeros((nq, width), dtype=np.float32)
+        # the first walk's weights, kept for the second (tile by tile) with the row maxima they
+        # were taken at: nq x S floats, less than the streamed path's d (d + dv) per query
+        kept = np.empty(nq * hi, dtype=np.float32)
+        m_at = np.empty(((hi + tk - 1) // tk, nq), dtype=np.float32)
+        for j0 in range(0, hi, tk):  # the first walk: the moments
+            j1 = min(hi, j0 + tk)
+            if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                continue
+            s = tile[:nq * (j1 - j0)].reshape((nq, j1 - j0))
+            blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
+            _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
+                          alpha, ignored)
+            kept[nq * j0:nq * j1] = s.reshape(s.size)
+            m_at[j0 // tk] = m
+            if logspace:
+                for a in range(nq):
+                    for f in range(width):
+                        acc[a, f] *= alpha[a]
+            blas.gemm(gemm_at, cell, s, M[n, j0:j1], acc, False, False, 1.0, 1.0)
+        Z = np.zeros((nq, d))
+        lift = np.zeros(nq)  # 1 + kbar . z
+        total = acc[:, 0].copy()
+        cov = np.empty((d, d))
+        rhs = np.empty(d)
+        for a in range(nq):
+            if not total[a] > 0.0:
+                continue
+            # C_kk + ridge I from the moments (M's columns: the upper triangle), in float64
+            col = 1 + d
+            for f in range(d):
+                kf = acc[a, 1 + f] / np.float64(total[a])
+                rhs[f] = kf - Q[n, i0 + a, f]
+                for g in range(f, d):
+                    cov[f, g] = acc[a, col] / np.float64(total[a]) - kf * (acc[a, 1 + g] / np.float64(total[a]))
+                    cov[g, f] = cov[f, g]
+                    col += 1
+                cov[f, f] += ridge
+            _solve(cov, rhs)
+            beta = 0.0
+            for f in range(d):
+                Z[a, f] = rhs[f]
+                beta += acc[a, 1 + f] / np.float64(total[a]) * rhs[f]
+            lift[a] = 1.0 + beta
+        acc2 = np.zeros((nq, dv), dtype=np.float32)
+        for j0 in range(0, hi, tk):  # the second walk: the equivalent kernel's local mean
+            j1 = min(hi, j0 + tk)
+            if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                continue
+            p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
+            r = np.dot(Z, K64[n, j0:j1].T)
+            for a in range(nq):
+                # weights taken at the maximum of their tile, rescaled to the final one
+                _times_lift(p[a], r[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
+            blas.gemm(gemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
+        for a in range(nq):
+            for f in range(dv):
+                out[n, i0 + a, f] = v_mean[n, f] + acc2[a, f] / total[a] if total[a] > 0.0 else 0.0
+
+
+@numba.njit(inline="always")
+def _solve(A, b):
+    """``b = A^{-1} b`` by Gaussian elimination with partial pivoting (``A`` overwritten), as
+    ``torch.linalg.solve`` in the streamed path: where the moments' round-off leaves
+    ``C_kk + ridge I`` indefinite (keys ~1e8 in float32), pivots stay bounded (a Cholesky
+    factorisation's grew past the float range); a zero pivot is taken as the smallest positive float."""
+    d = b.shape[0]
+    for f in range(d):
+        best = f
+        for g in range(f + 1, d):
+            if abs(A[g, f]) > abs(A[best, f]):
+                best = g
+        if best != f:
+            for h in range(d):
+                A[f, h], A[best, h] = A[best, h], A[f, h]
+            b[f], b[best] = b[best], b[f]
+        if A[f, f] == 0.0:
+            A[f, f] = 2.2250738585072014e-308
+        for g in range(f + 1, d):
+            factor = A[g, f] / A[f, f]
+            for h in range(f + 1, d):
+                A[g, h] -= factor * A[f, h]
+            b[g] -= factor * b[f]
+    for f in range(d - 1, -1, -1):
+        x = b[f]
+        for h in range(f + 1, d):
+            x -= A[f, h] * b[h]
+        b[f] = x / A[f, f]
+
+
+def supports(kernel):
+    """Whether this pass takes ``kernel``: the softmax, the Gaussian and the profiles of
+    :mod:`localkit.fused.cpu_attention`."""
+    return isinstance(kernel, str) and (kernel in INNER or kernel in NAMES)
+
+
+def cpu_local_linear(kernel, q, k, v, c, causal, key_bias, ridge):
+    """:func:`localkit.nn.local_linear_attention` through the compiled pass, without gradients.
+
+    ``q, k, v``: ``(..., L, d)``, ``(..., S, d)``, ``(..., S, dv)`` float32 sharing their batch
+    shape; ``c``: ``batch + (1, 1)``; ``key_bias``: None or key log-weights (``-inf``: excluded)
+    broadcasting to ``batch + (1, S)``. Rows without a key of positive weight give 0.
+    """
+    batch, L, S, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
+    N = math.prod(batch)
+    flat = lambda t: t.reshape((N,) + t.shape[-2:])
+    if key_bias is None:
+        key_bias = q.new_zeros(1, S)
+    else:
+        key_bias = key_bias.to(q.dtype).expand(batch + (1, S)).reshape(N, S)
+    return _local_linear(flat(q), flat(k), flat(v), c.expand(batch + (1, 1)).reshape(N), key_bias, kernel,
+                         bool(causal), float(ridge)).reshape(batch + (L, dv))
+
+
+@torch.library.custom_op("localkit::local_linear_attention", mutates_args=())
+def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, key_bias: torch.Tensor,
+                  kernel: str, causal: bool, ridge: float) -> torch.Tensor:
+    """The intercepts ``(N, L, dv)`` of the compiled pass on ``(N, L, d)`` tensors."""
+    code = SOFTMAX if kernel == "softmax" else GAUSSIAN if kernel == "gaussian" else NAMES.index(kernel)
+    # cpu_attention's arguments (code -1 there: a kernel of inner products, no bounding boxes)
+    arrays, skip = _arguments(q, k, v, c, key_bias, max(code, -1))
+    Q, K, V, qn, kn, C, kb, kw = arrays[:8]  # the pass keeps log space: no shift (arrays[8])
+    if code == GAUSSIAN:  # c (<q, k> - |k|^2 / 2): the key norms join the keys' bias
+        kb = kb - 0.5 * C[:, None] * kn
+    mu = k.detach().to(torch.float32).mean(1).numpy()  # the centre of Q and K
+    v_mean = V.mean(1)
+    upper = np.triu_indices(K.shape[-1])
+    M = np.concatenate([np.ones_like(K[..., :1]), K, K[..., upper[0]] * K[..., upper[1]]], -1)
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
+    logspace = code < 0 or NAMES[code] in LOG_SPACE
+    # cpu_attention's tiles: its bounding boxes are of those
+    _run(local_linear_forward, Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
+         code, logspace, causal, *skip, ridge, cpu_attention.TILE_Q, cpu_attention.TILE_K, blas.sgemm_address(),
+         out.numpy())
+    return out.to(q.dtype)
+
+
+@_local_linear.register_fake
+def _(q, k, v, c, key_bias, kernel, causal, ridge):
+    return q.new_empty(q.shape[:-1] + v.shape[-1:])
