@@ -201,14 +201,14 @@ class Grid:
         size = list(B.shape[1:])
         FB = fft.rfftn(B, axes=tuple(range(1, d + 1)), workers=workers)
         along = [(1,) * f + (-1,) + (1,) * (d - 1 - f) for f in range(d)]  # a 1-D factor broadcast along feature f
-        for kern, cols in kernels:
+        for a, (kern, cols) in enumerate(kernels):
+            F = FB[cols] if a == len(kernels) - 1 else FB[cols].copy()  # the last kernel's product overwrites FB
             if isinstance(kern, list):  # separable: fft along each feature, rfft along the last
                 factors = [fft.fft(k, n) for k, n in zip(kern[:-1], size[:-1])] + [fft.rfft(kern[-1], size[-1])]
-                F = FB[cols] * factors[0].reshape(along[0])
-                for factor, shape in zip(factors[1:], along[1:]):
+                for factor, shape in zip(factors, along):
                     F *= factor.reshape(shape)
             else:
-                F = FB[cols] * fft.rfftn(kern, size)
+                F *= fft.rfftn(kern, size)
             for f in range(d - 1):
                 F = fft.ifft(F, axis=1 + f, overwrite_x=True, workers=workers)
                 F = F[(slice(None),) * (1 + f) + (slice(half[f], half[f] + self.shape[f]),)]
