@@ -157,8 +157,9 @@ class Grid:
                              f"bandwidths leaves the float range (bandwidth {h.min():g}..{h.max():g})")
         if len(Q):  # the queries within reach of the samples, so that they interpolate inside the grid
             radius = reach(profile) * h
-            lo = np.minimum(lo, np.maximum(Q.min(axis=0), lo - radius))
-            hi = np.maximum(hi, np.minimum(Q.max(axis=0), hi + radius))
+            q_lo, q_hi = _extent(Q)
+            lo = np.minimum(lo, np.maximum(q_lo, lo - radius))
+            hi = np.maximum(hi, np.minimum(q_hi, hi + radius))
         span = np.where(hi > lo, hi - lo, h)  # one point: a span of one bandwidth
         self.shape = grid_shape(grid_size, span / h, profile, tolerance)
         self.lo, self.hi, self.h, self.profile = lo, hi, h, profile
@@ -247,7 +248,7 @@ def _extent_loop(X, lo, hi):
 
 
 def _extent(X):
-    """``(lo, hi)``: the samples' least and largest value per feature, in float64: NumPy's in one
+    """``(lo, hi)``: the points' least and largest value per feature, in float64: NumPy's in one
     feature, else one compiled pass (NumPy's ``min(axis=0)`` on a million rows of 2 features takes
     ~40 ms, a row at a time)."""
     if X.shape[1] == 1:
