@@ -74,13 +74,13 @@ class BoundValues:
     ``centred`` with a column of ones, built on first use (the binned pass bins the weights itself
     and never needs it: for a million samples it is an 8 MB array written for nothing, ~0.4 ms)."""
 
-    def __init__(self, V, centred, offset, squeeze, no_values, source, xp=np):
+    def __init__(self, V, centred, offset, squeeze, no_values, source):
         self.V, self.centred, self.offset = V, centred, offset
-        self.squeeze, self.no_values, self.source, self.xp = squeeze, no_values, source, xp
+        self.squeeze, self.no_values, self.source = squeeze, no_values, source
 
     @cached_property
     def V_aug(self):
-        return augment(self.centred, self.xp)
+        return augment(self.centred, namespace_of(self.centred))
 
 
 class _Layout:
@@ -455,7 +455,7 @@ class BoundKernel:
         V, squeeze = self._values(values)
         offset = value_offset(self.xp, V)
         # the paths apply the sample weights (see localkit.engine.passes)
-        return BoundValues(V, V - offset, offset, squeeze, values is None, values, self.xp)
+        return BoundValues(V, V - offset, offset, squeeze, values is None, values)
 
     def using(self, options: EngineOptions) -> BoundKernel:
         """This kernel with other engine options (none changes a result beyond round-off); the
