@@ -60,7 +60,7 @@ def _local_linear(quick):
     from r_reference import have_kernsmooth, r_locpoly
 
     if not have_kernsmooth():
-        return ["Local linear against KernSmooth: not run (needs Rscript with KernSmooth: "
+        return ["", "Local linear against KernSmooth: not run (needs Rscript with KernSmooth: "
                 "apt-get install r-cran-kernsmooth)."]
     n = 100_000 if quick else 1_000_000
     repeat = 3 if quick else 7

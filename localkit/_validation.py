@@ -137,9 +137,10 @@ def _masked_dtypes(x):
     return dtypes if masked and all(hasattr(t, "numpy_dtype") for t in dtypes) else []
 
 
-def check_points(x, name, *, n_features=None, dtype=None):
-    """A 2-D ``(n, d)`` float array of points; 1-D input is read as ``n`` points in 1-D."""
-    arr = check_array(x, name, ndim=(1, 2), dtype=dtype)
+def check_points(x, name, *, n_features=None, dtype=None, finite=True):
+    """A 2-D ``(n, d)`` float array of points; 1-D input is read as ``n`` points in 1-D
+    (``finite=False``: the values are not scanned for NaN or infinity)."""
+    arr = check_array(x, name, ndim=(1, 2), dtype=dtype, finite=finite)
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.shape[1] == 0:

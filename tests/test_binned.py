@@ -208,3 +208,31 @@ def test_auto_takes_binned_only_under_a_tolerance_its_bound_meets():
 def test_tolerance_is_checked(tolerance):
     with pytest.raises(ValueError, match="tolerance"):
         EngineOptions(tolerance=tolerance)
+
+
+@pytest.mark.parametrize("d, profile", [(1, "gaussian"), (2, "gaussian"), (2, "biweight"), (3, "cauchy")])
+def test_binned_fft_threads_change_nothing_beyond_round_off(d, profile):
+    """``n_jobs`` gives the FFTs threads (scipy.fft's ``workers``); the inverse transform, one feature at a
+    time, and the interpolation give the same sums on any number of them."""
+    X, y = _data(d)
+    h = 0.4 * X.std(axis=0)
+    Q = np.random.default_rng(1).uniform(X.min(axis=0) - h, X.max(axis=0) + h, (200, d))
+    grid = {1: None, 2: (200, 150), 3: (30, 40, 20)}[d]
+    one = local_sums(Q, X, y, profile, h, algorithm="binned", grid_size=grid)
+    two = local_sums(Q, X, y, profile, h, algorithm="binned", grid_size=grid, n_jobs=2)
+    np.testing.assert_allclose(two.weight_sum, one.weight_sum, rtol=1e-12, atol=1e-12 * one.weight_sum.max())
+    np.testing.assert_allclose(two.mean, one.mean, rtol=1e-12, atol=1e-12 * np.ptp(y))
+
+
+def test_binned_pass_builds_no_column_of_ones():
+    """The binned pass bins the weights itself: values prepared for it never build ``V_aug`` (for a
+    million samples an 8 MB array), the other paths build it on first use."""
+    X, y = _data(1)
+    bound = BoundKernel(Kernel("gaussian", bandwidth=0.3 * X.std()), X, options=EngineOptions(algorithm="binned"))
+    for values in (None, y):
+        prepared = bound.prepare(values)
+        bound.sums(X[:20], prepared)
+        assert "V_aug" not in vars(prepared)
+        dense = bound.using(EngineOptions(algorithm="dense")).sums(X[:20], prepared)
+        np.testing.assert_allclose(prepared.V_aug[:, -1], 1.0)
+        np.testing.assert_allclose(bound.sums(X[:20], prepared).log_weight_sum, dense.log_weight_sum, rtol=1e-4)

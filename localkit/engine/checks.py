@@ -53,13 +53,14 @@ def check_weight_values(xp, c, n_samples):
 
 
 # -- arrays of any namespace ----------------------------------------------------------------------
-def as_floats(xp, a, name, *, like=None, ndim=(1, 2), dtype=None):
+def as_floats(xp, a, name, *, like=None, ndim=(1, 2), dtype=None, finite=True):
     """``a`` as a finite, non-empty floating array of the namespace ``xp`` with ``ndim``
     dimensions: NumPy's :func:`~localkit._validation.check_array` (float32 kept, anything else
     float64, or ``dtype``); on another namespace the same checks on the array's device (host
-    input moved to ``like``'s device), integers and booleans as floats."""
+    input moved to ``like``'s device), integers and booleans as floats. ``finite=False``: the
+    values are not scanned for NaN or infinity (a caller whose next step checks them)."""
     if xp is np:
-        return check_array(a, name, ndim=ndim, dtype=dtype)
+        return check_array(a, name, ndim=ndim, dtype=dtype, finite=finite)
     from sklearn.utils._array_api import device
 
     if like is not None:
@@ -72,15 +73,15 @@ def as_floats(xp, a, name, *, like=None, ndim=(1, 2), dtype=None):
         raise ValueError(wrong_ndim(name, ndim, a.shape))
     if a.shape[0] == 0:
         raise ValueError(empty_input(name, a.shape))
-    if not bool(xp.all(xp.isfinite(a))):
+    if finite and not bool(xp.all(xp.isfinite(a))):
         raise ValueError(not_finite(name))
     return a if dtype is None else xp.astype(a, dtype)
 
 
-def as_points(xp, a, name, *, like=None, n_features=None, dtype=None):
+def as_points(xp, a, name, *, like=None, n_features=None, dtype=None, finite=True):
     """A 2-D ``(n, d)`` array of points of the namespace ``xp`` (1-D input: ``n`` points in 1-D),
     checked by :func:`as_floats`, with ``n_features`` features if given."""
-    P = as_floats(xp, a, name, like=like, dtype=dtype)
+    P = as_floats(xp, a, name, like=like, dtype=dtype, finite=finite)
     if P.ndim == 1:
         P = xp.reshape(P, (-1, 1))
     if P.shape[1] == 0:

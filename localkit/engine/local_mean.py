@@ -115,8 +115,8 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     memory_budget : float, optional
         Bytes that kernel blocks may occupy at once (default 128 MiB).
     n_jobs : int or None, default=None
-        Threads over query blocks (``None``: one unless a joblib context says otherwise;
-        ``-1``: all cores).
+        Threads over query blocks and the binned pass's FFTs (``None``: one unless a joblib
+        context says otherwise; ``-1``: all cores).
     grid_size : int or tuple of ints, optional
         Grid points per feature of the binned pass; by default the fewest whose error bound meets
         ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).

@@ -46,8 +46,8 @@ class EngineOptions:
     memory_budget : float, optional
         Bytes that kernel blocks may occupy at once (default 128 MiB).
     n_jobs : int, optional
-        Threads over query blocks; ``None`` means one unless a joblib context says otherwise,
-        ``-1`` all cores (scikit-learn's convention).
+        Threads over query blocks (and the binned pass's FFTs, scipy.fft's ``workers``); ``None``
+        means one unless a joblib context says otherwise, ``-1`` all cores (scikit-learn's convention).
     exact_edge : bool, default=False
         Decide the samples at distance exactly ``h`` of a compact support by
         ``|q - x|^2 <= h^2`` in the raw coordinates, the arithmetic of scikit-learn's radius

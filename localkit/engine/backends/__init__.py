@@ -63,11 +63,13 @@ class NumPyBackend:
         check_is_fitted(est)
         return validate_data(est, X, reset=False, dtype=self.floats(X), accept_sparse=accept_sparse)
 
-    def points(self, x, name, *, like=None):
+    def points(self, x, name, *, like=None, finite=True):
         """A 2-D ``(n, d)`` float array of points (1-D input: ``n`` points in 1-D), finite, not
-        empty; with ``like``, in its dtype with its number of features."""
+        empty; with ``like``, in its dtype with its number of features. ``finite=False`` leaves
+        the scan for NaN and infinity to the engine, which binds the points next (on dask, the
+        chunks are checked where a pass reads them, whatever ``finite`` says)."""
         return check_points(x, name, n_features=None if like is None else like.shape[1],
-                            dtype=None if like is None else like.dtype)
+                            dtype=None if like is None else like.dtype, finite=finite)
 
     def regression_target(self, y, X):
         """``y`` as finite floats of ``X``'s dtype."""
@@ -155,9 +157,9 @@ class ArrayAPIBackend(NumPyBackend):
     def __init__(self, xp):
         self.xp = xp
 
-    def points(self, x, name, *, like=None):
+    def points(self, x, name, *, like=None, finite=True):
         return as_points(self.xp, x, name, like=like, n_features=None if like is None else like.shape[1],
-                         dtype=None if like is None else like.dtype)
+                         dtype=None if like is None else like.dtype, finite=finite)
 
     def regression_target(self, y, X):  # finite already: validate_data checked the tensor
         return self.xp.astype(y, X.dtype)
@@ -213,11 +215,11 @@ class DaskBackend(NumPyBackend):
         check_is_fitted(est)
         return as_dask_points(X, "X", n_features=est.n_features_in_)
 
-    def points(self, x, name, *, like=None):
+    def points(self, x, name, *, like=None, finite=True):
         if like is None:
             return as_dask_points(x, name)
         if not is_dask_collection(x):  # queries in memory beside samples on the cluster
-            return NUMPY.points(x, name, like=like)
+            return NUMPY.points(x, name, like=like, finite=finite)
         return as_dask_points(x, name, n_features=like.shape[1], dtype=like.dtype)
 
     def regression_target(self, y, X):

@@ -4,7 +4,8 @@
 
 ``path(bound, queries, Q, V_aug, q_scale, exclude_self) -> (S, shift)``: ``bound`` is the
 :class:`~localkit.engine.BoundKernel`, ``queries`` the caller's points (``None``: the samples),
-``Q`` the same in the engine's coordinates, ``V_aug`` the values with a column of ones. The true
+``Q`` the same in the engine's coordinates, ``V_aug`` the values with a column of ones (the binned
+pass takes the queries as given and the values without that column: it bins the weights). The true
 weighted sums are ``S * exp(shift[:, None])``: ``S[:, -1]`` is the weight sum,
 ``S[:, :-1] / S[:, -1:]`` the local mean.
 
