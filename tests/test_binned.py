@@ -197,9 +197,17 @@ def test_auto_takes_binned_only_under_a_tolerance_its_bound_meets():
     got = local_sums(X[:40], X, None, kern, tolerance=1e-6)
     ref = local_sums(X[:40], X, None, kern, algorithm="dense")
     np.testing.assert_allclose(got.weight_sum, ref.weight_sum, rtol=1e-6)
-    # the uniform profile's bound, 4 delta / h, cannot reach 1e-9 within the grid's limit: exact
-    plan = BoundKernel(Kernel("uniform", bandwidth=h), X, options=EngineOptions(tolerance=1e-9)).explain()
+    # the triangular profile's bound, 4 delta / h, cannot reach 1e-9 within the grid's limit: exact
+    plan = BoundKernel(Kernel("triangular", bandwidth=h), X, options=EngineOptions(tolerance=1e-9)).explain()
     assert plan.path != "binned" and "exceeds tolerance=1e-09" in plan.reasons["binned"]
+    # ... and it meets 1e-2; the uniform's jump has no bound off the samples, a user's profile no
+    # known shape: never taken by auto, whatever the tolerance
+    assert BoundKernel(Kernel("triangular", bandwidth=h), X, options=EngineOptions(tolerance=1e-2)).explain().path \
+        == "binned"
+    user = Kernel(lambda u2, xp: -0.5 * u2, bandwidth=h)
+    for other in (Kernel("uniform", bandwidth=h), user):
+        plan = BoundKernel(other, X, options=EngineOptions(tolerance=1e-2)).explain()
+        assert plan.path != "binned" and "no error bound off the samples" in plan.reasons["binned"]
     # where the binned pass cannot apply, the tolerance changes nothing
     assert BoundKernel(kern, load_iris().data, options=EngineOptions(tolerance=1e-2)).explain().path == "dense"
 

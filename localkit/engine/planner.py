@@ -128,13 +128,16 @@ def binned_refusals(bound, q_scale, exclude_self):
 def _binned_meets(bound, P, q_scale, exclude_self):
     """True where "auto" takes the binned pass: it applies, a ``tolerance`` was given and the
     error bound on the grid it would use meets it; else why not (a sentence)."""
-    from .passes.binned import Grid
+    from .passes.binned import Grid, bounded_off_samples
 
     tol = bound.options.tolerance
     if tol is None:
         return "approximate: taken when asked for, or under a tolerance its error bound meets"
     if binned_refusals(bound, q_scale, exclude_self):
         return "; ".join(binned_refusals(bound, q_scale, exclude_self))
+    if not bounded_off_samples(bound.kernel.profile):
+        return (f"the {bound.kernel.profile.name!r} profile has no error bound off the samples (a jump at its edge, or a "
+                "profile stated by the user): taken when asked for")
     try:
         grid = Grid(bound.samples, P, bound.h, bound.kernel.profile, bound.options.grid_size, tol)
     except ValueError as error:

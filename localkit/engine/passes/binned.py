@@ -28,11 +28,22 @@ in the caller's coordinates (no centred, scaled copy of the samples is made) and
 Error. Binning and interpolation each err by ``O((delta / h)^2)`` relative to a smooth kernel
 sum (Wand and Jones; Hall and Wand 1996), ``O(delta / h)`` for a profile with a kink or a jump
 inside its support (:func:`rough`: triangular and laplacian at 0, uniform at its edge). The
-documented bound (:func:`error_bound`), pinned by ``tests/test_binned.py`` on diabetes, iris and
-wine in 1, 2 and 3 features with sample weights, float32 and float64, at the samples and at
-queries off them: where the weight sum exceeds 1e-3 of its largest, its relative error and the
-local mean's error (relative to the values' range) stay below ``8 (delta / h)^2``
-(``4 delta / h`` for the rough profiles), ``delta / h`` the largest grid spacing in bandwidths;
+documented bound ``B`` (:func:`error_bound`: ``8 (delta / h)^2``, ``4 delta / h`` for the rough
+profiles, ``delta / h`` the largest grid spacing in bandwidths) is pinned by
+``tests/test_binned.py`` on diabetes, iris and wine in 1, 2 and 3 features with sample weights,
+float32 and float64:
+
+* at the samples, where the weight sum exceeds 1e-3 of its largest, its relative error and the
+  local mean's error (relative to the values' range) stay below ``B``;
+* at arbitrary queries (in the data's box and half a bandwidth beyond), the weight sum's error
+  and the local mean's error times its weight sum stay below ``B`` relative to the largest
+  weight sum, and for the smooth profiles (gaussian, cauchy) the weight sum's relative error
+  stays below ``B`` wherever it exceeds 1e-3 of its largest;
+* the uniform profile has no bound off the samples (:func:`bounded_off_samples`): the jump at
+  its edge falls inside a grid cell, whose samples are then counted in part, so a query's weight
+  sum can miss a share of order one of the samples within a cell of its sphere; "auto" never
+  takes the binned pass for it, nor for a profile stated by the user.
+
 float32 adds its round-off (``2e-5``); the pass itself runs in float64. It is a worst case (data
 sitting at one place in their cells); measured errors are far below it (the tables of
 ``benchmarks/RESULTS.md``, section *binned*). FFT round-off adds about ``1e-15`` of the total
@@ -85,6 +96,15 @@ def rough(profile):
 
     return (profile.exact_distance or (profile.poly is not None and profile.poly[1] == 0)
             or PROFILES.get(profile.name) is not profile)
+
+
+def bounded_off_samples(profile):
+    """False for a profile whose binned sums have no error bound at queries off the samples: the
+    uniform profile (a jump at its edge) and a profile stated by the user (its shape is not
+    known); "auto" does not take the binned pass for them (see the module's error notes)."""
+    from ...kernels.profiles import PROFILES
+
+    return PROFILES.get(profile.name) is profile and not (profile.poly is not None and profile.poly[1] == 0)
 
 
 def smooth(profile):
