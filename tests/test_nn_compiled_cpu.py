@@ -186,16 +186,29 @@ def test_vector_math_rounds_within_its_stated_ulps():
     assert ulps(each(vm.cos, x.astype(np.float64)), np.cos(x.astype(np.float64))) <= 3.0
 
 
-@pytest.mark.parametrize("which", ["pass", "scipy"])
-def test_sgemm_through_its_address_for_every_transposition(which):
-    """The pass's ``sgemm`` (MKL's inside PyTorch where exported, else SciPy's) and SciPy's alike:
-    ``C = alpha op(A) op(B) + beta C`` against NumPy for the four transpositions."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("which", ["pass", "scipy", "torch"])
+def test_gemm_through_its_address_for_every_transposition(which, dtype):
+    """The passes' ``?gemm`` (MKL's inside PyTorch on Intel CPUs where exported, else SciPy's),
+    SciPy's and PyTorch's alike: ``C = alpha op(A) op(B) + beta C`` against NumPy for the four
+    transpositions, in float32 (``sgemm``) and float64 (``dgemm``)."""
+    import ctypes
+    import os
+
     import numba
 
     from localkit.fused import blas
 
-    address = (blas.sgemm_address() if which == "pass"
-               else blas.get_cython_function_address("scipy.linalg.cython_blas", "sgemm"))
+    name = "sgemm" if dtype == np.float32 else "dgemm"
+    if which == "pass":
+        address = blas.sgemm_address() if name == "sgemm" else blas.dgemm_address()
+    elif which == "scipy":
+        address = blas.get_cython_function_address("scipy.linalg.cython_blas", name)
+    else:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        if not hasattr(lib, name + "_"):
+            pytest.skip("this PyTorch build exports no Fortran BLAS")
+        address = ctypes.cast(getattr(lib, name + "_"), ctypes.c_void_p).value
 
     @numba.njit
     def gemm(A, B, C, ta, tb):
@@ -205,12 +218,31 @@ def test_sgemm_through_its_address_for_every_transposition(which):
     m, k, n = 7, 5, 3
     for ta in (False, True):
         for tb in (False, True):
-            A = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
-            B = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-            C = rng.standard_normal((m, n)).astype(np.float32)
+            A = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            B = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            C = rng.standard_normal((m, n)).astype(dtype)
             expected = 1.5 * (A.T if ta else A).astype(np.float64) @ (B.T if tb else B) + 0.25 * C
             gemm(A, B, C, ta, tb)
-            np.testing.assert_allclose(C, expected, atol=1e-5)
+            np.testing.assert_allclose(C, expected, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_the_passes_take_openblas_on_amd_cpus(monkeypatch):
+    """On AMD CPUs the passes call SciPy's OpenBLAS, elsewhere MKL inside PyTorch where it exports it."""
+    import numba
+
+    from localkit.fused import blas
+
+    scipy_s = blas.get_cython_function_address("scipy.linalg.cython_blas", "sgemm")
+    monkeypatch.setattr(blas, "_amd", lambda: True)
+    blas._address.cache_clear()
+    try:
+        assert blas.sgemm_address() == scipy_s
+        monkeypatch.setattr(blas, "_amd", lambda: False)
+        blas._address.cache_clear()
+        if numba.threading_layer() == "omp" and hasattr(torch._C, "_has_mkl") and torch._C._has_mkl:
+            assert blas.sgemm_address() != scipy_s
+    finally:
+        blas._address.cache_clear()
 
 
 def test_laplacian_rows_far_from_every_key_are_summed_in_log_space():

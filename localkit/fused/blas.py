@@ -1,13 +1,20 @@
-"""A Fortran ``sgemm`` called from numba's compiled passes through its address.
+"""A Fortran ``sgemm`` (``dgemm``) called from numba's compiled passes through its address.
 
-numba's ``np.dot`` calls SciPy's OpenBLAS and allocates its result. The compiled attention pass
-instead calls ``sgemm`` itself, accumulating into its own buffers (``beta = 1``), and takes MKL's
-``sgemm_`` where PyTorch's CPU library exports it (Linux x86 wheels link MKL in): on the pass's
-tile shapes (64 x 64 by 64 x 512, and 64 x 512 by 512 x 64, one core) MKL ran at 150-170
-GFLOP/s against 100-120 for OpenBLAS through ``np.dot``. MKL is taken only under numba's OpenMP
-threading layer, which it shares with PyTorch: called inside numba's parallel region it then
-runs on one thread, as the tiles need. Elsewhere SciPy's ``sgemm`` (OpenBLAS, limited to one
-thread by the caller) is called the same way.
+numba's ``np.dot`` calls SciPy's OpenBLAS and allocates its result. The compiled passes instead
+call ``?gemm`` themselves, accumulating into their own buffers (``beta = 1``).
+
+On Intel CPUs they take MKL's ``sgemm_`` where PyTorch's CPU library exports it (Linux x86
+wheels link MKL in): on the attention pass's tile shapes (64 x 64 by 64 x 512, and 64 x 512 by
+512 x 64, one core) MKL ran at 150-170 GFLOP/s against 100-120 for OpenBLAS through ``np.dot``.
+On AMD CPUs (``znver*``, ``bdver*``, ``btver*``) MKL was slower in the passes and SciPy's OpenBLAS
+is taken: on a Zen 5 core (one thread, B=1 H=8 L=4096), the Laplacian's forward took 0.47 s
+with MKL against 0.30 s with OpenBLAS (SDPA, on MKL: 0.42-0.45 s), Epanechnikov's 0.45 s against
+0.27 s, their forward and backward 1.78 and 1.62 s against 1.17 and 1.01 s, and local linear
+attention (d=16) 0.94 s against 0.62-0.69 s.
+
+MKL is taken only under numba's OpenMP threading layer, which it shares with PyTorch: called
+inside numba's parallel region it then runs on one thread, as the tiles need. SciPy's OpenBLAS is
+limited to one thread by the caller.
 
 The address is an argument of the compiled pass (an ``int``), not a constant in it, so that
 numba caches the pass on disk. Integer arguments are passed in 64-bit cells holding the value,
@@ -28,22 +35,39 @@ from numba.extending import get_cython_function_address, intrinsic
 from .._threads import numba_threads
 
 
-@functools.cache
 def sgemm_address():
-    """The address of the ``sgemm`` the compiled passes call (see the module)."""
+    """The address of the float32 ``sgemm`` the compiled passes call (see the module)."""
+    return _address("sgemm")
+
+
+def dgemm_address():
+    """The address of the float64 ``dgemm``, chosen as :func:`sgemm_address`'s."""
+    return _address("dgemm")
+
+
+@functools.cache
+def _address(name):
     import torch
 
     with numba_threads(1):  # launches numba's threads (and keeps PyTorch's count), so that the layer is known
         layer = numba.threading_layer()
     try:
-        if layer == "omp":
+        if layer == "omp" and not _amd():
             lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-            address = ctypes.cast(lib.sgemm_, ctypes.c_void_p).value
-            if _checked(address):
+            address = ctypes.cast(getattr(lib, name + "_"), ctypes.c_void_p).value
+            if _checked(address, np.float32 if name == "sgemm" else np.float64):
                 return address
     except (OSError, AttributeError, ValueError):  # no such library or symbol: another build
         pass
-    return get_cython_function_address("scipy.linalg.cython_blas", "sgemm")
+    return get_cython_function_address("scipy.linalg.cython_blas", name)
+
+
+def _amd():
+    """Whether this is an AMD CPU (LLVM's name of the host: ``znver*``, ``bdver*``, ``btver*``),
+    where MKL runs code paths below AVX-512 (see the module)."""
+    from llvmlite import binding
+
+    return binding.get_host_cpu_name().startswith(("znver", "bdver", "btver"))
 
 
 @intrinsic
@@ -62,38 +86,40 @@ def _call(typingctx, address, transa, transb, m, n, k, alpha, a, lda, b, ldb, be
 @numba.njit(inline="always")
 def cells():
     """The scratch cells of :func:`gemm`'s scalar arguments (one set per thread): 2 characters,
-    5 integers and 2 floats."""
-    return np.zeros(2, np.uint8), np.zeros(5, np.int64), np.zeros(2, np.float32)
+    5 integers, and ``alpha, beta`` in float32 and in float64."""
+    return np.zeros(2, np.uint8), np.zeros(5, np.int64), np.zeros(2, np.float32), np.zeros(2, np.float64)
 
 
 @numba.njit(inline="always")
 def gemm(address, cell, A, B, C, trans_a, trans_b, alpha, beta):
-    """``C = alpha op(A) @ op(B) + beta C`` for C-contiguous float32 2-D arrays, ``op(X) = X.T``
-    where ``trans_x``. In column-major terms ``C^T = op(B)^T op(A)^T``, which is what ``sgemm``
-    is handed (no copies)."""
-    chars, ints, floats = cell
+    """``C = alpha op(A) @ op(B) + beta C`` for C-contiguous 2-D arrays, ``op(X) = X.T`` where
+    ``trans_x``, all float32 (``address``: an ``sgemm``) or all float64 (a ``dgemm``). In
+    column-major terms ``C^T = op(B)^T op(A)^T``, which is what ``?gemm`` is handed (no copies)."""
+    chars, ints, floats32, floats64 = cell
     m, k = (A.shape[1], A.shape[0]) if trans_a else (A.shape[0], A.shape[1])
     n = C.shape[1]
     chars[0] = 84 if trans_b else 78  # 'T' / 'N'
     chars[1] = 84 if trans_a else 78
     ints[0], ints[1], ints[2] = n, m, k
     ints[3], ints[4] = B.shape[1], A.shape[1]  # leading dimensions as stored
-    floats[0], floats[1] = alpha, beta
-    ch, it, fl = chars.ctypes.data, ints.ctypes.data, floats.ctypes.data
+    floats32[0], floats32[1] = alpha, beta
+    floats64[0], floats64[1] = alpha, beta
+    fl = floats64.ctypes.data if C.itemsize == 8 else floats32.ctypes.data
+    ch, it = chars.ctypes.data, ints.ctypes.data
     _call(address, ch, ch + 1, it, it + 8, it + 16, fl, B.ctypes.data, it + 24, A.ctypes.data, it + 32,
-          fl + 4, C.ctypes.data, it)
+          fl + C.itemsize, C.ctypes.data, it)
 
 
-def _checked(address):
-    """Whether ``sgemm`` at ``address`` multiplies a small case right (a guard on its interface),
-    called through ctypes: ``C = -2 A^T B^T + C / 2``."""
+def _checked(address, dtype):
+    """Whether the ``?gemm`` of ``dtype`` at ``address`` multiplies a small case right (a guard on
+    its interface), called through ctypes: ``C = -2 A^T B^T + C / 2``."""
     rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
-    C = np.ones((3, 4), np.float32)
+    A, B = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal((4, 5)).astype(dtype)
+    C = np.ones((3, 4), dtype)
     expected = -2.0 * A.T @ B.T + 0.5
     # column-major: C^T (4 x 3) = -2 B (4 x 5) A (5 x 3) + C^T / 2, with B and A as stored
     ints = np.array([4, 3, 5, 5, 3, 4], np.int64)  # n, m, k, ldb, lda, ldc
-    floats = np.array([-2.0, 0.5], np.float32)
+    floats = np.array([-2.0, 0.5], dtype)
     ptr = lambda x, i=0: ctypes.c_void_p(x.ctypes.data + i * x.itemsize)
     sgemm = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(address)
     sgemm(ctypes.c_char_p(b"T"), ctypes.c_char_p(b"T"), ptr(ints, 0), ptr(ints, 1), ptr(ints, 2), ptr(floats, 0),
