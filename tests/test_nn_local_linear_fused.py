@@ -26,10 +26,9 @@ RIDGE = 0.05
 
 @pytest.fixture(autouse=True)
 def small_tiles(monkeypatch):
-    """Tiles of 16 queries and 32 keys (cpu_attention's, which this pass shares; arguments of the
-    compiled pass: no recompilation)."""
-    monkeypatch.setattr(cpu_attention, "TILE_Q", 16)
-    monkeypatch.setattr(cpu_attention, "TILE_K", 32)
+    """Tiles of 16 queries and 32 keys (arguments of the compiled pass: no recompilation)."""
+    monkeypatch.setattr(cpu_local_linear, "TILE_Q", 16)
+    monkeypatch.setattr(cpu_local_linear, "TILE_K", 32)
 
 
 @pytest.fixture
@@ -141,3 +140,37 @@ def test_compiles_whole():
     with torch.no_grad():
         out = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
         np.testing.assert_allclose(out, f(q, k, v), atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["positive definite", "indefinite by round-off"])
+def test_solve_by_cholesky_or_pivoted_elimination(case):
+    """``_solve``: Cholesky where every pivot stays above ``ridge / 2``; Gaussian elimination with
+    partial pivoting where round-off left ``C + ridge I`` indefinite (as moments of keys ~1e8 in
+    float32 do), both against NumPy's LU solve in float64."""
+    import numba
+
+    rng = np.random.default_rng(0)
+    d, ridge = 6, 1e-3
+    X = rng.standard_normal((40, d))
+    C = X.T @ X / 40
+    if case != "positive definite":
+        C = C - 2.0 * np.eye(d)  # negative pivots: Cholesky would take the root of one (nan)
+    A = C + ridge * np.eye(d)
+    b = rng.standard_normal(d)
+
+    @numba.njit
+    def solve(A, b, ridge):
+        cpu_local_linear._solve(A, b, ridge)
+
+    upper = np.triu(A)  # the pass fills only the upper triangle
+    x = b.copy()
+    solve(upper.copy(), x, ridge)
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-10, atol=1e-12)
+
+
+def test_moment_features():
+    K = np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)
+    M = np.empty((2, 5, 1 + 3 + 6), np.float32)
+    cpu_local_linear._moment_features(K, M)
+    f, g = np.triu_indices(3)
+    np.testing.assert_array_equal(M, np.concatenate([np.ones((2, 5, 1), np.float32), K, K[..., f] * K[..., g]], -1))

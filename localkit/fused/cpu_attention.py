@@ -390,12 +390,12 @@ def _boxes(t, tile):
     return torch.stack([padded.nan_to_num(math.inf).amin(2), padded.nan_to_num(-math.inf).amax(2)], 2).contiguous()
 
 
-def _arguments(q, k, v, c, key_bias, code):
+def _arguments(q, k, v, c, key_bias, code, tiles=None):
     """The compiled passes' arguments as NumPy views: ``q, k`` centred on the keys' mean (no
     distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the
-    bounding boxes of the tiles (compact profiles; empty otherwise) and the round-off margin of
-    the skip test. ``code`` -1: a kernel of inner products (:mod:`localkit.fused.cpu_local_linear`),
-    no boxes."""
+    bounding boxes of the tiles (``tiles``: queries and keys a tile, ``(TILE_Q, TILE_K)`` unless
+    given; compact profiles only, empty otherwise) and the round-off margin of the skip test.
+    ``code`` -1: a kernel of inner products (:mod:`localkit.fused.cpu_local_linear`), no boxes."""
     name = NAMES[code] if code >= 0 else None
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
     q, k, v, C, kb = map(contiguous, (q, k, v, c, key_bias))
@@ -406,7 +406,8 @@ def _arguments(q, k, v, c, key_bias, code):
     shift = torch.where(torch.isfinite(top), top, 0.0)
     kw = torch.exp(kb - shift[:, None])
     if name is not None and PROFILES[name].compact:
-        qbox, kbox = _boxes(q, TILE_Q), _boxes(k, TILE_K)
+        tq, tk = tiles or (TILE_Q, TILE_K)
+        qbox, kbox = _boxes(q, tq), _boxes(k, tk)
         # the expansion's round-off in c |q - k|^2: a pair the boxes put outside is computed
         # inside only within it (64 float32 ulps of c (|q|^2 + |k|^2) at most)
         margin = float(64 * 2.0 ** -23 * C.amax() * (qn.amax() + kn.amax()))

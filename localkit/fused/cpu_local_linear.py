@@ -14,23 +14,26 @@ distances, profiles, arguments and tile skipping this pass calls):
 
 1. the tile's weights ``P`` with the online maximum (kept), then one product
    ``P [1, k, sym(k k^T)]`` (``1 + d + d (d + 1) / 2`` columns, keys centred on their mean):
-   ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` solve in float64);
+   ``S0``, ``kbar`` and ``C_kk``; then ``z_i`` per query (a ``d x d`` solve in float64,
+   :func:`_solve`);
 2. the kept weights rescaled to the final maximum, ``R = Z K^T`` (one product, in float64: see
    :func:`_times_lift`) and ``(P * (1 + kbar . z - R)) V`` (one more; values centred on their mean).
 
 That is ``d (d + 1) / 2 + 3 d + d_v + 1`` multiply-adds per pair (201 at ``d = d_v = 16``; the
 moments of ``v`` and ``v k^T`` in the first walk instead of a second would be 441) and one
-``exp`` (:mod:`localkit.fused.vector_math`'s, which LLVM vectorises). Tiles and products are
-``cpu_attention``'s (``TILE_Q x TILE_K``, 64 x 512; :mod:`localkit.fused.blas`).
+``exp`` (:mod:`localkit.fused.vector_math`'s, which LLVM vectorises). Products are
+:mod:`localkit.fused.blas`'s, on tiles of ``TILE_Q x TILE_K`` (256 x 256) queries x keys.
 
-Measured before choosing (B=1 H=8 L=4096 d=16, softmax, float32, one thread, interleaved with SDPA
-at d=16, medians of 5; the 2-core machine at load 3-4): keeping the first walk's weights of a
-query tile (``TILE_Q x S`` floats per thread, fewer than the streamed path's ``d (d + d_v)`` per
-query) took 7.6x SDPA's time against 8.7-8.9x for forming them again in the second walk (one more
-``<q, k>`` product and ``exp``). The product of the moments, 153 of the 201 multiply-adds, is the
-floor: at ~50-65 GFMA/s (float32 BLAS, one core) it alone costs ~3.5x SDPA.
-Tiles of 128 or 256 x 512 queries x keys were 5-7% faster than 64 x 512 (128 x 256 and 128 x
-1024 alike): not worth tiles of its own.
+Measured before choosing (B=1 H=8 L=4096 d=16, softmax, float32, one thread, against SDPA at
+d=16): keeping the first walk's weights of a query tile (``TILE_Q x S`` floats per thread, fewer
+than the streamed path's ``d (d + d_v)`` per query) took 7.6x SDPA's time against 8.7-8.9x for
+forming them again in the second walk (one more ``<q, k>`` product and ``exp``; 64 x 512 tiles,
+MKL, load 3-4). The product of the moments, 153 of the 201 multiply-adds, is the floor: ~20
+GFMA a call, 0.23-0.32 s at the 65-90 GFMA/s of float32 BLAS on one core (Zen 5), ~2x SDPA's
+whole call alone. On a Zen 5 core, in the pass: 256 x 256 tiles 0.57 s against 0.59-0.62 s for
+64 x 512 (the moments' product 0.25 s against 0.31 s; 128 x 128 and 256 x 128 were slower); then
+Cholesky's solve (elimination only where it fails) and the moment features built in a compiled
+loop (3 ms against NumPy's gathers' 26 ms): 0.51 s.
 
 Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.streamed_local_linear`).
 """
@@ -42,13 +45,16 @@ import numba
 import numpy as np
 import torch
 
-from . import blas, cpu_attention, vector_math
+from . import blas, vector_math
 from .cpu_attention import LOG_SPACE, NAMES, _arguments, _distances, _log_k, _loop, _run, _skipped, _weigh
 
 #: the kernels of inner products (codes below 0 in the pass): ``c <q, k>`` and the Gaussian's
 #: ``c (<q, k> - |k|^2 / 2)``; the other profiles take their index in ``cpu_attention.NAMES``
 INNER = ("softmax", "gaussian")
 SOFTMAX, GAUSSIAN = -1, -2
+#: queries and keys per tile: the moments' product of 256 x 256 by 256 x 153 ran at ~90 GFMA/s on
+#: one core against ~65 for cpu_attention's 64 x 512 (its weights, 256 x S floats, then sit in L3)
+TILE_Q, TILE_K = 256, 256
 
 
 
@@ -127,7 +133,7 @@ def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal,
 
 @numba.njit(parallel=True, cache=True)
 def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin,
-                         ridge, tq, tk, gemm_at, out):
+                         ridge, tq, tk, sgemm_at, dgemm_at, out):
     """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
 
     ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
@@ -135,7 +141,8 @@ def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, l
     keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
     its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
     ``[1, k, k_f k_g for f <= g]``; ``code``: :data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a
-    profile in ``NAMES``; ``gemm_at``: the ``sgemm`` of :func:`~localkit.fused.blas.sgemm_address`."""
+    profile in ``NAMES``; ``sgemm_at, dgemm_at``: :func:`~localkit.fused.blas.sgemm_address`'s and
+    :func:`~localkit.fused.blas.dgemm_address`'s."""
     N, L, d = Q.shape
     S, dv, width = K.shape[1], V.shape[2], M.shape[2]
     n_qt = (L + tq - 1) // tq
@@ -156,73 +163,112 @@ def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, l
         m = np.full(nq, -np.inf if logspace else 0.0, dtype=np.float32)
         alpha = np.ones(nq, dtype=np.float32)
         ignored = np.empty(nq, dtype=np.float32)
-        cell, tile = blas.cells(), np.empty(nq * tk, dtype=np.float32)
+        cell = blas.cells()
         acc = np.zeros((nq, width), dtype=np.float32)
-        # the first walk's weights, kept for the second (tile by tile) with the row maxima they
-        # were taken at: nq x S floats, less than the streamed path's d (d + dv) per query
+        # the first walk's weights, formed in place and kept for the second (tile by tile) with the
+        # row maxima they were taken at: nq x S floats, less than the streamed path's d (d + dv)
+        # per query
         kept = np.empty(nq * hi, dtype=np.float32)
         m_at = np.empty(((hi + tk - 1) // tk, nq), dtype=np.float32)
         for j0 in range(0, hi, tk):  # the first walk: the moments
             j1 = min(hi, j0 + tk)
             if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                 continue
-            s = tile[:nq * (j1 - j0)].reshape((nq, j1 - j0))
-            blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
+            s = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
+            blas.gemm(sgemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
             _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
                           alpha, ignored)
-            kept[nq * j0:nq * j1] = s.reshape(s.size)
             m_at[j0 // tk] = m
             if logspace:
                 for a in range(nq):
                     for f in range(width):
                         acc[a, f] *= alpha[a]
-            blas.gemm(gemm_at, cell, s, M[n, j0:j1], acc, False, False, 1.0, 1.0)
+            blas.gemm(sgemm_at, cell, s, M[n, j0:j1], acc, False, False, 1.0, 1.0)
         Z = np.zeros((nq, d))
         lift = np.zeros(nq)  # 1 + kbar . z
         total = acc[:, 0].copy()
-        cov = np.empty((d, d))
-        rhs = np.empty(d)
+        cov, mean = np.empty((d, d)), np.empty(d)
         for a in range(nq):
             if not total[a] > 0.0:
                 continue
             # C_kk + ridge I from the moments (M's columns: the upper triangle), in float64
+            inv = 1.0 / np.float64(total[a])
+            for f in range(d):
+                mean[f] = acc[a, 1 + f] * inv
             col = 1 + d
             for f in range(d):
-                kf = acc[a, 1 + f] / np.float64(total[a])
-                rhs[f] = kf - Q[n, i0 + a, f]
                 for g in range(f, d):
-                    cov[f, g] = acc[a, col] / np.float64(total[a]) - kf * (acc[a, 1 + g] / np.float64(total[a]))
-                    cov[g, f] = cov[f, g]
+                    cov[f, g] = acc[a, col] * inv - mean[f] * mean[g]
                     col += 1
                 cov[f, f] += ridge
-            _solve(cov, rhs)
+                Z[a, f] = mean[f] - Q[n, i0 + a, f]
+            _solve(cov, Z[a], ridge)
             beta = 0.0
             for f in range(d):
-                Z[a, f] = rhs[f]
-                beta += acc[a, 1 + f] / np.float64(total[a]) * rhs[f]
+                beta += mean[f] * Z[a, f]
             lift[a] = 1.0 + beta
         acc2 = np.zeros((nq, dv), dtype=np.float32)
+        r = np.empty(nq * tk)
         for j0 in range(0, hi, tk):  # the second walk: the equivalent kernel's local mean
             j1 = min(hi, j0 + tk)
             if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                 continue
             p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
-            r = np.dot(Z, K64[n, j0:j1].T)
+            R = r[:p.size].reshape(p.shape)
+            blas.gemm(dgemm_at, cell, Z, K64[n, j0:j1], R, False, True, 1.0, 0.0)
             for a in range(nq):
                 # weights taken at the maximum of their tile, rescaled to the final one
-                _times_lift(p[a], r[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
-            blas.gemm(gemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
+                _times_lift(p[a], R[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
+            blas.gemm(sgemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
         for a in range(nq):
             for f in range(dv):
                 out[n, i0 + a, f] = v_mean[n, f] + acc2[a, f] / total[a] if total[a] > 0.0 else 0.0
 
 
 @numba.njit(inline="always")
-def _solve(A, b):
-    """``b = A^{-1} b`` by Gaussian elimination with partial pivoting (``A`` overwritten), as
-    ``torch.linalg.solve`` in the streamed path: where the moments' round-off leaves
-    ``C_kk + ridge I`` indefinite (keys ~1e8 in float32), pivots stay bounded (a Cholesky
-    factorisation's grew past the float range); a zero pivot is taken as the smallest positive float."""
+def _solve(A, b, ridge):
+    """``b = A^{-1} b`` for ``A = C + ridge I`` (``C`` positive semi-definite; its upper triangle
+    given, ``A`` overwritten): Cholesky's ``A = U^T U``, where every pivot ``U_ff^2`` stays above
+    ``ridge / 2`` as it does in exact arithmetic; else Gaussian elimination with partial
+    pivoting (:func:`_eliminate`), as ``torch.linalg.solve`` in the streamed path: where the
+    moments' round-off leaves ``A`` indefinite (keys ~1e8 in float32) its pivots stay bounded."""
+    d = b.shape[0]
+    for f in range(d):
+        for g in range(f, d):
+            A[g, f] = A[f, g]  # the lower triangle, kept for the fallback
+    for f in range(d):  # U in the upper triangle, row by row
+        pivot = A[f, f]
+        for h in range(f):
+            pivot -= A[h, f] * A[h, f]
+        if not pivot > 0.5 * ridge:
+            for g in range(d):
+                for h in range(g + 1, d):
+                    A[g, h] = A[h, g]
+            _eliminate(A, b)
+            return
+        pivot = math.sqrt(pivot)
+        A[f, f] = pivot
+        for g in range(f + 1, d):
+            x = A[f, g]
+            for h in range(f):
+                x -= A[h, f] * A[h, g]
+            A[f, g] = x / pivot
+    for f in range(d):  # U^T y = b
+        x = b[f]
+        for h in range(f):
+            x -= A[h, f] * b[h]
+        b[f] = x / A[f, f]
+    for f in range(d - 1, -1, -1):  # U x = y
+        x = b[f]
+        for h in range(f + 1, d):
+            x -= A[f, h] * b[h]
+        b[f] = x / A[f, f]
+
+
+@numba.njit(inline="always")
+def _eliminate(A, b):
+    """``b = A^{-1} b`` by Gaussian elimination with partial pivoting (``A`` overwritten); a zero
+    pivot is taken as the smallest positive float."""
     d = b.shape[0]
     for f in range(d):
         best = f
@@ -245,6 +291,21 @@ def _solve(A, b):
         for h in range(f + 1, d):
             x -= A[f, h] * b[h]
         b[f] = x / A[f, f]
+
+
+@numba.njit(parallel=True, cache=True)
+def _moment_features(K, M):
+    """``M[n, j] = [1, k, k_f k_g for f <= g]`` of the keys ``K[n, j]`` (the upper triangle row by row)."""
+    N, S, d = K.shape
+    for n in numba.prange(N):
+        for j in range(S):
+            M[n, j, 0] = 1.0
+            col = 1 + d
+            for f in range(d):
+                M[n, j, 1 + f] = K[n, j, f]
+                for g in range(f, d):
+                    M[n, j, col] = K[n, j, f] * K[n, j, g]
+                    col += 1
 
 
 def supports(kernel):
@@ -277,20 +338,20 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     """The intercepts ``(N, L, dv)`` of the compiled pass on ``(N, L, d)`` tensors."""
     code = SOFTMAX if kernel == "softmax" else GAUSSIAN if kernel == "gaussian" else NAMES.index(kernel)
     # cpu_attention's arguments (code -1 there: a kernel of inner products, no bounding boxes)
-    arrays, skip = _arguments(q, k, v, c, key_bias, max(code, -1))
+    arrays, skip = _arguments(q, k, v, c, key_bias, max(code, -1), (TILE_Q, TILE_K))
     Q, K, V, qn, kn, C, kb, kw = arrays[:8]  # the pass keeps log space: no shift (arrays[8])
     if code == GAUSSIAN:  # c (<q, k> - |k|^2 / 2): the key norms join the keys' bias
         kb = kb - 0.5 * C[:, None] * kn
     mu = k.detach().to(torch.float32).mean(1).numpy()  # the centre of Q and K
     v_mean = V.mean(1)
-    upper = np.triu_indices(K.shape[-1])
-    M = np.concatenate([np.ones_like(K[..., :1]), K, K[..., upper[0]] * K[..., upper[1]]], -1)
+    d = K.shape[-1]
+    M = np.empty(K.shape[:2] + (1 + d + d * (d + 1) // 2,), np.float32)
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
     logspace = code < 0 or NAMES[code] in LOG_SPACE
-    # cpu_attention's tiles: its bounding boxes are of those
+    _run(_moment_features, K, M)
     _run(local_linear_forward, Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
-         code, logspace, causal, *skip, ridge, cpu_attention.TILE_Q, cpu_attention.TILE_K, blas.sgemm_address(),
-         out.numpy())
+         code, logspace, causal, *skip, ridge, TILE_Q, TILE_K, blas.sgemm_address(),
+         blas.dgemm_address(), out.numpy())
     return out.to(q.dtype)
 
 
