@@ -157,7 +157,7 @@ def _window_row(L, d, repeat):
 
 _MEMORY_PROBE = """
 import sys, torch
-from localkit.nn import kernel_attention
+from localkit.nn import kernel_attention, local_linear_attention
 
 def status(field):  # kB, from the kernel's own accounting of this process
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
@@ -165,7 +165,8 @@ def status(field):  # kB, from the kernel's own accounting of this process
 kernel, L, d, window, backward = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 q, k, v = (torch.randn(1, 1, L, d, requires_grad=backward == "1") for _ in range(3))
 opts = {"window": window} if window else {}
-call = lambda n: kernel_attention(q[..., :n, :], k[..., :n, :], v[..., :n, :], kernel, **opts).sum()
+attend = local_linear_attention if kernel == "local-linear" else lambda *a, **o: kernel_attention(*a, kernel, **o)
+call = lambda n: attend(q[..., :n, :], k[..., :n, :], v[..., :n, :], **opts).sum()
 with torch.set_grad_enabled(backward == "1"):
     call(512).backward() if backward == "1" else call(512)  # warm-up
     open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current size
@@ -184,7 +185,7 @@ def _memory_rows(L, d):
     for kernel, window, backward, path in (
             ("laplacian", 0, 0, "compiled CPU pass"), ("epanechnikov", 0, 0, "compiled CPU pass"),
             ("softmax", 64, 0, "banded key view"), ("laplacian", 0, 1, "compiled CPU pass, flash-style backward"),
-            ("softmax", 64, 1, "banded, checkpointed chunks")):
+            ("softmax", 64, 1, "banded, checkpointed chunks"), ("local-linear", 0, 0, "compiled CPU pass")):
         out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, kernel, str(L), str(d), str(window), str(backward)],
                              capture_output=True, text=True, check=True).stdout
         name = f"{kernel}" + (f", window={window}" if window else "") + (", forward + backward" if backward else "")

@@ -35,6 +35,10 @@ whole call alone. On a Zen 5 core, in the pass: 256 x 256 tiles 0.57 s against 0
 Cholesky's solve (elimination only where it fails) and the moment features built in a compiled
 loop (3 ms against NumPy's gathers' 26 ms): 0.51 s.
 
+Memory: the moment features, ``S (1 + d + d (d + 1) / 2)`` floats a batch-head, and the kept
+weights, ``TILE_Q x S`` floats a thread (B=1 H=1 L=S=16384 d=32: 76 MiB at the peak), never
+``L x S``.
+
 Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.streamed_local_linear`).
 """
 from __future__ import annotations
