@@ -18,7 +18,7 @@ from localkit.fused import cpu_attention
 from localkit.nn import explain_attention, kernel_attention
 from localkit.nn._profiles import LOG_PROFILES
 
-KERNELS = cpu_attention.NAMES
+KERNELS = cpu_attention.ROUTED
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 POSITIONS = ["none", "causal", "padding", "causal+padding"]
 B, H, D, DV = 2, 2, 6, 3
@@ -233,11 +233,11 @@ def test_the_passes_take_openblas_on_amd_cpus(monkeypatch):
     from localkit.fused import blas
 
     scipy_s = blas.get_cython_function_address("scipy.linalg.cython_blas", "sgemm")
-    monkeypatch.setattr(blas, "_amd", lambda: True)
+    monkeypatch.setattr(blas, "amd_cpu", lambda: True)
     blas._address.cache_clear()
     try:
         assert blas.sgemm_address() == scipy_s
-        monkeypatch.setattr(blas, "_amd", lambda: False)
+        monkeypatch.setattr(blas, "amd_cpu", lambda: False)
         blas._address.cache_clear()
         if numba.threading_layer() == "omp" and hasattr(torch._C, "_has_mkl") and torch._C._has_mkl:
             assert blas.sgemm_address() != scipy_s
@@ -260,3 +260,53 @@ def test_laplacian_rows_far_from_every_key_are_summed_in_log_space():
     refs = torch.autograd.grad(dense_reference(qd, kd, vd, "laplacian", 0.75).square().sum(), (qd, kd, vd))
     for a, b in zip(grads, refs):
         np.testing.assert_allclose(a.double(), b, atol=1e-4 * float(b.abs().max()), rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("compiled_backward", [True, False], ids=["pass backward", "folded flash backward"])
+def test_gaussian_backward_by_the_pass_or_the_flash_kernel(monkeypatch, compiled_backward, causal, dtype):
+    """The Gaussian's forward is the CPU flash kernel's; its backward the compiled pass's (AMD
+    CPUs) or the flash kernel's on the key bias folded into one more head dimension: either way
+    the gradients of ``q, k, v`` and a per-head bandwidth are autograd's of the dense float64
+    reference on the same rounded inputs."""
+    from localkit.nn import functional
+
+    monkeypatch.setattr(functional, "_gaussian_backward_compiled", lambda: compiled_backward)
+    q, k, _ = qkv(torch.float64, seed=3)
+    v = torch.randn(k.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)  # the kernel's d_v = d
+    q, k, v = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
+    h = torch.tensor([1.5, 1.2]).view(2, 1, 1).to(dtype).requires_grad_(True)
+    assert explain_attention(q, k, v, "gaussian", bandwidth=h, causal=causal).path == "CPU flash kernel"
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    out = kernel_attention(q, k, v, "gaussian", bandwidth=h, causal=causal)
+    ours = torch.autograd.grad((out.double() * g).sum(), (q, k, v, h))
+    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v, h)]
+    ref = dense_reference(*inputs[:3], "gaussian", inputs[3], causal)
+    refs = torch.autograd.grad((ref * g).sum(), inputs)
+    # float32: the flash kernel's logits c <q, k> - c |k|^2 / 2 and their log-sum-exp, ~1e-6 of
+    # each gradient; half inputs: the output and the gradients rounded to the dtype
+    tol = 1e-5 if dtype == torch.float32 else 4 * torch.finfo(dtype).eps
+    for name, a, b in zip("qkvh", ours, refs):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
+def test_gaussian_with_the_pass_backward_compiles_whole(monkeypatch):
+    """The flash kernel's forward and the compiled pass's backward (an autograd Function calling a
+    custom operator) under ``torch.compile(fullgraph=True)``: the same output and gradients."""
+    from localkit.nn import functional
+
+    monkeypatch.setattr(functional, "_gaussian_backward_compiled", lambda: True)
+    q, k, _ = qkv(torch.float32, L=20, S=24, seed=6)
+    v = torch.randn(k.shape, generator=torch.Generator().manual_seed(7))
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    f = lambda q, k, v: kernel_attention(q, k, v, "gaussian", bandwidth=1.5, causal=True)
+    torch._dynamo.reset()  # the patched route, not one a cached graph assumed
+    out = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    eager = f(q, k, v)
+    refs = torch.autograd.grad(eager.square().sum(), (q, k, v))
+    np.testing.assert_allclose(out.detach(), eager.detach(), atol=1e-6)
+    for a, b in zip(grads, refs):
+        np.testing.assert_allclose(a, b, atol=1e-6)

@@ -14,7 +14,7 @@ import torch
 from localkit.fused import cpu_attention, cpu_local_linear
 from localkit.nn import local_linear_attention
 
-KERNELS = ("softmax", "gaussian") + cpu_attention.NAMES
+KERNELS = ("softmax", "gaussian") + cpu_attention.ROUTED
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 POSITIONS = ["none", "causal", "padding", "causal+padding"]
 B, H, D, DV = 2, 2, 6, 3

@@ -52,7 +52,7 @@ def _address(name):
     with numba_threads(1):  # launches numba's threads (and keeps PyTorch's count), so that the layer is known
         layer = numba.threading_layer()
     try:
-        if layer == "omp" and not _amd():
+        if layer == "omp" and not amd_cpu():
             lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
             address = ctypes.cast(getattr(lib, name + "_"), ctypes.c_void_p).value
             if _checked(address, np.float32 if name == "sgemm" else np.float64):
@@ -62,7 +62,8 @@ def _address(name):
     return get_cython_function_address("scipy.linalg.cython_blas", name)
 
 
-def _amd():
+@functools.cache
+def amd_cpu():
     """Whether this is an AMD CPU (LLVM's name of the host: ``znver*``, ``bdver*``, ``btver*``),
     where MKL runs code paths below AVX-512 (see the module)."""
     from llvmlite import binding

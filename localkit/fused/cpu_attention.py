@@ -1,8 +1,8 @@
 """Every distance profile's attention as one compiled pass on the CPU, forward and backward.
 
 ``out_i = sum_j k(u_ij) v_j / sum_j k(u_ij)`` with ``u_ij^2 = c |q_i - k_j|^2`` (``c = 1 / h^2``) for
-the profiles that are not a softmax of inner products (Laplacian, Cauchy and the compact ones;
-softmax and Gaussian run on PyTorch's CPU flash kernel). Flash attention's tiling, compiled by
+every profile of :mod:`localkit.kernels.profiles` (softmax and the Gaussian's forward pass run on
+PyTorch's CPU flash kernel; on AMD CPUs the Gaussian's backward pass is this one's). Flash attention's tiling, compiled by
 numba: each task (a batch-head ``n`` and a tile of ``TILE_Q`` queries) walks over tiles of
 ``TILE_K`` keys, takes ``<q, k>`` of the tile from one BLAS product (:mod:`~localkit.fused.blas`, cache-sized),
 forms the weights in place and adds ``P V`` with a second product. Nothing ``(L, S)``-sized is
@@ -58,8 +58,12 @@ from ..kernels.profiles import PROFILES
 from . import blas, vector_math
 from .vector_math import FAST
 
-#: the profiles this pass computes (every one that is not a softmax of inner products)
-NAMES = tuple(name for name, p in PROFILES.items() if not p.log_linear)
+#: the profiles this pass computes: every one of :mod:`localkit.kernels.profiles`
+NAMES = tuple(PROFILES)
+#: those :func:`localkit.nn.kernel_attention` sends to it: all but the Gaussian, whose forward is
+#: PyTorch's CPU flash kernel with a key bias (its backward is this pass's on AMD CPUs:
+#: ``localkit.nn.functional._GaussianAttention``)
+ROUTED = tuple(name for name in NAMES if not PROFILES[name].log_linear)
 #: those whose weights can all underflow: a row of them far from every key is summed again in log space
 LOG_SPACE = tuple(name for name in NAMES if not (PROFILES[name].compact or PROFILES[name].polynomial_tail))
 #: queries and keys per tile: a tile of weights is 128 KiB (L2-sized), the key tile 512 x d
@@ -344,12 +348,6 @@ def attention_backward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causa
                 for f in range(d):
                     dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a] * qt[a, f])
         dC[n] = dc / c
-
-
-def supports(kernel, q):
-    """Whether this pass takes ``kernel`` on ``q``'s device: CPU tensors, every profile that is
-    not a softmax of inner products."""
-    return q.device.type == "cpu" and kernel in NAMES
 
 
 def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
