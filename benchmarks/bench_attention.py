@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from localkit._timing import interleaved
 from localkit.kernels.profiles import PROFILES
-from localkit.nn import explain_attention, kernel_attention, local_linear_attention
+from localkit.nn import explain_attention, functional, kernel_attention, local_linear_attention
 
 TITLE = "Attention kernels vs torch scaled_dot_product_attention (CPU; GPU when present); LM curves"
 HERE = Path(__file__).resolve().parent
@@ -120,6 +120,8 @@ def _every_kernel_table(B, H, L, d, repeat):
     for kernel in kernels:
         h = math.sqrt(d) if kernel == "softmax" else _bandwidth(kernel, d)
         path = explain_attention(q, k, v, kernel, bandwidth=h).path
+        if kernel == "gaussian" and functional._gaussian_backward_compiled():
+            path += " (fwd), compiled CPU pass (bwd)"
         row(kernel, path, lambda: kernel_attention(q, k, v, kernel, bandwidth=h),
             lambda: kernel_attention(*grads, kernel, bandwidth=h).sum().backward())
     for name, walk in (("iid tokens", False), ("random-walk tokens", True)):
