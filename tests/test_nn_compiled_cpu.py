@@ -292,21 +292,27 @@ def test_gaussian_backward_by_the_pass_or_the_flash_kernel(monkeypatch, compiled
         np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
 
 
-def test_gaussian_with_the_pass_backward_compiles_whole(monkeypatch):
-    """The flash kernel's forward and the compiled pass's backward (an autograd Function calling a
-    custom operator) under ``torch.compile(fullgraph=True)``: the same output and gradients."""
+def test_gaussian_under_torch_compile_keeps_the_flash_backward(monkeypatch):
+    """Inside ``torch.compile(fullgraph=True)`` the Gaussian keeps the flash kernel's backward
+    (the traced path), eager calls take the compiled pass's (AMD CPUs): the same output and
+    gradients."""
     from localkit.nn import functional
 
     monkeypatch.setattr(functional, "_gaussian_backward_compiled", lambda: True)
+    taken = []
+    monkeypatch.setattr(functional._GaussianAttention, "apply",
+                        lambda *a, apply=functional._GaussianAttention.apply: taken.append(1) or apply(*a))
     q, k, _ = qkv(torch.float32, L=20, S=24, seed=6)
     v = torch.randn(k.shape, generator=torch.Generator().manual_seed(7))
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     f = lambda q, k, v: kernel_attention(q, k, v, "gaussian", bandwidth=1.5, causal=True)
-    torch._dynamo.reset()  # the patched route, not one a cached graph assumed
+    torch._dynamo.reset()
     out = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
     grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    assert taken == []
     eager = f(q, k, v)
     refs = torch.autograd.grad(eager.square().sum(), (q, k, v))
+    assert taken == [1]
     np.testing.assert_allclose(out.detach(), eager.detach(), atol=1e-6)
     for a, b in zip(grads, refs):
         np.testing.assert_allclose(a, b, atol=1e-6)

@@ -779,7 +779,7 @@ def _cpu_flash(q, k, v, kernel, c, is_causal):
     logits overflowed, for the caller to stream instead: the log-sum-exp is not finite, or, where
     every logit of a row overflowed to ``-inf``, the kernel returns that row as 0 with a
     log-sum-exp of 0 (a row of ``lse == 0`` is then checked against :func:`_logit_shrink`)."""
-    if kernel == "gaussian" and q.dtype != torch.float64 and _gaussian_backward_compiled():
+    if kernel == "gaussian" and q.dtype != torch.float64 and eager() and _gaussian_backward_compiled():
         out, lse = _GaussianAttention.apply(q, k, v, c, is_causal)
     else:
         scaled, scale = _scaled(q, c)
@@ -860,11 +860,11 @@ def _key_bias(kernel, k, c):
     return norm.square().unsqueeze(-2) * (-0.5 * c)
 
 
-@torch.compiler.assume_constant_result
 def _gaussian_backward_compiled():
-    """Whether the Gaussian's backward pass (float32 and half inputs; float64 keeps the flash
-    kernel's) is the compiled pass's rather than the CPU flash kernel's: on AMD CPUs, where the
-    pass's products are OpenBLAS's and the flash kernel's MKL's (:mod:`localkit.fused.blas`)."""
+    """Whether the Gaussian's backward pass (float32 and half inputs, eager: float64 and
+    ``torch.compile`` keep the flash kernel's, whose graph traces without asking the CPU's make)
+    is the compiled pass's rather than the CPU flash kernel's: on AMD CPUs, where the pass's
+    products are OpenBLAS's and the flash kernel's MKL's (:mod:`localkit.fused.blas`)."""
     from ..fused import blas
 
     return blas.amd_cpu()
