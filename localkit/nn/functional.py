@@ -887,7 +887,7 @@ class _GaussianAttention(torch.autograd.Function):
         scaled, scale = _scaled(q, c)
         out, lse = _key_bias_attention(scaled, k, v, scale, _key_bias("gaussian", k, c), is_causal)
         ctx.save_for_backward(q, k, v, c if isinstance(c, torch.Tensor) else None, out, lse)
-        ctx.c, ctx.is_causal = c, is_causal
+        ctx.c, ctx.is_causal = None if isinstance(c, torch.Tensor) else c, is_causal  # a float's value
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)
         return out, lse
