@@ -65,7 +65,7 @@ def _address(name):
 @functools.cache
 def amd_cpu():
     """Whether this is an AMD CPU (LLVM's name of the host: ``znver*``, ``bdver*``, ``btver*``),
-    where MKL runs code paths below AVX-512 (see the module)."""
+    where MKL was measured slower inside the passes (see the module)."""
     from llvmlite import binding
 
     return binding.get_host_cpu_name().startswith(("znver", "bdver", "btver"))
