@@ -37,8 +37,8 @@ from .planner import Plan, sparse_refusals
 from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
                                       local_polynomial)
 from .prototypes import prototype_weights
-from .reconstruction import (check_smooth_kernel, chained_query_gradient, chained_reconstruction_gradient,
-                             reconstruction_gradient)
+from .reconstruction import (bind_points, check_smooth_kernel, chained_query_gradient,
+                             chained_reconstruction_gradient, reconstruction_gradient)
 from .stream import OnlineLogSumExp, augment
 from .twins import twin_groups
 
@@ -47,6 +47,7 @@ __all__ = [
     "BoundAffinity",
     "backend_of",
     "bind",
+    "bind_points",
     "binned_polynomial_refusals",
     "Binding",
     "block_sizes",

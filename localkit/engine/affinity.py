@@ -74,6 +74,13 @@ class BoundAffinity:
             self._train = A
         return A
 
+    def operator(self, *, exclude_self=False):
+        """``V -> M V`` at the samples (:class:`~localkit.engine.bound.WeightOperator` over :meth:`sums`:
+        the matrix is formed once and kept)."""
+        from .bound import WeightOperator
+
+        return WeightOperator(self, exclude_self)
+
     def sums(self, queries=None, values=None, *, exclude_self=False):
         """:meth:`BoundKernel.sums <localkit.engine.BoundKernel.sums>` with the given weights:
         ``exclude_self`` (queries = the samples) drops the diagonal."""

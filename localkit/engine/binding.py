@@ -13,7 +13,7 @@ import copy
 
 
 from .backends import backend_of
-from .bound import BoundKernel, BoundValues
+from .bound import BoundKernel, BoundValues, WeightOperator
 from .backends.dask import dask_local_sums, is_dask_collection
 from .options import EngineOptions
 from .results import LocalSums
@@ -67,6 +67,19 @@ class Binding:
                                sample_weight=self.sample_weight, empty=opts.empty, algorithm=opts.algorithm,
                                block_size=opts.block_size, memory_budget=opts.memory_budget, n_jobs=opts.n_jobs,
                                query_scale=query_scale, sample_scale=self.sample_scale, exact_edge=opts.exact_edge)
+
+    def stepper(self, values, start):
+        """:meth:`BoundKernel.stepper <localkit.engine.BoundKernel.stepper>` (one pass per step on dask)."""
+        if self.bound is not None and not is_dask_collection(start):
+            return self.bound.stepper(values, start)
+        prepared = self.prepare(values)
+        return lambda states: self.sums(states, prepared)
+
+    def operator(self, *, exclude_self=False):
+        """The local mean at the samples as a linear map: :meth:`BoundKernel.operator
+        <localkit.engine.BoundKernel.operator>` (a pass per call on dask)."""
+        return WeightOperator(self, exclude_self) if self.bound is None else self.bound.operator(
+            exclude_self=exclude_self)
 
     def host_sums(self, queries=None, values=None):
         """:meth:`sums` with NumPy results on the host, computed together (one distributed pass on

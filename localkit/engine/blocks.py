@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import joblib
@@ -39,6 +40,8 @@ def resolve_n_jobs(n_jobs):
     if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer))
                                or n_jobs == 0):
         raise ValueError(f"n_jobs must be None or a non-zero integer (-1: all cores), got {n_jobs!r}")
+    if n_jobs == 1:  # one thread under any joblib context (its lookup costs ~10 us, more than a small pass)
+        return 1
     return max(1, int(joblib.effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
 
@@ -74,6 +77,24 @@ def _blas_controller():
     return ThreadpoolController()
 
 
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """BLAS held to one thread inside, the limit entered once: the passes inside skip their own
+    (:func:`map_blocks`), so that a fixed point or a public call pays it once, not once per pass."""
+    if getattr(_held, "on", False):
+        yield
+        return
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        _held.on = True
+        try:
+            yield
+        finally:
+            _held.on = False
+
+
 def map_blocks(func, n, block, n_jobs, *, blas=True):
     """Call ``func(slice)`` on consecutive blocks of ``range(n)``, on ``n_jobs`` threads.
 
@@ -89,7 +110,7 @@ def map_blocks(func, n, block, n_jobs, *, blas=True):
     """
     slices = [slice(i, min(i + block, n)) for i in range(0, n, block)]
     workers = min(resolve_n_jobs(n_jobs), len(slices))
-    limit = _blas_controller().limit(limits=1, user_api="blas") if blas else contextlib.nullcontext()
+    limit = one_blas_thread() if blas else contextlib.nullcontext()
     with limit, interruptible():
         if workers <= 1:
             for s in slices:

@@ -476,9 +476,7 @@ class BoundKernel:
         per-query bandwidth factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d
         form. Returns :class:`~localkit.engine.LocalSums`.
         """
-        from .passes import PATHS
         from .planner import plan
-        from .results import finish
 
         check_exclude_self(exclude_self)
         if self.terms is not None:
@@ -497,7 +495,13 @@ class BoundKernel:
         prepared = values if isinstance(values, BoundValues) else self.prepare(values)
         if prepared.V.shape[0] != self.n_samples:
             raise ValueError(f"values were prepared for {len(prepared.V)} samples, not these {self.n_samples}")
-        path = plan(self, P, q_scale, exclude_self)
+        return self._run(plan(self, P, q_scale, exclude_self), queries, P, prepared, q_scale, exclude_self)
+
+    def _run(self, path, queries, P, prepared, q_scale, exclude_self):
+        """The pass ``path`` at the checked points ``P`` (the ``queries`` given), its sums finished."""
+        from .passes import PATHS
+        from .results import finish
+
         run = streamed_path if path == "streamed" else PATHS[path]  # on a device / on the host
         if path == "binned":  # it bins the points as given, and the weights itself (no column of ones)
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
@@ -505,6 +509,13 @@ class BoundKernel:
             S, shift = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                       prepared.offset)
+
+    def stepper(self, values: ArrayLike | None, start: ArrayLike) -> "Stepper":
+        """:meth:`sums` prepared for a fixed point whose states are the queries: the values laid
+        out, the threads resolved and the path planned once, at the ``start`` states (checked
+        here); each step then takes states the iteration made (points of the samples' dtype, no
+        second check). See :class:`Stepper`."""
+        return Stepper(self, values, start)
 
     def explain(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                 query_scale: ArrayLike | None = None):
@@ -580,12 +591,18 @@ class BoundKernel:
         queries; rows with an empty neighbourhood are all zero. ``return_log_weights`` also
         returns the block of :meth:`log_weights` they came from."""
         L = self.log_weights(queries, exclude_self=exclude_self, row_offset=row_offset)
-        top = L.max(axis=1, keepdims=True)
-        W = np.exp(L - np.where(np.isfinite(top), top, 0.0))
-        total = W.sum(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            W = np.where(total > 0, W / total, 0.0)
+        W, _ = normalise(L)
         return (W, L) if return_log_weights else W
+
+    def operator(self, *, exclude_self: bool = False) -> "WeightOperator":
+        """The local mean at the samples as a linear map ``V -> M V``, ``M`` the normalised weights
+        of the samples against themselves: what a fixed point over fixed points applies every
+        iteration (relaxation labeling's propagation). ``M`` is formed once where its
+        ``n_samples^2`` entries fit the memory budget (as scikit-learn forms its affinity), its
+        empty rows already holding the empty policy's answer; else each call is one pass of
+        :meth:`sums`. See :class:`WeightOperator`."""
+        check_exclude_self(exclude_self)
+        return WeightOperator(self, exclude_self)
 
     def nearest(self, queries=None, *, rows=None, self_rows=None, return_distance=False):
         """Index of the nearest sample that carries weight, in the kernel's metric and scaling,
@@ -643,6 +660,94 @@ class BoundKernel:
             raise ValueError(f"values has {V.shape[0]} rows but samples has {self.n_samples}; they must match")
         # in the samples' dtype: float32 samples keep float32 arithmetic (float64 values would promote every block)
         return (V.astype(self.dtype, copy=False) if self.on_host else xp.astype(V, self.dtype)), squeeze
+
+
+class Stepper:
+    """``step(states) -> LocalSums``: :meth:`BoundKernel.sums` at the states of a fixed point,
+    with what does not depend on them paid once (:meth:`BoundKernel.stepper`): the values laid
+    out, ``n_jobs`` resolved, the path planned at the start (a plan read off the start's states,
+    as the binned pass's grid, is kept while they move: every path gives the same sums to
+    round-off). States are taken as the iteration made them, without a second check. Sums of
+    kernels and device arrays take :meth:`BoundKernel.sums` at each step."""
+
+    def __init__(self, bound, values, start):
+        from .planner import plan
+
+        self.values = values if isinstance(values, BoundValues) else bound.prepare(values)
+        self.direct = bound.terms is None and bound.on_host and not bound.sparse
+        if self.direct:
+            options = dataclasses.replace(bound.options, n_jobs=bound.options.threads)
+            bound = bound.using(options)
+            P = bound.points(start)
+            check_pass(bound.kernel, len(P), bound.n_samples)
+            self.path = plan(bound, P, None, False)
+            self.dtype = bound.dtype
+        self.bound = bound
+
+    def __call__(self, states):
+        if not self.direct:
+            return self.bound.sums(states, self.values)
+        P = np.asarray(states, dtype=self.dtype)
+        return self.bound._run(self.path, P, P, self.values, None, False)
+
+
+def normalise(L):
+    """``(W, log_sum)`` of a block of log-weights: ``W = exp(L) / sum_j exp(L_j)`` per row (rows
+    without weight all zero) and ``log_sum = log sum_j exp(L_j)`` (``-inf`` there)."""
+    top = L.max(axis=1, keepdims=True)
+    W = np.exp(L - np.where(np.isfinite(top), top, 0.0))  # a row without weight: all exp(-inf) = 0
+    total = W.sum(axis=1, keepdims=True)
+    live = total > 0
+    W /= np.where(live, total, 1.0)
+    with np.errstate(divide="ignore"):
+        log_sum = np.where(live, top + np.log(total), -np.inf)[:, 0]
+    return W, log_sum
+
+
+class WeightOperator:
+    """``V -> M V`` for the samples' normalised weights ``M_ij = c_j K(x_i, x_j) / sum_l c_l K(x_i, x_l)``
+    (:meth:`BoundKernel.operator`), equal to ``bound.sums(None, V, exclude_self=...).mean`` to round-off
+    (``bound``: anything with that ``sums``: a :class:`~localkit.engine.Binding` on dask, given affinities).
+
+    Where the ``n x n`` block fits ``options.memory_budget`` on the host (dense samples), ``M`` is
+    formed once from :meth:`BoundKernel.weights`; a row with no weight (an empty neighbourhood)
+    holds the empty policy's answer: 1 at the nearest sample under "nearest" (its value, as a
+    pass gives it), NaN under "nan", and "raise" raises when the operator is built. Elsewhere
+    (sparse samples, a device, a budget too small) each call is one streamed pass.
+    ``weight_sum`` is ``sum_j c_j K(x_i, x_j)`` (the degree of relaxation labeling's graph).
+    """
+
+    def __init__(self, bound, exclude_self):
+        from .blocks import DEFAULT_MEMORY_BUDGET
+        from .results import check_empty
+
+        self.bound, self.exclude_self = bound, exclude_self
+        self.matrix = None
+        if (isinstance(bound, BoundKernel) and bound.on_host and not bound.sparse
+                and 2 * bound.n_samples ** 2 * np.dtype(bound.dtype).itemsize
+                <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET)):
+            W, log_sum = normalise(bound.log_weights(None, exclude_self=exclude_self))
+            empty = ~(log_sum > -np.inf)
+            if empty.any():
+                rows = np.flatnonzero(empty)
+                check_empty(bound.options.empty, len(rows), stacklevel=3)
+                if bound.options.empty == "nan":
+                    W[rows] = np.nan
+                else:
+                    W[rows, bound.nearest(None, rows=rows, self_rows=rows if exclude_self else None)] = 1.0
+            self.matrix = W.astype(bound.dtype, copy=False)
+            self.log_weight_sum = np.where(empty, -np.inf, log_sum + bound.log_weight_max).astype(bound.dtype)
+        else:
+            self.log_weight_sum = bound.sums(None, None, exclude_self=exclude_self).log_weight_sum
+
+    @property
+    def weight_sum(self):
+        return np.exp(self.log_weight_sum)
+
+    def __call__(self, V):
+        if self.matrix is None:
+            return self.bound.sums(None, V, exclude_self=self.exclude_self).mean
+        return self.matrix @ np.asarray(V, dtype=self.matrix.dtype)
 
 
 #: scikit-learn's neighbour search is brute force (matrix-product distances) above this many features

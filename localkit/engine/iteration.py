@@ -16,6 +16,8 @@ Two modes:
 The driver counts ``n_iter`` (updates performed; per row, the largest count), warns with
 scikit-learn's :class:`~sklearn.exceptions.ConvergenceWarning` when ``max_iter`` stops it early,
 keeps an optional ``history`` of states for plots, and shows a progress bar (:mod:`localkit._progress`).
+BLAS is held to one thread once for the whole loop (:func:`~localkit.engine.blocks.one_blas_thread`), not
+once per step.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .._progress import ConvergenceWarning, check_verbose, progress as progress_bar, warn_max_iter
+from .blocks import one_blas_thread
 
 __all__ = ["ConvergenceWarning", "FixedPoint", "iterate", "max_abs_change", "row_max_abs_change",
            "row_norm_change", "sum_abs_change"]
@@ -124,7 +127,7 @@ def iterate(step: Callable, state, *, tol, max_iter, change: Callable | None = N
     x = np.array(state, copy=True)
     below = np.less_equal if inclusive else np.less
     trail = [x.copy()] if history else None
-    with progress_bar(max_iter, name, progress, name="progress") as bar:
+    with one_blas_thread(), progress_bar(max_iter, name, progress, name="progress") as bar:
         if per_row:
             out = _iterate_rows(step, x, tol, max_iter, change or row_max_abs_change, below, trail, bar)
         else:

@@ -24,7 +24,6 @@ from ..kernels import Kernel, get_profile
 from ..kernels.profiles import PROFILES
 from .blocks import DEFAULT_MEMORY_BUDGET
 from .bound import BoundKernel
-from .local_mean import local_mean
 
 #: The profiles whose log is differentiable everywhere (``Profile.smooth``: no kink at 0, no
 #: support's edge); their slope ``phi' = d log k / d u^2`` is the one stated beside each profile
@@ -41,6 +40,20 @@ def check_smooth_kernel(kernel):
             f"everywhere, so that the reconstruction error has a gradient), got {kernel!r}"
         )
     return profile.name
+
+
+def bind_points(points, kernel="gaussian", bandwidth=1.0, twins=None):
+    """The decoder's points ``Z`` bound to the kernel ``(kernel, bandwidth)``, in float64: a
+    :class:`BoundKernel` to keep where the points stay fixed (a fitted encoder's codes), so that the
+    gradients at queries bind nothing. A ``BoundKernel`` given is returned as it is, after checking
+    that it is that kernel."""
+    name = check_smooth_kernel(kernel)
+    if isinstance(points, BoundKernel):
+        kern = points.kernel
+        if kern.name_ != name or np.ndim(kern.bandwidth) or float(kern.bandwidth) != float(bandwidth):
+            raise ValueError(f"points are bound to {kern!r}, not to kernel={name!r} with bandwidth={bandwidth!r}")
+        return points
+    return BoundKernel(Kernel(name, bandwidth=bandwidth), np.asarray(points, dtype=np.float64), twins=twins)
 
 
 def _weight_block(bound, Q, rows, exclude_self):
@@ -65,7 +78,8 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
 
     Parameters
     ----------
-    points : (n, d) array ``Z``; values : (n, p) array ``X``.
+    points : (n, d) array ``Z``, or the :class:`BoundKernel` of :func:`bind_points` (points kept
+        fixed: nothing bound per call); values : (n, p) array ``X``.
     queries, targets : (m, d) and (m, p) arrays, optional
         Without them: the leave-one-out error at the points and its gradient with respect to the
         points (shape (n, d)). With them: the summed error at the queries and its gradient with
@@ -79,8 +93,8 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
         codes of repeated rows of ``X``, which round-off may move apart); default: the points at
         its point (:mod:`localkit.engine.twins`).
     """
-    name = check_smooth_kernel(kernel)
-    Z = np.asarray(points, dtype=np.float64)
+    bound = bind_points(points, kernel, bandwidth, twins)
+    Z = bound.samples
     X = np.asarray(values, dtype=np.float64)
     loo = queries is None
     Q = Z if loo else np.asarray(queries, dtype=np.float64)
@@ -91,7 +105,6 @@ def reconstruction_gradient(points, values, queries=None, targets=None, kernel="
     scale = (2.0 / n) if loo else 2.0
     block = _row_block(m, n, memory_budget)
     inv_h2 = 1.0 / (bandwidth * bandwidth)
-    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z, twins=twins)
     errors = np.zeros(m)
     grad = np.zeros_like(Q)
     for start in range(0, m, block):
@@ -130,7 +143,7 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
 
     Parameters
     ----------
-    queries : (m, d) array; points : (n, d) array; values : (n, p) array
+    queries : (m, d) array; points : (n, d) array, or its :func:`bind_points`; values : (n, p) array
     upstream : (m, p) array ``g``, the gradient of a loss with respect to ``f(queries)``.
     kernel : "gaussian" or "cauchy"; bandwidth : float ``h``.
     exclude_self : bool
@@ -140,15 +153,15 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
     -------
     (grad_queries, grad_points, grad_values) of shapes (m, d), (n, d), (n, p).
     """
-    name = check_smooth_kernel(kernel)
-    Q, Z, V, G = (np.asarray(a, dtype=np.float64) for a in (queries, points, values, upstream))
+    bound = bind_points(points, kernel, bandwidth)
+    Z = bound.samples
+    Q, V, G = (np.asarray(a, dtype=np.float64) for a in (queries, values, upstream))
     m, n = len(Q), len(Z)
     if exclude_self and m != n:
         raise ValueError(f"exclude_self drops point i at query i, so it needs as many queries as points; "
                          f"got {m} queries and {n} points")
     inv_h2 = 1.0 / (bandwidth * bandwidth)
     grad_q, grad_z, grad_v = np.zeros_like(Q), np.zeros_like(Z), np.zeros_like(V)
-    bound = BoundKernel(Kernel(name, bandwidth=bandwidth), Z)
     block = _row_block(m, n, memory_budget)
     for start in range(0, m, block):
         rows = slice(start, min(start + block, m))
@@ -166,16 +179,21 @@ def local_mean_vjp(queries, points, values, upstream, kernel="gaussian", bandwid
     return grad_q, -grad_z, grad_v
 
 
-def _decode_chain(codes, values, queries, kernel, bandwidth, exclude_self, lowest):
+def _decode_chain(codes, values, queries, exclude_self, lowest):
     """``ys`` with ``ys[L] = queries`` and ``ys[l - 1]`` the local mean of level ``l - 1``'s codes at
-    ``ys[l]`` (level 0: the values), for ``l - 1`` down to ``lowest`` (entries below it: None)."""
-    levels = [values] + list(codes)
+    ``ys[l]`` (level 0: the values), for ``l - 1`` down to ``lowest`` (entries below it: None);
+    ``codes`` bound (:func:`bind_points`)."""
+    levels = [values] + [bound.samples for bound in codes]
     ys = [None] * len(levels)
     ys[-1] = np.asarray(queries, dtype=np.float64)
     for lev in range(len(codes), lowest, -1):
-        ys[lev - 1] = local_mean(ys[lev], levels[lev], levels[lev - 1], kernel, bandwidth=bandwidth,
-                                 exclude_self=exclude_self)
+        ys[lev - 1] = codes[lev - 1].sums(ys[lev], levels[lev - 1], exclude_self=exclude_self).mean
     return ys
+
+
+def _points(level):
+    """A level's codes as an array (a bound level: its samples; level 0, the values, as it is)."""
+    return level.samples if isinstance(level, BoundKernel) else level
 
 
 def chained_reconstruction_gradient(codes, values, kernel="gaussian", bandwidth=1.0, memory_budget=None):
@@ -203,19 +221,19 @@ def chained_reconstruction_gradient(codes, values, kernel="gaussian", bandwidth=
     -------
     (error, [dE/dZ_1, ..., dE/dZ_L])
     """
-    codes = [np.asarray(Z, dtype=np.float64) for Z in codes]
     X = np.asarray(values, dtype=np.float64)
     n = len(X)
     if n < 2 or any(len(Z) != n for Z in codes):
         raise ValueError(f"every level needs the same n >= 2 samples as the values, got {[len(Z) for Z in codes]} "
                          f"codes for {n} values")
-    ys = _decode_chain(codes, X, codes[-1], kernel, bandwidth, exclude_self=True, lowest=0)
+    codes = [bind_points(Z, kernel, bandwidth) for Z in codes]  # once per evaluation: the codes move
+    ys = _decode_chain(codes, X, codes[-1].samples, exclude_self=True, lowest=0)
     levels = [X] + codes
     R = ys[0] - X
     upstream = (2.0 / n) * R
-    grads = [np.zeros_like(Z) for Z in codes]
+    grads = [np.zeros_like(Z.samples) for Z in codes]
     for lev in range(1, len(codes) + 1):
-        gq, gz, gv = local_mean_vjp(ys[lev], levels[lev], levels[lev - 1], upstream, kernel, bandwidth,
+        gq, gz, gv = local_mean_vjp(ys[lev], levels[lev], _points(levels[lev - 1]), upstream, kernel, bandwidth,
                                     exclude_self=True, memory_budget=memory_budget)
         grads[lev - 1] += gz
         if lev >= 2:
@@ -231,16 +249,17 @@ def chained_query_gradient(codes, values, queries, targets, kernel="gaussian", b
     codes, shape (m, q_L)) against its target ``t_q`` (shape (m, p)), no sample left out.
 
     Row ``q`` depends on query ``q`` only (per-query errors, shape (m,)), so every query can take its
-    own steps when encoding. The bottom level is :func:`reconstruction_gradient` at queries; the
+    own steps when encoding. ``codes`` may be their :func:`bind_points` (kept from a fit: nothing
+    bound per call). The bottom level is :func:`reconstruction_gradient` at queries; the
     levels above backpropagate through :func:`local_mean_vjp`.
     """
-    codes = [np.asarray(Z, dtype=np.float64) for Z in codes]
+    codes = [bind_points(Z, kernel, bandwidth) for Z in codes]
     X = np.asarray(values, dtype=np.float64)
-    ys = _decode_chain(codes, X, queries, kernel, bandwidth, exclude_self=False, lowest=1)
+    ys = _decode_chain(codes, X, queries, exclude_self=False, lowest=1)
     errors, upstream = reconstruction_gradient(codes[0], X, ys[1], targets, kernel=kernel, bandwidth=bandwidth,
                                                memory_budget=memory_budget, per_query=True)
     levels = [X] + codes
     for lev in range(2, len(codes) + 1):
-        upstream = local_mean_vjp(ys[lev], levels[lev], levels[lev - 1], upstream, kernel, bandwidth,
+        upstream = local_mean_vjp(ys[lev], levels[lev], _points(levels[lev - 1]), upstream, kernel, bandwidth,
                                   memory_budget=memory_budget)[0]
     return errors, upstream

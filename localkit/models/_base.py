@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._params import (GRID_PARAMS, KERNEL_PARAMS, LOCAL_MEAN_METRIC_CONSTRAINT, N_NEIGHBORS_CONSTRAINT,
                        SAMPLE_WEIGHT_TYPE_CONSTRAINT, WEIGHTS_CONSTRAINT)
 from .._validation import check_n_neighbors
-from ..engine import BoundValues, EngineOptions, backend_of, bind, sparse_refusals
+from ..engine import EngineOptions, backend_of, bind, sparse_refusals
 from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
@@ -94,7 +94,45 @@ def warn_far_bandwidth(h, X, sample_weight=None):
                               spread=float(np.sqrt(np.sum(sigma ** 2)))))
 
 
-class LocalKernelMixin:
+class KeptBindings:
+    """Estimators that bind their training samples once, in ``fit``, and keep them (issue 36).
+
+    ``_keep(name, binding, values)`` keeps a :class:`~localkit.engine.Binding` (from
+    :func:`~localkit.engine.bind`) with ``values`` laid out for it once; ``_kept_sums(name,
+    queries)`` is one engine pass over it, so that a ``predict`` or ``transform`` pays only for its
+    queries. A pickle holds each kept binding and the array its values came from (stored once,
+    beside the fitted attribute that holds the same array); their layout is rebuilt on load.
+    Points that move during ``fit`` (codes being learned, blurring mean shift) are bound per step
+    by design; what is fixed once ``fit`` returns is kept.
+    """
+
+    def _keep(self, name, binding, values=None):
+        if "_kept" not in self.__dict__:
+            self._kept = {}
+        self._kept[name] = (binding, binding.prepare(values))
+        return binding
+
+    def _kept_sums(self, name, queries=None, *, options=None, **kwargs):
+        """One pass of the binding ``name`` at ``queries`` (its samples for None), with other
+        :class:`~localkit.engine.EngineOptions` if given (nothing rebuilt)."""
+        binding, values = self._kept[name]
+        if options is not None:
+            binding = binding.using(options)
+        return binding.sums(queries, values, **kwargs)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "_kept" in state:
+            state["_kept"] = {name: (binding, values.source) for name, (binding, values) in state["_kept"].items()}
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_kept" in self.__dict__:
+            self._kept = {name: (binding, binding.prepare(values)) for name, (binding, values) in self._kept.items()}
+
+
+class LocalKernelMixin(KeptBindings):
     """Kernel parameters ``kernel``, ``bandwidth``, ``n_neighbors``, ``metric`` and the engine
     options ``empty``, ``algorithm`` and ``n_jobs``; fitted: ``bandwidth_``, ``kernel_``.
 
@@ -304,10 +342,19 @@ class LocalKernelMixin:
         read theirs at query time."""
         from .kernel_learning import loo_groups  # rows sharing levels are distinct observations
 
-        self._bound = bind(self.kernel_, X, sample_weight=getattr(self, "sample_weight_", None),
-                           sample_scale=self.sample_scale_, options=self._engine_options(),
-                           twins=loo_groups(self.kernel_, X.shape[0]) if self.kernel_.composite else None)
-        self._bound_values = self._bound.prepare(values)
+        self._keep("samples", bind(self.kernel_, X, sample_weight=getattr(self, "sample_weight_", None),
+                                   sample_scale=self.sample_scale_, options=self._engine_options(),
+                                   twins=loo_groups(self.kernel_, X.shape[0]) if self.kernel_.composite else None),
+                   values)
+
+    @property
+    def _bound(self):
+        """The :class:`~localkit.engine.Binding` of the training samples, kept from ``fit``."""
+        return self._kept["samples"][0]
+
+    @property
+    def _bound_values(self):
+        return self._kept["samples"][1]
 
     def _engine_options(self):
         return EngineOptions(empty=self.empty, algorithm=self.algorithm, n_jobs=self.n_jobs,
@@ -332,18 +379,6 @@ class LocalKernelMixin:
         if bound is None or not bound.on_host:
             raise ValueError(f"{what} searches neighbours on the host: fit on NumPy arrays")
         return bound
-
-    # a pickle holds the values once (the fitted array they came from); the layout is rebuilt
-    def __getstate__(self):
-        state = super().__getstate__()
-        if isinstance(state.get("_bound_values"), BoundValues):
-            state["_bound_values"] = state["_bound_values"].source
-        return state
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        if "_bound" in state and not isinstance(self._bound_values, BoundValues):
-            self._bound_values = self._bound.prepare(self._bound_values)
 
     def _fitted_sparse(self):
         """True when ``fit`` bound sparse samples (its queries may then be sparse too)."""

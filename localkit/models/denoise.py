@@ -22,17 +22,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive
 from .._progress import optimizer_progress, warn_optimizer
-from ..engine import local_mean
-from ..engine import check_smooth_kernel, reconstruction_gradient
-from ..engine import twin_groups
+from ..engine import EngineOptions, bind, bind_points, check_smooth_kernel, local_mean, map_queries, \
+    reconstruction_gradient, twin_groups
 from ..kernels import Kernel
 from .selection import spread
-from ._base import FLOATS, float_dtypes
-from ..engine import map_queries
+from ._base import FLOATS, KeptBindings, float_dtypes
 
 
 
-class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class LocalMeanDenoiser(KeptBindings, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """The local mean of clean samples: the Bayes-optimal denoiser for Gaussian noise.
 
     .. math::
@@ -96,6 +94,7 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         X = validate_data(self, X, dtype=float_dtypes(X))  # tensors stay on their device
         self.kernel_ = Kernel(self.kernel, bandwidth=float(self.noise_std))
         self.X_fit_ = X
+        self._keep("clean", bind(self.kernel_, X), X)  # every transform a pass over it
         return self
 
     @map_queries
@@ -103,8 +102,9 @@ class LocalMeanDenoiser(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         """The denoised samples: ``n_iter`` local means of the clean samples, from ``X``."""
         check_is_fitted(self)
         Y = validate_data(self, X, reset=False, dtype=float_dtypes(X))
+        options = EngineOptions(n_jobs=self.n_jobs)
         for _ in range(self.n_iter):
-            Y = local_mean(Y, self.X_fit_, self.X_fit_, self.kernel_, n_jobs=self.n_jobs)
+            Y = self._kept_sums("clean", Y, options=options).mean
         return Y
 
 
@@ -142,7 +142,7 @@ def refine_codes(Z, objective, max_iter):
     return Z
 
 
-class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class LazyAutoencoder(KeptBindings, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Unsupervised kernel regression: a lazy autoencoder whose decoder is a local mean.
 
     The decoder maps a latent point to the local mean of the data, with a kernel on the latent
@@ -243,6 +243,12 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         self.X_fit_ = X
         self._n_features_out = q
         self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z)
+        # bound once: the encoder's start (data -> codes), the codes for the refinement's gradient
+        # (float64) and the decoder (codes -> data, in X's precision)
+        Zf = self.embedding_.astype(np.float64)
+        self._keep("encoder", bind(Kernel("gaussian", bandwidth=self.encoder_bandwidth_), Xd), Zf)
+        self._codes = bind_points(Zf, self.kernel_.name_)
+        self._keep("decoder", bind(self.kernel_, self.embedding_), X)
         return self
 
     def _loo_error(self, Z, X, twins):
@@ -264,15 +270,12 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         """Codes of ``X``: the local mean of training codes in data space, refined point by point."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        Xd, Xf = X.astype(np.float64), self.X_fit_.astype(np.float64)
-        Zf = self.embedding_.astype(np.float64)
-        Z = local_mean(Xd, Xf, Zf, bandwidth=self.encoder_bandwidth_)
-        return self._refine(Z, Xd, Zf, Xf).astype(X.dtype)
-
-    def _refine(self, Z, X, Zf, Xf):
-        """Minimise ``|x - f(z)|^2`` for each code on its own (see :func:`refine_codes`)."""
+        Xd = X.astype(np.float64)
+        Z = self._kept_sums("encoder", Xd).mean
+        Xf = self._kept["encoder"][0].samples
         return refine_codes(Z, lambda trial, rows: reconstruction_gradient(
-            Zf, Xf, trial, X[rows], kernel=self.kernel_.name_, per_query=True), self.max_iter)
+            self._codes, Xf, trial, Xd[rows], kernel=self.kernel_.name_, per_query=True),
+            self.max_iter).astype(X.dtype)
 
     def inverse_transform(self, Z):
         """Decode: the local mean of the training data at latent points ``Z``."""
@@ -280,4 +283,4 @@ class LazyAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         Z = check_array(Z, dtype=FLOATS, input_name="Z")
         if Z.shape[1] != self.n_components:
             raise ValueError(f"Z has {Z.shape[1]} columns, but n_components={self.n_components}")
-        return local_mean(Z, self.embedding_, self.X_fit_, self.kernel_)
+        return self._kept_sums("decoder", Z).mean

@@ -13,8 +13,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import PROFILE_CONSTRAINT, positive
 from .._progress import optimizer_progress, warn_optimizer
-from ..engine import local_mean
-from ..engine import chained_query_gradient, chained_reconstruction_gradient
+from ..engine import bind, bind_points, chained_query_gradient, chained_reconstruction_gradient
+from ..kernels import Kernel
+from ._base import KeptBindings
 from .denoise import FLOATS, LazyAutoencoder, encoder_bandwidth, refine_codes
 
 
@@ -38,7 +39,7 @@ def check_n_components(n_components, n_features):
     return dims[1:]
 
 
-class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class HierarchicalAutoencoder(KeptBindings, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Lazy autoencoders stacked: level ``l`` learns codes ``Z_l`` of the codes ``Z_{l-1}`` (``Z_0 = X``).
 
     Each level's decoder is a local mean (unsupervised kernel regression, as in
@@ -138,6 +139,15 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self._n_features_out = self.embedding_.shape[1]  # get_feature_names_out, set_output
         self.X_fit_ = X
         self.encoder_bandwidth_ = encoder_bandwidth(Xd, Z[-1])
+        # bound once: the encoder's starts (data -> top codes: the local mean, the nearest sample),
+        # every level's codes for the refinement's gradient (float64), the decoders (X's precision)
+        top = self.embedding_.astype(np.float64)
+        self._keep("encoder", bind(Kernel("gaussian", bandwidth=self.encoder_bandwidth_), Xd), top)
+        self._keep("nearest", bind(Kernel("uniform", bandwidth=1.0, n_neighbors=1), Xd), top)
+        self._codes = [bind_points(z, self.kernel_.name_) for z in self._codes_f64()]
+        levels = [X] + self.embeddings_
+        for lev in range(1, len(levels)):
+            self._keep(f"decoder{lev}", bind(self.kernel_, levels[lev]), levels[lev - 1])
         return self
 
     def _refine_end_to_end(self, codes, X):
@@ -159,7 +169,7 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.reconstruction_error_, self.n_iter_ = float(res.fun), int(res.nit)
         return unpack(res.x), objective(start)[0]
 
-    def _codes(self):
+    def _codes_f64(self):
         return [z.astype(np.float64) for z in self.embeddings_]
 
     def transform(self, X: ArrayLike) -> np.ndarray:
@@ -167,15 +177,16 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         code by code through the whole decoder."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=FLOATS)
-        Xd, Xf, codes = X.astype(np.float64), self.X_fit_.astype(np.float64), self._codes()
-        objective = lambda trial, rows: chained_query_gradient(codes, Xf, trial, Xd[rows], kernel=self.kernel_.name_)
-        Z = local_mean(Xd, Xf, codes[-1], bandwidth=self.encoder_bandwidth_)
-        if len(codes) > 1:
+        Xd, Xf = X.astype(np.float64), self._kept["encoder"][0].samples
+        objective = lambda trial, rows: chained_query_gradient(self._codes, Xf, trial, Xd[rows],
+                                                               kernel=self.kernel_.name_)
+        Z = self._kept_sums("encoder", Xd).mean
+        if len(self._codes) > 1:
             # The composed decoder is peaky: the local-mean start stalls in a poor local minimum
             # for many digits (held-out error 4.5 against 1.3 from the nearest sample's code,
             # 600 training digits, (16, 2)); take the nearest training sample's code (the 1-NN
             # local mean) where it decodes better.
-            nearest = local_mean(Xd, Xf, codes[-1], kernel="uniform", n_neighbors=1)
+            nearest = self._kept_sums("nearest", Xd).mean
             rows = np.arange(len(Z))
             better = objective(nearest, rows)[0] < objective(Z, rows)[0]
             Z[better] = nearest[better]
@@ -188,7 +199,6 @@ class HierarchicalAutoencoder(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         q = self.embedding_.shape[1]
         if Z.shape[1] != q:
             raise ValueError(f"Z has {Z.shape[1]} columns, but the top level has n_components[-1]={q}")
-        levels = [self.X_fit_] + self.embeddings_
         for lev in range(len(self.embeddings_), 0, -1):
-            Z = local_mean(Z, levels[lev], levels[lev - 1], self.kernel_)
+            Z = self._kept_sums(f"decoder{lev}", Z).mean
         return Z

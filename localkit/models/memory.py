@@ -22,10 +22,9 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import non_negative, positive
-from ..engine import local_mean, local_sums
-from ..engine import iterate, row_max_abs_change
-from ._base import FLOATS
-from ..engine import map_queries
+from ..engine import bind, iterate, map_queries, row_max_abs_change
+from ..kernels import Kernel
+from ._base import FLOATS, KeptBindings
 
 KINDS = ("modern", "classical")
 UPDATES = ("synchronous", "asynchronous")
@@ -40,7 +39,7 @@ def _sign(h, s):
     return np.where(h > 0, 1.0, np.where(h < 0, -1.0, s))
 
 
-class HopfieldNetwork(BaseEstimator):
+class HopfieldNetwork(KeptBindings, BaseEstimator):
     """Associative memory: ``fit`` stores patterns, ``predict`` retrieves from probes.
 
     .. math::
@@ -129,6 +128,8 @@ class HopfieldNetwork(BaseEstimator):
             self.weights_ = X.T @ X / n
             np.fill_diagonal(self.weights_, 0.0)
         self.patterns_ = X
+        if self.kind == "modern":  # bound once: every retrieval step is a pass over the stored patterns
+            self._keep("patterns", bind(Kernel("softmax", bandwidth=1.0 / self.beta), X), X)
         return self
 
     def retrieve(self, X, history=False):
@@ -139,7 +140,9 @@ class HopfieldNetwork(BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         name = f"{self.kind} Hopfield retrieval"
         if self.kind == "modern":
-            step = lambda S, rows: local_mean(S, self.patterns_, self.patterns_, "softmax", 1.0 / self.beta)
+            binding, patterns = self._kept["patterns"]
+            stepper = binding.stepper(patterns, X)
+            step = lambda S, rows: stepper(S).mean
             return iterate(step, X, tol=self._tolerance(X.dtype), max_iter=self.max_iter, per_row=True, inclusive=True,
                            change=row_max_abs_change, history=history, progress=self.verbose, name=name)
         if not np.all(np.abs(X) == 1):
@@ -182,7 +185,7 @@ class HopfieldNetwork(BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=FLOATS)
         if self.kind == "classical":
             return -0.5 * np.einsum("ij,ij->i", X @ self.weights_, X)
-        lse = local_sums(X, self.patterns_, None, "softmax", 1.0 / self.beta).log_weight_sum / self.beta
+        lse = self._kept["patterns"][0].sums(X).log_weight_sum / self.beta
         P = self.patterns_
         M2 = np.max(np.einsum("ij,ij->i", P, P))
         return -lse + 0.5 * np.einsum("ij,ij->i", X, X) + np.log(len(P)) / self.beta + 0.5 * M2

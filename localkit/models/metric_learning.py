@@ -16,7 +16,9 @@ from threadpoolctl import threadpool_limits
 from .._params import N_JOBS_CONSTRAINT, non_negative, positive
 from .._progress import optimizer_progress, warn_optimizer
 from .._validation import check_regression_target
-from ..engine import local_mean, map_queries, reconstruction_gradient
+from ..engine import EngineOptions, bind, map_queries, reconstruction_gradient
+from ..kernels import Kernel
+from ._base import KeptBindings
 from .regression import LocalMeanRegressor
 
 #: each evaluation of the objective weighs every pair of samples: time O(n^2 (r + 1)), memory the
@@ -25,7 +27,7 @@ MAX_SAMPLES = 5000
 FORMS = ("full", "diagonal")
 
 
-class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, TransformerMixin, RegressorMixin, BaseEstimator):
+class MetricLearningKernelRegressor(KeptBindings, ClassNamePrefixFeaturesOutMixin, TransformerMixin, RegressorMixin, BaseEstimator):
     """Nadaraya–Watson regression with a learned metric (MLKR).
 
     The kernel is Gaussian in a learned linear map ``A`` (``r x d``), the values are the
@@ -188,6 +190,8 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
         self.n_iter_ = int(res.nit)
         self.X_fit_, self.y_fit_ = X, y
         self._n_features_out = self.components_.shape[0]
+        # the embedded training rows bound once: every predict is a pass over them
+        self._keep("embedded", bind(Kernel(self.kernel, bandwidth=1.0), X @ self.components_.T), y)
         return self
 
     @map_queries
@@ -205,9 +209,9 @@ class MetricLearningKernelRegressor(ClassNamePrefixFeaturesOutMixin, Transformer
     @map_queries
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The local mean of the training targets under the learned kernel."""
-        Z = self._map(X)
-        return local_mean(Z, (self.X_fit_ @ self.components_.T).astype(Z.dtype, copy=False), self.y_fit_,
-                          self.kernel, 1.0, n_jobs=self.n_jobs)
+        Z = self._map(X)  # in float64, the training rows' precision; float32 in, float32 out
+        return self._kept_sums("embedded", Z, options=EngineOptions(n_jobs=self.n_jobs)).mean.astype(Z.dtype,
+                                                                                                      copy=False)
 
 
 def loo_objective(X, y, A, var, gradient=True, kernel="gaussian"):

@@ -260,9 +260,8 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
             if not (isinstance(self.weights, str) and self.weights == "uniform"):
                 raise ValueError(f"value_kernel multiplies the kernel; weights={self.weights!r} is not taken with it")
             Y = y.reshape(len(y), -1)
-            self._value_bound = bind(self._fit_value_kernel(Xm, Y), np.concatenate([Xm, Y], axis=1),
-                                     sample_weight=self.sample_weight_, options=self._engine_options())
-            self._value_y = self._value_bound.prepare(Y)
+            self._keep("values", bind(self._fit_value_kernel(Xm, Y), np.concatenate([Xm, Y], axis=1),
+                                      sample_weight=self.sample_weight_, options=self._engine_options()), Y)
             self.n_iter_ = self._value_fixed_point(Xm).n_iter
         return self
 
@@ -290,6 +289,6 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
 
     def _value_fixed_point(self, X):
         """The output-adaptive local mean's fixed point at the queries ``X`` (mapped coordinates)."""
-        binding = self._value_bound.using(self._engine_options())
+        options = self._engine_options()
         return self._iterate_values(X, self._local_sums(X).mean.reshape(len(X), -1),
-                                    lambda Q: binding.sums(Q, self._value_y).mean)
+                                    lambda Q: self._kept_sums("values", Q, options=options).mean)

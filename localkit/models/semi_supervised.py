@@ -279,13 +279,15 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         return callable(self.kernel) or self.kernel == "precomputed"
 
     def _graph(self, bound):
-        """The propagation operator ``P -> M P``, one engine pass per call over the kernel bound
-        once to the samples."""
+        """The propagation operator ``P -> M P`` over the kernel bound once to the samples: the
+        normalised weights formed once where they fit the memory budget (as scikit-learn forms its
+        affinity), else one engine pass per call (:meth:`~localkit.engine.BoundKernel.operator`)."""
         if self.normalization == "mean":
-            return lambda P: bound.sums(None, P).mean
-        d = bound.sums(None, None, exclude_self=True).weight_sum
+            return bound.operator()
+        M = bound.operator(exclude_self=True)
+        d = M.weight_sum
         root = np.sqrt(np.where(d > 0, d, 1.0))[:, None]  # isolated samples: degree 1, as scipy does
-        return lambda P: root * bound.sums(None, P / root, exclude_self=True).mean
+        return lambda P: root * M(P / root)
 
     @map_queries
     def predict_proba(self, X: ArrayLike) -> np.ndarray:

@@ -249,7 +249,9 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
     if bound.factors is not None:  # a product's kNN factors (smooth profiles): their balloon bandwidths
         scales = knn_scales(bound, Q, exclude_self)
-    order = _spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" else None
+    # compact query blocks for the recentring of distances (softmax logits are inner products: none)
+    order = (_spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" and not bound.kernel.is_softmax
+             else None)
     pruned = prune_blocks(bound, Q, q_scale, exclude_self)
     if pruned:  # compact leaves of queries (also what the recentring needs) and of samples
         bq = min(bq, PRUNE_QUERY_LEAF)
