@@ -384,7 +384,7 @@ def test_compiled_arithmetic_on_tensors(dispatch, diabetes):
         d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(axis=2)
         np.testing.assert_array_equal(np.rint(torch.exp(got.log_weight_sum).numpy()), (d2 <= h * h).sum(axis=1))
         same(got.mean, ref.mean, "cpu", 1e-12)
-    with pytest.raises(ValueError, match="algorithm='compiled' needs a compact profile"):
+    with pytest.raises(ValueError, match="algorithm='compiled' cannot compute this pass: needs a compact profile"):
         local_sums(torch.tensor(X), torch.tensor(X), torch.tensor(y), "gaussian", 1.0, algorithm="compiled")
 
 

@@ -109,7 +109,9 @@ def test_kept_bindings_pickle_exactly(name):
         est = make().fit(*args)
         method = est.predict if hasattr(est, "predict") else est.transform
         before = method(args[0][:9])
-        again = pickle.loads(pickle.dumps(est))
+        blob = pickle.dumps(est)
+        assert pickle.dumps(est) == blob  # pickling leaves the estimator as it was
+        again = pickle.loads(blob)
         np.testing.assert_array_equal(method.__func__(again, args[0][:9]) if hasattr(method, "__func__")
                                       else getattr(again, method.__name__)(args[0][:9]), before)
 

@@ -22,11 +22,16 @@
   brute-force search on the CSR matrix finds the k nearest samples or those within the support,
   and their values are gathered; the other paths need dense coordinates.
 
-:func:`explain` says which path a pass takes and why each other one was not taken.
+The decision is one table, :data:`ROWS`: each path a row of ``(condition, reason)`` pairs, in
+the order tried. :func:`plan` takes the first row that applies; :func:`explain` reads the same
+rows to say which path a pass takes and why each other one was not taken, so the explanation is
+the decision, and a new path is one row.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -125,28 +130,6 @@ def binned_refusals(bound, q_scale, exclude_self):
     return [reason for ok, reason in checks if not ok]
 
 
-def _binned_meets(bound, P, q_scale, exclude_self):
-    """True where "auto" takes the binned pass: it applies, a ``tolerance`` was given and the
-    error bound on the grid it would use meets it; else why not (a sentence)."""
-    from .passes.binned import Grid, bounded_off_samples
-
-    tol = bound.options.tolerance
-    if tol is None:
-        return "approximate: taken when asked for, or under a tolerance its error bound meets"
-    if binned_refusals(bound, q_scale, exclude_self):
-        return "; ".join(binned_refusals(bound, q_scale, exclude_self))
-    if not bounded_off_samples(bound.kernel.profile):
-        return (f"the {bound.kernel.profile.name!r} profile has no error bound off the samples (a jump at its edge, or a "
-                "profile stated by the user): taken when asked for")
-    try:
-        grid = Grid(bound.samples, P, bound.h, bound.kernel.profile, bound.options.grid_size, tol)
-    except ValueError as error:
-        return str(error)
-    if grid.bound > tol:
-        return (f"its error bound {grid.bound:.2g} on a grid of {grid.shape} points exceeds tolerance={tol:g}")
-    return True
-
-
 def _product_reason():
     from .factors import PRODUCT_REASON
 
@@ -156,114 +139,6 @@ def _product_reason():
 def compiled_applies(bound, q_scale, exclude_self):
     """True when the compiled compact pass can compute this pass."""
     return not compiled_refusals(bound, q_scale, exclude_self)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The planner's choice for one pass and, for each path, why it was or was not taken (as
-    torch's ``why_not_fast_path``); ``str(plan)`` is a table. See :meth:`BoundKernel.explain
-    <localkit.engine.BoundKernel.explain>`."""
-
-    path: str
-    reasons: dict
-
-    def __str__(self):
-        width = max(map(len, self.reasons))
-        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
-
-
-def explain(bound, P, q_scale, exclude_self):
-    """:class:`Plan`: the path :func:`plan` takes for this pass, with the reason for every path."""
-    path = plan(bound, P, q_scale, exclude_self)
-    if not bound.on_host:
-        where = f"arrays of {bound.xp.__name__.rsplit('.', 1)[-1]}"
-        host_only = f"NumPy arrays only; these are {where}"
-        return Plan(path, {"dense": f"{host_only} (the streamed pass is its form on a device)",
-                           "neighbors": f"{host_only} (a tree on the host)",
-                           "compiled": f"{host_only} (numba; the streamed pass takes its arithmetic where asked)",
-                           "binned": host_only,
-                           "streamed": f"{where}: blocks on their device, online log-sum-exp"})
-    if bound.sparse:
-        sparse = "; these samples are sparse (CSR)"
-        return Plan(path, {"dense": f"centres the samples, which would make them dense{sparse}",
-                           "neighbors": "sparse samples: scikit-learn's brute-force search on the CSR matrix "
-                                        "(kNN or radius queries), the only path for them",
-                           "compiled": f"needs dense coordinates (numba strips){sparse}",
-                           "binned": f"needs dense coordinates in 1 to 3 features{sparse}",
-                           "streamed": f"needs dense arrays (of NumPy or of a device){sparse}"})
-    kern, algorithm, d = bound.kernel, bound.options.algorithm, bound.n_features
-    refused = compiled_refusals(bound, q_scale, exclude_self)
-    knn_compact = kern.compact and kern.n_neighbors is not None
-    if bound.factors is not None:
-        from .factors import candidate_factor
-
-        c = candidate_factor(bound)
-        knn_compact = c is not None and c.kernel.n_neighbors is not None
-    if path == "compiled":
-        why_compiled = ("algorithm='compiled'" if algorithm == "compiled"
-                        else f"a compact profile at a fixed bandwidth in {d} <= {COMPILED_MAX_FEATURES} features: "
-                             "measured fastest" if d <= COMPILED_MAX_FEATURES
-                        else "exact_edge=True: points at distance h decided as scikit-learn's radius queries do")
-    elif refused:
-        why_compiled = "; ".join(refused)
-    elif algorithm != "auto":
-        why_compiled = f"algorithm={algorithm!r} asked for"
-    else:
-        why_compiled = f"{d} features > {COMPILED_MAX_FEATURES}: no faster than the dense path there (measured)"
-    if bound.factors is not None:
-        why_neighbors = _product_neighbors_reason(bound, path)
-    elif path == "neighbors":
-        why_neighbors = ("a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
-                         if knn_compact else "algorithm='neighbors'" if algorithm == "neighbors"
-                         else "fewer than 5% of the samples in the support (probed): a radius query is cheaper")
-    elif not kern.compact:
-        why_neighbors = "needs a compact profile"
-    elif not _radius_ok(bound, q_scale):
-        why_neighbors = "needs a norm metric, no per-query scales and data within the float range"
-    elif algorithm != "auto":
-        why_neighbors = f"algorithm={algorithm!r} asked for"
-    elif path == "compiled":
-        why_neighbors = "the compiled pass comes first where it applies (measured faster)"
-    else:
-        why_neighbors = "too many samples in the support (probed): a full pass is cheaper"
-    if path == "dense":
-        why_dense = "algorithm='dense'" if algorithm == "dense" else "the general path"
-        from .passes.dense import PRUNE_MAX_KEPT, PRUNE_MIN_FEATURES, kept_fraction, prune_conditions
-
-        if prune_conditions(bound, q_scale, exclude_self):
-            kept = kept_fraction(bound, bound.engine_points(P))
-            why_dense += (f"; a compact profile in {d} > {PRUNE_MIN_FEATURES} features: "
-                          + (f"blocks pruned by bounding boxes (k-d tree leaves; the probe keeps {kept:.0%} of "
-                             "the block pairs)" if kept < PRUNE_MAX_KEPT else
-                             f"no blocks pruned (the probe keeps {kept:.0%} of the block pairs by bounding boxes, "
-                             f">= {PRUNE_MAX_KEPT:.0%})"))
-    elif knn_compact:
-        why_dense = "a compact kNN kernel takes the tree's distances (the edge of the support is exact there)"
-    else:
-        why_dense = {"compiled": "the compiled pass applies", "neighbors": "the neighbour path applies",
-                     "binned": "algorithm='binned' asked for", "streamed": "algorithm='streamed' asked for"}[path]
-    if path == "binned":
-        why_binned = ("algorithm='binned'" if algorithm == "binned" else
-                      f"its error bound meets tolerance={bound.options.tolerance:g} (:mod:`localkit.engine.passes.binned`)")
-    elif binned_refusals(bound, q_scale, exclude_self):
-        why_binned = "; ".join(binned_refusals(bound, q_scale, exclude_self))
-    elif algorithm != "auto":
-        why_binned = f"algorithm={algorithm!r} asked for"
-    else:
-        why_binned = _binned_meets(bound, P, q_scale, exclude_self)
-    if path == "streamed":
-        why_streamed = "algorithm='streamed'"
-    else:
-        why_streamed = ("; ".join(streamed_refusals(bound))
-                        or "the array-API pass of devices: on NumPy arrays taken only when asked for (the dense "
-                           "path is its faster form on the host)")
-    return Plan(path, {"dense": why_dense, "neighbors": why_neighbors, "compiled": why_compiled,
-                       "binned": why_binned, "streamed": why_streamed})
-
-
-def _radius_ok(bound, q_scale):
-    kern = bound.kernel
-    return kern.compact and bound.scaled and q_scale is None and kern.norm_metric
 
 
 def device_compiled_fits(bound, q_scale, exclude_self):
@@ -283,112 +158,277 @@ def streamed_refusals(bound):
     return [reason for ok, reason in checks if not ok]
 
 
-def _device_plan(bound, q_scale, exclude_self):
-    """The streamed pass, the one path on a device; raises where the requested algorithm cannot be had."""
-    algorithm = bound.options.algorithm
-    if algorithm == "binned":
-        raise ValueError("algorithm='binned' runs on NumPy arrays only (localkit.engine.passes.binned)")
-    if algorithm == "compiled" and not device_compiled_fits(bound, q_scale, exclude_self):
-        raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
-                         f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, no "
-                         f"per-point scales and exclude_self=False; got {bound.kernel!r}")
-    return "streamed"
+@dataclass(frozen=True)
+class Plan:
+    """The planner's choice for one pass and, for each path, why it was or was not taken (as
+    torch's ``why_not_fast_path``); ``str(plan)`` is a table. See :meth:`BoundKernel.explain
+    <localkit.engine.BoundKernel.explain>`."""
+
+    path: str
+    reasons: dict
+
+    def __str__(self):
+        width = max(map(len, self.reasons))
+        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+
+
+class Pass:
+    """What the planner reads of one pass: the bound kernel, the queries ``P`` (as given), the
+    per-query scales and ``exclude_self``; each fact derived once, on first use, for the rows of
+    :data:`ROWS` (a probe of the support, a binned pass's grid)."""
+
+    def __init__(self, bound, P, q_scale, exclude_self):
+        self.bound, self.P, self.q_scale, self.exclude_self = bound, P, q_scale, exclude_self
+        self.kernel, self.algorithm, self.d = bound.kernel, bound.options.algorithm, bound.n_features
+
+    @property
+    def where(self):
+        """Where the arrays are, in words (for the reasons of the host's paths on a device)."""
+        return f"arrays of {self.bound.xp.__name__.rsplit('.', 1)[-1]}"
+
+    @cached_property
+    def candidate(self):
+        """A product's compact factor whose support holds the candidates (None: none, or not a product)."""
+        from .factors import candidate_factor
+
+        return None if self.bound.factors is None else candidate_factor(self.bound)
+
+    @cached_property
+    def compact_knn(self):
+        """A compact kNN kernel, or a product whose candidate factor is one."""
+        if self.bound.factors is not None:
+            return self.candidate is not None and self.candidate.kernel.n_neighbors is not None
+        return self.kernel.compact and self.kernel.n_neighbors is not None
+
+    @cached_property
+    def compiled_refusals(self):
+        return compiled_refusals(self.bound, self.q_scale, self.exclude_self)
+
+    @cached_property
+    def binned_refusals(self):
+        return binned_refusals(self.bound, self.q_scale, self.exclude_self)
+
+    @cached_property
+    def binned_bound(self):
+        """The binned pass's error bound on the grid it would use (a float), or why it has none (a str)."""
+        from .passes.binned import Grid
+
+        try:
+            return Grid(self.bound.samples, self.P, self.bound.h, self.kernel.profile, self.bound.options.grid_size,
+                        self.bound.options.tolerance).bound
+        except ValueError as error:
+            return str(error)
+
+    @cached_property
+    def few_in_support(self):
+        """A probe: fewer than 5% of the samples in the support (of the candidate factor, for a product)."""
+        c = self.candidate
+        if self.bound.factors is not None:
+            return c is not None and _few_in_support(c.bound, self.P[:, c.cols])
+        return _few_in_support(self.bound, self.P)
+
+    def radius_ok(self):
+        return self.kernel.compact and self.bound.scaled and self.q_scale is None and self.kernel.norm_metric
+
+
+def _binned_bound_ok(a):
+    bound = a.binned_bound
+    return not isinstance(bound, str) and bound <= a.bound.options.tolerance
+
+
+def _binned_bound_reason(a):
+    bound = a.binned_bound
+    return bound if isinstance(bound, str) else f"its error bound {bound:.2g} exceeds tolerance={a.bound.options.tolerance:g}"
+
+
+def bounded_off_samples(profile):
+    from .passes.binned import bounded_off_samples
+
+    return bounded_off_samples(profile)
+
+
+def _dense_what(a):
+    """The dense path, and whether it prunes blocks by bounding boxes (:func:`~localkit.engine.passes.dense.prune_blocks`)."""
+    from .passes.dense import PRUNE_MAX_KEPT, PRUNE_MIN_FEATURES, kept_fraction, prune_conditions
+
+    what = "algorithm='dense'" if a.algorithm == "dense" else "the general path"
+    if prune_conditions(a.bound, a.q_scale, a.exclude_self):
+        kept = kept_fraction(a.bound, a.bound.engine_points(a.P))
+        what += (f"; a compact profile in {a.d} > {PRUNE_MIN_FEATURES} features: "
+                 + (f"blocks pruned by bounding boxes (k-d tree leaves; the probe keeps {kept:.0%} of the block "
+                    "pairs)" if kept < PRUNE_MAX_KEPT else
+                    f"no blocks pruned (the probe keeps {kept:.0%} of the block pairs by bounding boxes, "
+                    f">= {PRUNE_MAX_KEPT:.0%})"))
+    return what
+
+
+def _knn_what(a):
+    if a.bound.factors is not None:
+        return (f"the compact kNN factor {a.candidate.kernel!r}: its k nearest samples (tree distances), the "
+                "product's log-weights on them")
+    return "a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
+
+
+def _radius_what(a):
+    why = ("algorithm='neighbors'" if a.algorithm == "neighbors" else
+           "fewer than 5% of the samples in the support" + (" of the compact factor" if a.bound.factors is not None
+                                                            else "") + " (probed)")
+    if a.bound.factors is not None:
+        return f"{why}: a radius search in the support of {a.candidate.kernel!r}, the product's log-weights on its candidates"
+    return f"{why}: a radius query is cheaper"
+
+
+def _compiled_what(a):
+    if a.algorithm == "compiled":
+        return "algorithm='compiled'"
+    if a.d <= COMPILED_MAX_FEATURES:
+        return f"a compact profile at a fixed bandwidth in {a.d} <= {COMPILED_MAX_FEATURES} features: measured fastest"
+    return "exact_edge=True: points at distance h decided as scikit-learn's radius queries do"
+
+
+def _sparse(reason):
+    """A host path's refusal of sparse (CSR) samples."""
+    return (lambda a: not a.bound.sparse, f"{reason}; these samples are sparse (CSR)")
+
+
+#: Where a row runs: the host (NumPy), dense samples there, sparse (CSR) samples, a device.
+_HOST = (lambda a: a.bound.on_host, lambda a: f"NumPy arrays only; these are {a.where}")
+_DEVICE = (lambda a: not a.bound.on_host, "")
+_SPARSE = (lambda a: a.bound.sparse, "")
+
+
+class Row(NamedTuple):
+    """A path of the planner, taken for an ``algorithm`` in ``asked`` where the arrays are as
+    ``where`` says, when every ``(condition(pass), reason)`` of ``conditions`` holds and, under
+    ``"auto"``, every one of ``preferred`` (where it is measured faster, or meets the tolerance);
+    else the first that fails says why not (a reason is a string or a function of the
+    :class:`Pass`). ``what(pass)`` says why it is taken; ``not_asked`` why not, where the
+    algorithm asked for is not in ``asked`` (default: that algorithm was asked for)."""
+
+    path: str
+    asked: tuple
+    where: tuple
+    conditions: tuple
+    what: Callable
+    preferred: tuple = ()
+    not_asked: str | None = None
+
+
+_ALL = ("auto", "dense", "neighbors", "compiled", "binned", "streamed")
+
+#: The engine's paths in the order they are tried; :func:`plan` takes the first row that applies,
+#: :func:`explain` reads the same rows (the explanation is the decision). A requested algorithm
+#: that no row takes is refused with the reasons of the rows it could have taken.
+ROWS = (
+    Row("streamed", ("auto", "dense", "neighbors", "compiled", "streamed"), (_DEVICE,),
+        ((lambda a: a.algorithm != "compiled" or device_compiled_fits(a.bound, a.q_scale, a.exclude_self),
+          lambda a: "; ".join(a.compiled_refusals) or "needs a scalar bandwidth"),),
+        lambda a: f"{a.where}: blocks on their device, online log-sum-exp"),
+    Row("neighbors", _ALL, (_HOST, _SPARSE),
+        ((lambda a: not sparse_refusals(a.kernel, a.algorithm, a.bound.sample_scale),
+          lambda a: "; ".join(sparse_refusals(a.kernel, a.algorithm, a.bound.sample_scale))),
+         (lambda a: a.q_scale is None, "query_scale: per-query bandwidths are not taken on sparse samples")),
+        lambda a: "sparse samples: scikit-learn's brute-force search on the CSR matrix (kNN or radius queries), the "
+                  "only path for them"),
+    Row("streamed", ("streamed",), (_HOST, _sparse("needs dense arrays (of NumPy or of a device)")),
+        ((lambda a: not streamed_refusals(a.bound), lambda a: "; ".join(streamed_refusals(a.bound))),),
+        lambda a: "algorithm='streamed'",
+        not_asked="the array-API pass of devices: on NumPy arrays taken only when asked for (the dense path is its "
+                  "faster form on the host)"),
+    Row("binned", ("binned", "auto"), (_HOST, _sparse("needs dense coordinates in 1 to 3 features")),
+        ((lambda a: not a.binned_refusals, lambda a: "; ".join(a.binned_refusals)),),
+        lambda a: ("algorithm='binned'" if a.algorithm == "binned" else
+                   f"its error bound meets tolerance={a.bound.options.tolerance:g} (:mod:`localkit.engine.passes.binned`)"),
+        preferred=((lambda a: a.bound.options.tolerance is not None,
+                    "approximate: taken when asked for, or under a tolerance its error bound meets"),
+                   (lambda a: bounded_off_samples(a.kernel.profile),
+                    lambda a: f"the {a.kernel.profile.name!r} profile has no error bound off the samples (a jump at its "
+                              "edge, or a profile stated by the user): taken when asked for"),
+                   (_binned_bound_ok, _binned_bound_reason))),
+    Row("neighbors", ("auto", "dense", "neighbors"), (_HOST, _sparse("needs dense coordinates")),
+        ((lambda a: a.compact_knn, "a compact kNN kernel (or a product with a compact kNN factor) takes it"),),
+        _knn_what),
+    Row("compiled", ("compiled", "auto"), (_HOST, _sparse("needs dense coordinates (numba strips)")),
+        ((lambda a: not a.compiled_refusals, lambda a: "; ".join(a.compiled_refusals)),),
+        _compiled_what,
+        preferred=((lambda a: a.d <= COMPILED_MAX_FEATURES or a.bound.options.exact_edge,
+                    lambda a: f"{a.d} features > {COMPILED_MAX_FEATURES}: no faster than the dense path there "
+                              "(measured)"),)),
+    Row("neighbors", ("neighbors", "auto"), (_HOST, _sparse("needs dense coordinates")),
+        ((lambda a: a.candidate is not None if a.bound.factors is not None else a.kernel.compact,
+          lambda a: "needs a compact factor (its support holds the candidates)" if a.bound.factors is not None
+          else "needs a compact profile (or a compact kNN kernel)"),
+         (lambda a: a.bound.factors is not None or a.radius_ok(),
+          "needs a norm metric, no per-query scales and data within the float range")),
+        _radius_what,
+        preferred=((lambda a: a.few_in_support,
+                    lambda a: "too many samples in the support" + (f" of the compact factor {a.candidate.kernel!r}"
+                                                                  if a.bound.factors is not None else "")
+                              + " (probed): a full pass is cheaper"),)),
+    Row("dense", ("dense", "auto"), (_HOST, _sparse("centres the samples, which would make them dense")), (),
+        _dense_what),
+)
+
+#: the paths' names, in the order :class:`Plan` lists them
+PATH_NAMES = ("dense", "neighbors", "compiled", "binned", "streamed")
+
+
+def _refusal(conditions, a):
+    """The reason of the first condition that fails, or None."""
+    return next((why(a) if callable(why) else why for holds, why in conditions if not holds(a)), None)
+
+
+def _verdict(row, a):
+    """``(placed, why)``: whether the arrays are where ``row`` runs, and why it is not taken for
+    this pass (None: it is taken, when no row before it is)."""
+    where = _refusal(row.where, a)
+    if where is not None:
+        return False, where
+    why = _refusal(row.conditions, a)
+    if why is None and a.algorithm not in row.asked:
+        why = row.not_asked or f"algorithm={a.algorithm!r} asked for"
+    if why is None and a.algorithm == "auto":
+        why = _refusal(row.preferred, a)
+    return True, why
+
+
+def _choose(a):
+    """The first row of :data:`ROWS` taken for the pass ``a``, or None."""
+    return next((row for row in ROWS if _verdict(row, a)[1] is None), None)
 
 
 def plan(bound, P, q_scale, exclude_self):
-    """``"dense"``, ``"neighbors"``, ``"compiled"`` or ``"binned"`` for a pass at the queries ``P``
-    (as given: :meth:`~localkit.engine.BoundKernel.points`) over NumPy arrays, ``"streamed"`` on a
-    device; raises when the requested algorithm cannot compute it."""
-    if not bound.on_host:
-        return _device_plan(bound, q_scale, exclude_self)
-    kern, algorithm = bound.kernel, bound.options.algorithm
-    if bound.sparse:  # the options may have changed since the samples were bound (BoundKernel.using)
-        refused = sparse_refusals(kern, algorithm, bound.sample_scale)
-        if q_scale is not None:
-            refused.append("query_scale: per-query bandwidths are not taken on sparse samples")
-        if refused:
-            raise ValueError("sparse (CSR) samples take the neighbour path only, which cannot compute this pass: "
-                             + "; ".join(refused))
-        return "neighbors"
-    if algorithm == "streamed":
-        if streamed_refusals(bound):
-            raise ValueError("algorithm='streamed' cannot compute this pass: " + "; ".join(streamed_refusals(bound)))
-        return "streamed"
-    if algorithm == "binned":
-        refused = binned_refusals(bound, q_scale, exclude_self)
-        if refused:
-            raise ValueError("algorithm='binned' cannot compute this pass: " + "; ".join(refused))
-        return "binned"
-    if algorithm == "auto" and _binned_meets(bound, P, q_scale, exclude_self) is True:
-        return "binned"
-    if bound.factors is not None:
-        return _product_plan(bound, P, algorithm)
-    compiled = compiled_applies(bound, q_scale, exclude_self)
-    if algorithm == "compiled":
-        if not compiled:
-            raise ValueError("algorithm='compiled' needs a compact profile with a fixed bandwidth (between "
-                             f"{COMPILED_BANDWIDTHS[0]:g} and {COMPILED_BANDWIDTHS[1]:g}), the euclidean metric, "
-                             f"no per-point scales and exclude_self=False; got {kern!r}: it "
-                             + "; ".join(compiled_refusals(bound, q_scale, exclude_self)))
-        return "compiled"
-    if algorithm == "neighbors" and not kern.compact:
-        raise ValueError("algorithm='neighbors' needs a compact profile (or a compact kNN kernel)")
-    if kern.compact and kern.n_neighbors is not None:
-        return "neighbors"
-    radius_ok = _radius_ok(bound, q_scale)
-    if algorithm == "neighbors":
-        if not radius_ok:
-            raise ValueError("algorithm='neighbors' with a fixed bandwidth cannot take per-query scales "
-                             "or bandwidths beyond the float range; use algorithm='dense'")
-        return "neighbors"
-    if algorithm == "dense":
-        return "dense"
-    if compiled and (bound.n_features <= COMPILED_MAX_FEATURES or bound.options.exact_edge):
-        return "compiled"
-    if radius_ok and _few_in_support(bound, P):
-        return "neighbors"
-    return "dense"
+    """The path of a pass at the queries ``P`` (as given: :meth:`~localkit.engine.BoundKernel.points`):
+    the first row of :data:`ROWS` taken; a ``ValueError`` naming the parameters where the requested
+    algorithm cannot compute it."""
+    a = Pass(bound, P, q_scale, exclude_self)
+    row = _choose(a)
+    if row is None:
+        # the verdict of the last row of that path that runs where the arrays are (else of any row asked)
+        verdicts = [(r.path == a.algorithm, *_verdict(r, a)) for r in ROWS if a.algorithm in r.asked]
+        why = max(((own and ok, ok, i), why) for i, (own, ok, why) in enumerate(verdicts) if why)[1]
+        raise ValueError(f"algorithm={a.algorithm!r} cannot compute this pass: {why}")
+    return row.path
 
 
-def _product_plan(bound, P, algorithm):
-    """A product kernel's path on the host: the neighbour path where a factor is compact (always
-    for a compact kNN factor, whose k nearest are the tree's, as for a plain compact kNN kernel;
-    for a fixed bandwidth where asked or where the probe finds few samples in that factor's
-    support), else the dense path."""
-    from .factors import candidate_factor
-
-    if algorithm == "compiled":
-        raise ValueError(f"algorithm='compiled' cannot compute this pass: {_product_reason()}")
-    c = candidate_factor(bound)
-    if c is not None and c.kernel.n_neighbors is not None:
-        return "neighbors"
-    if algorithm == "neighbors":
-        if c is None:
-            raise ValueError(f"algorithm='neighbors' needs a compact factor (its support holds the candidates); "
-                             f"{bound.kernel!r} has none")
-        return "neighbors"
-    if algorithm == "dense" or c is None:
-        return "dense"
-    return "neighbors" if _few_in_support(c.bound, P[:, c.cols]) else "dense"
-
-
-def _product_neighbors_reason(bound, path):
-    """Why the neighbour path was or was not taken for a product kernel (:func:`explain`)."""
-    from .factors import candidate_factor
-
-    c = candidate_factor(bound)
-    if c is None:
-        return "needs a compact factor (its support holds the candidates)"
-    if path == "neighbors":
-        if c.kernel.n_neighbors is not None:
-            return (f"the compact kNN factor {c.kernel!r}: its k nearest samples (tree distances), the product's "
-                    "log-weights on them")
-        return (("algorithm='neighbors'" if bound.options.algorithm == "neighbors" else
-                 "fewer than 5% of the samples in the support of the compact factor (probed)")
-                + f": a radius search in the support of {c.kernel!r}, the product's log-weights on its candidates")
-    if bound.options.algorithm != "auto":
-        return f"algorithm={bound.options.algorithm!r} asked for"
-    return f"too many samples in the support of the compact factor {c.kernel!r} (probed): a full pass is cheaper"
+def explain(bound, P, q_scale, exclude_self):
+    """:class:`Plan`: the path :func:`plan` takes for this pass and, for every other path, why not:
+    the verdict of its last row that runs where the arrays are (the rows of :data:`ROWS`)."""
+    a = Pass(bound, P, q_scale, exclude_self)
+    taken = _choose(a)
+    if taken is None:
+        plan(bound, P, q_scale, exclude_self)  # raises, with the reasons
+    reasons, placed = {taken.path: taken.what(a)}, set()
+    for row in ROWS:
+        if row.path == taken.path:
+            continue
+        ok, why = _verdict(row, a)
+        if why is None:  # it applies, after the row taken
+            why = f"applies, but the {taken.path} path comes first"
+        if ok or row.path not in placed:  # where the arrays are, the last row's verdict
+            reasons[row.path] = why
+            placed |= {row.path} if ok else set()
+    return Plan(taken.path, {name: reasons[name] for name in PATH_NAMES})
 
 
 def _few_in_support(bound, P, probe=64, subset=20_000, fraction=0.05):

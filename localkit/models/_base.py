@@ -121,7 +121,7 @@ class KeptBindings:
         return binding.sums(queries, values, **kwargs)
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # object.__getstate__ returns the instance's own __dict__
         if "_kept" in state:
             state["_kept"] = {name: (binding, values.source) for name, (binding, values) in state["_kept"].items()}
         return state
