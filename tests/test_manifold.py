@@ -319,7 +319,7 @@ def test_local_pca_in_float32_far_from_the_centre():
 
 def test_local_pca_empty_nan_and_cv(iris):
     lpca = LocalPCA(kernel="uniform", bandwidth=0.1, empty="nan").fit(iris)
-    with pytest.warns(RuntimeWarning, match="some queries have an empty neighbourhood; their local PCA is NaN") as rec:
+    with pytest.warns(RuntimeWarning, match="some queries have an empty neighbourhood; their local PCA results are NaN") as rec:
         Z = lpca.transform(np.r_[iris[:2] + 100, iris[:3]])
     assert (rec[0].message.n_empty, rec[0].message.n_queries) == (2, 5)
     assert np.isnan(Z[:2]).all() and np.isfinite(Z[2:]).all()

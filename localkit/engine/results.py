@@ -69,18 +69,19 @@ def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset
     return LocalSums(mean[:, 0] if squeeze else mean, cast(log_sum, bound.dtype), empty)
 
 
-def check_empty(policy, count, stacklevel):
+def check_empty(policy, count, stacklevel, what="local means", n_queries=None):
     """The empty-neighbourhood policy's verdict on ``count`` empty queries, worded once for every
-    backend: ``"raise"`` raises, ``"nan"`` warns (the backend then writes NaN), ``"nearest"``
-    passes (the backend writes the nearest sample's value)."""
+    backend and model: ``"raise"`` raises, ``"nan"`` warns that their ``what`` are NaN (the caller
+    then writes NaN), ``"nearest"`` passes (the caller writes the nearest sample's value)."""
     if policy == "raise":
         raise ValueError(
             f"{count} queries have an empty neighbourhood (no sample inside the kernel's support); "
             "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'"
         )
     if policy == "nan":
-        warn(EmptyNeighbourhoodWarning("some queries have an empty neighbourhood; their local means are NaN "
-                                       "(empty='nan'); the warning's n_empty says how many", n_empty=count))
+        extra = {} if n_queries is None else {"n_queries": n_queries}
+        warn(EmptyNeighbourhoodWarning(f"some queries have an empty neighbourhood; their {what} are NaN "
+                                       "(empty='nan'); the warning's n_empty says how many", n_empty=count, **extra))
 
 
 def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):

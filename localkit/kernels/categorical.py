@@ -134,6 +134,35 @@ class CategoricalColumns:
         return np.concatenate(parts, axis=1)
 
 
+def level_tables(name, lam, levels):
+    """``(log_k, dk)``: the kernel ``name`` at smoothing ``lam`` by level distance, and its
+    derivative ``dk / dlam``, as arrays indexed by the distance ``d`` (an unordered kernel: 0 equal
+    levels, 1 another; an ordered one: ``d = |x* - x|`` up to ``levels``, the largest distance;
+    an unordered one: ``levels`` the number of levels ``c``):
+
+    ================  ============  ==================================  ===================================
+    name              ``d = 0``     ``d > 0``                           ``dk / dlam`` at ``d > 0``
+    ================  ============  ==================================  ===================================
+    aitchison_aitken  ``1 - lam``   ``lam / (c - 1)``                   ``1 / (c - 1)``
+    wang_ryzin        ``1 - lam``   ``(1 - lam) / 2 lam^d``             ``(d lam^(d-1) (1 - lam) - lam^d) / 2``
+    ================  ============  ==================================  ===================================
+
+    and ``dk / dlam = -1`` at ``d = 0`` (the leave-one-out search's gradient,
+    :class:`~localkit.models.kernel_learning.LooGradient`)."""
+    if CATEGORICAL_PROFILES[name]:
+        d = np.arange(levels + 1.0)
+        with np.errstate(divide="ignore"):
+            log_k = np.log((1 - lam) / 2) + d * np.log(lam)
+        dk = (d * lam ** np.maximum(d - 1, 0) * (1 - lam) - lam ** d) / 2
+    else:
+        with np.errstate(divide="ignore"):
+            log_k = np.array([0.0, np.log(lam) - np.log(levels - 1.0)])
+        dk = np.array([0.0, 1.0 / (levels - 1.0)])
+    with np.errstate(divide="ignore"):
+        log_k[0], dk[0] = np.log1p(-lam), -1.0
+    return log_k, dk
+
+
 def _device(xp, a):
     if xp is np or isinstance(a, np.ndarray):
         return {}

@@ -47,6 +47,7 @@ from scipy import optimize
 from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, bind, twin_groups
 from ..exceptions import BandwidthWarning, warn
 from ..kernels import Kernel
+from ..kernels.categorical import level_tables
 from ..kernels.kernel import ProductKernel
 from ..kernels.kernel import SumKernel
 
@@ -225,19 +226,9 @@ class LooGradient:
                 # out (R = -inf) get the last entry of the tables (k = 0, dk = 0)
                 excluded = np.isneginf(R)
                 code = np.rint(np.sqrt(np.maximum(-2.0 * np.where(excluded, 0.0, R), 0.0))).astype(np.intp)
-                if ordered:
-                    d = np.arange(c_levels + 1.0)  # c_levels: the largest distance here
-                    d[0] = 1.0  # (unused: equal levels have their own entry)
-                    with np.errstate(divide="ignore"):
-                        L_of = np.log((1 - lam) / 2) + d * np.log(lam)
-                    dk_of = (d * lam ** (d - 1) * (1 - lam) - lam ** d) / 2
-                else:
+                if not ordered:
                     code = np.minimum(code, 1)  # 0 equal levels, 1 otherwise
-                    with np.errstate(divide="ignore"):
-                        L_of = np.array([0.0, np.log(lam) - np.log(c_levels - 1.0)])
-                    dk_of = np.array([0.0, 1.0 / (c_levels - 1.0)])
-                with np.errstate(divide="ignore"):
-                    L_of[0], dk_of[0] = np.log1p(-lam), -1.0
+                L_of, dk_of = level_tables(profile, lam, c_levels)  # c_levels: levels, or the largest distance
                 L_of, dk_of = np.append(L_of, -np.inf), np.append(dk_of, 0.0)
                 code[excluded] = len(L_of) - 1
                 logs.append(L_of[code])

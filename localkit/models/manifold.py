@@ -29,7 +29,7 @@ from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
 from ..engine import map_queries
-from ..exceptions import EmptyNeighbourhoodWarning, warn
+from ..engine.results import check_empty
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 LLE_METHODS = ("standard", "modified", "hessian", "ltsa")
@@ -564,16 +564,9 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
         # moments about each query: no digits lost to how far it sits from the data's centre
         mean, cov, empty, nearest = local_covariance(X, self.X_fit_, self.kernel_, algorithm=self.algorithm,
                                                      n_jobs=self.n_jobs)
-        if empty.any():
-            n = int(empty.sum())
-            if self.empty == "raise":
-                raise ValueError(f"{n} queries have an empty neighbourhood (no sample inside the kernel's support); "
-                                 "widen the bandwidth, use a non-compact kernel, or pass empty='nearest' or 'nan'")
-            if self.empty == "nan":
-                warn(EmptyNeighbourhoodWarning("some queries have an empty neighbourhood; their local PCA is NaN "
-                                               "(empty='nan'); the warning's n_empty says how many", n_empty=n,
-                                               n_queries=len(empty)))
-            else:  # the nearest sample: a neighbourhood of one point, no variance
+        if empty.any():  # the engine's policy; "nearest": a neighbourhood of one point, no variance
+            check_empty(self.empty, int(empty.sum()), stacklevel=3, what="local PCA results", n_queries=len(empty))
+            if self.empty == "nearest":
                 mean[empty] = self.X_fit_[nearest[empty]]
         vals, vecs = np.linalg.eigh(cov)
         k = self.n_components
