@@ -39,6 +39,7 @@ from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refu
 from .prototypes import prototype_weights
 from .reconstruction import (bind_points, check_smooth_kernel, chained_query_gradient,
                              chained_reconstruction_gradient, reconstruction_gradient)
+from .results import check_empty
 from .stream import OnlineLogSumExp, augment
 from .twins import twin_groups
 
@@ -54,6 +55,7 @@ __all__ = [
     "BoundKernel",
     "BoundValues",
     "chained_query_gradient",
+    "check_empty",
     "chained_reconstruction_gradient",
     "check_design_fits",
     "check_smooth_kernel",

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ..kernels.profiles import PROFILES
+from ..kernels.profiles import PROFILES, inner_product
 from ..exceptions import FallbackWarning, warn
 
 #: Distinct ``score_mod``s (ten profiles, windows) and shapes each compile once; torch's default
@@ -41,15 +41,6 @@ _FAILED = set()
 _BLOCK_MASKS = {}
 #: FlexAttention's default tile of queries and of keys (its block masks' granularity)
 BLOCK_SIZE = 128
-
-
-def inner_product(kernel):
-    """Whether the log-weight of ``kernel`` (``"softmax"`` or a profile's name) is a scaled inner
-    product ``c <q, k>`` plus a key bias (the row terms cancel in the normalisation): the softmax,
-    and the profiles of that form (:attr:`~localkit.kernels.profiles.Profile.log_linear`: the
-    Gaussian's ``c (<q, k> - |k|^2 / 2)``). Those run through softmax kernels (SDPA, FlexAttention
-    without ``score_mod``)."""
-    return kernel == "softmax" or (isinstance(kernel, str) and PROFILES[kernel].log_linear)
 
 
 def fused_or_none(key, call):

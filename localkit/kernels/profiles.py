@@ -468,6 +468,15 @@ ALIASES = {"tophat": "uniform", "flat": "uniform", "exponential": "laplacian", "
 KERNEL_NAMES = tuple(PROFILES) + ("softmax",)
 
 
+def inner_product(kernel):
+    """Whether the log-weight of ``kernel`` (``"softmax"`` or a profile's name) is a scaled inner
+    product ``c <q, k>`` plus a key bias (the row terms cancel in the normalisation): the softmax,
+    and the profiles of that form (:attr:`Profile.log_linear`: the Gaussian's
+    ``c (<q, k> - |k|^2 / 2)``). Those run through softmax kernels (SDPA, FlexAttention without
+    ``score_mod``)."""
+    return kernel == "softmax" or (isinstance(kernel, str) and PROFILES[kernel].log_linear)
+
+
 def get_profile(name, support=None):
     """The :class:`Profile` called ``name`` (aliases such as ``"tophat"`` accepted), or the
     :class:`UserProfile` of a callable ``log_k(u2, xp)`` with its ``support`` (None or 1.0)."""

@@ -29,7 +29,7 @@ from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
 from ..engine import map_queries
-from ..engine.results import check_empty
+from ..engine import check_empty
 
 EIGEN_SOLVERS = ("auto", "dense", "arpack")
 LLE_METHODS = ("standard", "modified", "hessian", "ltsa")

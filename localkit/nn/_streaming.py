@@ -26,7 +26,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..engine import OnlineLogSumExp
-from ..fused.flex import inner_product
+from ..kernels.profiles import inner_product
 from ._profiles import LOG_PROFILES, log_profile
 
 #: elements of one block of log-weights (4 MiB in float32): bounds the memory of a call (the

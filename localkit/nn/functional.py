@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from ..engine import Plan
 from ..kernels import Kernel
 from ..kernels.profiles import PROFILES, UserProfile, get_profile
-from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none, inner_product
+from ..fused.flex import flex_available, flex_kernel_attention, fused_or_none
+from ..kernels.profiles import inner_product
 from ._profiles import LOG_PROFILES
 from ._streaming import (StreamedAttention, banded_attention, block_scores, compute_dtype, grow, knn_threshold,
                          make_plan, streamed_local_linear)
@@ -252,7 +253,7 @@ def _logit_shrink(kernel, q, k, c):
     """``e >= 0`` such that the logits of ``2^-e q`` and ``2^-e k`` (those of ``q, k`` over ``4^e``)
     and every partial sum on the way stay below ``2^(maxexp - 4)`` of the compute dtype.
 
-    Only the inner-product kernels (:func:`~localkit.fused.flex.inner_product`: softmax, Gaussian)
+    Only the inner-product kernels (:func:`~localkit.kernels.profiles.inner_product`: softmax, Gaussian)
     take products ``<q, k>`` and ``|k|^2``, which overflow for
     ``|q|, |k| ~ 1e20`` in float32 (the profiles take differences). Their bound,
     ``d |k| max(|q|, |k|) max(c, 1)`` with ``|.|`` the largest entry, is taken in ``log2`` so that
