@@ -12,17 +12,16 @@ from scipy import optimize, special
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from .._params import (GRID_PARAMS, ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, KERNEL_CONSTRAINT,
                        N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive)
 from .._validation import check_positive
-from ..engine import backend_of, local_sums, make_kernel, twin_groups
+from ..engine import EngineOptions, backend_of, bind, local_sums, make_kernel, twin_groups
 from ..kernels import Kernel
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.kernel import SumKernel
-from ._base import FLOATS, check_sample_weight
 from .kernel_learning import loo_groups
 
 
@@ -151,28 +150,35 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     # (a million samples: one scan of ~0.3 ms, not two)
     samples = backend.points(samples, "samples", finite=kern.composite or isinstance(kern.bandwidth, str))
     queries = backend.points(queries, "queries", like=samples)
-    n, d = samples.shape
-    log_norm = None
-    if kern.composite:  # groups of columns: the continuous factors normalised, the categorical as they are
-        kern = backend.resolved(kern, samples, sample_weight)  # rules and levels of all the samples (dask too)
-        log_norm = kern.resolved_log_density_normalizer(d)
-    else:
-        h = backend.bandwidth(kern, samples, sample_weight)
-        if isinstance(kern.bandwidth, str):  # the rule resolved once, for the sums and the normaliser
-            kern = kern.at_bandwidth(h)
+    kern = density_kernel(kern, samples, sample_weight, backend)
     out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
                      memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight,  # checks sample_weight
                      grid_size=grid_size, tolerance=tolerance)
-    total = n if sample_weight is None else backend.total(sample_weight)
-    if log_norm is not None:  # Kernel.log_density_normalizer
-        log_p = out.log_weight_sum - float(np.log(total) + log_norm)
-        return log_p if log else backend.xp.exp(log_p)
-    # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
-    h = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,))
-    # the normaliser in float64, subtracted as a Python float: a float64 scalar would promote float32 sums to
-    # float64; a Python float keeps the samples' precision on every backend
-    log_p = out.log_weight_sum - float(np.log(total) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))
+    total = samples.shape[0] if sample_weight is None else backend.total(sample_weight)
+    log_p = out.log_weight_sum - density_log_normalizer(kern, samples.shape[1], total)
     return log_p if log else backend.xp.exp(log_p)
+
+
+def density_kernel(kern, samples, sample_weight, backend):
+    """``kern`` fixed on the samples for a density: a composite kernel's rules and levels resolved
+    on all the samples (dask too), a profile's bandwidth checked against the features and a rule
+    resolved once, for the sums and the normaliser alike."""
+    if kern.composite:  # groups of columns: the continuous factors normalised, the categorical as they are
+        return backend.resolved(kern, samples, sample_weight)
+    h = backend.bandwidth(kern, samples, sample_weight)
+    return kern.at_bandwidth(h) if isinstance(kern.bandwidth, str) else kern
+
+
+def density_log_normalizer(kern, d, total):
+    """``log(W c_d prod_k h_k)``, ``W = sum_j c_j`` the samples' total weight: the log of what
+    divides the weight sum of a :func:`density_kernel` in ``d`` features (a composite kernel: its
+    continuous factors' normalisers, :meth:`Kernel.log_density_normalizer`). A Python float: the
+    normaliser in float64, subtracted without promoting float32 sums (a float64 scalar would)."""
+    if kern.composite:
+        return float(np.log(total) + kern.resolved_log_density_normalizer(d))
+    # a scalar h is the same h in every one of the d features: prod_k h_k = h^d
+    h = np.broadcast_to(np.asarray(kern.bandwidth, dtype=np.float64), (d,))
+    return float(np.log(total) + np.sum(np.log(h)) + kern.profile.log_normalizer(d))
 
 
 def _check_density_kernel(kern):
@@ -315,10 +321,14 @@ class KernelDensity(BaseEstimator):
         ``gaussian_kde(weights=...)``; "isj" bins with the weights, as KDEpy's ISJ; "sj" (R's
         ``bw.SJ``, unweighted) takes equal weights only.
         """
-        X = validate_data(self, X, dtype=FLOATS)
-        self.sample_weight_ = check_sample_weight(sample_weight, X)
+        backend = backend_of(X, sample_weight)  # NumPy, a device, or a dask cluster (the samples stay there)
+        X = backend.check_fit(self, X)
+        self.sample_weight_ = backend.sample_weight(sample_weight, X)
         if isinstance(self.kernel, (Kernel, list)):
-            return self._fit_kernel_object(X)
+            return self._fit_kernel_object(X, backend)
+        if self.metric in LINEAR_METRICS:
+            backend.require_in_memory(f"metric={self.metric!r}", "its map is fitted on the samples in memory; give "
+                                      "a norm metric")
         params = dict(self.metric_params or {})
         power = params.pop("p", 2)  # scikit-learn's minkowski power comes in metric_params
         if "p" in (self.metric_params or {}) and self.metric != "minkowski":
@@ -336,15 +346,36 @@ class KernelDensity(BaseEstimator):
         get_profile_kernel = Kernel(self.kernel, metric=metric, p=power)
         get_profile_kernel.profile.log_normalizer(X.shape[1])  # a profile without a density in d dims raises
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
+            backend.require_in_memory("bandwidth='cv'", "it leaves out every sample in turn; give a number or a rule")
             self.bandwidth_ = self._select_bandwidth(Z, metric, power)
         else:
-            self.bandwidth_ = resolve_bandwidth(self.bandwidth, Z, sample_weight=self.sample_weight_)
+            self.bandwidth_ = backend.bandwidth(get_profile_kernel._with(bandwidth=self.bandwidth), Z,
+                                                self.sample_weight_)
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, metric=metric, p=power)
         self.X_fit_ = X
+        return self._bind(Z, backend)
+
+    def _engine_options(self):
+        return EngineOptions(empty="nearest", algorithm=self.algorithm, n_jobs=self.n_jobs, grid_size=self.grid_size,
+                             tolerance=self.tolerance)
+
+    def _bind(self, Z, backend):
+        """Bind ``kernel_`` to the samples ``Z`` (in the metric's coordinates) once, with the
+        normaliser of :func:`kernel_density`: every later :meth:`score_samples` pays only for its
+        queries (on dask the samples stay on the cluster). Returns ``self``."""
         self._Z_fit = Z
+        self._bound = bind(self.kernel_, Z, sample_weight=self.sample_weight_, options=self._engine_options())
+        d, d_mapped = self.n_features_in_, Z.shape[1]
+        total = Z.shape[0] if self.sample_weight_ is None else backend.total(self.sample_weight_)
+        self._log_norm = density_log_normalizer(self.kernel_, d_mapped, total)
+        self._log_shift = 0.0
+        if d_mapped != d:  # a mapping dropped directions: the normaliser restated in the data's d dimensions
+            h, profile = float(np.ravel(self.kernel_.bandwidth)[0]), self.kernel_.profile
+            self._log_shift = (profile.log_normalizer(d_mapped) + d_mapped * np.log(h)
+                               - profile.log_normalizer(d) - d * np.log(h))
         return self
 
-    def _fit_kernel_object(self, X):
+    def _fit_kernel_object(self, X, backend):
         """``kernel`` a :class:`~localkit.Kernel` (any product or sum; its ``"cv"`` bandwidths
         chosen jointly by the leave-one-out log-likelihood) or a list of kernels, mixed as
         ``sum_k pi_k p_k`` with ``pi = kernel_weights_`` on the simplex maximising the
@@ -360,21 +391,27 @@ class KernelDensity(BaseEstimator):
                              "carries its own metric; leave metric='euclidean' and metric_params=None")
         names = getattr(self, "feature_names_in_", None)
         given = check_kernel_list(self.kernel) if isinstance(self.kernel, list) else [self.kernel]
+        if isinstance(self.kernel, list):
+            backend.require_in_memory("kernel=[...] (a mixture)", "its weights maximise the leave-one-out "
+                                      "log-likelihood; give one Kernel")
         c = self.sample_weight_
         kernels = []
         for k in given:
             k = k.with_feature_names(names)
             _check_density_kernel(k)
-            k = k.resolved(X, c)
+            if has_cv(k):
+                backend.require_in_memory("bandwidth='cv' inside a Kernel", "it leaves out every sample in turn; "
+                                          "give numbers or rules")
+            k = backend.resolved(k, X, c)
             if has_cv(k):
                 if len(X) < 3:
                     raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
                 k, self.cv_results_ = select_cv_bandwidths(
                     k, X, lambda K: -self._loo_objective(X, K), c, kind="density")
             kernels.append(k)
-        self._metric_map, self.X_fit_, self._Z_fit = None, X, X
+        self._metric_map, self.X_fit_ = None, X
         if isinstance(self.kernel, list):
-            log_p = np.stack([self._log_density(None, X, k, c, exclude_self=True) for k in kernels], axis=1)
+            log_p = np.stack([self._loo_log_density(X, k, c) for k in kernels], axis=1)
             self.kernel_weights_, _ = simplex_minimum(density_mixture_loss(log_p, c), len(kernels))
             # sum_k pi_k p_k is the density of the kernel sum_k (pi_k / Z_k) K_k, Z_k its integral
             log_z = np.array([k.log_density_normalizer(X, c) for k in kernels])
@@ -383,22 +420,11 @@ class KernelDensity(BaseEstimator):
         else:
             self.kernel_ = kernels[0]
         self.bandwidth_ = self.kernel_.bandwidth
-        return self
+        return self._bind(X, backend)
 
-    def _log_density(self, Q, Z, kernel, sample_weight, exclude_self=False):
-        """``log p`` at ``Q`` (None with ``exclude_self``: leave-one-out at the samples) in the
-        coordinates ``Z`` where the metric is a norm, with scikit-learn's normaliser in the
-        ``d = n_features_in_`` dimensions of the data (a mapping may drop directions)."""
-        d = self.n_features_in_
-        if not exclude_self:
-            log_p = kernel_density(Q, Z, kernel, log=True, sample_weight=sample_weight, algorithm=self.algorithm,
-                                   n_jobs=self.n_jobs, grid_size=self.grid_size, tolerance=self.tolerance)
-            d_mapped = Z.shape[1]
-            if d_mapped != d:  # kernel_density normalised in the mapped dimensions: restate for d
-                h = float(np.ravel(kernel.bandwidth)[0])
-                log_p = log_p + (kernel.profile.log_normalizer(d_mapped) + d_mapped * np.log(h)
-                                 - kernel.profile.log_normalizer(d) - d * np.log(h))
-            return np.asarray(log_p, dtype=np.float64)
+    def _loo_log_density(self, Z, kernel, sample_weight):
+        """Leave-one-out ``log p_{-i}(x_i)`` at the samples ``Z`` (in the coordinates where the
+        metric is a norm)."""
         # leave-one-out: every sample at x_i's point (its twins) leaves with it; the rest of the
         # weight, W - W_G(i), normalises what is left
         # (a kernel with categorical factors leaves out each row alone: kernel_learning.loo_groups)
@@ -427,6 +453,7 @@ class KernelDensity(BaseEstimator):
         ``W - W_{G(i)}``; through the engine's ``exclude_self``. ``-inf`` where a compact kernel
         leaves some sample without another within reach."""
         check_is_fitted(self)
+        backend_of(self.X_fit_).require_in_memory("loo_log_likelihood", "it leaves out every sample in turn")
         if bandwidth is None and self.kernel_.composite:  # a Kernel given as kernel, as fitted
             return self._loo_objective(self._Z_fit, self.kernel_)
         self._plain("loo_log_likelihood(bandwidth=...)")
@@ -435,7 +462,7 @@ class KernelDensity(BaseEstimator):
         return self._loo_objective(self._Z_fit, kernel)
 
     def _loo_objective(self, Z, kernel):
-        log_p = self._log_density(None, Z, kernel, self.sample_weight_, exclude_self=True)
+        log_p = self._loo_log_density(Z, kernel, self.sample_weight_)
         c = self.sample_weight_
         if np.any(np.isneginf(log_p) & (True if c is None else c > 0)):
             return -np.inf
@@ -502,11 +529,12 @@ class KernelDensity(BaseEstimator):
         computed in the data's precision (float32 data: float32 sums, as :func:`kernel_density`,
         which keeps float32).
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        backend = backend_of(X)
+        X = backend.check_queries(self, X)
         if self._metric_map is not None:
             X = self._metric_map.transform(X)
-        return self._log_density(X, self._Z_fit, self.kernel_, self.sample_weight_)
+        log_p = self._bound.using(self._engine_options()).sums(X).log_weight_sum - self._log_norm
+        return backend_of(log_p).float64(log_p) + self._log_shift
 
     def score(self, X, y=None):
         """The total log-likelihood of ``X``, ``sum_i log p(x_i)``."""
@@ -514,7 +542,9 @@ class KernelDensity(BaseEstimator):
 
     # -- one feature: distribution function, quantiles, entropy --------------------------------
     def _plain(self, what):
-        """Refuse ``what`` for a kernel given as a Kernel on groups of columns, a product or a sum."""
+        """Refuse ``what`` for a kernel given as a Kernel on groups of columns, a product or a sum,
+        and for samples on a dask cluster (``what`` reads every sample in memory)."""
+        backend_of(self.X_fit_).require_in_memory(what, "it reads every sample in memory; fit on a NumPy array")
         if self.kernel_.composite:
             raise ValueError(f"{what} needs one profile of every column (kernel given by name or as a plain Kernel); "
                              f"this density's kernel is {self.kernel_!r}")
