@@ -93,7 +93,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     queries : array of shape (n_queries, n_features)
     samples : array of shape (n_samples, n_features)
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
-            "cosine", "laplacian", "cauchy"} or Kernel, default="gaussian"
+            "cosine", "laplacian", "cauchy", "parzen"} or Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
         "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
         "laplacian", "triangular" and "biweight") that is integrable in ``d`` dimensions (not
@@ -210,7 +210,7 @@ class KernelDensity(BaseEstimator):
     Parameters
     ----------
     kernel : {"gaussian", "epanechnikov", "tricube", "biweight", "triweight", "triangular", "uniform", \
-            "cosine", "laplacian", "cauchy"}, Kernel or list of Kernel, default="gaussian"
+            "cosine", "laplacian", "cauchy", "parzen"}, Kernel or list of Kernel, default="gaussian"
         A profile of :class:`localkit.Kernel` (scikit-learn's names "rbf", "tophat", "flat",
         "exponential", "linear" and "quartic" are accepted for "gaussian", "uniform", "uniform",
         "laplacian", "triangular" and "biweight"), integrable in ``d`` dimensions ("cauchy" only in
@@ -790,7 +790,9 @@ def kernel_cdf(profile, z):
     ``K = 1/2 + sign(z) G(min(|z|, 1)) / (2 G(1))`` with
     ``G(s) = sum_j C(b, j) (-1)^j s^(a j + 1) / (a j + 1)``;
     the cosine's ``1/2 + sign(z) sin(pi min(|z|, 1) / 2) / 2``; the Laplacian's
-    ``1 - exp(-z) / 2`` (``z >= 0``); the Cauchy's ``1/2 + arctan(z) / pi``."""
+    ``1 - exp(-z) / 2`` (``z >= 0``); the Cauchy's ``1/2 + arctan(z) / pi``; the Parzen's
+    ``1/2 + sign(z) G(|z|)`` with ``G(s) = 4/3 (s - 2 s^3 + 3 s^4 / 2)`` to ``s = 1/2`` and
+    ``11/24 + 2/3 (1/16 - (1 - s)^4)`` beyond (``1/2`` from ``s = 1``)."""
     z = np.asarray(z, dtype=np.float64)
     if profile.log_linear:
         return special.ndtr(z)
@@ -801,6 +803,10 @@ def kernel_cdf(profile, z):
     s = np.minimum(np.abs(z), 1.0)
     if profile.name == "cosine":
         half = 0.5 * np.sin(0.5 * np.pi * s)
+    elif profile.name == "parzen":  # (4/3) int_0^s k: s - 2 s^3 + 3 s^4 / 2 to 1/2, then 2 (1 - r)^3 integrated
+        near = np.minimum(s, 0.5)
+        half = (4.0 / 3.0) * (near - 2.0 * near ** 3 + 1.5 * near ** 4) + np.where(
+            s > 0.5, (2.0 / 3.0) * (1.0 / 16.0 - (1.0 - s) ** 4), 0.0)
     elif profile.poly is not None:
         a, b = profile.poly
         terms = [(-1) ** j * math.comb(b, j) / (a * j + 1) for j in range(b + 1)]
