@@ -516,6 +516,18 @@ class LocalMeanParams(LocalKernelMixin):
         dist, idx = nb.sample_kneighbors(bound, queries, k, exclude_self=X is None)
         return (dist, idx) if return_distance else idx
 
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """The graph of :meth:`kneighbors`, as scikit-learn's ``KNeighborsMixin.kneighbors_graph``:
+        a CSR matrix of shape ``(n_queries, n_samples_fit)`` with 1 (``mode="connectivity"``) or
+        the distance (``mode="distance"``) at each query's ``n_neighbors`` nearest training samples
+        (``X=None``: the training samples, each without itself)."""
+        from .graph import GRAPH_MODES, neighbors_csr
+
+        if not (isinstance(mode, str) and mode in GRAPH_MODES):
+            raise ValueError(f"mode must be one of {sorted(GRAPH_MODES)}, got {mode!r}")
+        dist, idx = self.kneighbors(X, n_neighbors, return_distance=True)
+        return neighbors_csr(dist, idx, self._host_bound("kneighbors_graph").n_samples, mode)
+
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """The training samples within ``radius`` of each query (``d <= radius``), as
         scikit-learn's ``RadiusNeighborsMixin.radius_neighbors``.
