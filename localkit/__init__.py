@@ -42,6 +42,7 @@ _EXPORTS = {
     "denoise_nl_means": "localkit.models.nl_means",
     "denoise_bilateral": "localkit.models.nl_means",
     "NonLocalMeans": "localkit.models.nl_means",
+    "kneighbors_graph": "localkit.models.graph",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -126,6 +126,57 @@ def test_docs_extra_installs_the_build():
         assert package in docs
 
 
+def _requirement_names(requirements):
+    """The normalised distribution names of PEP 508 requirement strings."""
+    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower().replace("_", "-").replace(".", "-")
+            for r in requirements}
+
+
+def _distributions_missing(sources, available):
+    """The top-level imports of `sources` that neither the standard library, localkit nor a
+    distribution in `available` provides: {module: distribution or None}."""
+    import sys
+    from importlib.metadata import packages_distributions
+
+    providers = packages_distributions()
+    missing = {}
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for top in {m.split(".")[0] for m in modules}:
+                if top in sys.stdlib_module_names or top in ("localkit", "gallery_order"):
+                    continue
+                names = _requirement_names(providers.get(top, [top]))
+                if not names & available:
+                    missing[top] = sorted(names)
+    return missing
+
+
+def test_docs_extra_holds_what_the_gallery_imports():
+    # `make docs` installs the docs extra alone on a fresh clone: every example the gallery runs,
+    # and conf.py, must import only the core's and the docs extra's distributions
+    project = PYPROJECT["project"]
+    available = _requirement_names(project["dependencies"] + project["optional-dependencies"]["docs"])
+    sources = [p.read_text() for p in _examples()] + [(DOCS / "conf.py").read_text()]
+    assert _distributions_missing(sources, available) == {}
+    assert '-e ".[docs]"' in (ROOT / "Makefile").read_text()
+    # the check can fail: pandas outside the extras it is given is named
+    assert "pandas" in _distributions_missing(["import pandas as pd\nimport os"], {"numpy"})
+
+
+def test_makefile_names_no_index_host_but_pytorchs_cpu_index():
+    # pip's default index needs no URL; PyTorch's CPU index is the one fallback a user needs
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--extra-index-url" not in makefile
+    hosts = set(re.findall(r"https?://([^/\s]+)", makefile))
+    assert hosts == {"download.pytorch.org"}, hosts
+
+
 README = (ROOT / "README.md").read_text()
 
 

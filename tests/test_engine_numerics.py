@@ -40,7 +40,8 @@ def test_the_three_evaluations_of_a_profile_agree(name):
     formula = {"gaussian": np.exp(-u**2 / 2), "epanechnikov": 1 - u**2, "tricube": (1 - u**3) ** 3,
                "biweight": (1 - u**2) ** 2, "triweight": (1 - u**2) ** 3, "triangular": 1 - u,
                "uniform": np.ones_like(u), "cosine": np.cos(np.pi * u / 2), "laplacian": np.exp(-u),
-               "cauchy": 1 / (1 + u**2)}[name]
+               "cauchy": 1 / (1 + u**2),
+               "parzen": np.where(u <= 0.5, 1 - 6 * u**2 + 6 * u**3, 2 * (1 - u) ** 3)}[name]
     np.testing.assert_allclose(np.exp(ref[:8]), formula, rtol=1e-12, atol=1e-15)
     # the direct weights (no log/exp: the compiled compact pass) are the same function, edges included
     direct = p.k(U2)

@@ -24,12 +24,22 @@ PROFILE = {"c": "gaussian", "u": "aitchison_aitken", "o": "wang_ryzin"}
 
 
 def product(var_type, bw):
-    """statsmodels' ``var_type`` and ``bw`` as a product kernel, one factor per column."""
-    K = None
-    for j, (t, b) in enumerate(zip(var_type, bw)):
-        factor = Kernel(PROFILE[t], bandwidth=b, features=[j])
-        K = factor if K is None else K * factor
+    """statsmodels' ``var_type`` and ``bw`` as a product kernel, one factor per column: the
+    one-line spelling, checked here against the factors written out."""
+    K = Kernel.from_var_type(var_type, bw)
+    factors = [Kernel(PROFILE[t], bandwidth=b, features=[j]) for j, (t, b) in enumerate(zip(var_type, bw))]
+    assert repr(K) == " * ".join(map(repr, factors))
     return K
+
+
+def test_var_type_spelling_is_checked():
+    with pytest.raises(ValueError, match="var_type must be a string of the letters"):
+        Kernel.from_var_type("cx", [1.0, 0.2])
+    with pytest.raises(ValueError, match="bandwidth has 1 entries; var_type='cu' has 2"):
+        Kernel.from_var_type("cu", [1.0])
+    with pytest.raises(ValueError, match="aitchison_aitken.*in \\[0, 1\\]"):
+        Kernel.from_var_type("cu", [1.0, 2.0])
+    assert "epanechnikov" in repr(Kernel.from_var_type("co", 0.5, continuous="epanechnikov"))
 
 
 def _fair():

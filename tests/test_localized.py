@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import Kernel, Localized, LocalPolynomialRegressor
 from localkit.engine import BoundKernel
+from localkit.exceptions import BandwidthWarning
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +131,9 @@ def test_bad_estimators_and_parameters(diabetes):
         Localized(LinearRegression(), n_neighbors=10**6).fit(X, y)
     with pytest.raises(ValueError, match="NaN"):
         Localized(LinearRegression()).fit(np.where(X > 0.05, np.nan, X), y)
-    model = Localized(LinearRegression()).fit(X, y)
+    # the default bandwidth, 1.0, on diabetes' scaled features is the global LinearRegression: said so
+    with pytest.warns(BandwidthWarning, match=r"bandwidth=1.0 \(the default\).*global model \(LinearRegression"):
+        model = Localized(LinearRegression()).fit(X, y)
     assert isinstance(model.weights_, BoundKernel) and model.weights_.samples is model.X_fit_
     with pytest.raises(ValueError, match="features"):
         model.predict(X[:, :3])
@@ -164,7 +167,7 @@ def test_min_weight_above_the_largest_kernel_weight_is_refused(diabetes, kernel)
     X, y = diabetes
     with pytest.raises(ValueError, match=r"min_weight=2\.0 leaves out every sample.*\[0, 1\]"):
         Localized(LinearRegression(), kernel=kernel, min_weight=2.0).fit(X, y)
-    Localized(LinearRegression(), kernel=kernel, min_weight=1.0).fit(X, y)  # the bound itself is allowed
+    Localized(LinearRegression(), kernel=kernel, bandwidth=0.1, min_weight=1.0).fit(X, y)  # the bound is allowed
 
 
 def test_min_weight_bound_scales_with_sample_weight(diabetes):
@@ -172,7 +175,7 @@ def test_min_weight_bound_scales_with_sample_weight(diabetes):
     c = np.where(np.arange(len(y)) % 2 == 0, 3.0, 0.5)
     with pytest.raises(ValueError, match=r"min_weight.*sample_weight.*\[0, 3\]"):
         Localized(Ridge(), min_weight=3.5).fit(X, y, sample_weight=c)
-    Localized(Ridge(), min_weight=2.0).fit(X, y, sample_weight=c)
+    Localized(Ridge(), bandwidth=0.1, min_weight=2.0).fit(X, y, sample_weight=c)
 
 
 def test_queries_that_min_weight_empties_warn_with_their_count(diabetes):

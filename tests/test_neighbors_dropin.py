@@ -14,11 +14,12 @@ from scipy.spatial.distance import cdist
 from sklearn.datasets import load_diabetes, load_iris, load_wine
 from sklearn.neighbors import (KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors,
                                RadiusNeighborsClassifier, RadiusNeighborsRegressor)
+from sklearn.neighbors import kneighbors_graph as sk_kneighbors_graph
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import check_estimator
 
-from localkit import LocalMeanClassifier, LocalMeanRegressor
+from localkit import LocalMeanClassifier, LocalMeanRegressor, kneighbors_graph
 from localkit.exceptions import BandwidthWarning, LocalkitWarning
 
 TOL = 1e-12
@@ -338,3 +339,31 @@ def test_check_estimator_on_the_new_settings(est):
         warnings.simplefilter("always", BandwidthWarning)
         check_estimator(est)
     assert all("bandwidth=2.0 is more than 3 times the data's spread" in str(w.message) for w in caught)
+
+
+# -- kneighbors_graph (issue 41): scikit-learn's function and KNeighborsMixin method ---------------
+
+@pytest.mark.parametrize("kw", [dict(), dict(mode="distance"), dict(include_self=True),
+                                dict(metric="manhattan", mode="distance"), dict(metric="minkowski", p=3)])
+def test_kneighbors_graph_equals_scikit_learns(kw):
+    X = load_iris().data  # with repeated rows: ties broken as scikit-learn breaks them
+    ours = kneighbors_graph(X, 5, **kw)
+    ref = sk_kneighbors_graph(X, 5, **{"metric": "minkowski", **kw})
+    assert ours.format == "csr" and ours.shape == ref.shape == (150, 150)
+    np.testing.assert_array_equal(ours.indices, ref.indices)
+    np.testing.assert_allclose(ours.toarray(), ref.toarray(), rtol=0, atol=1e-12)
+
+
+def test_kneighbors_graph_method_and_refusals():
+    X, y = load_wine(return_X_y=True)
+    ours = LocalMeanRegressor(kernel="uniform", n_neighbors=4).fit(X, y)
+    ref = KNeighborsRegressor(n_neighbors=4).fit(X, y)
+    for args in [(), (X[:20],), (X[:20], 7, "distance")]:
+        np.testing.assert_allclose(ours.kneighbors_graph(*args).toarray(), ref.kneighbors_graph(*args).toarray(),
+                                   rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        ours.kneighbors_graph(mode="weights")
+    with pytest.raises(ValueError, match="n_neighbors=178 must be at most n_samples - 1 = 177"):
+        kneighbors_graph(X, 178)
+    with pytest.raises(ValueError, match="'mode' parameter"):
+        kneighbors_graph(X, 3, mode="weights")

@@ -93,18 +93,33 @@ def position_log_weights(position, shifts):
     return L
 
 
+#: The compiled loop's number of spatial axes: images of fewer get size-1 axes after their first
+#: (the first keeps the strips that the threads share, the last the long contiguous rows)
+AXES = 4
+
+
+def uniform_patch_weights(patch_size, n_axes):
+    """Per-axis 1-D weights ``1 / s`` of a uniform (box) patch: their product is Froment's and
+    scikit-image's ``fast_mode`` patch distance, the mean squared difference over the patch. The
+    compiled loop sums such a patch by running sums (the integral image's differences), ``O(1)`` per
+    pixel and axis whatever ``s``."""
+    return [np.full(patch_size, 1.0 / patch_size)] * n_axes
+
+
 @validate_params({"h": positive()}, prefer_skip_nested_validation=True)
 def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None, position=None):
     """The patch-similarity local mean ``m(x)`` at every pixel (see the module docstring).
 
     Parameters
     ----------
-    image : array of shape (n0, n1, n2, C)
-        Three spatial axes (use size-1 axes with a 1-point weight for 2-D images) and channels.
-    axis_weights : three 1-D arrays of odd lengths ``2 r_k + 1``, each summing to 1
-        The separable patch weight ``g``.
-    window : three ints
-        Search radius per axis: ``y`` ranges over ``(2 d_k + 1)`` pixels per axis, clipped to the image.
+    image : array of shape (n_0, ..., n_(k-1), C)
+        ``k`` spatial axes, 1 to 4, and channels.
+    axis_weights : ``k`` 1-D arrays of odd lengths ``2 r_j + 1``, each summing to 1
+        The separable patch weight ``g``. Where every axis' weights are uniform (``1 / s``: the box
+        patch, :func:`uniform_patch_weights`) the patch sums are running sums, ``O(1)`` per pixel
+        and axis; otherwise ``O(s)``.
+    window : ``k`` ints
+        Search radius per axis: ``y`` ranges over ``(2 d_j + 1)`` pixels per axis, clipped to the image.
     h : float
         Kernel width.
     offset : float
@@ -118,27 +133,40 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None, po
 
     Returns
     -------
-    mean : array of shape (n0, n1, n2, C), float64
-    log_weight_sum : array of shape (n0, n1, n2)
+    mean : array of the image's shape, float64
+    log_weight_sum : array of the image's spatial shape
         ``log sum_y K(x, y)`` (``>= 0``: the centre pixel contributes 1).
+
+    Cost: ``image.size (2 d + 1)^k / 2`` shifts-times-pixels, each ``O(k)`` for a box patch and
+    ``O(sum_j s_j)`` for another separable one.
     """
     img = np.asarray(image, dtype=np.float64)
+    k = img.ndim - 1
+    if not 1 <= k <= AXES or len(axis_weights) != k or len(window) != k:
+        raise ValueError(f"patch_local_mean takes 1 to {AXES} spatial axes and one patch weight and window radius "
+                         f"per axis; got an image of shape {img.shape}, {len(axis_weights)} weights, window {window}")
+    spatial = img.shape[:-1]
+    missing = AXES - k  # size-1 axes after the first, with a 1-point weight and no search
+    img = img.reshape(spatial[:1] + (1,) * missing + spatial[1:] + img.shape[-1:])
+    axis_weights = list(axis_weights[:1]) + [np.ones(1)] * missing + list(axis_weights[1:])
+    window = tuple(window[:1]) + (0,) * missing + tuple(window[1:])
     radii = [len(g) // 2 for g in axis_weights]
+    uniform = all(np.all(np.asarray(g) == g[0]) for g in axis_weights)
     padded = np.pad(img, [(r, r) for r in radii] + [(0, 0)], mode="reflect")
     padded = np.ascontiguousarray(np.moveaxis(padded, -1, 0))  # channels first: rows stay contiguous
     shifts = half_shifts(window)
-    log_pos = position_log_weights(position, shifts)
+    log_pos = position_log_weights(position, shifts[:, [0] + list(range(1 + missing, AXES))])
     shifts, log_pos = shifts[np.isfinite(log_pos)], np.ascontiguousarray(log_pos[np.isfinite(log_pos)])
     n_threads = max(1, min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS, max(len(shifts), 1)))
-    g0, g1, g2 = (np.ascontiguousarray(g, dtype=np.float64) for g in axis_weights)
-    n0, n1, n2 = img.shape[:3]
+    g = tuple(np.ascontiguousarray(w, dtype=np.float64) for w in axis_weights)
+    dims = img.shape[:AXES]
     inv_h2 = min(1.0 / max(h * h, 1e-300), 1e300)  # h^2 may underflow; identical patches keep weight 1
-    acc = _shift_sums(padded, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, float(offset), n_threads)
+    acc = _shift_sums(padded, dims, g, shifts, log_pos, inv_h2, float(offset), n_threads, uniform)
     sums = acc.sum(axis=0)
-    centre = padded[:, radii[0]:radii[0] + n0, radii[1]:radii[1] + n1, radii[2]:radii[2] + n2]
+    centre = padded[(slice(None),) + tuple(slice(r, r + n) for r, n in zip(radii, dims))]
     weight = sums[-1] + 1.0  # the centre pixel: D = 0, weight 1
     mean = (sums[:-1] + centre) / weight
-    return np.moveaxis(mean, 0, -1), np.log(weight)
+    return np.moveaxis(mean, 0, -1).reshape(spatial + img.shape[-1:]), np.log(weight).reshape(spatial)
 
 
 @numba.njit(inline="always", fastmath=True)
@@ -166,106 +194,171 @@ def _exp_neg(x):
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, offset, n_threads):
-    """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors.
+def _shift_sums(P, dims, g, shifts, log_pos, inv_h2, offset, n_threads, uniform):
+    """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors, on four
+    spatial axes ``dims``.
 
-    Strips of rows are the outer loop and shifts the inner one, so that the accumulator rows a
+    Strips of axis-0 rows are the outer loop and shifts the inner one, so that the accumulator rows a
     strip touches (the strip and its mirrors, ``d`` rows either side) stay in cache.
     """
     C = P.shape[0]
-    o0, o1, o2 = len(g0) // 2, len(g1) // 2, len(g2) // 2
-    acc = np.zeros((n_threads, C + 1, n0, n1, n2))
+    n0, n1, n2, n3 = dims
+    o0, o1, o2, o3 = len(g[0]) // 2, len(g[1]) // 2, len(g[2]) // 2, len(g[3]) // 2
+    acc = np.zeros((n_threads, C + 1, n0, n1, n2, n3))
     for k in prange(n_threads):
-        E = np.empty((STRIP + 2 * o0, n1 + 2 * o1, n2 + 2 * o2))
+        E = np.empty((STRIP + 2 * o0, n1 + 2 * o1, n2 + 2 * o2, n3 + 2 * o3))
         F = np.empty_like(E)
-        w = np.empty(n2)
+        w = np.empty(n3)
         for strip in range(k, (n0 + STRIP - 1) // STRIP, n_threads):
             for s in range(shifts.shape[0]):
-                t0, t1, t2 = shifts[s, 0], shifts[s, 1], shifts[s, 2]
-                a = max(strip * STRIP, -t0)  # rows x of the strip whose mirror x + t is inside
-                b = min(strip * STRIP + STRIP, n0 - t0, n0)
-                lo1, hi1 = max(0, -t1), min(n1, n1 - t1)
-                lo2, hi2 = max(0, -t2), min(n2, n2 - t2)
-                if a < b and lo1 < hi1 and lo2 < hi2:
-                    _strip_shift(P, acc[k], E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2,
-                                 inv_h2, offset, log_pos[s])
+                t = (shifts[s, 0], shifts[s, 1], shifts[s, 2], shifts[s, 3])
+                a = max(strip * STRIP, -t[0])  # rows x of the strip whose mirror x + t is inside
+                b = min(strip * STRIP + STRIP, n0 - t[0], n0)
+                lo = (max(0, -t[1]), max(0, -t[2]), max(0, -t[3]))
+                hi = (min(n1, n1 - t[1]), min(n2, n2 - t[2]), min(n3, n3 - t[3]))
+                if a < b and lo[0] < hi[0] and lo[1] < hi[1] and lo[2] < hi[2]:
+                    _strip_shift(P, acc[k], E, F, w, a, b, t, lo, hi, g, inv_h2, offset, log_pos[s], uniform)
     return acc
 
 
 @numba.njit(inline="always", fastmath=True)
-def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2, inv_h2, offset, log_pos):
+def _filter_last(src, dst, rows, m1, m2, m3, weights, uniform):
+    """``dst[i, j, k, l] = sum_u g[u] src[i, j, k, l + u]`` over the last axis (a running sum for a box)."""
+    o = len(weights) // 2
+    for i in range(rows):
+        for j in range(m1):
+            for k in range(m2):
+                e = src[i, j, k]
+                f = dst[i, j, k]
+                if uniform:
+                    run = 0.0
+                    for u in range(2 * o + 1):
+                        run += e[u]
+                    f[0] = run
+                    for l in range(1, m3):
+                        run += e[l + 2 * o] - e[l - 1]
+                        f[l] = run
+                    for l in range(m3):
+                        f[l] *= weights[0]
+                else:
+                    for l in range(m3):
+                        f[l] = 0.0
+                    for u in range(2 * o + 1):
+                        gu = weights[u]
+                        for l in range(m3):
+                            f[l] += gu * e[l + u]
+
+
+@numba.njit(inline="always", fastmath=True)
+def _filter_axis1(src, dst, rows, m1, m2, m3, weights, uniform):
+    """``dst[i, j] = sum_u g[u] src[i, j + u]`` (rows of the last axes, vectorised along it)."""
+    o = len(weights) // 2
+    for i in range(rows):
+        for j in range(m1):
+            for k in range(m2):
+                f = dst[i, j, k]
+                if uniform and j > 0:  # the running sum from the row before
+                    before, gone, come = dst[i, j - 1, k], src[i, j - 1, k], src[i, j + 2 * o, k]
+                    for l in range(m3):
+                        f[l] = before[l] + (come[l] - gone[l]) * weights[0]
+                    continue
+                for l in range(m3):
+                    f[l] = 0.0
+                for u in range(2 * o + 1):
+                    gu = weights[u]
+                    e = src[i, j + u, k]
+                    for l in range(m3):
+                        f[l] += gu * e[l]
+
+
+@numba.njit(inline="always", fastmath=True)
+def _filter_axis2(src, dst, rows, m1, m2, m3, weights, uniform):
+    """``dst[i, j, k] = sum_u g[u] src[i, j, k + u]`` (vectorised along the last axis)."""
+    o = len(weights) // 2
+    for i in range(rows):
+        for j in range(m1):
+            for k in range(m2):
+                f = dst[i, j, k]
+                if uniform and k > 0:
+                    before, gone, come = dst[i, j, k - 1], src[i, j, k - 1], src[i, j, k + 2 * o]
+                    for l in range(m3):
+                        f[l] = before[l] + (come[l] - gone[l]) * weights[0]
+                    continue
+                for l in range(m3):
+                    f[l] = 0.0
+                for u in range(2 * o + 1):
+                    gu = weights[u]
+                    e = src[i, j, k + u]
+                    for l in range(m3):
+                        f[l] += gu * e[l]
+
+
+@numba.njit(inline="always", fastmath=True)
+def _strip_shift(P, acc, E, F, w, a, b, t, lo, hi, g, inv_h2, offset, log_pos, uniform):
     """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``
     (``log_pos <= 0``: the shift's log-weight in position)."""
     C = P.shape[0]
-    o0, o1, o2 = len(g0) // 2, len(g1) // 2, len(g2) // 2
+    g0, g1, g2, g3 = g
+    o0, o1, o2, o3 = len(g0) // 2, len(g1) // 2, len(g2) // 2, len(g3) // 2
+    t0, t1, t2, t3 = t
+    lo1, lo2, lo3 = lo
     inv_c = 1.0 / C
-    m1, m2 = hi1 - lo1, hi2 - lo2
+    m1, m2, m3 = hi[0] - lo1, hi[1] - lo2, hi[2] - lo3
     rows = b - a + 2 * o0
     # squared differences over the strip and its patch margins (padded coordinates)
     for i in range(rows):
         for j in range(m1 + 2 * o1):
-            e = E[i, j]
-            for l in range(m2 + 2 * o2):
-                e[l] = 0.0
-            for c in range(C):
-                p = P[c, a + i, lo1 + j]
-                q = P[c, a + i + t0, lo1 + j + t1]
-                for l in range(m2 + 2 * o2):
-                    diff = p[lo2 + l] - q[lo2 + l + t2]
-                    e[l] += diff * diff
-    # separable patch filter: axis 2 into F, axis 1 back into E (skipped when trivial)
-    for i in range(rows):
-        for j in range(m1 + 2 * o1):
-            f = F[i, j]
-            e = E[i, j]
-            for l in range(m2):
-                f[l] = 0.0
-            for u in range(2 * o2 + 1):
-                gu = g2[u]
-                for l in range(m2):
-                    f[l] += gu * e[l + u]
-    src = F
-    if o1 > 0:
-        for i in range(rows):
-            for j in range(m1):
-                e = E[i, j]
-                for l in range(m2):
+            for k in range(m2 + 2 * o2):
+                e = E[i, j, k]
+                for l in range(m3 + 2 * o3):
                     e[l] = 0.0
-                for u in range(2 * o1 + 1):
-                    gu = g1[u]
-                    f = F[i, j + u]
-                    for l in range(m2):
-                        e[l] += gu * f[l]
-        src = E
+                for c in range(C):
+                    p = P[c, a + i, lo1 + j, lo2 + k]
+                    q = P[c, a + i + t0, lo1 + j + t1, lo2 + k + t2]
+                    for l in range(m3 + 2 * o3):
+                        diff = p[lo3 + l] - q[lo3 + l + t3]
+                        e[l] += diff * diff
+    # the separable patch filter, the last axis first, each pass into the other buffer (a 1-point
+    # weight leaves its axis as it is)
+    _filter_last(E, F, rows, m1 + 2 * o1, m2 + 2 * o2, m3, g3, uniform)
+    src, dst = F, E
+    if o2 > 0:
+        _filter_axis2(src, dst, rows, m1 + 2 * o1, m2, m3, g2, uniform)
+        src, dst = dst, src
+    if o1 > 0:
+        _filter_axis1(src, dst, rows, m1, m2, m3, g1, uniform)
+        src, dst = dst, src
     # axis 0, then the weights; each is added at x and at its mirror x + t
     for i in range(b - a):
         x0 = a + i
         for j in range(m1):
             x1 = lo1 + j
-            for l in range(m2):
-                w[l] = 0.0
-            for u in range(2 * o0 + 1):
-                gu = g0[u]
-                d = src[i + u, j]
-                for l in range(m2):
-                    w[l] += gu * d[l]
-            for l in range(m2):
-                dist = w[l] * inv_c - offset
-                w[l] = _exp_neg(log_pos - max(dist, 0.0) * inv_h2)
-            # separate loops for x and x + t: in one loop the two rows may overlap
-            # (shifts along the last axis), which would keep it from vectorising
-            here = acc[C, x0, x1, lo2:hi2]
-            for l in range(m2):
-                here[l] += w[l]
-            there = acc[C, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
-            for l in range(m2):
-                there[l] += w[l]
-            for c in range(C):
-                here = acc[c, x0, x1, lo2:hi2]
-                v_there = P[c, x0 + t0 + o0, x1 + t1 + o1, lo2 + t2 + o2:hi2 + t2 + o2]
-                for l in range(m2):
-                    here[l] += w[l] * v_there[l]
-                there = acc[c, x0 + t0, x1 + t1, lo2 + t2:hi2 + t2]
-                v_here = P[c, x0 + o0, x1 + o1, lo2 + o2:hi2 + o2]
-                for l in range(m2):
-                    there[l] += w[l] * v_here[l]
+            for k in range(m2):
+                x2 = lo2 + k
+                for l in range(m3):
+                    w[l] = 0.0
+                for u in range(2 * o0 + 1):
+                    gu = g0[u]
+                    d = src[i + u, j, k]
+                    for l in range(m3):
+                        w[l] += gu * d[l]
+                for l in range(m3):
+                    dist = w[l] * inv_c - offset
+                    w[l] = _exp_neg(log_pos - max(dist, 0.0) * inv_h2)
+                # separate loops for x and x + t: in one loop the two rows may overlap
+                # (shifts along the last axis), which would keep it from vectorising
+                here = acc[C, x0, x1, x2, lo3:hi[2]]
+                for l in range(m3):
+                    here[l] += w[l]
+                there = acc[C, x0 + t0, x1 + t1, x2 + t2, lo3 + t3:hi[2] + t3]
+                for l in range(m3):
+                    there[l] += w[l]
+                for c in range(C):
+                    here = acc[c, x0, x1, x2, lo3:hi[2]]
+                    v_there = P[c, x0 + t0 + o0, x1 + t1 + o1, x2 + t2 + o2, lo3 + t3 + o3:hi[2] + t3 + o3]
+                    for l in range(m3):
+                        here[l] += w[l] * v_there[l]
+                    there = acc[c, x0 + t0, x1 + t1, x2 + t2, lo3 + t3:hi[2] + t3]
+                    v_here = P[c, x0 + o0, x1 + o1, x2 + o2, lo3 + o3:hi[2] + o3]
+                    for l in range(m3):
+                        there[l] += w[l] * v_here[l]

@@ -17,7 +17,12 @@ uniform        1                             u <= 1
 cosine         cos(pi u / 2)                 u <= 1
 laplacian      exp(-u)                       all u
 cauchy         1 / (1 + u^2)                 all u
+parzen         1 - 6u^2 + 6u^3 (u <= 1/2),   u <= 1
+               2 (1 - u)^3 (1/2 < u)
 =============  ===========================  =========
+
+The Parzen profile is Stata's ``parzen`` kernel (and R's ``density(kernel=)`` has none): the cubic
+B-spline, ``(4/3) k(|u|)`` its 1-D density.
 
 The ``softmax`` kernel ``exp(<x*, x> / h)`` is not a profile of a distance; it is handled by
 :class:`localkit.Kernel` directly.
@@ -94,6 +99,20 @@ def _log_laplacian(u2):  # exp(-u)
 
 def _log_cauchy(u2):  # 1 / (1 + u^2)
     return -xp.log1p(u2)  # noqa: F821
+
+
+def _k_parzen(u2):  # 1 - 6u^2 + 6u^3 for u <= 1/2, 2 (1 - u)^3 for 1/2 < u < 1, 0 beyond
+    inside = u2 < 1.0
+    u = _safe_sqrt(xp.where(inside, u2, 0.0))  # noqa: F821
+    near = 1.0 - 6.0 * u * u + 6.0 * u * u * u
+    far = 1.0 - u
+    return xp.where(inside, xp.where(u <= 0.5, near, 2.0 * far * far * far), 0.0)  # noqa: F821
+
+
+def _log_parzen(u2):
+    k = _k_parzen(u2)
+    positive = k > 0.0
+    return xp.where(positive, xp.log(xp.where(positive, k, 1.0)), -math.inf)  # noqa: F821
 
 
 # The weights ``k(u2)`` themselves, without ``log``/``exp`` where a direct form exists, for the passes
@@ -202,12 +221,24 @@ def _slope_cauchy(u2):
     return -1.0 / (1.0 + u2)
 
 
+def _slope_parzen_inside(t):  # d/dt log k(sqrt(t)) = k'(u) / (2 u k(u))
+    u = xp.sqrt(t)  # noqa: F821
+    near = (-12.0 + 18.0 * u) / (2.0 * (1.0 - 6.0 * t + 6.0 * t * u))
+    far = -3.0 / (2.0 * u * (1.0 - u))
+    return xp.where(u <= 0.5, near, far)  # noqa: F821
+
+
+def _slope_parzen(u2):
+    return _inside_or_zero(u2, _slope_parzen_inside)
+
+
 _STATEMENTS = (_safe_sqrt, _log_poly_a2_b1, _log_poly_a2_b2, _log_poly_a2_b3, _log_tricube, _log_triangular,
                _log_uniform, _log_cosine, _log_gaussian, _log_laplacian, _log_cauchy,
                _ipow, _poly, _k_cosine, _k_gaussian, _k_laplacian, _k_cauchy,
                _inside_or_zero, _slope_poly_a2_b1, _slope_poly_a2_b2, _slope_poly_a2_b3, _slope_tricube_inside,
                _slope_tricube, _slope_triangular_inside, _slope_triangular, _slope_uniform, _slope_cosine_inside,
-               _slope_cosine, _slope_gaussian, _slope_laplacian, _slope_cauchy)
+               _slope_cosine, _slope_gaussian, _slope_laplacian, _slope_cauchy, _k_parzen, _log_parzen,
+               _slope_parzen_inside, _slope_parzen)
 
 
 @functools.lru_cache(maxsize=None)
@@ -434,6 +465,14 @@ def _cauchy_log_moment(d):
     return math.log(0.5 * np.pi) if d == 1 else np.inf
 
 
+def _parzen_log_moment(d):
+    # int_0^1 k(r) r^(d-1) dr: on [0, 1/2] 2^-d (1/d - 3 / (2 (d + 2)) + 3 / (4 (d + 3))) (positive), on
+    # [1/2, 1] 2 int (1 - r)^3 r^(d-1) = 2 B(d, 4) I_{1/2}(4, d) (no cancellation in high d); in log space
+    inner = -d * math.log(2.0) + math.log(1.0 / d - 1.5 / (d + 2) + 0.75 / (d + 3))
+    outer = math.log(2.0) + special.betaln(d, 4) + math.log(special.betainc(4, d, 0.5))
+    return float(np.logaddexp(inner, outer))
+
+
 def _laplacian_radius(d, U):  # r^{d-1} e^{-r}: r is Gamma(d)
     return special.gammaincinv(d, U)
 
@@ -458,6 +497,7 @@ PROFILES = {
                 slope=_slope_laplacian, direct=_k_laplacian, radius_quantile=_laplacian_radius),
         Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy,
                 direct=_k_cauchy, radius_quantile=_cauchy_radius),
+        Profile("parzen", _log_parzen, True, _parzen_log_moment, slope=_slope_parzen, direct=_k_parzen),
     ]
 }
 

@@ -67,11 +67,25 @@ def frequency_rule(h, backend, d, sample_weight, rule="scott"):
     return h * factor
 
 
+def _is_default(given, default):
+    """``given`` is the parameter's default (a number or a rule; arrays never are)."""
+    return (isinstance(given, (str, Real)) and isinstance(default, (str, Real)) and not isinstance(given, bool)
+            and type(given) is not np.ndarray and given == default)
+
+
 #: a bandwidth more than this many times the data's spread weighs every sample about the same
 WIDE = 3.0
 
 
-def warn_far_bandwidth(h, X, sample_weight=None):
+def default_bandwidth(estimator):
+    """The default of ``estimator``'s ``bandwidth`` parameter (its ``__init__``'s)."""
+    import inspect
+
+    parameter = inspect.signature(type(estimator).__init__).parameters.get("bandwidth")
+    return None if parameter is None else parameter.default
+
+
+def warn_far_bandwidth(h, X, sample_weight=None, *, tends_to="the global mean", default=False):
     """Warn (``UserWarning``) when a given bandwidth is far beyond the data's spread.
 
     With ``sigma_k`` the features' (weighted) standard deviations, ``r = sqrt(sum_k (sigma_k /
@@ -81,16 +95,19 @@ def warn_far_bandwidth(h, X, sample_weight=None):
     their Gaussian weights within ``exp(-1/9)`` of one another, and the fit is close to the global
     mean (diabetes, scaled, 5-fold R^2: 0.445 at ``h = 0.3 s``, 0.18 at ``s``, 0.004 at ``3 s``,
     -0.02 at ``h = 1`` = ``6.6 s``). A small bandwidth is not warned about: the spread cannot tell
-    it from tight clusters far apart (data 1e4 apart with a bandwidth of 0.05 is a sound fit)."""
+    it from tight clusters far apart (data 1e4 apart with a bandwidth of 0.05 is a sound fit).
+    ``tends_to`` names what the fit becomes (a local model: the global one); ``default``: the
+    bandwidth is the estimator's default, not the caller's choice (the warning says so)."""
     with np.errstate(all="ignore"):
         sigma = spread(X, None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64))
         r = float(np.sqrt(np.sum((sigma / np.asarray(h, dtype=np.float64)) ** 2)))
     if np.isfinite(r) and 0 < r < 1.0 / WIDE:
         given = h if np.ndim(h) == 0 else np.asarray(h).tolist()
-        warn(BandwidthWarning(f"bandwidth={given} is more than {WIDE:g} times the data's spread (the root mean "
+        which = " (the default)" if default else ""
+        warn(BandwidthWarning(f"bandwidth={given}{which} is more than {WIDE:g} times the data's spread (the root mean "
                               "square distance of the samples to their mean: the warning's spread): every sample weighs "
-                              "about the same and the fit is close to the global mean; give a bandwidth on the data's "
-                              "scale or use bandwidth='scott' (the default) or 'cv'",
+                              f"about the same and the fit is close to {tends_to}; give a bandwidth on the data's "
+                              "scale or a rule: bandwidth='scott' (from the data's spread) or 'cv'",
                               spread=float(np.sqrt(np.sum(sigma ** 2)))))
 
 
@@ -300,10 +317,15 @@ class LocalKernelMixin(KeptBindings):
         h = backend.bandwidth(Kernel(self.kernel, bandwidth=self.bandwidth), X, sample_weight)
         if rule and sample_weight is not None and getattr(self, "sample_weight_type", "prior") == "frequency":
             return frequency_rule(h, backend, X.shape[1], sample_weight, self.bandwidth)
+        # a bandwidth far beyond the data's spread: warned where the fit tends to the global mean, and
+        # wherever it is the estimator's default (a local model then silently becomes the global one);
+        # not with n_neighbors (the span is the k-th neighbour's distance), nor sample_neighbors (h multiplies h_i)
+        default = _is_default(self.bandwidth, default_bandwidth(self))
         if (not rule and isinstance(X, np.ndarray) and X.shape[0] > 1 and metric in NORM_METRICS
-                and getattr(self, "sample_scale_", None) is None  # sample_neighbors: h multiplies h_i
-                and self._wide_bandwidth_tends_to_the_mean()):
-            warn_far_bandwidth(h, X, sample_weight)
+                and getattr(self, "sample_scale_", None) is None and getattr(self, "n_neighbors", None) is None
+                and (default or self._wide_bandwidth_tends_to_the_mean())):
+            warn_far_bandwidth(h, X, sample_weight, default=default, tends_to="the global mean"
+                               if self._wide_bandwidth_tends_to_the_mean() else "the global model")
         return h
 
     def _wide_bandwidth_tends_to_the_mean(self):
@@ -528,6 +550,18 @@ class LocalMeanParams(LocalKernelMixin):
                              f"n_neighbors = {k}, n_samples_fit = {n_fit}")
         dist, idx = nb.sample_kneighbors(bound, queries, k, exclude_self=X is None)
         return (dist, idx) if return_distance else idx
+
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """The graph of :meth:`kneighbors`, as scikit-learn's ``KNeighborsMixin.kneighbors_graph``:
+        a CSR matrix of shape ``(n_queries, n_samples_fit)`` with 1 (``mode="connectivity"``) or
+        the distance (``mode="distance"``) at each query's ``n_neighbors`` nearest training samples
+        (``X=None``: the training samples, each without itself)."""
+        from .graph import GRAPH_MODES, neighbors_csr
+
+        if not (isinstance(mode, str) and mode in GRAPH_MODES):
+            raise ValueError(f"mode must be one of {sorted(GRAPH_MODES)}, got {mode!r}")
+        dist, idx = self.kneighbors(X, n_neighbors, return_distance=True)
+        return neighbors_csr(dist, idx, self._host_bound("kneighbors_graph").n_samples, mode)
 
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """The training samples within ``radius`` of each query (``d <= radius``), as

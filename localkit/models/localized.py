@@ -16,7 +16,7 @@ from .._params import BANDWIDTH_CONSTRAINT, N_JOBS_CONSTRAINT, N_NEIGHBORS_CONST
 from .._validation import check_class_labels, check_regression_target
 from ..engine import BoundKernel, make_kernel, resolve_n_jobs
 from ..kernels.bandwidth import resolve_bandwidth
-from ._base import FLOATS, check_sample_weight
+from ._base import FLOATS, _is_default, check_sample_weight, default_bandwidth, warn_far_bandwidth
 from ..engine import map_queries
 from ..exceptions import EmptyNeighbourhoodWarning, warn
 
@@ -163,6 +163,9 @@ class Localized(MetaEstimatorMixin, BaseEstimator):
             bandwidth = resolve_bandwidth(bandwidth, X, sample_weight=c)
         self.weights_ = BoundKernel(make_kernel(self.kernel, bandwidth, self.n_neighbors), X)
         self.bandwidth_ = self.weights_.h
+        if self.n_neighbors is None and not isinstance(self.bandwidth, str) and len(X) > 1:
+            warn_far_bandwidth(self.bandwidth_, X, c, default=_is_default(self.bandwidth, default_bandwidth(self)),
+                               tends_to=f"the global model ({type(self.estimator).__name__} fitted with equal weights)")
         self.X_fit_, self.y_fit_, self.sample_weight_ = X, y, c
         return self
 

@@ -13,11 +13,19 @@ over the pixels ``y`` of the search window, ``|y_k - x_k| <= patch_distance`` on
     d^2(x, y) = \\sum_{p} g(p)\\, \\frac{1}{C} \\sum_{c=1}^{C} \\big(u_c(x + p) - u_c(y + p)\\big)^2,
     \\qquad g(p) \\propto \\exp\\Big(-\\frac{|p|^2}{2 A^2}\\Big),\\ A = \\frac{s - 1}{4},\\ \\sum_p g = 1
 
-over the ``s x s`` (``s x s x s`` for volumes) patch offsets ``p``, the image reflect-padded by
-``s // 2`` so that patches at the border exist. These are exactly the definitions of
+over the ``s^k`` patch offsets ``p`` of a ``k``-D image (2-D, 3-D or 4-D), the image reflect-padded
+by ``s // 2`` so that patches at the border exist. These are exactly the definitions of
 scikit-image's ``denoise_nl_means(..., fast_mode=False)`` (Buades, Coll & Morel 2005), computed
 without its approximations (it cuts weights once a partial distance exceeds 5 and uses an
 approximate ``exp``), so its output differs from ours by up to a few 1e-2 (on [0, 1] images).
+
+``fast_mode=True`` is Froment's (2014) and scikit-image's fast mode: the uniform patch weight
+``g(p) = 1 / s^k``, whose patch sums are running sums of the squared differences (an integral
+image's differences), ``O(1)`` per pixel and shift whatever the patch size. Where scikit-image's
+fast mode differs, localkit keeps its own definitions: its box is the ``2 (s // 2)`` offsets
+``-(s // 2) + 1 .. s // 2`` divided by ``s^k`` (localkit: the ``s`` offsets centred on the pixel),
+the centre pixel weighs 2 there and 1 here, its search window reaches into the reflected border
+(localkit's stops at the image's edge), and it cuts and approximates ``exp`` as above.
 
 As a localization method: the kernel is non-local (patch similarity, not closeness of ``x``
 and ``y``), the values are the pixels, the local model is the constant (a local mean). The sums
@@ -39,6 +47,7 @@ from sklearn.utils._param_validation import StrOptions, validate_params
 
 from .._params import N_JOBS_CONSTRAINT, Number, non_negative, positive
 from ..engine import gaussian_patch_weights, patch_local_mean
+from ..engine.patches import uniform_patch_weights
 from ..kernels import Kernel
 
 
@@ -49,18 +58,20 @@ NL_MEANS_PARAMS = {
     "h": positive(),
     "sigma": non_negative(),
     "channel_axis": [Number(Integral, None, None, closed="neither"), None],
+    "fast_mode": ["boolean"],
     "n_jobs": N_JOBS_CONSTRAINT,
 }
 
 
 @validate_params({"image": ["array-like"], **NL_MEANS_PARAMS}, prefer_skip_nested_validation=True)
 def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, channel_axis=None, *,
-                     n_jobs=None):
-    """Non-local means denoising of a 2-D (grayscale or colour) image or a 3-D volume.
+                     fast_mode=False, n_jobs=None):
+    """Non-local means denoising of a 2-D image, a 3-D volume or a 4-D array, each grayscale or
+    with channels.
 
     Parameters
     ----------
-    image : array, 2-D or 3-D (plus a channel axis when ``channel_axis`` is set)
+    image : array, 2-D, 3-D or 4-D (plus a channel axis when ``channel_axis`` is set)
         Float images are used as they are; integer and boolean images are scaled to [0, 1]
         (signed: ``x / max`` clipped at -1) as scikit-image's ``img_as_float`` does, so ``h`` and ``sigma`` mean the
         same as there.
@@ -76,12 +87,23 @@ def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, c
         distance (the expected distance of two noisy copies of the same patch).
     channel_axis : int or None, default=None
         The axis of colour channels; the patch distance is averaged over channels.
+    fast_mode : bool, default=False
+        False: the Gaussian patch weight (scikit-image's ``fast_mode=False``). True: the uniform
+        patch weight of Froment's algorithm (scikit-image's ``fast_mode=True``, its default), summed
+        by running sums (see the module). ``h = 0.8 sigma`` is scikit-image's suggested start there.
     n_jobs : int or None, default=None
         Threads of the compiled loop (None: all cores).
 
     Returns
     -------
     denoised : array of the image's shape (float32 kept, otherwise float64)
+
+    Notes
+    -----
+    Cost: ``image.size (2 d + 1)^k / 2`` pixel-shift pairs (the symmetry of the patch distance
+    halves them), each ``O(k)`` with ``fast_mode=True`` and ``O(k s)`` with the Gaussian patch
+    (its separable filter), ``k`` the image's spatial axes; memory: a few strips of the image per
+    thread and one accumulator per thread.
 
     Examples
     --------
@@ -96,19 +118,12 @@ def denoise_nl_means(image, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, c
     """
     # as the engine takes them; an even patch size rounds up to odd, as in scikit-image
     patch_size, patch_distance, h, sigma = int(patch_size) + (1 - int(patch_size) % 2), int(patch_distance), h, sigma
-    img, axis = _as_float_image(image, channel_axis)
+    img, axis = _as_float_image(image, channel_axis, spatial=(2, 3, 4))
     out_dtype = img.dtype
-    spatial = img.shape[:-1]
-    # the engine works on three spatial axes: a 2-D image gets a size-1 middle axis
-    g = gaussian_patch_weights(patch_size, len(spatial))
-    if len(spatial) == 2:
-        vol = img[:, None]
-        weights, window = [g[0], np.ones(1), g[1]], (patch_distance, 0, patch_distance)
-    else:
-        vol = img
-        weights, window = g, (patch_distance,) * 3
-    mean, _ = patch_local_mean(vol, weights, window, h, offset=2.0 * sigma * sigma, n_jobs=n_jobs)
-    mean = mean.reshape(img.shape).astype(out_dtype, copy=False)
+    k = img.ndim - 1
+    weights = (uniform_patch_weights if fast_mode else gaussian_patch_weights)(patch_size, k)
+    mean, _ = patch_local_mean(img, weights, (patch_distance,) * k, h, offset=2.0 * sigma * sigma, n_jobs=n_jobs)
+    mean = mean.astype(out_dtype, copy=False)
     return mean[..., 0] if axis is None else np.moveaxis(mean, -1, axis)
 
 
@@ -215,8 +230,9 @@ def denoise_bilateral(image, win_size=None, sigma_color=None, sigma_spatial=1, b
     return mean[..., 0] if axis is None else np.moveaxis(mean, -1, axis)
 
 
-def _as_float_image(image, channel_axis):
-    """``(float image with channels last, channel axis or None)``, checked."""
+def _as_float_image(image, channel_axis, spatial=(2, 3)):
+    """``(float image with channels last, channel axis or None)``, checked: ``spatial`` the
+    numbers of spatial axes taken."""
     # scikit-learn's checks (sparse, complex, object, empty, NaN/inf), then the image's own
     arr = sk_check_array(image, dtype="numeric", allow_nd=True, ensure_all_finite=True, input_name="image")
     if np.issubdtype(arr.dtype, np.integer) or arr.dtype == bool:
@@ -225,9 +241,9 @@ def _as_float_image(image, channel_axis):
         arr = arr.astype(np.float32)
     elif arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
-    ndim = (2, 3) if channel_axis is None else (3, 4)
+    ndim = tuple(n + (channel_axis is not None) for n in spatial)
     if arr.ndim not in ndim:
-        what = "2-D or 3-D" + (" plus a channel axis" if channel_axis is not None else "")
+        what = " or ".join(f"{n}-D" for n in spatial) + (" plus a channel axis" if channel_axis is not None else "")
         raise ValueError(f"image must be {what} (an array with {' or '.join(map(str, ndim))} axes), "
                          f"got an array of shape {arr.shape}")
     if channel_axis is None:
@@ -251,7 +267,8 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
     :func:`localkit.denoise_nl_means` with these parameters (see there for the formula).
 
     ``X`` is one image, not a table of samples: a 2-D array is a grayscale image, and with
-    ``channel_axis`` a colour image; 3-D arrays are volumes. ``fit`` only checks the parameters
+    ``channel_axis`` a colour image; 3-D arrays are volumes, 4-D arrays volumes in time (or any
+    fourth axis). ``fit`` only checks the parameters
     and the image (nothing is learned).
 
     Parameters
@@ -267,6 +284,8 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
         distance.
     channel_axis : int or None, default=None
         The axis of colour channels; the patch distance is averaged over channels.
+    fast_mode : bool, default=False
+        The uniform patch of Froment's algorithm (see :func:`localkit.denoise_nl_means`).
     n_jobs : int or None, default=None
         Threads of the compiled loop (None: all cores).
 
@@ -279,12 +298,14 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
     (32, 32)
     """
 
-    def __init__(self, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, channel_axis=None, n_jobs=None):
+    def __init__(self, patch_size=7, patch_distance=11, h=0.1, sigma=0.0, channel_axis=None, fast_mode=False,
+                 n_jobs=None):
         self.patch_size = patch_size
         self.patch_distance = patch_distance
         self.h = h
         self.sigma = sigma
         self.channel_axis = channel_axis
+        self.fast_mode = fast_mode
         self.n_jobs = n_jobs
 
     _parameter_constraints: dict = NL_MEANS_PARAMS
@@ -292,13 +313,13 @@ class NonLocalMeans(TransformerMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None):
         """Check the parameters and the image. Returns ``self``."""
-        _as_float_image(X, self.channel_axis)
+        _as_float_image(X, self.channel_axis, spatial=(2, 3, 4))
         return self
 
     def transform(self, X: ArrayLike) -> np.ndarray:
         """The denoised image, of ``X``'s shape."""
         return denoise_nl_means(X, self.patch_size, self.patch_distance, self.h, self.sigma,
-                                self.channel_axis, n_jobs=self.n_jobs)
+                                self.channel_axis, fast_mode=self.fast_mode, n_jobs=self.n_jobs)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -12,8 +12,8 @@ from sklearn.utils.validation import check_array, check_consistent_length, check
 from .._params import (GRID_PARAMS, KERNEL_PARAMS, N_NEIGHBORS_CONSTRAINT, POLYNOMIAL_ALGORITHM_CONSTRAINT, SAMPLE_WEIGHT_TYPE_CONSTRAINT,
                        non_negative)
 from .._validation import check_n_neighbors, check_regression_target
-from ..engine import (KDSurface, LocalPolynomialFit, backend_of, binned_polynomial_refusals, check_design_fits,
-                      local_polynomial, map_queries, neighbors as nb, twin_groups)
+from ..engine import (BoundKernel, KDSurface, LocalPolynomialFit, backend_of, binned_polynomial_refusals,
+                      check_design_fits, local_polynomial, map_queries, neighbors as nb, twin_groups)
 from ..kernels import Kernel
 from ._base import FLOATS, LocalKernelMixin, check_sample_weight
 from ._output_adaptive import OUTPUT_ADAPTIVE_PARAMS, OutputAdaptiveMixin
@@ -345,6 +345,10 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Resolve the kernel (and the bandwidth), build the interpolation tree, run the robustness
         iterations. ``sample_weight`` (n_samples,) multiplies every kernel weight. Returns ``self``."""
+        backend_of(X, y, sample_weight).require_in_memory(
+            "LocalPolynomialRegressor.fit", "its local designs are solved in memory: fit on NumPy arrays, or fit "
+            "LocalMeanRegressor (the local constant), which keeps the samples on the cluster; a fitted "
+            "LocalPolynomialRegressor predicts dask queries chunk by chunk")
         if self.missing == "drop":
             X, y, sample_weight = self._drop_missing(X, y, sample_weight)
         else:
@@ -375,6 +379,8 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
                                   min(len(X), int(np.ceil(self.n_neighbors_))))
         else:
             self._fit_kernel(X, y, self.sample_weight_)
+        # the kernel bound to the samples once: every later fit (robustness iterations, predict) reuses it
+        self._bound_kernel = BoundKernel(self.kernel_, X)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         self.surface_ = self._vertex_balls = self._sample_balls = self._anchor_balls = None
         self.anchors_ = self.anchor_values_ = None
@@ -416,6 +422,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         Y = self.y_fit_[:, None]
         self._value_product = self._fit_value_kernel(X, Y)
         self._value_samples = np.concatenate([X, Y], axis=1)
+        self._value_bound = BoundKernel(self._value_product, self._value_samples)
         self.n_iter_ = self._value_fixed_point(X).n_iter
 
     def _value_fixed_point(self, X):
@@ -424,7 +431,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         def refit(Q):
             return local_polynomial(Q, self._value_samples, self.y_fit_, self.degree, self._value_product,
                                     sample_weight=self._weights(), ridge=self.ridge, design=X.shape[1],
-                                    **self._path_options()).values
+                                    bound=self._value_bound, **self._path_options()).values
 
         return self._iterate_values(X, self._fit_at(X, self.kernel_)[:, None], refit)
 
@@ -573,9 +580,11 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         return dict(algorithm=self.algorithm, n_jobs=self.n_jobs, grid_size=self.grid_size, tolerance=self.tolerance)
 
     def _exact_fit(self, X, kernel, exclude_self=False, slopes=False, balls=None):
+        # the kernel bound in fit; a span in weight fits each neighbour count with its own kNN kernel, bound here
         return local_polynomial(X, self.X_fit_, self.y_fit_, self.degree, kernel, sample_weight=self._weights(),
                                 sample_scale=self.sample_scale_, exclude_self=exclude_self, ridge=self.ridge,
-                                slopes=slopes, balls=balls, **self._path_options())
+                                slopes=slopes, balls=balls, bound=self._bound_kernel if kernel is self.kernel_ else None,
+                                **self._path_options())
 
     def _exact_in_weight(self, X, kernel, exclude_self=False, slopes=False, balls=None):
         """The fits with a span in weight: each query's count ``k(x*)`` of nearest samples whose

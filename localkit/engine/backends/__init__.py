@@ -119,6 +119,11 @@ class NumPyBackend:
         out = tuple(None if a is None else np.asarray(a) for a in arrays)
         return out[0] if len(out) == 1 else out
 
+    def float64(self, a):
+        """``a`` as float64 in host memory (scikit-learn's float64 scores, whatever the input); on a
+        dask cluster a lazy float64 dask array, nothing computed."""
+        return np.asarray(self.host(a), dtype=np.float64)
+
     def like(self, a, X, dtype=None):
         """The host array ``a`` as an array of ``X``'s backend and device, in ``X``'s dtype (or ``dtype``)."""
         return np.asarray(a, dtype=X.dtype if dtype is None else dtype)
@@ -270,6 +275,9 @@ class DaskBackend(NumPyBackend):
 
         out = tuple(None if a is None else np.asarray(a) for a in dask.compute(*arrays))
         return out[0] if len(out) == 1 else out
+
+    def float64(self, a):
+        return a.astype(np.float64) if is_dask_collection(a) else NUMPY.float64(a)
 
     def like(self, a, X, dtype=None):
         return np.asarray(a, dtype=X.dtype if dtype is None else dtype)  # small arrays (seeds, centres) stay in memory

@@ -127,9 +127,13 @@ BINNED_MAX_DEGREE = 2
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
                      ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
-                     memory_budget=None, n_jobs=None, grid_size=None, design=None, tolerance=None):
+                     memory_budget=None, n_jobs=None, grid_size=None, design=None, tolerance=None, bound=None):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
     derivatives.
+
+    ``bound``: a :class:`~localkit.engine.BoundKernel` of ``kernel`` on ``samples`` (unweighted),
+    bound once by the caller (an estimator's ``fit``); the dense path takes its weights from it
+    instead of binding the samples again, and the samples are not checked again. None: bound here.
 
     ``design`` (an int ``m``): only the first ``m`` columns form the local design; the others
     enter the kernel only (the targets' columns of an output-adaptive fit, whose queries carry
@@ -166,8 +170,13 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     part. Its error is that of the binned pass, ``O((delta / h)^2)`` relative to the targets'
     range for a smooth profile (``tests/test_binned_polynomial.py`` pins the bound).
     """
-    queries, samples, Y, sw, kern = _prepare(queries, samples, targets, sample_weight, kernel, bandwidth,
-                                             n_neighbors, exclude_self)
+    if bound is not None and bound.kernel is not make_kernel(kernel, bandwidth, n_neighbors):
+        raise ValueError(f"bound is {bound.kernel!r} bound to the samples; kernel is {kernel!r}: give the kernel it binds")
+    if bound is not None and sample_weight is not None and isinstance(bound.kernel.bandwidth, str):
+        raise ValueError(f"bound: the rule bandwidth={bound.kernel.bandwidth!r} is resolved on the weighted samples "
+                         "here, not as bound; bind the kernel at its resolved bandwidth")
+    queries, samples, Y, sw, kern = _prepare(queries, samples if bound is None else bound, targets, sample_weight,
+                                             kernel, bandwidth, n_neighbors, exclude_self)
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1] if design is None else int(design), Y.shape[1]
     if not 1 <= d <= samples.shape[1]:
@@ -185,7 +194,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
         return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
                        max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
     block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
-                                      balls, algorithm, d)
+                                      balls, algorithm, d, bound)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
     workers = resolve_n_jobs(n_jobs)
@@ -281,8 +290,9 @@ def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_si
 
 def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
     """Checked ``(queries, samples, Y, sw, kern)`` in the samples' float type (``targets`` None:
-    no columns); a bandwidth rule weighted by the sample weights."""
-    samples = check_points(samples, "samples")
+    no columns); a bandwidth rule weighted by the sample weights. ``samples`` may be a
+    :class:`~localkit.engine.BoundKernel`, whose samples were checked when it bound them."""
+    samples = samples.samples if isinstance(samples, BoundKernel) else check_points(samples, "samples")
     dtype = samples.dtype
     queries = samples if queries is None else check_points(queries, "queries", n_features=samples.shape[1],
                                                            dtype=dtype)
@@ -303,16 +313,17 @@ def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neig
     return queries, samples, Y, sw, kern
 
 
-def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None):
+def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None,
+            bound=None):
     """``(block, row_bytes, found)``: the path's ``block(rows) -> (G, b, weight sums, scale,
     nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree`` of the first
-    ``design`` columns (None: every column)."""
+    ``design`` columns (None: every column); ``bound``: the caller's kernel bound to the samples."""
     design = samples.shape[1] if design is None else design
     E = monomial_exponents(design, degree)
     if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
             and design == samples.shape[1]):
         return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
-    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design), None)
+    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design, bound), None)
 
 
 @validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
@@ -587,15 +598,16 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
     return S, T
 
 
-def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design):
+def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design, bound=None):
     """``block(rows)`` from the engine's log-weights of a query block against every sample, the
     design centred at each query and scaled by the bandwidth ``s`` (the features' spread for kNN
-    and softmax kernels); and the extra bytes per query (its row of weights and temporaries)."""
+    and softmax kernels); and the extra bytes per query (its row of weights and temporaries).
+    ``bound``: the kernel already bound to the samples (else bound here)."""
     s_scale = None if sample_scale is None else check_array(sample_scale, "sample_scale", ndim=(1,))
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
     if s_scale is None and not kern.is_softmax:
-        weights = BoundKernel(kern, samples)
+        weights = BoundKernel(kern, samples) if bound is None else bound
         log_weights, nearest = weights.log_weights, weights.nearest
     else:
         h = kern.resolve_bandwidth(samples)

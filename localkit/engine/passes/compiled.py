@@ -32,7 +32,7 @@ from ..blocks import interruptible
 # only when it calls module-level functions (a function passed as an argument is compiled anew
 # in every process, ~20 s).
 COMPACT = tuple(name for name, p in PROFILES.items() if p.compact)
-(_k0, _k1, _k2, _k3, _k4, _k5, _k6) = (PROFILES[name].compiled_k for name in COMPACT)
+(_k0, _k1, _k2, _k3, _k4, _k5, _k6, _k7) = (PROFILES[name].compiled_k for name in COMPACT)
 
 
 @numba.njit(inline="always")
@@ -49,7 +49,9 @@ def _k(code, u2):
         return _k4(u2)
     if code == 5:
         return _k5(u2)
-    return _k6(u2)
+    if code == 6:
+        return _k6(u2)
+    return _k7(u2)
 
 
 #: At most this many strips (a tiny bandwidth would otherwise ask for astronomically many; wider
