@@ -35,6 +35,7 @@ import numpy as np
 from numba import prange
 from sklearn.utils._param_validation import validate_params
 
+from .._jit import njit
 from .._validation import positive
 from ..kernels import Kernel
 from .blocks import resolve_n_jobs
@@ -141,7 +142,7 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None, po
     return np.moveaxis(mean, 0, -1), np.log(weight)
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _exp_neg(x):
     """``exp(x)`` for ``x <= 0`` as ``exp(-n) * exp(r)``, ``|r| <= 1/2``: a table and a degree-13
     Taylor polynomial (relative error < 2e-15). Unlike libm's ``exp`` the loop vectorises."""
@@ -165,7 +166,7 @@ def _exp_neg(x):
     return p * EXP_NEG_INT[int(n)]
 
 
-@numba.njit(cache=True, parallel=True, fastmath=True)
+@njit(cache=True, parallel=True, fastmath=True)
 def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, offset, n_threads):
     """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors.
 
@@ -192,7 +193,7 @@ def _shift_sums(P, n0, n1, n2, g0, g1, g2, shifts, log_pos, inv_h2, offset, n_th
     return acc
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _strip_shift(P, acc, E, F, w, a, b, t0, t1, t2, lo1, hi1, lo2, hi2, g0, g1, g2, inv_h2, offset, log_pos):
     """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``
     (``log_pos <= 0``: the shift's log-weight in position)."""

@@ -31,7 +31,7 @@ import math
 import sys
 
 import numpy as np
-from numba import njit
+from .._jit import njit
 
 from ..exceptions import LocalkitConvergenceWarning, warn
 

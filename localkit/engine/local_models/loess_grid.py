@@ -14,7 +14,7 @@ radii and 0.16 s for the moments, where scikit-learn's ``kneighbors`` alone took
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..._jit import njit
 
 from ...kernels.profiles import poly_compiled
 

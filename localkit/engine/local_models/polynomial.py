@@ -38,7 +38,7 @@ from itertools import combinations_with_replacement
 from numbers import Integral, Real
 
 import numpy as np
-from numba import njit
+from ..._jit import njit
 from scipy.special import comb
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 

@@ -66,7 +66,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from numba import njit
+from ..._jit import njit
 from scipy import fft
 
 #: The default grid's rule (:func:`grid_shape`): the fewest points per feature whose spacing in
