@@ -403,7 +403,7 @@ class BoundKernel:
         (its one jump: rounded distances would move samples at exactly ``h`` in or out, where the
         compiled and radius paths keep them)."""
         kern = self.kernel
-        return (self.factors is None and kern.compact and not kern.profile.vanishes_at_edge
+        return (self.factors is None and kern.compact and kern.profile.flat
                 and kern.n_neighbors is None and self._raw_index
                 and kern.metric == "euclidean" and self.sample_scale is None)
 

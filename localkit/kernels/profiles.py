@@ -301,9 +301,12 @@ class Profile:
 
     @cached_property
     def flat(self):
-        """A compact profile with ``k = 1`` on its support (the uniform one): as a kernel in
-        position (a window) it only selects pairs and adds no log-weight."""
-        return self.compact and bool(np.all(self.log_k(np.linspace(0.0, 1.0, 9)) == 0.0))
+        """The uniform profile, ``k = 1`` on its support and a jump to 0 at its edge: as a kernel in
+        position (a window) it only selects pairs and adds no log-weight, and the passes decide its
+        edge by the exact test ``|q - x|^2 <= h^2``. Known by its statement, never by probing: a
+        user's ``log k`` finite at ``u = 1`` (``log cos(pi u / 2)`` is -37 there) or flat at a few
+        points is computed as the profile it states."""
+        return self.statement is _log_uniform
 
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
