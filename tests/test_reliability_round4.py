@@ -92,3 +92,81 @@ def test_nan_from_a_user_profile_in_attention_raises():
     q, k, v = torch.randn(1, 5, 2, generator=g), 5 * torch.randn(1, 7, 2, generator=g), torch.randn(1, 7, 3, generator=g)
     with pytest.raises(ValueError, match="returned NaN"):
         kernel_attention(q, k, v, kernel=Kernel(nan_beyond_three), bandwidth=1.0)
+
+
+# --- 3. binned passes: a tolerance met or refused; queries far from the samples ---------------
+
+
+def _with_outlier(n=100_000):
+    rng = np.random.default_rng(3)
+    X = np.r_[rng.uniform(size=(n, 1)), [[1e12]]]
+    return X, np.sin(6 * X[:, 0]), rng.uniform(size=(40, 1))
+
+
+@pytest.mark.parametrize("tolerance", [None, 1e-6])
+def test_binned_pass_past_its_grid_is_refused(tolerance):
+    X, y, Q = _with_outlier()
+    with pytest.raises(ValueError, match=r"algorithm='binned'.*tolerance.*error bound.*1e\+14 bandwidths"):
+        kernel_density(Q, X, bandwidth=0.01, algorithm="binned", tolerance=tolerance)
+    with pytest.raises(ValueError, match=r"algorithm='binned'.*tolerance"):
+        local_mean(Q, X, y, "gaussian", 0.01, algorithm="binned", tolerance=tolerance)
+
+
+def test_binned_pass_past_its_grid_under_auto_is_exact():
+    X, y, Q = _with_outlier(20_000)
+    d = np.abs(Q - X.T) / 0.01
+    w = np.exp(-0.5 * d * d)
+    # "auto" under a tolerance may take an approximate exact-path (a truncated tail) that meets it
+    np.testing.assert_allclose(kernel_density(Q, X, bandwidth=0.01, tolerance=1e-6),
+                               w.sum(1) / (len(X) * 0.01 * np.sqrt(2 * np.pi)), rtol=1e-6)
+    np.testing.assert_allclose(local_mean(Q, X, y, "gaussian", 0.01, tolerance=1e-6), w @ y / w.sum(1),
+                               rtol=0, atol=1e-6 * np.ptp(y))
+
+
+def test_binned_2d_density_meets_the_tolerance_or_refuses():
+    from sklearn.neighbors import KernelDensity as SkKDE
+
+    rng = np.random.default_rng(0)
+    X, Q = rng.normal(size=(2000, 2)), rng.normal(size=(200, 2))
+    exact = np.exp(SkKDE(bandwidth=0.6).fit(X).score_samples(Q))
+    for tol in [1e-5, 1e-8]:  # the 1,536-point grid's bound over ~12 bandwidths is 5e-4
+        with pytest.raises(ValueError, match=rf"tolerance.*is 0.000[0-9]+, not tolerance={tol:g}"):
+            kernel_density(Q, X, bandwidth=0.6, algorithm="binned", tolerance=tol)
+    for tol in [1e-3, 0.05]:
+        binned = kernel_density(Q, X, bandwidth=0.6, algorithm="binned", tolerance=tol)
+        dense = exact > 1e-3 * exact.max()  # where the documented relative bound holds
+        assert np.max(np.abs(binned[dense] / exact[dense] - 1)) <= tol
+
+
+def test_binned_uniform_with_a_tolerance_off_the_samples_is_refused():
+    X, y, Q = _cloud()
+    with pytest.raises(ValueError, match="no error bound off the samples"):
+        local_mean(Q, X, y, "uniform", 0.2, algorithm="binned", tolerance=1e-3)
+    # at the samples it has one
+    local_mean(None, X, y, "uniform", 0.2, algorithm="binned", tolerance=1e-3)
+
+
+@pytest.mark.parametrize("tolerance", [None, 1e-4, 1e-6])
+def test_binned_gaussian_far_from_the_samples_is_the_exact_fit(tolerance):
+    from localkit.engine import local_polynomial
+
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(500, 1))
+    y = np.sin(6 * X[:, 0]) + 3 * X[:, 0]
+    h = 0.1
+    Q = np.r_[rng.uniform(size=(20, 1)), 1.0 + h * np.array([[5.0], [6.0], [7.4], [8.0], [12.0], [40.0]]),
+              -h * np.array([[7.0], [20.0]])]
+    d = np.abs(Q - X.T) / h
+    L = -0.5 * d * d
+    w = np.exp(L - L.max(1, keepdims=True))  # in float64, shifted: no query is empty for a Gaussian
+    ref = w @ y / w.sum(1)
+    binned = local_mean(Q, X, y, "gaussian", h, algorithm="binned", tolerance=tolerance)
+    np.testing.assert_allclose(binned, ref, rtol=0, atol=(tolerance or 1e-4) * np.ptp(y))
+    # local linear: the far queries are extrapolations of the exact fit (statsmodels' KernelReg 'll')
+    exact = local_polynomial(Q, X, y, 1, "gaussian", h, algorithm="dense").values.ravel()
+    fit = local_polynomial(Q, X, y, 1, "gaussian", h, algorithm="binned", tolerance=tolerance)
+    assert not fit.empty.any()
+    got = fit.values.ravel()
+    assert np.all(np.abs(got - exact) <= (tolerance or 1e-4) * np.maximum(np.ptp(y), np.abs(exact)))
+    far = np.min(d, axis=1) >= 7.4  # the binned sums are below the FFT's round-off there: the exact fit itself
+    np.testing.assert_allclose(got[far], exact[far], rtol=1e-10)
