@@ -170,3 +170,59 @@ def test_binned_gaussian_far_from_the_samples_is_the_exact_fit(tolerance):
     assert np.all(np.abs(got - exact) <= (tolerance or 1e-4) * np.maximum(np.ptp(y), np.abs(exact)))
     far = np.min(d, axis=1) >= 7.4  # the binned sums are below the FFT's round-off there: the exact fit itself
     np.testing.assert_allclose(got[far], exact[far], rtol=1e-10)
+
+
+# --- 5. leave-one-out on lattice data: a copy is the whole row ---------------------------------
+
+
+def _lattice(seed=0, n=120):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 12, size=n) / 4.0  # 12 distinct x, each with ~10 distinct y
+    return x[:, None], np.sin(x) + 0.3 * rng.normal(size=n)
+
+
+def _loo_by_rows(X, y, h, degree):
+    """The plain leave-one-out error, a fit without row i at x_i (float64, Gaussian weights)."""
+    err = []
+    for i in range(len(X)):
+        keep = np.arange(len(X)) != i
+        w = np.exp(-0.5 * ((X[keep, 0] - X[i, 0]) / h) ** 2)
+        D = np.column_stack([np.ones(keep.sum()), X[keep, 0] - X[i, 0]])[:, :degree + 1]
+        beta = np.linalg.lstsq(D * np.sqrt(w)[:, None], y[keep] * np.sqrt(w), rcond=None)[0]
+        err.append(y[i] - beta[0])
+    return float(np.mean(np.square(err)))
+
+
+@pytest.mark.parametrize("degree", [0, 1])
+def test_cv_on_lattice_data_scores_the_plain_leave_one_out(degree):
+    from localkit import LocalMeanRegressor, LocalPolynomialRegressor
+
+    X, y = _lattice()
+    model = (LocalMeanRegressor(kernel="gaussian", bandwidth="cv") if degree == 0 else
+             LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth="cv")).fit(X, y)
+    hs, losses = model.cv_results_["bandwidth"], model.cv_results_["loo_loss"]
+    for j in np.linspace(0, len(hs) - 1, 6).astype(int):
+        assert losses[j] == pytest.approx(_loo_by_rows(X, y, hs[j], degree), rel=1e-9)
+    # copies of whole rows still leave together: the rows twice choose the same bandwidth
+    twice = (LocalMeanRegressor(kernel="gaussian", bandwidth="cv") if degree == 0 else
+             LocalPolynomialRegressor(degree=1, kernel="gaussian", bandwidth="cv")).fit(np.r_[X, X], np.r_[y, y])
+    assert twice.cv_results_["bandwidth"][np.argmin(twice.cv_results_["loo_loss"])] == pytest.approx(
+        hs[np.argmin(losses)], rel=1e-6)
+
+
+def test_leave_one_out_by_rows_in_the_engine():
+    from localkit.engine import local_polynomial
+
+    X, y = _lattice(1, 60)
+    Y = np.column_stack([y, np.r_[y[:30], y[:30]]])  # a second column with repeated values
+    X2 = np.r_[X[:30], X[:30]]  # rows 30..59 copy rows 0..29 in x, and in column 1 of Y, not in column 0
+    for V in (y, Y, np.r_[y[:30], y[:30]]):  # lattice, lattice, copies of whole rows
+        m = local_mean(None, X2, V, "gaussian", 0.4, exclude_self=True)
+        f = local_polynomial(None, X2, V, 0, "gaussian", 0.4, exclude_self=True, algorithm="dense").values
+        for i in range(60):
+            keep = np.arange(60) != i
+            Vr = np.asarray(V).reshape(60, -1)
+            keep &= ~np.all(np.c_[X2, Vr] == np.c_[X2, Vr][i], axis=1)  # the copies of row i, x and values
+            w = np.exp(-0.5 * ((X2[keep, 0] - X2[i, 0]) / 0.4) ** 2)
+            np.testing.assert_allclose(np.reshape(m[i], -1), w @ Vr[keep] / w.sum(), rtol=1e-12)
+            np.testing.assert_allclose(np.reshape(f[i], -1), w @ Vr[keep] / w.sum(), rtol=1e-10)

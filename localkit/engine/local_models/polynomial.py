@@ -407,7 +407,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
-    twins = twin_groups(samples) if exclude_self else None
+    twins = twin_groups(samples, Y) if exclude_self else None
     # the fused paths evaluate the compact profiles ``(1 - u^a)^b`` inline (``Profile.poly``)
     a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
@@ -606,8 +606,9 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, 
     s_scale = None if sample_scale is None else check_array(sample_scale, "sample_scale", ndim=(1,))
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
+    twins = twin_groups(samples, Y) if exclude_self else None  # the copies of a row: x and y
     if s_scale is None and not kern.is_softmax:
-        weights = BoundKernel(kern, samples)
+        weights = BoundKernel(kern, samples, twins=np.arange(len(samples)) if twins is None else twins)
         log_weights, nearest = weights.log_weights, weights.nearest
     else:
         h = kern.resolve_bandwidth(samples)
@@ -615,7 +616,6 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, 
         Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
         temperature = h if kern.is_softmax else 1.0
         index = nb.make_index(samples, kern.metric, exact=True)
-        twins = twin_groups(samples) if exclude_self else None
 
         def log_weights(Q, exclude_self=False, row_offset=0):
             L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
