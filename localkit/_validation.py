@@ -110,7 +110,11 @@ def check_sparse_points(x, name, *, n_features=None, dtype=None):
     anything else float64, or ``dtype``), not empty: the samples and queries of the neighbour
     path on sparse input (:mod:`localkit.engine.passes.neighbors`). Other sparse formats are
     converted to CSR (a copy of the stored values, never a dense array); dense points (queries
-    beside sparse samples) are checked as :func:`check_points` checks them, then stored as CSR."""
+    beside sparse samples) are checked as :func:`check_points` checks them, then stored as CSR.
+    The matrix is returned in canonical form (each row's column indices sorted, none repeated):
+    scikit-learn's sparse distances (the neighbour search) read unsorted or repeated indices as
+    other points ('manhattan': wrong neighbours, silently), so a non-canonical matrix is copied
+    and put in that form; the caller's is not modified."""
     if not scipy.sparse.issparse(x):
         return scipy.sparse.csr_matrix(check_points(x, name, n_features=n_features, dtype=dtype))
     X = x.tocsr()
@@ -127,6 +131,9 @@ def check_sparse_points(x, name, *, n_features=None, dtype=None):
         raise ValueError(not_finite(name))
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(wrong_features(name, X.shape[1], n_features))
+    if not X.has_canonical_format:  # a copy in canonical form: the caller's matrix is left as it is
+        X = X.copy() if X is x else X
+        X.sum_duplicates()  # sorts each row's column indices and sums repeated ones
     return X
 
 

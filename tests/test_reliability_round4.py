@@ -5,6 +5,8 @@ The compiled cache's upgrade test is in ``tests/test_compiled_cache.py``.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import integrate
@@ -226,3 +228,78 @@ def test_leave_one_out_by_rows_in_the_engine():
             w = np.exp(-0.5 * ((X2[keep, 0] - X2[i, 0]) / 0.4) ** 2)
             np.testing.assert_allclose(np.reshape(m[i], -1), w @ Vr[keep] / w.sum(), rtol=1e-12)
             np.testing.assert_allclose(np.reshape(f[i], -1), w @ Vr[keep] / w.sum(), rtol=1e-10)
+
+
+# --- 6. sparse samples and queries in every non-canonical form --------------------------------
+
+
+def _non_canonical(D, form):
+    """``D`` as a sparse matrix of the same values in ``form``."""
+    from scipy import sparse
+
+    M = sparse.csr_matrix(D)
+    if form == "unsorted":
+        M = M.copy()
+        for i in range(M.shape[0]):
+            a, b = M.indptr[i], M.indptr[i + 1]
+            M.indices[a:b], M.data[a:b] = M.indices[a:b][::-1].copy(), M.data[a:b][::-1].copy()
+        M.has_sorted_indices = False
+    elif form == "duplicates":  # each stored value split in two entries of the same column, unsorted
+        rows, cols = M.nonzero()
+        vals = np.asarray(M[rows, cols]).ravel()
+        order = np.random.default_rng(0).permutation(2 * len(vals))
+        r, c, v = np.r_[rows, rows][order], np.r_[cols, cols][order], np.r_[0.25 * vals, 0.75 * vals][order]
+        M = sparse.csr_matrix((v, (r, c)), shape=D.shape)  # scipy sums these at construction ...
+        indptr = np.r_[0, np.cumsum(np.bincount(r[np.argsort(r, kind="stable")], minlength=D.shape[0]))]
+        by_row = np.argsort(r, kind="stable")  # ... so build the CSR arrays by hand, duplicates kept
+        M = sparse.csr_matrix((v[by_row], c[by_row], indptr), shape=D.shape)
+        assert not M.has_canonical_format
+    elif form == "explicit_zeros":  # a stored 0.0 in every row's first empty column
+        rows, cols, vals = [], [], []
+        for i, row in enumerate(D):
+            empty = np.flatnonzero(row == 0)
+            keep = np.r_[np.flatnonzero(row), empty[:1]]
+            rows += [i] * len(keep)
+            cols += list(keep)
+            vals += list(row[keep])
+        indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=D.shape[0]))]
+        M = sparse.csr_matrix((np.array(vals), np.array(cols), indptr), shape=D.shape)
+    elif form == "csc":
+        M = sparse.csc_matrix(D)
+    elif form == "coo":
+        M = sparse.coo_matrix(D)
+    return M, D
+
+
+@pytest.mark.parametrize("form", ["unsorted", "duplicates", "explicit_zeros", "csc", "coo"])
+@pytest.mark.parametrize("metric", ["manhattan", "euclidean", "cosine"])
+def test_sparse_in_every_form_finds_the_neighbours_of_the_dense_array(form, metric):
+    from scipy import sparse
+    from sklearn.neighbors import KNeighborsRegressor, RadiusNeighborsRegressor
+
+    from localkit import LocalMeanRegressor
+
+    rng = np.random.default_rng(0)
+    D = rng.uniform(size=(80, 8)) * (rng.uniform(size=(80, 8)) < 0.4)
+    Qd = rng.uniform(size=(15, 8)) * (rng.uniform(size=(15, 8)) < 0.4)
+    for A in (D, Qd):  # no zero row (cosine has no distance there)
+        A[np.arange(len(A)), rng.integers(0, 8, len(A))] = rng.uniform(0.5, 1.0, len(A))
+    y = rng.normal(size=80)
+    Xs, D = _non_canonical(D, form)
+    Qs, Qd = _non_canonical(Qd, form)
+    before = Xs.copy()
+    knn = LocalMeanRegressor(kernel="uniform", n_neighbors=5, metric=metric).fit(Xs, y)
+    np.testing.assert_allclose(knn.predict(Qs), KNeighborsRegressor(5, metric=metric, algorithm="brute").fit(D, y)
+                               .predict(Qd), rtol=0, atol=1e-12)
+    r = 0.3 if metric == "cosine" else 1.5
+    radius = LocalMeanRegressor(kernel="uniform", bandwidth=r, metric=metric).fit(Xs, y)
+    with warnings.catch_warnings():  # scikit-learn's notice of a query without neighbours (NaN there)
+        warnings.simplefilter("ignore", UserWarning)
+        ref = RadiusNeighborsRegressor(radius=r, metric=metric, algorithm="brute").fit(D, y).predict(Qd)
+    got = radius.predict(Qs)
+    live = np.isfinite(ref)
+    np.testing.assert_allclose(got[live], ref[live], rtol=0, atol=1e-12)
+    # the caller's matrix is not modified
+    assert (Xs != before).nnz == 0 and type(Xs) is type(before)
+    if sparse.isspmatrix_csr(before):
+        np.testing.assert_array_equal(Xs.indices, before.indices)
