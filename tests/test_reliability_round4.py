@@ -303,3 +303,35 @@ def test_sparse_in_every_form_finds_the_neighbours_of_the_dense_array(form, metr
     assert (Xs != before).nnz == 0 and type(Xs) is type(before)
     if sparse.isspmatrix_csr(before):
         np.testing.assert_array_equal(Xs.indices, before.indices)
+
+
+# --- 7. a bandwidth of 1e20 or more in float32 (c = h^-2 underflows to 0) -------------------------
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "softmax", "laplacian", "epanechnikov", "cauchy"])
+def test_attention_with_an_enormous_bandwidth_is_the_mean_of_the_values(kernel):
+    torch = pytest.importorskip("torch")
+    from localkit.nn import kernel_attention
+
+    g = torch.Generator().manual_seed(0)
+    for batch in [(1,), (2, 4)]:  # (1,): the streamed paths, which bound the logits first; (2, 4): the flash kernel
+        q, k, v = (torch.randn(*batch, n, 3, generator=g) for n in (6, 7, 7))
+        mean = v.double().mean(-2, keepdim=True).expand(*batch, 6, 3)  # the limit h -> inf: every weight 1
+        for h in [torch.tensor(1e20), torch.tensor(1e30), torch.tensor(torch.finfo(torch.float32).max),
+                  torch.exp(torch.tensor(47.0)), 1e20, 1e300]:
+            out = kernel_attention(q, k, v, kernel=kernel, bandwidth=h)
+            torch.testing.assert_close(out.double(), mean, rtol=0, atol=1e-6)
+
+
+def test_learned_log_bandwidth_near_47_trains():
+    torch = pytest.importorskip("torch")
+    from localkit.nn import LocalMeanAttention
+
+    torch.manual_seed(0)
+    m = LocalMeanAttention(8, 2, kernel="gaussian", learn_bandwidth=True, batch_first=True)
+    with torch.no_grad():
+        m.log_bandwidth.fill_(47.0)
+    x = torch.randn(3, 5, 8)
+    out, _ = m(x, x, x, need_weights=False)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(m.log_bandwidth.grad).all()
