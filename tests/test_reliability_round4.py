@@ -335,3 +335,41 @@ def test_learned_log_bandwidth_near_47_trains():
     out, _ = m(x, x, x, need_weights=False)
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(m.log_bandwidth.grad).all()
+
+
+# --- 8. train-lm: usage errors naming the option, a clear message where memory runs out ----------
+
+
+@pytest.mark.parametrize("argv,option", [(["--device", "meta"], "--device meta"), (["--lr", "1e308"], "--lr"),
+                                         (["--lr", "2"], "--lr"), (["--d-model", "100000"], "--d-model 100000"),
+                                         (["--batch-size", "100000000"], "--batch-size 100000000")])
+def test_train_lm_refuses_what_cannot_train_naming_the_option(argv, option, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    from localkit.cli import main
+    from localkit.nn import train_lm
+
+    monkeypatch.setattr(train_lm, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as exc:
+        main(["train-lm"] + argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: localkit train-lm") and f"error: {option}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("failure", ["numpy", "torch", "diverged"])
+def test_train_lm_out_of_memory_or_diverging_is_one_line(failure, capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from localkit.nn import train_lm
+
+    def train(*args, **kwargs):
+        if failure == "numpy":
+            np.empty(2**41, dtype=np.int64)  # 16 TiB: NumPy's allocation error (a MemoryError)
+        if failure == "torch":
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+        raise train_lm.Diverged("the training loss is nan at step 3: training diverged; lower --lr (now 0.9)")
+
+    monkeypatch.setattr(train_lm, "train", train)
+    assert train_lm.main(train_lm._parse(["--batch-size", "8"])) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert ("--batch-size (8)" in err) if failure != "diverged" else ("lower --lr" in err)
