@@ -77,6 +77,7 @@ def as_numbers(x, name):
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
     refuse_sparse(x, name)
+    refuse_text_columns(x, name)
     if _masked_dtypes(x):
         if np.asarray(x.isna()).any():
             raise ValueError(f"{name} contains pandas NA (a missing value in a nullable column); "
@@ -96,6 +97,38 @@ def as_numbers(x, name):
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise ValueError(not_numbers(name, arr.dtype))
     return arr
+
+
+def refuse_text_columns(x, name):
+    """Raise where a column of ``x`` (a pandas DataFrame, or a 2-D object or string array) holds
+    strings (a pandas ``Categorical`` or ``string`` column of them included), naming the
+    columns and the fix: localkit computes with numbers, and a categorical factor
+    (``aitchison_aitken``, ``wang_ryzin``) compares integer codes, which must be the same at fit and
+    at predict. scikit-learn's own message ("could not convert string to float") names neither."""
+    if hasattr(x, "columns") and hasattr(x, "dtypes"):  # only the columns of a dtype that is not numeric
+        picked = [j for j, t in enumerate(x.dtypes) if getattr(t, "kind", "O") not in "biufc"]
+        labels = [x.columns[j] for j in picked]
+        columns = [np.asarray(x.iloc[:, j].astype(object)) for j in picked]
+    else:
+        arr = x if isinstance(x, np.ndarray) else None
+        if arr is None or arr.ndim != 2 or arr.dtype.kind not in "OUS":
+            return
+        picked = labels = list(range(arr.shape[1]))
+        columns = [arr[:, j] for j in range(arr.shape[1])]
+    bad = []
+    for j, label, col in zip(picked, labels, columns):
+        if col.dtype.kind in "US" or (col.dtype == object and any(isinstance(v, (str, bytes)) for v in col)):
+            levels = sorted({str(v) for v in col})
+            bad.append((j, label, levels))
+    if not bad:
+        return
+    where = "; ".join(f"column {j}" + (f" ({label!r})" if label != j else "") + " holds "
+                      + ", ".join(repr(v) for v in levels[:3]) + (", ..." if len(levels) > 3 else "")
+                      for j, label, levels in bad)
+    raise ValueError(f"{name} must hold numbers: {where}. A categorical factor (Kernel('aitchison_aitken' or "
+                     "'wang_ryzin', features=[...])) compares integer codes: encode such columns first, with the "
+                     "same codes at fit and predict, e.g. sklearn.preprocessing.OrdinalEncoder, or "
+                     "X[col] = pd.Categorical(X[col], categories=levels).codes")
 
 
 def refuse_sparse(x, name):

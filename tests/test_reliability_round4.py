@@ -5,6 +5,7 @@ The compiled cache's upgrade test is in ``tests/test_compiled_cache.py``.
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -373,3 +374,37 @@ def test_train_lm_out_of_memory_or_diverging_is_one_line(failure, capsys, monkey
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert ("--batch-size (8)" in err) if failure != "diverged" else ("lower --lr" in err)
+
+
+# --- 9. columns of strings beside a categorical factor: named, with the fix ---------------------
+
+
+def _mixed(n=60):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"x": rng.normal(size=n), "colour": rng.choice(["red", "green", "blue"], size=n)})
+    return df, (df.x + (df.colour == "red")).to_numpy()
+
+
+@pytest.mark.parametrize("form", ["object", "category", "string", "numpy"])
+def test_string_columns_in_a_categorical_product_are_named_with_the_fix(form):
+    from localkit import LocalMeanRegressor
+
+    df, y = _mixed()
+    X = {"object": df, "category": df.assign(colour=df.colour.astype("category")),
+         "string": df.assign(colour=df.colour.astype("string")), "numpy": df.to_numpy()}[form]
+    K = Kernel("gaussian", 0.5, features=[0]) * Kernel("aitchison_aitken", 0.2, features=[1])
+    label = "" if form == "numpy" else " ('colour')"
+    with pytest.raises(ValueError, match=rf"X must hold numbers: column 1{re.escape(label)} holds 'blue', 'green', "
+                                         r"'red'\..*OrdinalEncoder"):
+        LocalMeanRegressor(kernel=K).fit(X, y)
+    # encoded as the message says, the fit is statsmodels' mixed-data local constant regression
+    from sklearn.preprocessing import OrdinalEncoder
+    from statsmodels.nonparametric.kernel_regression import KernelReg
+
+    codes = df.assign(colour=OrdinalEncoder().fit_transform(df[["colour"]])[:, 0]).to_numpy()
+    model = LocalMeanRegressor(kernel=K).fit(codes, y)
+    with pytest.raises(ValueError, match="column 1"):  # at predict too
+        model.predict(X)
+    ref = KernelReg(y, codes, var_type="cu", reg_type="lc", bw=[0.5, 0.2], rng=0).fit(codes)[0]
+    np.testing.assert_allclose(model.predict(codes), ref, rtol=1e-10)
