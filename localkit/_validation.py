@@ -77,6 +77,7 @@ def as_numbers(x, name):
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
     refuse_sparse(x, name)
+    refuse_text_columns(x, name)
     if _masked_dtypes(x):
         if np.asarray(x.isna()).any():
             raise ValueError(f"{name} contains pandas NA (a missing value in a nullable column); "
@@ -98,6 +99,38 @@ def as_numbers(x, name):
     return arr
 
 
+def refuse_text_columns(x, name):
+    """Raise where a column of ``x`` (a pandas DataFrame, or a 2-D object or string array) holds
+    strings (a pandas ``Categorical`` or ``string`` column of them included), naming the
+    columns and the fix: localkit computes with numbers, and a categorical factor
+    (``aitchison_aitken``, ``wang_ryzin``) compares integer codes, which must be the same at fit and
+    at predict. scikit-learn's own message ("could not convert string to float") names neither."""
+    if hasattr(x, "columns") and hasattr(x, "dtypes"):  # only the columns of a dtype that is not numeric
+        picked = [j for j, t in enumerate(x.dtypes) if getattr(t, "kind", "O") not in "biufc"]
+        labels = [x.columns[j] for j in picked]
+        columns = [np.asarray(x.iloc[:, j].astype(object)) for j in picked]
+    else:
+        arr = x if isinstance(x, np.ndarray) else None
+        if arr is None or arr.ndim != 2 or arr.dtype.kind not in "OUS":
+            return
+        picked = labels = list(range(arr.shape[1]))
+        columns = [arr[:, j] for j in range(arr.shape[1])]
+    bad = []
+    for j, label, col in zip(picked, labels, columns):
+        if col.dtype.kind in "US" or (col.dtype == object and any(isinstance(v, (str, bytes)) for v in col)):
+            levels = sorted({str(v) for v in col})
+            bad.append((j, label, levels))
+    if not bad:
+        return
+    where = "; ".join(f"column {j}" + (f" ({label!r})" if label != j else "") + " holds "
+                      + ", ".join(repr(v) for v in levels[:3]) + (", ..." if len(levels) > 3 else "")
+                      for j, label, levels in bad)
+    raise ValueError(f"{name} must hold numbers: {where}. A categorical factor (Kernel('aitchison_aitken' or "
+                     "'wang_ryzin', features=[...])) compares integer codes: encode such columns first, with the "
+                     "same codes at fit and predict, e.g. sklearn.preprocessing.OrdinalEncoder, or "
+                     "X[col] = pd.Categorical(X[col], categories=levels).codes")
+
+
 def refuse_sparse(x, name):
     """The ``TypeError`` of entry points that take dense arrays only, for a scipy sparse ``x``."""
     if scipy.sparse.issparse(x):
@@ -110,7 +143,11 @@ def check_sparse_points(x, name, *, n_features=None, dtype=None):
     anything else float64, or ``dtype``), not empty: the samples and queries of the neighbour
     path on sparse input (:mod:`localkit.engine.passes.neighbors`). Other sparse formats are
     converted to CSR (a copy of the stored values, never a dense array); dense points (queries
-    beside sparse samples) are checked as :func:`check_points` checks them, then stored as CSR."""
+    beside sparse samples) are checked as :func:`check_points` checks them, then stored as CSR.
+    The matrix is returned in canonical form (each row's column indices sorted, none repeated):
+    scikit-learn's sparse distances (the neighbour search) read unsorted or repeated indices as
+    other points ('manhattan': wrong neighbours, silently), so a non-canonical matrix is copied
+    and put in that form; the caller's is not modified."""
     if not scipy.sparse.issparse(x):
         return scipy.sparse.csr_matrix(check_points(x, name, n_features=n_features, dtype=dtype))
     X = x.tocsr()
@@ -127,6 +164,9 @@ def check_sparse_points(x, name, *, n_features=None, dtype=None):
         raise ValueError(not_finite(name))
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(wrong_features(name, X.shape[1], n_features))
+    if not X.has_canonical_format:  # a copy in canonical form: the caller's matrix is left as it is
+        X = X.copy() if X is x else X
+        X.sum_duplicates()  # sorts each row's column indices and sums repeated ones
     return X
 
 

@@ -106,6 +106,7 @@ SLOW = {
     "tests/test_selection.py::test_check_estimator_with_cv": "sweep",  # 6.6 s, 2 configurations, the first 2.73 s (the same checks)
     "tests/test_fuzz_estimators.py::test_estimator_many_features": "cases:4-5000-",  # 27.1 s: 5,000 features (1,000 stay)
     # single slow tests; the same reference is compared by a test of the quick suite
+    "tests/test_compiled_cache.py::test_reordered_profiles_recompile_the_compact_pass": "whole",  # 30 s (three interpreters, two compiles); the probe modules' test is quick
     "tests/test_array_api.py::test_flexattention_chunks_and_new_sample_weights_do_not_recompile": "whole",  # 2.7 s
     "tests/test_array_api.py::test_mean_shift_on_tensors_with_sample_weight_and_float32": "whole",  # 2.3 s
     "tests/test_dask.py::test_classifier_on_dask": "whole",  # 3.1 s

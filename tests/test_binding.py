@@ -246,6 +246,6 @@ def test_the_streamed_pass_is_explained_and_refused_by_name():
     D = np.abs(X[:, :1] - X[:, :1].T)
     with pytest.raises(ValueError, match="algorithm='streamed' cannot compute this pass: metric='precomputed'"):
         local_sums(None, D, X[:, 0], "gaussian", 0.1, metric="precomputed", algorithm="streamed")
-    with pytest.raises(ValueError, match="exclude_self=True .* repeat a row"):
-        local_sums(None, np.vstack([X, X[:3]]), np.arange(len(X) + 3.0), "gaussian", 0.1, exclude_self=True,
-                   algorithm="streamed")
+    with pytest.raises(ValueError, match="exclude_self=True .* repeat a row"):  # copies of whole rows (x and y)
+        local_sums(None, np.vstack([X, X[:3]]), np.r_[np.arange(len(X)), np.arange(3)].astype(float), "gaussian",
+                   0.1, exclude_self=True, algorithm="streamed")

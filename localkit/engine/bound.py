@@ -52,7 +52,7 @@ from .sums import sum_sums
 from .options import EngineOptions
 from .results import LocalSums
 from .stream import augment
-from .twins import check_twins, mask_twins, twin_groups
+from .twins import check_twins, mask_twins, refine_twins, twin_groups
 
 #: Largest ``E`` (``max |x_s| <= 2^E``) for which the engine works on ``x_s`` itself: the squared
 #: norms of the matrix-product form then stay far from overflow (float32 reaches 2^128).
@@ -403,7 +403,7 @@ class BoundKernel:
         (its one jump: rounded distances would move samples at exactly ``h`` in or out, where the
         compiled and radius paths keep them)."""
         kern = self.kernel
-        return (self.factors is None and kern.compact and not kern.profile.vanishes_at_edge
+        return (self.factors is None and kern.compact and kern.profile.flat
                 and kern.n_neighbors is None and self._raw_index
                 and kern.metric == "euclidean" and self.sample_scale is None)
 
@@ -466,13 +466,22 @@ class BoundKernel:
         other.options = options
         return other
 
+    def _with_twins(self, groups):
+        """This kernel with the leave-one-out groups ``groups`` (None: one per sample); the samples
+        and indexes are shared."""
+        other = copy.copy(self)
+        other._given_twins = np.arange(self.n_samples) if groups is None else groups
+        other.twins = groups
+        return other
+
     def sums(self, queries: ArrayLike | None = None, values: ArrayLike | BoundValues | None = None, *,
              exclude_self: bool = False, query_scale: ArrayLike | None = None) -> LocalSums:
         """Local means of ``values`` (optional) and log weight sums at ``queries``.
 
         ``queries=None`` evaluates at the samples; ``exclude_self`` drops sample ``i``'s weight
-        at query ``i`` (leave-one-out), and that of every sample at its point (a repeated row is
-        the same observation: :mod:`localkit.engine.twins`). ``query_scale`` (n_queries,) are
+        at query ``i`` (leave-one-out), and that of every copy of its row, at its point with its
+        values (a repeated row is the same observation; samples at one point with distinct values
+        are not: :mod:`localkit.engine.twins`). ``query_scale`` (n_queries,) are
         per-query bandwidth factors (``u = d / (h q_i)``). ``values`` may be the :meth:`prepare`-d
         form. Returns :class:`~localkit.engine.LocalSums`.
         """
@@ -482,6 +491,11 @@ class BoundKernel:
         if self.terms is not None:
             prepared = values if isinstance(values, BoundValues) else self.prepare(values)
             return sum_sums(self, queries, prepared, exclude_self, query_scale)
+        if exclude_self and self.on_host and self._given_twins is None and self.twins is not None:
+            # leave-one-out leaves out the copies of a row, x and value (localkit.engine.twins)
+            prepared = values if isinstance(values, BoundValues) else self.prepare(values)
+            groups = refine_twins(self.twins, prepared.V)
+            return self._with_twins(groups).sums(queries, prepared, exclude_self=True, query_scale=query_scale)
         xp = namespace_of(queries, query_scale)
         if self.on_host and xp is not np:  # queries on a device beside host samples: the pass runs on that device
             if isinstance(values, BoundValues):

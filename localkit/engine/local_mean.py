@@ -51,8 +51,9 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Adaptive kNN bandwidth ``h(x*)`` = distance to the k-th nearest sample.
     exclude_self : bool, default=False
         Leave-one-out: query ``i`` is sample ``i`` and its own weight is dropped, with that of
-        every sample at its point (a repeated row is the same observation for a kernel;
-        scikit-learn's ``LeaveOneOut`` splits rows instead).
+        every copy of its row, at its point with its values (a repeated row is the same
+        observation for a kernel; scikit-learn's ``LeaveOneOut`` splits rows instead; samples at
+        one point with distinct values are distinct observations, each left out alone).
     metric, p : the distance (see :class:`~localkit.Kernel`), default "euclidean"
         Also "manhattan", "chebyshev", "minkowski" (with ``p``), "cosine", a callable, or
         "precomputed" (``queries`` and ``samples`` are then distances to the samples).

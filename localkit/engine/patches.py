@@ -35,6 +35,7 @@ import numpy as np
 from numba import prange
 from sklearn.utils._param_validation import validate_params
 
+from .._jit import njit
 from .._validation import positive
 from ..kernels import Kernel
 from .blocks import resolve_n_jobs
@@ -169,7 +170,7 @@ def patch_local_mean(image, axis_weights, window, h, offset=0.0, n_jobs=None, po
     return np.moveaxis(mean, 0, -1).reshape(spatial + img.shape[-1:]), np.log(weight).reshape(spatial)
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _exp_neg(x):
     """``exp(x)`` for ``x <= 0`` as ``exp(-n) * exp(r)``, ``|r| <= 1/2``: a table and a degree-13
     Taylor polynomial (relative error < 2e-15). Unlike libm's ``exp`` the loop vectorises."""
@@ -193,7 +194,7 @@ def _exp_neg(x):
     return p * EXP_NEG_INT[int(n)]
 
 
-@numba.njit(cache=True, parallel=True, fastmath=True)
+@njit(cache=True, parallel=True, fastmath=True)
 def _shift_sums(P, dims, g, shifts, log_pos, inv_h2, offset, n_threads, uniform):
     """Per-thread ``[sum_t K v, sum_t K]`` over the shifts ``shifts`` and their mirrors, on four
     spatial axes ``dims``.
@@ -221,7 +222,7 @@ def _shift_sums(P, dims, g, shifts, log_pos, inv_h2, offset, n_threads, uniform)
     return acc
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _filter_last(src, dst, rows, m1, m2, m3, weights, uniform):
     """``dst[i, j, k, l] = sum_u g[u] src[i, j, k, l + u]`` over the last axis (a running sum for a box)."""
     o = len(weights) // 2
@@ -249,7 +250,7 @@ def _filter_last(src, dst, rows, m1, m2, m3, weights, uniform):
                             f[l] += gu * e[l + u]
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _filter_axis1(src, dst, rows, m1, m2, m3, weights, uniform):
     """``dst[i, j] = sum_u g[u] src[i, j + u]`` (rows of the last axes, vectorised along it)."""
     o = len(weights) // 2
@@ -271,7 +272,7 @@ def _filter_axis1(src, dst, rows, m1, m2, m3, weights, uniform):
                         f[l] += gu * e[l]
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _filter_axis2(src, dst, rows, m1, m2, m3, weights, uniform):
     """``dst[i, j, k] = sum_u g[u] src[i, j, k + u]`` (vectorised along the last axis)."""
     o = len(weights) // 2
@@ -293,7 +294,7 @@ def _filter_axis2(src, dst, rows, m1, m2, m3, weights, uniform):
                         f[l] += gu * e[l]
 
 
-@numba.njit(inline="always", fastmath=True)
+@njit(inline="always", fastmath=True)
 def _strip_shift(P, acc, E, F, w, a, b, t, lo, hi, g, inv_h2, offset, log_pos, uniform):
     """Add the weights of shift ``t`` for the rows ``a <= x0 < b`` at ``x`` and at ``x + t``
     (``log_pos <= 0``: the shift's log-weight in position)."""

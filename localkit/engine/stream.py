@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from .._jit import njit
 
 #: Log-weights this far below the row's largest (``log`` of the dtype's smallest normal number,
 #: -87.3 in float32, -708.4 in float64) are flushed to weight 0 (``-inf``) before ``exp``: each
@@ -26,7 +27,7 @@ import numpy as np
 UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).tiny)) for t in (np.float32, np.float64)}
 
 
-@numba.njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def flush_underflow(L, floor):
     """``L[L < floor] = -inf`` in place (one compiled sweep; returns ``L``)."""
     for i in range(L.shape[0]):

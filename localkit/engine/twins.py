@@ -9,7 +9,15 @@ smallest, instead of 0.125: a test error of 1.30 var(y) instead of 0.53). For a 
 at the same point are one observation (its weight counted twice), so the engine leaves out the
 whole group of rows at the query's point: ``w_ij = 0`` whenever ``x_j = x_i``. Where every row
 differs this is the plain leave-one-out, computed as before (bit for bit). scikit-learn's ``LeaveOneOut`` splits
-rows instead; that is the same for distinct rows, and leaks for repeated ones. A caller may
+rows instead; that is the same for distinct rows, and leaks for repeated ones.
+
+A copy is the whole row: where values are averaged (a regression's targets, a classifier's
+labels), rows are grouped by their point *and* their values (``twin_groups(points, values)``).
+Lattice data, many samples at one ``x`` with distinct ``y``, are distinct observations: each is
+left out alone and the others at its point stay in, so that the leave-one-out scores the
+estimator that is fitted (leaving out every row at the query's ``x`` scored another one:
+``bandwidth="cv"`` chose h = 0.18, whose true leave-one-out error was 0.421 against the
+criterion's 0.295). A pass without values (a density) groups by the point. A caller may
 give its own groups (``twins=``): the codes of repeated rows, which round-off moves apart, or one
 group per row for a graph without self-loops (scikit-learn's ``LabelSpreading``), which zeroes
 the diagonal only.
@@ -24,17 +32,32 @@ import numpy as np
 from scipy import sparse
 
 
-def twin_groups(points):
+def twin_groups(points, values=None):
     """``groups (n,)``: one id per distinct row of ``points`` (equal rows share it; ``-0.0`` equals
     ``0.0``), or ``None`` when every row differs (the plain leave-one-out). A sparse matrix is
-    grouped by its rows' stored entries (:func:`_sparse_twin_groups`), never densified."""
+    grouped by its rows' stored entries (:func:`_sparse_twin_groups`), never densified. With
+    ``values`` (n,) or (n, p), rows are grouped by the point and the values together
+    (:func:`refine_twins`): samples at one point with distinct values are distinct observations."""
     if sparse.issparse(points):
-        return _sparse_twin_groups(points)
-    P = np.asarray(points)
-    if P.ndim != 2 or len(P) < 2:
+        groups = _sparse_twin_groups(points)
+    else:
+        P = np.asarray(points)
+        if P.ndim != 2 or len(P) < 2:
+            return None
+        _, groups, counts = np.unique(P + 0.0, axis=0, return_inverse=True, return_counts=True)
+        groups = groups.reshape(-1) if counts.max() > 1 else None
+    return groups if values is None else refine_twins(groups, values)
+
+
+def refine_twins(groups, values):
+    """The groups ``groups`` (or None) split by ``values`` (n,) or (n, p): two samples share a group
+    when they shared one and their values are equal; None when every sample is then alone."""
+    if groups is None:
         return None
-    _, groups, counts = np.unique(P + 0.0, axis=0, return_inverse=True, return_counts=True)
-    return groups.reshape(-1) if counts.max() > 1 else None
+    V = np.asarray(values, dtype=np.float64).reshape(len(groups), -1)
+    _, refined, counts = np.unique(np.column_stack([groups.astype(np.float64), V + 0.0]), axis=0,
+                                   return_inverse=True, return_counts=True)
+    return refined.reshape(-1) if counts.max() > 1 else None
 
 
 def _sparse_twin_groups(points):

@@ -53,6 +53,7 @@ import numba
 import numpy as np
 import torch
 
+from .._jit import njit
 from .._threads import numba_threads, threadpools
 from ..kernels.profiles import PROFILES
 from . import blas, vector_math
@@ -82,8 +83,8 @@ _0, _1, _2, _REFINE = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.floa
 # the statements are inlined into the tile loops in numba's IR, taking the loops' fast-math flags;
 # the loops themselves are compiled apart with theirs (an inlined loop would take its caller's,
 # the pass's, which must not reassociate)
-_fast = numba.njit(inline="always", fastmath=FAST, error_model="numpy")
-_loop = numba.njit(fastmath=FAST, error_model="numpy")
+_fast = njit(inline="always", fastmath=FAST, error_model="numpy")
+_loop = njit(fastmath=FAST, error_model="numpy")
 _XP = vector_math.namespace()
 
 
@@ -96,7 +97,7 @@ def _switch(functions):
     call = lambda i: f"return f{i}({params})\n"
     branches = "".join(f"    if code == {i}:\n        {call(i)}" for i in range(len(functions) - 1))
     exec(f"def switch(code, {params}):\n{branches}    {call(len(functions) - 1)}", env)
-    return numba.njit(env["switch"])
+    return njit(env["switch"])
 
 
 def _tile_loops(profile):
@@ -207,7 +208,7 @@ def _add_key_gradient(dk, g_col, kt, gk, scale):
             dk[b, f] += scale * (g_col[b] * kt[b, f] - gk[b, f])
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _skipped(qbox, kbox, n, t, jt, c, margin):
     """Whether every pair of query tile ``t`` and key tile ``jt`` lies beyond a compact support:
     the gap between their bounding boxes, ``c gap^2 > 1 + margin``."""
@@ -218,7 +219,7 @@ def _skipped(qbox, kbox, n, t, jt, c, margin):
     return c * gap2 > 1.0 + margin
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
     """``out[n, i]`` and ``lse[n, i]`` over keys ``0 .. hi - 1`` summed in log space with the
     running maximum, distances from differences: a row whose weights all underflow."""
@@ -249,7 +250,7 @@ def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
         lse[n, i] = -np.inf
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def attention_forward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
                       gemm_at, out, lse):
     """Fill ``out`` ``(N, L, dv)`` and ``lse`` ``(N, L)`` (``-inf``: no key with weight).
@@ -299,7 +300,7 @@ def attention_forward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal
                 lse[n, i] = -np.inf
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def attention_backward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
                        gemm_at, dO, delta, lse, dQ, dK, dV, dC):
     """Gradients of :func:`attention_forward` (same arguments, ``lse`` as it returned it) for the

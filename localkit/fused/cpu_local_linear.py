@@ -49,6 +49,7 @@ import numba
 import numpy as np
 import torch
 
+from .._jit import njit
 from . import blas, vector_math
 from .cpu_attention import LOG_SPACE, NAMES, _arguments, _distances, _log_k, _loop, _run, _skipped, _weigh
 
@@ -104,7 +105,7 @@ def _times_lift(row, r, lift, scale):
         row[b] = row[b] * np.float32(scale * (lift - r[b])) if row[b] > 0.0 else np.float32(0.0)
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal, m, alpha, ignored):
     """``s`` (the tile's ``<q, k>``) overwritten with the weights, ``exp(log w - m_i)`` in log space,
     the running row maxima ``m`` raised to the tile's and ``alpha = exp(m_old - m_new)``. Direct
@@ -135,7 +136,7 @@ def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal,
         _exp_row(s[a], m[a] if m[a] > -np.inf else 0.0)
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin,
                          ridge, tq, tk, sgemm_at, dgemm_at, out):
     """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
@@ -229,7 +230,7 @@ def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, l
                 out[n, i0 + a, f] = v_mean[n, f] + acc2[a, f] / total[a] if total[a] > 0.0 else 0.0
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _solve(A, b, ridge):
     """``b = A^{-1} b`` for ``A = C + ridge I`` (``C`` positive semi-definite; its upper triangle
     given, ``A`` overwritten): Cholesky's ``A = U^T U``, where every pivot ``U_ff^2`` stays above
@@ -269,7 +270,7 @@ def _solve(A, b, ridge):
         b[f] = x / A[f, f]
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _eliminate(A, b):
     """``b = A^{-1} b`` by Gaussian elimination with partial pivoting (``A`` overwritten); a zero
     pivot is taken as the smallest positive float."""
@@ -297,7 +298,7 @@ def _eliminate(A, b):
         b[f] = x / A[f, f]
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def _moment_features(K, M):
     """``M[n, j] = [1, k, k_f k_g for f <= g]`` of the keys ``K[n, j]`` (the upper triangle row by row)."""
     N, S, d = K.shape

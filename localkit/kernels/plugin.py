@@ -31,8 +31,8 @@ import math
 import sys
 
 import numpy as np
-from numba import njit
 
+from .._jit import njit
 from ..exceptions import LocalkitConvergenceWarning, warn
 
 #: the ISJ grid: 2^10 points over the data range padded by max(range / 2, ISJ_PAD) each side

@@ -332,9 +332,12 @@ class Profile:
 
     @cached_property
     def flat(self):
-        """A compact profile with ``k = 1`` on its support (the uniform one): as a kernel in
-        position (a window) it only selects pairs and adds no log-weight."""
-        return self.compact and bool(np.all(self.log_k(np.linspace(0.0, 1.0, 9)) == 0.0))
+        """The uniform profile, ``k = 1`` on its support and a jump to 0 at its edge: as a kernel in
+        position (a window) it only selects pairs and adds no log-weight, and the passes decide its
+        edge by the exact test ``|q - x|^2 <= h^2``. Known by its statement, never by probing: a
+        user's ``log k`` finite at ``u = 1`` (``log cos(pi u / 2)`` is -37 there) or flat at a few
+        points is computed as the profile it states."""
+        return self.statement is _log_uniform
 
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
@@ -544,10 +547,15 @@ _PROBE = np.linspace(0.0, 1.0, 17)
 
 
 @functools.lru_cache(maxsize=None)
-def _user_statement(log_k, compact, closed, namespace):
-    """``log k`` of a user profile bound to ``namespace``: on a compact support the user's
-    function sees only ``u2`` inside it (the "double where", so that autograd sends no NaN back
-    from outside) and ``-inf`` stands beyond it. Cached per namespace, as :func:`_rebind` is."""
+def _user_statement(log_k, compact, closed, namespace, offset=0.0):
+    """``log k(u2) - offset`` of a user profile bound to ``namespace`` (``offset = log k(0)``, so
+    that ``k(0) = 1`` as for every built-in profile: ``log k`` is defined up to a constant, which
+    must change no local mean, and the passes take ``log k(0) = 0`` as the scale of their weights).
+    On a compact support the user's function sees only ``u2`` inside it (the "double where", so
+    that autograd sends no NaN back from outside) and ``-inf`` stands beyond it. A NaN returned at
+    run time (where the construction's probe did not look) raises, in every eager evaluation (a
+    ``torch.compile`` trace is not checked: the test would break its graph). Cached per namespace,
+    as :func:`_rebind` is."""
     def statement(u2):
         if not compact:
             out = log_k(u2, namespace)
@@ -557,9 +565,22 @@ def _user_statement(log_k, compact, closed, namespace):
         if tuple(out.shape) != tuple(u2.shape):
             raise ValueError(f"the user profile {_callable_name(log_k)} returned shape {tuple(out.shape)} for u2 of "
                              f"shape {tuple(u2.shape)}: log_k(u2, xp) must act elementwise")
-        return out
+        _refuse_nan(log_k, namespace, u2, out)
+        return out - offset if offset else out
 
     return statement
+
+
+def _refuse_nan(log_k, namespace, u2, out):
+    compiler = getattr(namespace, "compiler", None)  # torch's: a trace is not checked
+    if compiler is not None and compiler.is_compiling():
+        return
+    nan = namespace.isnan(out)
+    if bool(namespace.any(nan)):
+        bad = np.unique(np.asarray(u2[nan].detach().cpu() if hasattr(u2, "detach") else u2[nan], dtype=np.float64))
+        raise ValueError(f"kernel: the user profile {_callable_name(log_k)} returned NaN at u2 = {bad[:5].tolist()}"
+                         f"{' ...' if len(bad) > 5 else ''}; log k must be a number or -inf (a zero weight) at every "
+                         "u2 >= 0 (within its support)")
 
 
 def _callable_name(log_k):
@@ -573,12 +594,13 @@ class _NumericMoment:
 
     log_k: Callable
     compact: bool
+    offset: float = 0.0  # the profile's log k(0), subtracted as the passes subtract it
 
     def __call__(self, d):
         def log_f(r):
             r = np.asarray(r, dtype=np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
-                return np.asarray(self.log_k(r * r, np), dtype=np.float64) + (d - 1) * np.log(r)
+                return np.asarray(self.log_k(r * r, np), dtype=np.float64) - self.offset + (d - 1) * np.log(r)
 
         grid = np.linspace(1e-6, 1.0, 257) if self.compact else np.geomspace(1e-6, 1e6, 513)
         shift = float(np.max(log_f(grid)))
@@ -605,6 +627,8 @@ class UserProfile(Profile):
 
     support: float | None = None
     closed: bool = False
+    # ``log k(0)`` as the user states it, subtracted from every evaluation (``k(0) = 1``)
+    offset: float = 0.0
     is_user = True
 
     def log_k(self, u2):
@@ -615,7 +639,7 @@ class UserProfile(Profile):
         if compile_with is not None:
             raise ValueError(f"the user profile {self.name!r} (a callable log_k(u2, xp)) has no compiled form: "
                              "compiled paths (numba, Triton) need a built-in profile")
-        return _user_statement(self.statement, self.compact, self.closed, namespace)
+        return _user_statement(self.statement, self.compact, self.closed, namespace, self.offset)
 
     @property
     def compiled_k(self):
@@ -673,5 +697,6 @@ def user_profile(log_k, support=None):
         raise ValueError(f"kernel: the user profile {name} gives log k(0) = {out[0]}: a sample at the query's point "
                          "must weigh k(0) > 0")
     compact = support is not None
-    return UserProfile(name, log_k, compact, _NumericMoment(log_k, compact), exact_distance=True,
-                       support=support, closed=compact and bool(np.isfinite(out[-1])))
+    offset = float(out[0])
+    return UserProfile(name, log_k, compact, _NumericMoment(log_k, compact, offset), exact_distance=True,
+                       support=support, closed=compact and bool(np.isfinite(out[-1])), offset=offset)

@@ -34,8 +34,8 @@ and every vertex; the best point is kept.
 
 Leave-one-out groups: a kernel with a categorical factor leaves out each row alone (a level
 shared by rows is not one observation; Li & Racine and statsmodels do the same); a kernel of
-continuous columns only leaves out every row at the query's point, as everywhere in localkit
-(:mod:`localkit.engine.twins`).
+continuous columns only leaves out every copy of the query's row, at its point with its target
+or label (a density: every row at its point), as everywhere in localkit (:mod:`localkit.engine.twins`).
 """
 from __future__ import annotations
 
@@ -145,6 +145,9 @@ class LooGradient:
         self.c = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         self.values = None if values is None else np.asarray(values, dtype=np.float64).reshape(n, -1)
         groups = loo_groups(slots.base, n)
+        if groups is None and self.values is not None:  # the copies of a row, x and its values, leave together
+            groups = twin_groups(X, self.values)
+            groups = np.arange(n) if groups is None else groups
         self.X = X = np.asarray(X)
         self.parts = []  # per "cv" factor: (kind, profile or name, bound column kernels, slot positions, levels)
         at = 0

@@ -3,7 +3,9 @@
 The leave-one-out prediction at sample ``i`` is the local estimate with sample ``i``'s own
 weight dropped (``exclude_self`` in the engine): exact, and as cheap as one fit. For a local
 polynomial this equals the smoother-diagonal identity ``(f_i - S_ii y_i) / (1 - S_ii)``.
-Repeated rows: every row at sample ``i``'s point is left out with it (:mod:`localkit.engine.twins`).
+Repeated rows: every copy of sample ``i``'s row (its point and its target) is left out with it;
+samples at one point with distinct targets (lattice data) are distinct observations, left out one
+at a time (:mod:`localkit.engine.twins`).
 scikit-learn's ``LeaveOneOut`` splits rows, but for a kernel a twin at distance 0 is the same
 observation: left in, it predicts its own target and the selected bandwidth collapses
 (``LocalMeanRegressor(kernel="gaussian")`` on diabetes with every row twice chose h = 0.0015,

@@ -273,8 +273,9 @@ def _logit_shrink(kernel, q, k, c):
         cn = float(c.detach().amax()) if isinstance(c, torch.Tensor) else c
     if not (0 < qn < math.inf and 0 < kn < math.inf):  # zeros cannot overflow; inf and NaN stay
         return 0
+    # max(c, 1) before the log: a bandwidth of 1e20 or more gives c = h^-2 = 0 in float32
     top = (math.log2(q.shape[-1]) + math.log2(kn) + math.log2(qn if kernel == "softmax" else max(qn, kn))
-           + 1 + max(0.0, math.log2(cn)))
+           + 1 + math.log2(max(cn, 1.0)))
     return max(0, math.ceil((top - math.log2(torch.finfo(compute_dtype(q.dtype)).max) + 4) / 2))
 
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from .._files import write_atomically
 from .._progress import progress as progress_bar
 from .._validation import option_number
-from .data import stdlib_corpus, text_corpus
+from .data import VOCAB_SIZE, stdlib_corpus, text_corpus
 from .transformer import LocalTransformer
 
 #: command-line kernel -> (attention kernel, local model over tokens)
@@ -43,6 +43,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 #: the fewest files --max-files may keep: every 10th file is held out (nn.data.stdlib_corpus's val_every)
 MIN_FILES = 10
 MODEL_SETTINGS = ("kernel", "context", "d_model", "heads", "layers", "ridge", "data", "max_files", "batch_size")
+#: the devices a run trains on ("meta" holds no data; others have no autocast or optimiser here)
+DEVICES = ("cpu", "cuda", "mps")
+#: the largest --lr: AdamW's step moves each weight by about lr, so a larger one diverges at once
+MAX_LR = 1.0
 
 
 def add_arguments(parser):
@@ -143,14 +147,51 @@ def _check(args):
         _error(args, f"--resume needs an existing --checkpoint file, got {args.checkpoint!r}")
     if args.data is not None and not Path(args.data).exists():
         _error(args, f"--data {args.data}: no such file or folder")
+    if args.lr > MAX_LR:
+        _error(args, f"--lr {args.lr:g}: AdamW moves every weight by about --lr a step, so training diverges "
+                     f"above {MAX_LR:g} (the default is 3e-3)")
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError as exc:
         _error(args, f"--device {args.device}: {exc}")
+    if device.type not in DEVICES:
+        _error(args, f"--device {args.device}: train-lm trains on {', '.join(DEVICES[:-1])} or {DEVICES[-1]} ({device.type!r} devices "
+                     "hold no data to compute with, or cannot train here)")
     if device.type == "cuda" and not torch.cuda.is_available():
         _error(args, f"--device {args.device}: CUDA is not available on this machine")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        _error(args, f"--device {args.device}: MPS is not available on this machine")
+    (model, batch), have = _memory_needed(args), _memory_of(device)
+    if have is not None and model + batch > have:
+        lead, rest = ((f"--d-model {args.d_model} with --layers {args.layers}", "the weights, their gradients and "
+                       "AdamW's moments") if model >= batch else
+                      (f"--batch-size {args.batch_size} with --context {args.context}", "one activation per layer "
+                       f"and the logits of {args.batch_size * args.context:,} positions"))
+        _error(args, f"{lead} need at least {(model + batch) / 2**30:,.1f} GiB ({rest}), more than the "
+                     f"{have / 2**30:,.1f} GiB of {device.type}: make them smaller")
     dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     return device, DTYPES[dtype]
+
+
+def _memory_needed(args):
+    """Lower bounds on the bytes a training step holds, in float32, ``(model, batch)``: the weights
+    (``12 d^2`` a layer and the embeddings), their gradients and AdamW's two moments; a batch's
+    token windows (int64), one activation per layer and the logits of every position."""
+    d, tokens = args.d_model, args.batch_size * args.context
+    weights = args.layers * 12 * d * d + 2 * VOCAB_SIZE * d + args.context * d
+    return 16 * weights, 16 * args.batch_size * (args.context + 1) + 4 * tokens * (args.layers * d + VOCAB_SIZE)
+
+
+def _memory_of(device):
+    """The memory of ``device`` in bytes (the machine's RAM for the CPU), or None where unknown."""
+    try:
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, RuntimeError, AttributeError):
+        pass
+    return None
 
 
 def _windows(data, starts, context, device="cpu"):
@@ -206,6 +247,17 @@ def _load_checkpoint(args):
                  for name, value in _settings(args).items() if found.get(name) != value]
         _error(args, f"--resume: the checkpoint was made with other options: {', '.join(other)}")
     return state
+
+
+class Diverged(ArithmeticError):
+    """The training loss is not finite (a learning rate too large for the model)."""
+
+
+def _out_of_memory(exc):
+    """True for the errors of an allocation that failed (NumPy's, torch's on the CPU and on a GPU)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "out of memory" in str(exc))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -294,6 +346,9 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
             scaler.update()
             step += 1
             run_time = time.perf_counter() - t0
+            if not math.isfinite(loss.item()):
+                raise Diverged(f"the training loss is {loss.item()} at step {step}: training diverged; lower --lr "
+                               f"(now {args.lr:g})")
             _progress(step, args.steps, loss.item(), (step - first_step) * x.numel() / run_time, spent + run_time,
                       bar)
             if step % args.eval_every == 0 and step < args.steps:
@@ -342,8 +397,9 @@ def _write_log(args, result):
 
 
 def main(args):
-    """Exit status: 0; 1 if the log could not be written; 130 on Ctrl-C (checkpoint and the log of
-    the steps done written, no traceback)."""
+    """Exit status: 0; 1 if the log could not be written, the training diverged (a loss that is not
+    finite: lower ``--lr``) or memory could not be had (one line naming the options that size the
+    run); 130 on Ctrl-C (checkpoint and the log of the steps done written, no traceback)."""
     device, dtype = _check(args)
     try:
         result, _ = train(args, device=device, dtype=dtype)
@@ -353,6 +409,15 @@ def main(args):
     except KeyboardInterrupt:  # before the first step or during the final estimate
         print("localkit train-lm: interrupted", file=sys.stderr)
         return 130
+    except Diverged as exc:
+        print(f"localkit train-lm: error: {exc}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        print(f"localkit train-lm: error: out of memory on {device}: lower --batch-size ({args.batch_size}), "
+              f"--d-model ({args.d_model}), --context ({args.context}) or --layers ({args.layers})", file=sys.stderr)
+        return 1
     print(f"val_bpc={result['val_bpc']:.4f}")
     return 0 if _write_log(args, result) else 1
 

@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.utils._array_api import _convert_to_numpy, device, get_namespace
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ..._validation import check_class_labels, check_points, check_regression_target
+from ..._validation import check_class_labels, check_points, check_regression_target, refuse_text_columns
 from ...kernels import Kernel
 from ...kernels.kernel import SumKernel
 from ...kernels.bandwidth import resolve_bandwidth
@@ -54,13 +54,16 @@ class NumPyBackend:
 
     def check_fit(self, est, X, y="no_validation", **kwargs):
         """scikit-learn's ``validate_data(est, X, y, ...)`` with the floats kept (sets
-        ``n_features_in_``); ``X`` alone without ``y``."""
+        ``n_features_in_``); ``X`` alone without ``y``. Columns of strings are refused naming
+        them and the fix (:func:`~localkit._validation.refuse_text_columns`)."""
+        refuse_text_columns(X, "X")
         return validate_data(est, X, y, dtype=self.floats(X), **kwargs)
 
     def check_queries(self, est, X, accept_sparse=False):
         """Queries for the fitted ``est``: checked against ``n_features_in_`` (``accept_sparse``:
         scikit-learn's, for an estimator fitted on sparse samples)."""
         check_is_fitted(est)
+        refuse_text_columns(X, "X")
         return validate_data(est, X, reset=False, dtype=self.floats(X), accept_sparse=accept_sparse)
 
     def points(self, x, name, *, like=None, finite=True):

@@ -428,7 +428,7 @@ def _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
     the compiled pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
     lo, hi = COMPILED_BANDWIDTHS
     widths = np.atleast_1d(np.asarray(h, dtype=np.float64))
-    if not (kernel.compact and not kernel.profile.vanishes_at_edge and kernel.n_neighbors is None
+    if not (kernel.compact and kernel.profile.flat and kernel.n_neighbors is None
             and kernel.metric == "euclidean" and q_scale is None and s_scale is None
             and np.all((widths > lo) & (widths < hi))):
         return False

@@ -14,8 +14,8 @@ radii and 0.16 s for the moments, where scikit-learn's ``kneighbors`` alone took
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..._jit import njit
 from ...kernels.profiles import poly_compiled
 
 #: ``(1 - u^a)^b`` of ``(u^2, a, b)``, stated once in :mod:`localkit.kernels.profiles` (module-level: numba

@@ -43,7 +43,8 @@ second descent per 2-D edge): 1-D, 1,000,000 samples and queries, frac 0.01: the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..._jit import njit
 
 #: each side of the bounding box is widened by this fraction of the samples' extent, so that
 #: boundary samples lie strictly inside the tree

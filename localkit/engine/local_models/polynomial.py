@@ -38,17 +38,17 @@ from itertools import combinations_with_replacement
 from numbers import Integral, Real
 
 import numpy as np
-from numba import njit
 from scipy.special import comb
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
+from ..._jit import njit
 from ..._validation import check_array, check_points, non_negative, positive
 from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
 from ..local_mean import make_kernel
 from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS
-from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments
+from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments, unresolved
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
 from ..twins import mask_twins, twin_groups
@@ -191,8 +191,16 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
             refused.append("design: columns outside the local design are taken on the dense path")
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
-        return _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
-                       max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
+        fit, far = _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
+                           max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
+        if far.any():  # beyond the binned sums' resolution (a profile without a support): the exact fit there
+            exact = local_polynomial(queries[far], samples, Y, degree, kern, sample_weight=sample_weight, ridge=ridge,
+                                     rcond=rcond, slopes=slopes, algorithm="dense", memory_budget=memory_budget,
+                                     n_jobs=n_jobs)
+            fit.values[far], fit.singular[far], fit.empty[far] = exact.values, exact.singular, exact.empty
+            if slopes:
+                fit.slopes[far] = exact.slopes
+        return fit
     block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
                                       balls, algorithm, d, bound)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
@@ -240,13 +248,16 @@ def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_s
 
 def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_size, tolerance):
     """The binned local polynomial (see :func:`local_polynomial`), in float64, returned in the
-    samples' float type."""
+    samples' float type, and the queries it cannot resolve (:func:`~localkit.engine.passes.binned.unresolved`)."""
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
     h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples, sw), dtype=np.float64), (d,))
     if grid_size is None and tolerance is None:
         grid_size = MOMENT_GRID_SIZE[d]
     grid = Grid(samples, queries, h, kern.profile, grid_size, tolerance)
+    refused = grid.refusal(tolerance, grid_size)
+    if refused:
+        raise ValueError("algorithm='binned' cannot compute this local polynomial: " + refused)
     Q = queries.astype(np.float64, copy=False)
     inside = grid.inside(Q)
     corners = list(grid.corners(Q[inside]))
@@ -284,8 +295,9 @@ def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_si
         nearest = index_.kneighbors(kern.scale(queries[empty], h), n_neighbors=1)[1][:, 0]
         values[empty] = Y[nearest]
     grad = num[:, 1:] / h[None, :, None] if slopes else None
-    return LocalPolynomialFit(values.astype(dtype), singular & ~empty, empty,
-                              None if grad is None else grad.astype(dtype), None)
+    return (LocalPolynomialFit(values.astype(dtype), singular & ~empty, empty,
+                               None if grad is None else grad.astype(dtype), None),
+            unresolved(den, total, kern.profile, tolerance))
 
 
 def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
@@ -406,7 +418,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
                          f"={len(samples) - int(exclude_self)}, got {k}")
     h = kern.resolve_bandwidth(samples)
     Qs, Xs = kern.scale(queries, h), kern.scale(samples, h)
-    twins = twin_groups(samples) if exclude_self else None
+    twins = twin_groups(samples, Y) if exclude_self else None
     # the fused paths evaluate the compact profiles ``(1 - u^a)^b`` inline (``Profile.poly``)
     a, p = kern.profile.poly or (0, 0)
     tree = monomial_parents(E)
@@ -606,8 +618,10 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, 
     s_scale = None if sample_scale is None else check_array(sample_scale, "sample_scale", ndim=(1,))
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
+    twins = twin_groups(samples, Y) if exclude_self else None  # the copies of a row: x and y
     if s_scale is None and not kern.is_softmax:
-        weights = BoundKernel(kern, samples) if bound is None else bound
+        weights = bound if bound is not None and not exclude_self else BoundKernel(
+            kern, samples, twins=np.arange(len(samples)) if twins is None else twins)
         log_weights, nearest = weights.log_weights, weights.nearest
     else:
         h = kern.resolve_bandwidth(samples)
@@ -615,7 +629,6 @@ def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, 
         Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
         temperature = h if kern.is_softmax else 1.0
         index = nb.make_index(samples, kern.metric, exact=True)
-        twins = twin_groups(samples) if exclude_self else None
 
         def log_weights(Q, exclude_self=False, row_offset=0):
             L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,

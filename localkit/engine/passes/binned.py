@@ -47,8 +47,12 @@ float32 and float64:
 float32 adds its round-off (``2e-5``); the pass itself runs in float64. It is a worst case (data
 sitting at one place in their cells); measured errors are far below it (the tables of
 ``benchmarks/RESULTS.md``, section *binned*). FFT round-off adds about ``1e-15`` of the total
-weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). Queries beyond the
-kernel's reach of every sample get 0 (empty).
+weight, and sums below ``FLOOR`` of it are set to 0 (an empty neighbourhood). Queries beyond a
+compact kernel's reach of every sample get 0 (empty); for a profile without a support no query is
+empty, and the queries whose binned weight sum is too small to carry the tolerance against that
+round-off (:func:`unresolved`: beyond ~6 bandwidths of a Gaussian's samples at ``1e-4``) are
+computed by the dense pass (the binned local polynomial: by the exact fit), not set to the empty
+policy's value.
 
 Grid. ``grid_size`` points per feature if given; else the rule of :func:`grid_shape`: the fewest
 points whose bound meets ``tolerance`` (:data:`TOLERANCE`, ``1e-4``, by default), at most
@@ -56,7 +60,12 @@ points whose bound meets ``tolerance`` (:data:`TOLERANCE`, ``1e-4``, by default)
 (smooth profiles) while the grid spans fewer than ~900 bandwidths; in 2 features the worst-case
 bound asks for more points than the limit beyond ~5 bandwidths, in 3 beyond half a bandwidth,
 and the limit decides (:attr:`Grid.bound` says what bound the grid gives; "auto"
-takes the binned pass only where it meets the tolerance the caller asked for).
+takes the binned pass only where it meets the tolerance the caller asked for). A ``tolerance``
+asked for is met or refused (:meth:`Grid.refusal`, a ValueError saying the bound the grid gives);
+without one, a grid whose bound is not even below 1 is refused (one sample far from the others
+stretches the grid until a cell holds many bandwidths); ``grid_size`` alone is taken as given.
+With a ``tolerance``, the uniform profile and the user's, which have no bound off the samples,
+are refused at other queries.
 
 Memory: the grid and the FFT buffers, ``O(grid cells x (n_values + 1))``; the samples are read
 twice (their extent, then one compiled pass bins them).
@@ -67,15 +76,17 @@ import itertools
 import math
 
 import numpy as np
-from numba import njit
 from scipy import fft
+
+from ..._jit import njit
 
 #: The default grid's rule (:func:`grid_shape`): the fewest points per feature whose spacing in
 #: bandwidths keeps :func:`error_bound` below the ``tolerance`` asked for (this one by default) ...
 TOLERANCE = 1e-4
 #: ... and at most this many points per feature for 1, 2 and 3 features (2^18, 2.4e6 and 2.1e6
 #: cells, whose zero-padded FFTs take milliseconds, ~0.1 s and ~0.2 s): a grid capped there may
-#: miss the tolerance (:attr:`Grid.bound` says by how much; "auto" then keeps the exact path)
+#: miss the tolerance (:attr:`Grid.bound` says by how much; "auto" then keeps the exact path, and
+#: ``algorithm="binned"`` refuses: :meth:`Grid.refusal`)
 GRID_LIMIT = {1: 2**18, 2: 3 * 2**9, 3: 2**7}
 #: The binned local polynomial's default grid points per feature for 1, 2 and 3 features, where no
 #: ``tolerance`` is given (its moments take up to 15 convolutions: 2^16, 2^18 and 2^18 cells)
@@ -253,6 +264,22 @@ class Grid:
                 share = share * side[c]
             yield base + int(np.dot(corner, self.strides)), share
 
+    def refusal(self, tolerance, grid_size=None):
+        """Why this grid cannot give the accuracy asked for (None: it can): with a ``tolerance``,
+        its :func:`error_bound` must meet it; without one (and no ``grid_size``), the default rule's
+        grid, capped at :data:`GRID_LIMIT`, must at least bound the error below 1 (an outlier far
+        from the other samples stretches the grid until a cell holds many bandwidths)."""
+        if tolerance is None and (grid_size is not None or self.bound <= 1.0):
+            return None
+        if tolerance is not None and self.bound <= tolerance:
+            return None
+        asked = f"tolerance={tolerance:g}" if tolerance is not None else "an error bound below 1 (tolerance=None)"
+        capped = " (the most points it takes)" if grid_size is None and max(self.shape) >= GRID_LIMIT[len(self.shape)] else ""
+        span = float(np.max((self.hi - self.lo) / self.h))
+        return (f"tolerance: its error bound on a grid of {self.shape} points{capped} is {self.bound:.3g}, not "
+                f"{asked}: the samples and queries span {span:.3g} bandwidths; take an exact path "
+                "(algorithm='auto' or 'dense'), a larger bandwidth, or drop the points far from the others")
+
     def inside(self, P):
         """Which points of ``P`` lie on the grid (the others are beyond every sample's reach)."""
         return np.all((P >= self.lo) & (P <= self.hi), axis=1)
@@ -380,6 +407,9 @@ def binned_sums(X, Q, weight, Y, profile, h, grid_size=None, tolerance=None, wor
     ``(m, p + 1)`` float64 sums and the :class:`Grid`. ``workers``: the FFTs' threads.
     """
     grid = Grid(X, Q, h, profile, grid_size, tolerance)
+    refused = grid.refusal(tolerance, grid_size)
+    if refused:
+        raise ValueError("algorithm='binned' cannot compute this pass: " + refused)
     corrected = smooth(profile)
     half, axes = grid.offsets(extra=1 if corrected else 0)
     B = grid.bin(X, weight, Y, half)
@@ -452,14 +482,41 @@ def _interpolate(S, P, lo, hi, inv_delta, dims, strides, floor, corrected, out):
                     out[q, u] *= scale
 
 
+def unresolved(weight_sums, total, profile, tolerance):
+    """The queries whose binned weight sum (``weight_sums``, of a total sample weight ``total``) is
+    too small to carry ``tolerance`` (:data:`TOLERANCE` for None) against the FFT's round-off
+    (``FLOOR`` of the total): for a profile without a support a query far from the samples (beyond
+    ~6 bandwidths of a Gaussian's at 1e-4) is never empty, but its binned sums are round-off or
+    floored to 0, so that its local mean would be the nearest corner's or the empty policy's. A
+    compact profile's zero sums are its empty neighbourhoods: none is unresolved."""
+    if profile.compact:
+        return np.zeros(len(weight_sums), dtype=bool)
+    return weight_sums <= FLOOR * total / (TOLERANCE if tolerance is None else tolerance)
+
+
 def binned_path(bound, queries, P, V, q_scale, exclude_self):
     """The engine's binned pass: ``P`` the queries as given (the samples' coordinates, not the
     engine's: :meth:`~localkit.engine.BoundKernel.points`), ``V`` the values less their offset,
-    without the other paths' column of ones (the pass bins the weights itself)."""
+    without the other paths' column of ones (the pass bins the weights itself). The queries whose
+    sums it cannot resolve (:func:`unresolved`: far from every sample, for a profile without a
+    support) are computed by the dense pass."""
     opts = bound.options
+    if opts.tolerance is not None and queries is not None and not bounded_off_samples(bound.kernel.profile):
+        raise ValueError(f"algorithm='binned' cannot compute this pass: tolerance={opts.tolerance:g}: the "
+                         f"{bound.kernel.profile.name!r} profile has no error bound off the samples (a jump at its "
+                         "edge, or a profile stated by the user); take an exact path (algorithm='auto' or 'dense')")
     S, _ = binned_sums(bound.samples, P, bound.weight, V, bound.kernel.profile, bound.h, opts.grid_size,
                        opts.tolerance, workers=opts.threads)
-    return S.astype(V.dtype, copy=False), np.zeros(len(P), dtype=V.dtype)
+    S, shift = S.astype(V.dtype, copy=False), np.zeros(len(P), dtype=V.dtype)
+    total = bound.n_samples if bound.weight is None else float(np.sum(bound.weight, dtype=np.float64))
+    rows = np.flatnonzero(unresolved(S[:, -1], total, bound.kernel.profile, opts.tolerance))
+    if len(rows):
+        from .dense import dense_path
+
+        Pr = P[rows]
+        S[rows], shift[rows] = dense_path(bound, Pr, bound.engine_points(Pr), np.column_stack([V, np.ones(len(V), V.dtype)]),
+                                          None, False)
+    return S, shift
 
 
 # -- binned moments: the local polynomial's sums (Fan and Marron 1994; R's KernSmooth::locpoly) -------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._jit import njit
 from ..._threads import numba_threads
 from ...kernels import PROFILES
 from ..blocks import interruptible
@@ -35,7 +36,7 @@ COMPACT = tuple(name for name, p in PROFILES.items() if p.compact)
 (_k0, _k1, _k2, _k3, _k4, _k5, _k6, _k7) = (PROFILES[name].compiled_k for name in COMPACT)
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _k(code, u2):
     if code == 0:
         return _k0(u2)
@@ -72,7 +73,7 @@ PARALLEL_PAIRS = 2_000_000
 CHUNK_PAIRS = 1 << 24
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True)
 def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
     with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
