@@ -11,7 +11,7 @@ from sklearn.linear_model import LinearRegression
 
 import localkit
 from localkit import Kernel
-from localkit.engine import BoundKernel, EngineOptions, bind
+from localkit.engine import BoundKernel, EngineOptions, bind, twin_groups
 from localkit.engine import bound as bound_module
 from localkit.engine.passes.dense import LOG_WEIGHT_TOL
 
@@ -125,7 +125,9 @@ def test_operator_equals_a_pass(kernel, exclude_self):
     X = load_diabetes().data[:, :3] * 10
     X[:5] += 50.0  # isolated samples: empty rows for the compact kernels when left out
     V = np.random.default_rng(0).normal(size=(len(X), 3))
-    bound = BoundKernel(kernel, X)
+    # the operator leaves out the groups the samples were bound with, whatever V (a pass refines
+    # them by its values: repeated rows of X with distinct V are not copies of one observation)
+    bound = BoundKernel(kernel, X, twins=twin_groups(X))
     reference = bound.sums(None, V, exclude_self=exclude_self)
     kept = bound.operator(exclude_self=exclude_self)
     assert kept.matrix is not None
@@ -138,6 +140,8 @@ def test_operator_equals_a_pass(kernel, exclude_self):
         np.testing.assert_allclose(op(V), reference.mean, rtol=tol, atol=tol)
         np.testing.assert_allclose(op.log_weight_sum, reference.log_weight_sum, rtol=tol, atol=tol)
     small = bound.using(EngineOptions(memory_budget=1024))  # the streamed operator is that pass
+    np.testing.assert_array_equal(BoundKernel(kernel, X, options=small.options).operator(exclude_self=exclude_self)(V),
+                                  streamed(V))  # the groups as bound (at each point), not refined by V
     np.testing.assert_array_equal(streamed(V), small.sums(None, V, exclude_self=exclude_self).mean)
 
 

@@ -729,12 +729,17 @@ class WeightOperator:
     pass gives it), NaN under "nan", and "raise" raises when the operator is built. Elsewhere
     (sparse samples, a device, a budget too small) each call is one streamed pass.
     ``weight_sum`` is ``sum_j c_j K(x_i, x_j)`` (the degree of relaxation labeling's graph).
+    ``exclude_self`` leaves out the groups the samples were bound with (the samples at each point,
+    or the caller's ``twins``): the operator does not look at ``V``, so it does not refine them
+    by the values as a pass does (:mod:`localkit.engine.twins`).
     """
 
     def __init__(self, bound, exclude_self):
         from .blocks import DEFAULT_MEMORY_BUDGET
         from .results import check_empty
 
+        if isinstance(bound, BoundKernel) and bound._given_twins is None:  # the groups as bound, not refined
+            bound = bound._with_twins(bound.twins)
         self.bound, self.exclude_self = bound, exclude_self
         self.matrix = None
         if (isinstance(bound, BoundKernel) and bound.on_host and not bound.sparse

@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import BANDWIDTH_CONSTRAINT, KERNEL_PARAMS, N_JOBS_CONSTRAINT, non_negative, positive
 from ..engine import map_blocks
-from ..engine import check_design_fits, local_covariance
+from ..engine import BoundKernel, check_design_fits, local_covariance
 from ..engine import neighbors as nb
 from ..kernels.bandwidth import safe_mean
 from ._base import FLOATS, LocalKernelMixin
@@ -524,6 +524,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
                              "(e.g. sklearn.decomposition.PCA)") from None
         self._fit_kernel(X)
         self.X_fit_ = X
+        self._bound_kernel = BoundKernel(self.kernel_, X)  # every transform's moments are a pass over it
         self.center_ = safe_mean(X)
         # local covariances hold squares of the spread: refuse what no float of X's dtype can hold
         spread = float(np.max(np.abs(X - self.center_)))
@@ -563,7 +564,7 @@ class LocalPCA(ClassNamePrefixFeaturesOutMixin, LocalKernelMixin, TransformerMix
     def _local_pca(self, X):
         # moments about each query: no digits lost to how far it sits from the data's centre
         mean, cov, empty, nearest = local_covariance(X, self.X_fit_, self.kernel_, algorithm=self.algorithm,
-                                                     n_jobs=self.n_jobs)
+                                                     n_jobs=self.n_jobs, bound=self._bound_kernel)
         if empty.any():  # the engine's policy; "nearest": a neighbourhood of one point, no variance
             check_empty(self.empty, int(empty.sum()), stacklevel=3, what="local PCA results", n_queries=len(empty))
             if self.empty == "nearest":

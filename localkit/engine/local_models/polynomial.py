@@ -170,11 +170,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     part. Its error is that of the binned pass, ``O((delta / h)^2)`` relative to the targets'
     range for a smooth profile (``tests/test_binned_polynomial.py`` pins the bound).
     """
-    if bound is not None and bound.kernel is not make_kernel(kernel, bandwidth, n_neighbors):
-        raise ValueError(f"bound is {bound.kernel!r} bound to the samples; kernel is {kernel!r}: give the kernel it binds")
-    if bound is not None and sample_weight is not None and isinstance(bound.kernel.bandwidth, str):
-        raise ValueError(f"bound: the rule bandwidth={bound.kernel.bandwidth!r} is resolved on the weighted samples "
-                         "here, not as bound; bind the kernel at its resolved bandwidth")
+    _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
     queries, samples, Y, sw, kern = _prepare(queries, samples if bound is None else bound, targets, sample_weight,
                                              kernel, bandwidth, n_neighbors, exclude_self)
     dtype = samples.dtype
@@ -300,6 +296,15 @@ def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_si
             unresolved(den, total, kern.profile, tolerance))
 
 
+def _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight):
+    """A caller's ``bound`` must bind the kernel asked for, at a bandwidth the weights do not change."""
+    if bound is not None and bound.kernel is not make_kernel(kernel, bandwidth, n_neighbors):
+        raise ValueError(f"bound is {bound.kernel!r} bound to the samples; kernel is {kernel!r}: give the kernel it binds")
+    if bound is not None and sample_weight is not None and isinstance(bound.kernel.bandwidth, str):
+        raise ValueError(f"bound: the rule bandwidth={bound.kernel.bandwidth!r} is resolved on the weighted samples "
+                         "here, not as bound; bind the kernel at its resolved bandwidth")
+
+
 def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
     """Checked ``(queries, samples, Y, sw, kern)`` in the samples' float type (``targets`` None:
     no columns); a bandwidth rule weighted by the sample weights. ``samples`` may be a
@@ -340,7 +345,8 @@ def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, r
 
 @validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
 def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neighbors=None, *, sample_weight=None,
-                     exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None):
+                     exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None,
+                     bound=None):
     """The kernel-weighted mean and covariance of the samples at each query, every moment taken
     about the query (the degree-1 design of :func:`local_polynomial`): with ``z_i = (x_i - x*) / s``,
 
@@ -348,19 +354,21 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
 
     (``w`` the normalised weights). Moments about a far origin, ``E[x x^T] - m m^T``, lose
     ``(|x* - 0| / local spread)^2`` of the float's digits; about the query only ``|m - x*|``
-    relative to the spread counts. Options as :func:`local_polynomial`. Returns ``(mean,
+    relative to the spread counts. Options (``bound`` too) as :func:`local_polynomial`. Returns ``(mean,
     covariance, empty, nearest)``: queries without weight are ``empty``, ``nearest`` the index of
     their nearest sample (elsewhere 0), their mean and covariance 0.
     """
-    queries, samples, Y, sw, kern = _prepare(queries, samples, None, sample_weight, kernel, bandwidth, n_neighbors,
-                                             exclude_self)
+    _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
+    queries, samples, Y, sw, kern = _prepare(queries, samples if bound is None else bound, None, sample_weight,
+                                             kernel, bandwidth, n_neighbors, exclude_self)
     dtype = samples.dtype
     n_q, d = queries.shape
     P = d + 1
     _check_budget(P, itemsize=dtype.itemsize, memory_budget=memory_budget,
                   what=f"n_features={d}: one query's local covariance (a {P:,} x {P:,} system of moments) needs",
                   remedy="reduce the number of features first (e.g. with PCA)")
-    block, row_bytes, _ = _blocks(queries, samples, Y, sw, kern, 1, exclude_self, None, 0.0, None, algorithm)
+    block, row_bytes, _ = _blocks(queries, samples, Y, sw, kern, 1, exclude_self, None, 0.0, None, algorithm,
+                                  bound=bound)
     workers = resolve_n_jobs(n_jobs)
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     bq = int(block_size or max(1, min(1024, budget // ((3 * P * P * dtype.itemsize + row_bytes) * workers))))
