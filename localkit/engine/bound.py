@@ -519,6 +519,8 @@ class BoundKernel:
         run = streamed_path if path == "streamed" else PATHS[path]  # on a device / on the host
         if path == "binned":  # it bins the points as given, and the weights itself (no column of ones)
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
+        elif path == "neighbors":  # the index's own coordinates (a product's engine points are the raw ones)
+            S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
         else:
             S, shift = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
