@@ -231,7 +231,7 @@ def test_knn_factor_on_every_column_is_the_knn_kernel(profile):
         np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
         np.testing.assert_allclose(BoundKernel(factor, X).weights(X[:40], exclude_self=False),
                                    BoundKernel(plain, X).weights(X[:40]), rtol=0, atol=1e-12)
-    # ties: duplicated rows are one observation left out together, as for the plain kNN kernel
+    # ties of x with other y (lattice data: each row left out alone), as for the plain kNN kernel
     Xd, yd = np.r_[X, X[:30]], np.r_[y, y[:30] + 1.0]
     np.testing.assert_allclose(local_sums(None, Xd, yd, factor, exclude_self=True).mean,
                                local_sums(None, Xd, yd, plain, exclude_self=True).mean, rtol=0, atol=1e-12)
