@@ -340,7 +340,8 @@ def test_compact_knn_factor_times_gaussian_on_fair_with_ties():
     K = Kernel("tricube", n_neighbors=k, features=[0, 1]) * Kernel("gaussian", bandwidth=1.0, features=[3])
     assert BoundKernel(K, X).explain(exclude_self=True).path == "neighbors"
     out = local_sums(None, X, y, K, exclude_self=True, algorithm="dense")  # taken on the neighbour path still
-    same = (X[:, None, :] == X[None, :, :]).all(-1)  # the same observation: left out
+    # the same observation, a copy of the whole row (x and y), is left out (issue 40: ties of x with another y stay)
+    same = (X[:, None, :] == X[None, :, :]).all(-1) & (y[:, None] == y[None, :])
     D = np.sqrt(((X[:, None, :2] - X[None, :, :2]) ** 2).sum(-1))
     h = np.sort(np.where(same, np.inf, D), axis=1)[:, k - 1]
     with np.errstate(divide="ignore", invalid="ignore"):
