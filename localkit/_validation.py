@@ -77,7 +77,6 @@ def as_numbers(x, name):
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
     refuse_sparse(x, name)
-    refuse_text_columns(x, name)
     if _masked_dtypes(x):
         if np.asarray(x.isna()).any():
             raise ValueError(f"{name} contains pandas NA (a missing value in a nullable column); "

@@ -241,7 +241,7 @@ def test_knn_factor_on_every_column_is_the_knn_kernel(profile):
         np.testing.assert_allclose(a.log_weight_sum, b.log_weight_sum, rtol=0, atol=1e-12)
         np.testing.assert_allclose(BoundKernel(factor, X).weights(X[:40], exclude_self=False),
                                    BoundKernel(plain, X).weights(X[:40]), rtol=0, atol=1e-12)
-    # ties: duplicated rows are one observation left out together, as for the plain kNN kernel
+    # ties of x with other y (lattice data: each row left out alone), as for the plain kNN kernel
     Xd, yd = np.r_[X, X[:30]], np.r_[y, y[:30] + 1.0]
     np.testing.assert_allclose(local_sums(None, Xd, yd, factor, exclude_self=True).mean,
                                local_sums(None, Xd, yd, plain, exclude_self=True).mean, rtol=0, atol=1e-12)
@@ -350,7 +350,8 @@ def test_compact_knn_factor_times_gaussian_on_fair_with_ties():
     K = Kernel("tricube", n_neighbors=k, features=[0, 1]) * Kernel("gaussian", bandwidth=1.0, features=[3])
     assert BoundKernel(K, X).explain(exclude_self=True).path == "neighbors"
     out = local_sums(None, X, y, K, exclude_self=True, algorithm="dense")  # taken on the neighbour path still
-    same = (X[:, None, :] == X[None, :, :]).all(-1)  # the same observation: left out
+    # the same observation, a copy of the whole row (x and y), is left out (issue 40: ties of x with another y stay)
+    same = (X[:, None, :] == X[None, :, :]).all(-1) & (y[:, None] == y[None, :])
     D = np.sqrt(((X[:, None, :2] - X[None, :, :2]) ** 2).sum(-1))
     h = np.sort(np.where(same, np.inf, D), axis=1)[:, k - 1]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -467,11 +467,15 @@ class BoundKernel:
         return other
 
     def _with_twins(self, groups):
-        """This kernel with the leave-one-out groups ``groups`` (None: one per sample); the samples
-        and indexes are shared."""
+        """This kernel with the leave-one-out groups ``groups`` (None: one per sample), those of its
+        kNN factors too (they leave out what the product leaves out, :func:`bind_factors`); the
+        samples and indexes are shared."""
         other = copy.copy(self)
         other._given_twins = np.arange(self.n_samples) if groups is None else groups
         other.twins = groups
+        if self.factors is not None:
+            other.factors = [Factor(f.kernel, f.cols, bound=f.bound._with_twins(groups)) if
+                             f.bound is not None and f.kernel.n_neighbors is not None else f for f in self.factors]
         return other
 
     def sums(self, queries: ArrayLike | None = None, values: ArrayLike | BoundValues | None = None, *,

@@ -594,7 +594,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         Q = self.X_fit_ if exclude_self else X
         if balls is None:
             counts = weighted_span_counts(self.X_fit_, Q, self.sample_weight_, self.n_neighbors_, self.metric,
-                                          exclude_self=exclude_self)
+                                          exclude_self=exclude_self, values=self.y_fit_)
             found = {}
         else:
             counts, found = balls
@@ -704,15 +704,17 @@ def weighted_median(a, weight):
     return 0.5 * (a[min(lower, len(a) - 1)] + a[min(upper, len(a) - 1)])
 
 
-def weighted_span_counts(samples, queries, weight, span, metric="euclidean", *, exclude_self=False, block=None):
+def weighted_span_counts(samples, queries, weight, span, metric="euclidean", *, exclude_self=False, block=None,
+                         values=None):
     """For each query, the number ``k`` of its nearest samples (nearest first; leave-one-out:
     other than those at its point) whose weights first sum to ``span``: the k-th neighbour's
     distance is then the smallest ``d`` with ``sum_{|x_i - x*| <= d} c_i >= span``, the radius
     of a span measured in weight (that of the rows repeated ``c_i`` times). Where the weights
-    never reach it, every sample (the span's radius is the farthest one's distance)."""
+    never reach it, every sample (the span's radius is the farthest one's distance). Leave-one-out
+    leaves out the copies of a row, its point and its ``values`` (:mod:`localkit.engine.twins`)."""
     c = np.asarray(weight, dtype=np.float64)
     n = len(c)
-    groups = twin_groups(samples) if exclude_self else None
+    groups = twin_groups(samples, values) if exclude_self else None
     available = n - (nb.largest_group(groups) if exclude_self else 0)
     index = nb.make_index(samples, metric, exact=True)
     target = span * (1 - 1e-12)  # a running sum of float weights reaching the span up to round-off
