@@ -49,6 +49,37 @@ def times_power_of_two(x, k):
     return x
 
 
+def merge_states(log_sums, means, xp=np):
+    """Local means over disjoint parts of the samples (sample chunks, the terms of a sum of
+    kernels) combined into one: ``log_sums`` (n, m) the parts' log weight sums, ``means``
+    (n, m, p) their local means,
+
+        log S = logsumexp_j l_j,    m = sum_j exp(l_j - log S) m_j
+
+    (the online log-sum-exp's merge of two states, for ``m`` of them at once). A part without
+    weight (``l = -inf``) weighs 0 and its mean is not read; a row without any has ``log S = -inf``
+    and a NaN mean, for the empty-neighbourhood policy. Arrays of the namespace ``xp``."""
+    top = xp.max(log_sums, axis=1)
+    shift = xp.where(top > -math.inf, top, xp.zeros_like(top))
+    w = xp.exp(log_sums - shift[:, None])
+    total = xp.sum(w, axis=1)
+    weighed = xp.where(w[:, :, None] > 0, means, xp.zeros_like(means)) * w[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return shift + xp.log(total), xp.sum(weighed, axis=1) / total[:, None]
+
+
+def logit_exponent(top_q, top_x, n_features, temperature, maxexp):
+    """``k >= 0`` with ``|<q, x>| / (T 2^k) <= 2^(maxexp / 2)`` for every pair of queries and
+    samples whose largest entries are ``top_q`` and ``top_x`` (``n_features`` of them, temperature
+    ``T``; ``maxexp`` the dtype's, 1024 in float64, 128 in float32): softmax logits beyond the
+    float range are streamed as ``logits / 2^k`` (:class:`OnlineLogSumExp`). Taken in log2, so that
+    the bound cannot overflow itself; 0 where an entry is 0 or not finite (nothing to scale)."""
+    if not (0 < top_q < math.inf and 0 < top_x < math.inf):
+        return 0
+    top = math.log2(top_q) + math.log2(top_x) + math.log2(n_features) - math.log2(temperature)
+    return max(0, math.ceil(top - maxexp // 2))
+
+
 def augment(values, xp=np):
     """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum
     (``values`` an array of the namespace ``xp``, on its device)."""

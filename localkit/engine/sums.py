@@ -22,6 +22,7 @@ import numpy as np
 
 from .backends.array_api import namespace_of
 from .results import LocalSums, check_empty
+from .stream import merge_states
 
 
 def sum_sums(bound, queries, prepared, exclude_self, query_scale):
@@ -38,17 +39,12 @@ def combine_terms(outs, empty_policy, no_values):
     each computed with the "nearest" policy; ``empty_policy`` applied where every term is empty
     (the dask path combines its terms' chunks here too)."""
     xp = namespace_of(outs[0][1].log_weight_sum)  # the queries' device, where the terms ran
-    a = [log_w + out.log_weight_sum for log_w, out in outs]
-    top = a[0]
-    for ak in a[1:]:
-        top = xp.maximum(top, ak)
-    safe_top = xp.where(top > -math.inf, top, xp.zeros_like(top))
-    share = [xp.exp(ak - safe_top) for ak in a]
-    total = share[0]
-    for s in share[1:]:
-        total = total + s
-    with np.errstate(divide="ignore"):
-        log_sum = safe_top + xp.log(total)
+    log_sums = xp.stack([log_w + out.log_weight_sum for log_w, out in outs], axis=1)
+    if no_values:
+        means = xp.zeros((log_sums.shape[0], len(outs), 0), dtype=log_sums.dtype)
+    else:
+        means = xp.stack([out.mean if out.mean.ndim == 2 else out.mean[:, None] for _, out in outs], axis=1)
+    log_sum, mean = merge_states(log_sums, means, xp)
     empty = ~(log_sum > -math.inf)
     log_sum = xp.where(empty, -math.inf, log_sum)
     count = int(xp.sum(xp.astype(empty, xp.int64))) if xp is not np else int(empty.sum())
@@ -57,13 +53,7 @@ def combine_terms(outs, empty_policy, no_values):
     if no_values:
         return LocalSums(None, log_sum, empty)
     first = outs[0][1].mean  # empty everywhere: the first term's (its nearest sample's value)
-    safe_total = xp.where(empty, xp.ones_like(total), total)
-    mean = None
-    for s, (_, out) in zip(share, outs):
-        w = s / safe_total
-        w = w if out.mean.ndim == 1 else w[:, None]
-        part = w * out.mean
-        mean = part if mean is None else mean + part
+    mean = mean if first.ndim == 2 else mean[:, 0]
     mask = empty if first.ndim == 1 else empty[:, None]
     mean = xp.where(mask, xp.full_like(first, math.nan) if empty_policy == "nan" else first, mean)
     return LocalSums(mean, log_sum, empty)

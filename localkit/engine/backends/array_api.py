@@ -29,7 +29,7 @@ from ..blocks import block_sizes
 from ..checks import as_points
 from ..passes.dense import LOG_WEIGHT_TOL
 from ..planner import COMPILED_BANDWIDTHS
-from ..stream import OnlineLogSumExp, times_power_of_two
+from ..stream import OnlineLogSumExp, logit_exponent, times_power_of_two
 from ..twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -192,14 +192,9 @@ XP_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
 
 
 def _logit_exponent(xp, Q, X, h):
-    """``k >= 0`` with ``|<q, x>| / (h 2^k) <= 2^limit`` for every pair (``limit`` 500 in float64,
-    as the NumPy engine, 60 in float32), from the largest entries in log2 (nothing overflows)."""
-    top_q, top_x = float(xp.max(xp.abs(Q))), float(xp.max(xp.abs(X)))
-    if top_q == 0 or top_x == 0:
-        return 0
-    limit = 60 if Q.dtype == xp.float32 else 500
-    top = math.log2(top_q) + math.log2(top_x) + math.log2(Q.shape[1]) - math.log2(h)
-    return max(0, math.ceil(top - limit))
+    """:func:`~localkit.engine.stream.logit_exponent` of ``Q`` against ``X`` (the NumPy engine's rule)."""
+    maxexp = np.finfo(np.float32 if Q.dtype == xp.float32 else np.float64).maxexp
+    return logit_exponent(float(xp.max(xp.abs(Q))), float(xp.max(xp.abs(X))), Q.shape[1], h, maxexp)
 
 
 def _flex_fits(xp, Qs, Xs, kernel, options):

@@ -55,7 +55,7 @@ from ..results import LocalSums, check_empty
 from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
 from ..checks import check_exclude_self, check_pass
-from ..stream import augment
+from ..stream import augment, merge_states
 from ..sums import combine_terms
 from ..twins import refuse_twins
 
@@ -246,16 +246,10 @@ def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
 
 
 def _merge_states(x, p):
-    """Combine states ``x`` (n, m, 2p + 2) along axis 1: weights ``exp(l_j - max l)``."""
-    ls = x[:, :, p]
-    top = ls.max(axis=1)
-    shift = np.where(np.isfinite(top), top, 0.0)
-    w = np.exp(ls - shift[:, None])  # an empty state (l = -inf) weighs 0
-    total = w.sum(axis=1)
+    """Combine states ``x`` (n, m, 2p + 2) along axis 1 (:func:`~localkit.engine.stream.merge_states`;
+    the nearest sample: the nearest of the chunks')."""
     out = np.empty((len(x), 1, x.shape[2]), dtype=x.dtype)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out[:, 0, :p] = np.einsum("nm,nmp->np", w, np.where(w[:, :, None] > 0, x[:, :, :p], 0.0)) / total[:, None]
-        out[:, 0, p] = shift + np.log(total)
+    out[:, 0, p], out[:, 0, :p] = merge_states(x[:, :, p], x[:, :, :p])  # an empty state (l = -inf) weighs 0
     best = np.argmin(x[:, :, p + 1], axis=1)
     out[:, 0, p + 1:] = x[np.arange(len(x)), best, p + 1:]
     return out

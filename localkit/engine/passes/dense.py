@@ -17,7 +17,7 @@ from scipy.spatial.distance import cdist
 
 from ..blocks import block_sizes, map_blocks
 from ..factors import candidate_factor, knn_scales
-from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow
+from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent
 from ..twins import mask_twins
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
@@ -114,13 +114,11 @@ def product_log_weights(bound, Q, exclude_self, row_offset):
 
 
 def _logit_exponent(bound, Q):
-    """``k >= 0`` with ``|<q, x>| / (T 2^k) <= 2^(maxexp / 2)`` for every pair (2^512 in float64,
-    2^64 in float32; a bound from the largest entries, in log2, so that nothing overflows on the
-    way)."""
-    with np.errstate(divide="ignore"):
-        top = (np.log2(np.abs(Q).max()) + np.log2(np.abs(bound.X).max()) + np.log2(bound.n_features)
-               - np.log2(bound.h))
-    return max(0, int(np.ceil(top - np.finfo(Q.dtype).maxexp // 2))) if np.isfinite(top) else 0
+    """:func:`~localkit.engine.stream.logit_exponent` of the queries ``Q`` against the samples."""
+    if len(Q) == 0:
+        return 0
+    return logit_exponent(float(np.abs(Q).max()), float(np.abs(bound.X).max()), bound.n_features, float(bound.h),
+                          np.finfo(Q.dtype).maxexp)
 
 
 def _spatial_order(Q):
