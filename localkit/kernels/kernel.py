@@ -60,7 +60,11 @@ class Kernel:
         ``lambda u2, xp: xp.log1p(-u2)`` with ``support=1.0`` (the Epanechnikov profile). It runs on
         the dense, neighbour, binned and streamed paths, on dask arrays and on tensors, and in
         :func:`localkit.nn.kernel_attention` (autograd differentiates it); the compiled compact pass,
-        FlexAttention and the Triton attention kernel need a compiled form and refuse it.
+        FlexAttention and the Triton attention kernel need a compiled form and refuse it. ``log k``
+        is taken up to a constant: it is evaluated as ``log k(u2) - log k(0)`` (so ``1000 - u2 / 2``
+        is the Gaussian), and a NaN it returns at run time raises a ValueError. It is computed as
+        the profile it states, never taken for a built-in one (finite at ``u = 1``, it is not the
+        uniform kernel).
     bandwidth : float, array of shape (n_features,), "scott", "silverman", "isj" or "sj", default=1.0
         ``h``. An array gives a diagonal metric ``u^2 = sum_k (dx_k / h_k)^2``; a rule name
         is resolved on the samples: the normal-reference
