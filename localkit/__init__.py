@@ -19,6 +19,8 @@ _EXPORTS = {
     "local_sums": "localkit.engine",
     "kernel_density": "localkit.models.density",
     "KernelDensity": "localkit.models.density",
+    # conditional distributions
+    "ConditionalDensity": "localkit.models.conditional",
     # local means
     "LocalMeanRegressor": "localkit.models.regression",
     "LocalMeanClassifier": "localkit.models.classification",
