@@ -21,6 +21,7 @@ _EXPORTS = {
     "KernelDensity": "localkit.models.density",
     # conditional distributions
     "ConditionalDensity": "localkit.models.conditional",
+    "KernelQuantileRegressor": "localkit.models.quantile",
     # local means
     "LocalMeanRegressor": "localkit.models.regression",
     "LocalMeanClassifier": "localkit.models.classification",

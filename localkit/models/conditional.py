@@ -26,14 +26,11 @@ fit; ``F`` from blocks of the normalised weights ``w_i(x)``.
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT
@@ -71,6 +68,45 @@ def check_probabilities(q, name="q"):
     if not np.all((p > 0) & (p < 1)):
         raise ValueError(f"{name} must hold probabilities strictly between 0 and 1 (NaN is not one), got {q!r}")
     return p
+
+
+def fit_x_kernel(estimator, X):
+    """The kernel ``K_x`` of ``estimator`` (its ``kernel`` and ``bandwidth``) resolved on ``X``:
+    a :class:`~localkit.Kernel` given carries its own bandwidths (names of features mapped
+    through ``feature_names_in_``); a profile name takes ``bandwidth``, a rule resolved on ``X``."""
+    if isinstance(estimator.kernel, Kernel):
+        kern = estimator.kernel.with_feature_names(getattr(estimator, "feature_names_in_", None))
+        if isinstance(kern, SumKernel) or kern.is_softmax:
+            raise ValueError(f"kernel={kern!r}: a kernel of the columns of X is taken (a profile, a product over groups "
+                             "of columns), not a sum or the softmax kernel")
+        return kern.resolved(X)
+    if isinstance(estimator.bandwidth, str) and estimator.bandwidth == "cv":
+        raise ValueError("bandwidth='cv' is chosen inside a Kernel: give kernel=Kernel(..., bandwidth='cv')")
+    h = resolve_bandwidth(estimator.bandwidth, X)
+    if not np.all(np.isfinite(h)) or not np.all(np.asarray(h) > 0):
+        raise ValueError(f"bandwidth={estimator.bandwidth!r} gave {h!r} on these X (a feature with one value?); give "
+                         "the bandwidth as positive numbers")
+    return Kernel(estimator.kernel, bandwidth=h)
+
+
+def block_rows(n_samples):
+    """Queries per ``(n_queries, n_samples)`` weight block within the engine's memory budget
+    (a few float64 blocks of that size live at once)."""
+    return int(max(1, DEFAULT_MEMORY_BUDGET // (8 * 4 * max(1, n_samples))))
+
+
+def weight_blocks(bound, X):
+    """``(rows, W)`` over blocks of the queries ``X``: the normalised weights ``w_i(x)`` of the
+    bound kernel (an empty neighbourhood: all on the nearest sample, the engine's "nearest"
+    policy, the limit of a growing bandwidth)."""
+    step = block_rows(bound.n_samples)
+    for start in range(0, len(X), step):
+        rows = slice(start, min(start + step, len(X)))
+        W = bound.weights(X[rows])
+        empty = ~(W.sum(axis=1) > 0)
+        if np.any(empty):
+            W[np.flatnonzero(empty), bound.nearest(X[rows][empty])] = 1.0
+        yield rows, W
 
 
 class ConditionalDensity(BaseEstimator):
@@ -160,27 +196,11 @@ class ConditionalDensity(BaseEstimator):
         X, y = validate_data(self, X, y, dtype=FLOATS, multi_output=True, y_numeric=True)
         Y = np.asarray(y, dtype=X.dtype).reshape(len(y), -1)
         self.n_outputs_ = Y.shape[1]
-        self.kernel_ = self._fit_x_kernel(X, Y)
+        self.kernel_ = fit_x_kernel(self, X)
         self.y_kernel_ = self._fit_y_kernel(Y)
         self.X_fit_, self.y_fit_ = X, Y
         self._bind()
         return self
-
-    def _fit_x_kernel(self, X, Y):
-        """``K_x`` resolved on ``X``."""
-        if isinstance(self.kernel, Kernel):
-            kern = self.kernel.with_feature_names(getattr(self, "feature_names_in_", None))
-            if isinstance(kern, SumKernel) or kern.is_softmax:
-                raise ValueError(f"kernel={kern!r}: a conditional density takes a kernel of the columns of X (a "
-                                 "profile, a product over groups of columns), not a sum or the softmax kernel")
-            return kern.resolved(X)
-        if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
-            raise ValueError("bandwidth='cv' is chosen inside a Kernel: give kernel=Kernel(..., bandwidth='cv')")
-        h = resolve_bandwidth(self.bandwidth, X)
-        if not np.all(np.isfinite(h)) or not np.all(np.asarray(h) > 0):
-            raise ValueError(f"bandwidth={self.bandwidth!r} gave {h!r} on these X (a feature with one value?); give "
-                             "the bandwidth as positive numbers")
-        return Kernel(self.kernel, bandwidth=h)
 
     def _fit_y_kernel(self, Y):
         """``K_y`` resolved on ``Y`` and checked: it has a density."""
@@ -210,9 +230,8 @@ class ConditionalDensity(BaseEstimator):
         self._bound_y = BoundKernel(self.y_kernel_, Y, options=options)
         self._log_z = self.y_kernel_.resolved_log_density_normalizer(k)
         # the levels seen at fit of every categorical column, of X and of y (queries are checked against them)
-        self._levels_x = {int(c): np.unique(X[:, c]) for f, cols in self.kernel_.columns(d) if f.is_categorical
-                          for c in cols}
-        self._levels_y = {int(c): np.unique(Y[:, c]) for f, cols in self._y_factors if f.is_categorical for c in cols}
+        self._levels_x = categorical_levels(self.kernel_, X)
+        self._levels_y = categorical_levels(self.y_kernel_, Y)
 
     # -- checks of the queries -------------------------------------------------------------------
     def _queries(self, X, y=None):
@@ -229,8 +248,8 @@ class ConditionalDensity(BaseEstimator):
                                  f"X, {self.n_outputs_} column(s) as at fit), got {np.shape(y)}")
             if not np.all(np.isfinite(Y)):
                 raise ValueError("y contains NaN or infinity")
-            _check_levels(Y, self._levels_y, "y")
-        _check_levels(X, self._levels_x, "X")
+            check_levels(Y, self._levels_y, "y")
+        check_levels(X, self._levels_x, "X")
         return X, Y
 
     # -- the density -------------------------------------------------------------------------------
@@ -251,28 +270,15 @@ class ConditionalDensity(BaseEstimator):
     def _log_ky(self, Y, rows):
         """``log K_y(y_t, y_rows[t])`` of the pairs (unnormalised), from blocks of the bound ``K_y``."""
         out = np.empty(len(rows))
-        step = self._block_rows()
+        step = block_rows(len(self.X_fit_))
         for start in range(0, len(rows), step):
             block = slice(start, start + step)
             L = self._bound_y.log_weights(Y[block].astype(self.y_fit_.dtype))
             out[block] = L[np.arange(L.shape[0]), rows[block]]
         return out
 
-    def _block_rows(self):
-        """Queries per block of an ``(n_queries, n_samples)`` weight block within the engine's memory budget."""
-        return int(max(1, DEFAULT_MEMORY_BUDGET // (8 * 4 * max(1, len(self.X_fit_)))))
-
     def _weight_blocks(self, X):
-        """``(rows, W)`` over blocks of the queries: the normalised weights ``w_i(x)`` of ``K_x``
-        (an empty neighbourhood: all on the nearest training sample)."""
-        step = self._block_rows()
-        for start in range(0, len(X), step):
-            rows = slice(start, min(start + step, len(X)))
-            W = self._bound_x.weights(X[rows])
-            empty = ~(W.sum(axis=1) > 0)
-            if np.any(empty):
-                W[np.flatnonzero(empty), self._bound_x.nearest(X[rows][empty])] = 1.0
-            yield rows, W
+        return weight_blocks(self._bound_x, X)
 
     def pdf(self, X: ArrayLike, y: ArrayLike) -> np.ndarray:
         """``f(y_t | x_t)`` at the paired rows of ``X`` and ``y`` (n_queries,)."""
@@ -380,26 +386,29 @@ class ConditionalDensity(BaseEstimator):
         return out[:, 0] if scalar else out
 
     def _invert(self, W, profile, h, q):
-        """The root ``t`` of ``sum_i W_ti K((t - y_i) / h) = q`` per row of ``W``."""
+        """The root ``t`` of ``sum_i W_ti K((t - y_i) / h) = q`` per row of ``W``: Newton steps
+        kept inside the bracket (bisection otherwise), each row until its step is below ``1e-13``
+        of its scale ``max(|t|, h)``."""
         y = self.y_fit_[:, 0].astype(np.float64)
         z = float(kernel_quantile(profile, q))
         lo = np.full(len(W), y.min() + h * z)
         hi = np.full(len(W), y.max() + h * z)
-        t = np.sum(W * y, axis=1) + h * z  # the weighted mean, shifted: inside the bracket
-        t = np.clip(t, lo, hi)
+        t = np.clip(W @ y + h * z, lo, hi)  # the weighted mean, shifted: a start inside the bracket
+        scale = math.exp(-profile.log_normalizer(1)) / h
+        live = np.arange(len(W))
         for _ in range(200):
-            U = (t[:, None] - y) / h
-            F = np.einsum("ij,ij->i", W, kernel_cdf(profile, U)) - q
-            f = np.einsum("ij,ij->i", W, np.exp(profile.log_k(U * U)) ) * math.exp(-profile.log_normalizer(1)) / h
-            lo, hi = np.where(F < 0, t, lo), np.where(F < 0, hi, t)
+            Wl, tl = W[live], t[live]
+            U = (tl[:, None] - y) / h
+            F = np.einsum("ij,ij->i", Wl, kernel_cdf(profile, U)) - q
+            f = np.einsum("ij,ij->i", Wl, np.exp(profile.log_k(U * U))) * scale
+            lo[live], hi[live] = np.where(F < 0, tl, lo[live]), np.where(F < 0, hi[live], tl)
             with np.errstate(divide="ignore", invalid="ignore"):
-                step = np.where(f > 0, F / f, np.inf)
-            new = t - step
-            bad = ~((new > lo) & (new < hi))
-            new = np.where(bad, 0.5 * (lo + hi), new)
-            done = (np.abs(new - t) <= 4 * np.finfo(np.float64).eps * np.maximum(np.abs(t), h)) | (hi - lo <= 0)
-            t = new
-            if np.all(done):
+                new = tl - np.where(f > 0, F / f, np.inf)
+            new = np.where((new > lo[live]) & (new < hi[live]), new, 0.5 * (lo[live] + hi[live]))
+            new = np.where(F == 0, tl, new)  # the root itself
+            t[live] = new
+            live = live[(np.abs(new - tl) > 1e-13 * np.maximum(np.abs(tl), h)) & (F != 0)]
+            if len(live) == 0:
                 break
         return t
 
@@ -499,7 +508,12 @@ class ConditionalDensity(BaseEstimator):
         return out[:, 0] if self.n_outputs_ == 1 else out
 
 
-def _check_levels(A, levels, name):
+def categorical_levels(kernel, A):
+    """``{column: levels}``: the levels of ``A`` in each column of a categorical factor of ``kernel``."""
+    return {int(c): np.unique(A[:, c]) for f, cols in kernel.columns(A.shape[1]) if f.is_categorical for c in cols}
+
+
+def check_levels(A, levels, name):
     """The categorical columns of ``A`` hold levels seen at fit."""
     for c, seen in levels.items():
         unseen = np.setdiff1d(np.unique(A[:, c]), seen)
@@ -508,4 +522,5 @@ def _check_levels(A, levels, name):
                              f"column takes the levels {seen.tolist()[:10]}{'...' if seen.size > 10 else ''})")
 
 
-__all__ = ["ConditionalDensity", "check_probabilities", "on_columns", "product_of"]
+__all__ = ["ConditionalDensity", "block_rows", "categorical_levels", "check_levels", "check_probabilities", "fit_x_kernel", "on_columns", "product_of",
+           "weight_blocks"]
