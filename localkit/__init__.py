@@ -21,6 +21,8 @@ _EXPORTS = {
     "KernelDensity": "localkit.models.density",
     # conditional distributions
     "ConditionalDensity": "localkit.models.conditional",
+    "ConditionalModeClassifier": "localkit.models.conditional",
+    "significance_test": "localkit.models.significance",
     "KernelQuantileRegressor": "localkit.models.quantile",
     # local means
     "LocalMeanRegressor": "localkit.models.regression",

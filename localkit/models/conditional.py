@@ -26,11 +26,13 @@ fit; ``F`` from blocks of the normalised weights ``w_i(x)``.
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT
@@ -39,6 +41,7 @@ from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.categorical import CategoricalColumns, check_smoothing
 from ..kernels.kernel import ProductKernel, SumKernel
+from .._validation import check_class_labels
 from ._base import FLOATS
 from .density import _check_density_kernel, kernel_cdf, kernel_quantile
 
@@ -443,17 +446,23 @@ class ConditionalDensity(BaseEstimator):
             K = np.exp(self._bound_y.log_weights(points.astype(self.y_fit_.dtype))).T
         return points, K
 
-    def _categorical_mode(self, X):
+    def _level_pdf(self, X):
+        """``(grid, P)``: every combination of the levels of ``y`` seen at fit (categorical ``y``)
+        and ``P[t, g] = f(grid_g | x_t)`` (n_queries, n_combinations)."""
         levels = [self._levels_y[c] for c in range(self.n_outputs_)]
         count = math.prod(len(a) for a in levels)
         if count > 100_000:
-            raise ValueError(f"mode: the levels of y make {count} combinations (more than 100000) to compare")
+            raise ValueError(f"the levels of y make {count} combinations (more than 100000) to compare")
         grid = np.stack(np.meshgrid(*levels, indexing="ij"), axis=-1).reshape(-1, self.n_outputs_)
         points, K = self._candidates(grid)
-        out = np.empty((len(X), self.n_outputs_))
+        P = np.empty((len(X), len(points)))
         for rows, W in self._weight_blocks(X):
-            out[rows] = points[np.argmax(W @ K, axis=1)]
-        return out
+            P[rows] = W @ K
+        return points, P * math.exp(-self._log_z)
+
+    def _categorical_mode(self, X):
+        points, P = self._level_pdf(X)
+        return points[np.argmax(P, axis=1)]
 
     def _continuous_mode(self, X, max_iter, tol):
         Y = np.asarray(self.y_fit_, dtype=np.float64)
@@ -508,6 +517,90 @@ class ConditionalDensity(BaseEstimator):
         return out[:, 0] if self.n_outputs_ == 1 else out
 
 
+class ConditionalModeClassifier(ClassifierMixin, BaseEstimator):
+    """Classification by the conditional mode (R's ``np::npconmode``): the class ``l`` with the
+    largest kernel conditional probability
+
+    .. math::
+
+        \\hat p(l \\mid x) = \\sum_i w_i(x)\\, k_\\lambda(l, y_i), \\qquad
+        k_\\lambda(l, y) = 1 - \\lambda \\text{ if } l = y, \\text{ else } \\lambda / (c - 1)
+
+    (:class:`ConditionalDensity` with an Aitchison-Aitken kernel of smoothing ``lambda`` on the
+    ``c`` classes: ``p(l | x) = (1 - lambda) m_l(x) + lambda (1 - m_l(x)) / (c - 1)``, ``m_l`` the
+    local mean of the class indicator; ``lambda = 0`` is :class:`~localkit.LocalMeanClassifier`).
+    The probabilities sum to one over the classes.
+
+    Parameters
+    ----------
+    kernel : str or Kernel, default="gaussian"
+        The kernel in ``x`` (a profile name with ``bandwidth``, or a :class:`~localkit.Kernel`,
+        e.g. a product with categorical factors).
+    bandwidth : float, array of shape (n_features,) or rule, default="scott"
+        ``h`` of a profile given by name.
+    y_smoothing : float in [0, 1), default=0.0
+        ``lambda`` of the Aitchison-Aitken kernel on the classes.
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    n_jobs : int or None, default=None
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    conditional_ : ConditionalDensity
+        The conditional distribution of the class codes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from localkit import ConditionalModeClassifier
+    >>> X = np.linspace(0, 1, 40)[:, None]
+    >>> clf = ConditionalModeClassifier(bandwidth=0.1).fit(X, np.where(X[:, 0] < 0.5, "a", "b"))
+    >>> clf.predict([[0.1], [0.9]])
+    array(['a', 'b'], dtype='<U1')
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": PROFILE_CONSTRAINT + [Kernel],
+        "bandwidth": BANDWIDTH_CV_CONSTRAINT,
+        "y_smoothing": [Interval(Real, 0, 1, closed="left")],
+        "algorithm": ALGORITHM_CONSTRAINT,
+        "n_jobs": N_JOBS_CONSTRAINT,
+    }
+
+    def __init__(self, kernel="gaussian", bandwidth="scott", y_smoothing=0.0, algorithm="auto", n_jobs=None):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.y_smoothing = y_smoothing
+        self.algorithm = algorithm
+        self.n_jobs = n_jobs
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X: ArrayLike, y: ArrayLike):
+        """Encode the classes and fit their conditional distribution. Returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=FLOATS)
+        check_class_labels(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"y holds one class ({self.classes_[0]!r}); a classifier needs at least 2")
+        names = getattr(self, "feature_names_in_", None)
+        kernel = self.kernel.with_feature_names(names) if isinstance(self.kernel, Kernel) else self.kernel
+        self.conditional_ = ConditionalDensity(kernel=kernel, bandwidth=self.bandwidth,
+                                               y_kernel=Kernel("aitchison_aitken", bandwidth=float(self.y_smoothing)),
+                                               algorithm=self.algorithm, n_jobs=self.n_jobs).fit(X, codes.astype(float))
+        return self
+
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
+        """``p(l | x)`` for each class (n_queries, n_classes)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        return self.conditional_._level_pdf(self.conditional_._queries(X)[0])[1]
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """The conditional mode: the class of largest ``p(l | x)``."""
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
 def categorical_levels(kernel, A):
     """``{column: levels}``: the levels of ``A`` in each column of a categorical factor of ``kernel``."""
     return {int(c): np.unique(A[:, c]) for f, cols in kernel.columns(A.shape[1]) if f.is_categorical for c in cols}
@@ -522,5 +615,5 @@ def check_levels(A, levels, name):
                              f"column takes the levels {seen.tolist()[:10]}{'...' if seen.size > 10 else ''})")
 
 
-__all__ = ["ConditionalDensity", "block_rows", "categorical_levels", "check_levels", "check_probabilities", "fit_x_kernel", "on_columns", "product_of",
+__all__ = ["ConditionalDensity", "ConditionalModeClassifier", "block_rows", "categorical_levels", "check_levels", "check_probabilities", "fit_x_kernel", "on_columns", "product_of",
            "weight_blocks"]
