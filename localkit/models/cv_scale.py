@@ -1,0 +1,87 @@
+"""Bandwidth searches at scale: the leave-one-out objectives of :mod:`localkit.models.kernel_learning`
+evaluated by categorical cells and binned continuous sums (:func:`~localkit.engine.cells.cell_loo_sums`).
+
+For a product of Gaussian factors on at most three continuous columns and categorical factors,
+one evaluation of the leave-one-out loss costs ``O(C (G log G + n))`` (``C`` cells, a grid of
+``G`` points) instead of ``O(n^2)``. The grid is fixed for the whole search (a grid that changed
+with the bandwidth would make the objective jump under the search's finite differences): per
+continuous column, ``ceil(sqrt(0.05 / tolerance))`` points per bandwidth of the first kernel
+evaluated (the smallest start), the spacing at which the Gaussian's binned sums (with their
+binning corrections) erred by about ``0.05 (delta / h)^2 <= tolerance`` relative, measured on
+3,000 normal samples (``delta / h = 1/8``: 7.8e-4; ``1/16``: 2.0e-4; ``1/32``: 5.0e-5); larger
+bandwidths are resolved finer, smaller ones coarser. The search itself (starts, bounded quasi-Newton on ``log h`` and ``lam``, ``cv_results_``) is
+:func:`~localkit.models.kernel_learning.select_cv_bandwidths`'s. An estimator takes it when given
+a ``tolerance`` (the error it accepts from binned sums) and its kernel qualifies; its
+predictions stay exact.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.cells import cell_loo_sums, cell_refusals, continuous_part
+from ..engine.passes.binned import GRID_LIMIT
+from ..engine.twins import twin_groups
+
+
+class FixedGrid:
+    """The grid shape of a search, fixed at the first kernel it is asked for (see the module)."""
+
+    def __init__(self, X, tolerance):
+        self.X, self.tolerance, self.shape = X, tolerance, None
+
+    def __call__(self, kernel):
+        if self.shape is None:
+            cols, h = continuous_part(kernel, self.X.shape[1])
+            if not cols:
+                return None
+            per = np.ceil(np.sqrt(0.05 / self.tolerance))
+            span = np.ptp(self.X[:, cols], axis=0)
+            limit = GRID_LIMIT[len(cols)]
+            self.shape = tuple(int(min(limit, max(2, np.ceil(per * s / b) + 1))) for s, b in zip(span, h))
+        return self.shape
+
+
+def takes_cells(kernel, n_features, tolerance):
+    """True where a search of ``kernel``'s "cv" bandwidths runs on cell sums: a ``tolerance`` is
+    given and :func:`~localkit.engine.cells.cell_refusals` has no reason against the kernel."""
+    return tolerance is not None and not cell_refusals(kernel, n_features)
+
+
+def cell_squared_loss(X, values, sample_weight, tolerance):
+    """``loss(K) = sum_i c_i |v_i - m_{-i}(x_i)|^2 / sum_i c_i`` from cell sums (``inf`` where a
+    sample keeps no weight)."""
+    V = np.asarray(values, dtype=np.float64).reshape(len(X), -1)
+    p = V.shape[1]
+    grid = FixedGrid(X, tolerance)
+
+    def loss(kernel):
+        S = cell_loo_sums(kernel, X, V, sample_weight, grid_size=grid(kernel))
+        if not np.all(S[:, p] > 0):
+            return np.inf
+        M = S[:, :p] / S[:, p:]
+        return float(np.average(np.sum((M - V) ** 2, axis=1), weights=sample_weight))
+
+    return loss
+
+
+def cell_density_loss(X, sample_weight, tolerance):
+    """``loss(K) = -sum_i c_i log p_{-i}(x_i)`` from cell sums, ``p_{-i} = S_i / ((W - W_G(i)) Z)``
+    (each row its own group where the kernel has a categorical factor, else the rows at its point)."""
+    c = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    keep = c > 0
+    grid = FixedGrid(X, tolerance)
+
+    def loss(kernel):
+        categorical = any(f.is_categorical for f in kernel.factors)
+        groups = None if categorical else twin_groups(X)
+        left = c.sum() - (c if groups is None else np.bincount(groups, c)[groups])
+        S0 = cell_loo_sums(kernel, X, np.zeros((len(X), 0)), sample_weight, grid_size=grid(kernel))[:, 0]
+        if not np.all(S0[keep] > 0):
+            return np.inf
+        log_z = kernel.log_density_normalizer(X, sample_weight)
+        return -float(np.sum(c[keep] * (np.log(S0[keep]) - np.log(left[keep]) - log_z)))
+
+    return loss
+
+
+__all__ = ["FixedGrid", "cell_density_loss", "cell_squared_loss", "takes_cells"]
