@@ -36,7 +36,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT
-from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, EngineOptions
+from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, EngineOptions, twin_groups
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.categorical import CategoricalColumns, check_smoothing
@@ -44,6 +44,7 @@ from ..kernels.kernel import ProductKernel, SumKernel
 from .._validation import check_class_labels
 from ._base import FLOATS
 from .density import _check_density_kernel, kernel_cdf, kernel_quantile
+from .kernel_learning import has_cv
 
 
 def on_columns(kernel, n_columns, offset=0):
@@ -84,12 +85,22 @@ def fit_x_kernel(estimator, X):
                              "of columns), not a sum or the softmax kernel")
         return kern.resolved(X)
     if isinstance(estimator.bandwidth, str) and estimator.bandwidth == "cv":
-        raise ValueError("bandwidth='cv' is chosen inside a Kernel: give kernel=Kernel(..., bandwidth='cv')")
+        if not getattr(estimator, "_takes_cv", False):
+            raise ValueError(f"bandwidth='cv' is not chosen by {type(estimator).__name__}; give numbers or a rule")
+        return Kernel(estimator.kernel, bandwidth="cv")
     h = resolve_bandwidth(estimator.bandwidth, X)
     if not np.all(np.isfinite(h)) or not np.all(np.asarray(h) > 0):
         raise ValueError(f"bandwidth={estimator.bandwidth!r} gave {h!r} on these X (a feature with one value?); give "
                          "the bandwidth as positive numbers")
     return Kernel(estimator.kernel, bandwidth=h)
+
+
+def _restore(given, factors):
+    """``factors`` (each naming its columns) as the kernel ``given`` was stated: a plain kernel
+    (no ``features``) stays plain."""
+    if len(factors) == 1 and given.features is None and not isinstance(given, ProductKernel):
+        return factors[0]._with(features=None)
+    return product_of(factors)
 
 
 def block_rows(n_samples):
@@ -132,9 +143,12 @@ class ConditionalDensity(BaseEstimator):
         :class:`~localkit.Kernel`, which carries its own bandwidths (a product over groups of
         columns with categorical factors, e.g. ``Kernel("gaussian", bandwidth=1.0, features=[0]) *
         Kernel("aitchison_aitken", bandwidth=0.2, features=[1])``). Not "softmax".
-    bandwidth : float, array of shape (n_features,) or rule, default="scott"
+    bandwidth : float, array of shape (n_features,), rule or "cv", default="scott"
         ``h`` of ``K_x`` when ``kernel`` is a name (a rule is resolved on ``X``); ignored for a
-        ``Kernel`` given as ``kernel``.
+        ``Kernel`` given as ``kernel``. ``"cv"`` (here or inside ``kernel`` and ``y_kernel``, e.g.
+        ``Kernel("gaussian", bandwidth="cv")``): every such bandwidth chosen jointly by the
+        leave-one-out likelihood ``sum_i log f_{-i}(y_i | x_i)`` (statsmodels' ``bw="cv_ml"``;
+        the search in ``cv_results_``).
     y_kernel : Kernel or None, default=None
         The kernel ``K_y`` on the columns of ``y`` (its ``features`` index those columns): a
         kernel with a density (a fixed bandwidth or a rule, a norm metric) or categorical
@@ -153,6 +167,9 @@ class ConditionalDensity(BaseEstimator):
         ``K_y`` as used (rules resolved).
     n_outputs_ : int
         The columns of ``y``.
+    cv_results_ : dict
+        With ``"cv"`` bandwidths: ``"bandwidths"`` (one row per point evaluated, the ``"cv"``
+        columns of ``K_x`` then ``K_y``) and ``"loo_loss"`` (minus the leave-one-out log-likelihood).
     X_fit_, y_fit_ : the training data (``y_fit_`` of shape (n_samples, n_outputs_)).
 
     Notes
@@ -182,6 +199,9 @@ class ConditionalDensity(BaseEstimator):
         "n_jobs": N_JOBS_CONSTRAINT,
     }
 
+    #: "cv" bandwidths are chosen by the leave-one-out likelihood (:meth:`_select_cv`)
+    _takes_cv = True
+
     def __init__(self, kernel="gaussian", bandwidth="scott", y_kernel=None, algorithm="auto", n_jobs=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -201,9 +221,46 @@ class ConditionalDensity(BaseEstimator):
         self.n_outputs_ = Y.shape[1]
         self.kernel_ = fit_x_kernel(self, X)
         self.y_kernel_ = self._fit_y_kernel(Y)
+        if has_cv(self.kernel_) or has_cv(self.y_kernel_):
+            self.kernel_, self.y_kernel_ = self._select_cv(X, Y)
         self.X_fit_, self.y_fit_ = X, Y
         self._bind()
         return self
+
+    def _select_cv(self, X, Y):
+        """``(K_x, K_y)`` with their ``"cv"`` bandwidths chosen jointly by the leave-one-out
+        likelihood ``sum_i log f_{-i}(y_i | x_i)``, ``f_{-i}`` the ratio of the joint and the ``x``
+        sums without the samples of ``i``'s group (each row alone where a factor is categorical,
+        else the rows at ``(x_i, y_i)``): the search of
+        :func:`~localkit.models.kernel_learning.select_cv_bandwidths` on the joint kernel
+        ``K_x K_y`` (R's ``npcdensbw(bwmethod = "cv.ml")``, statsmodels'
+        ``KDEMultivariateConditional(bw="cv_ml")``), on the exact engine passes (two per
+        evaluation); the search is kept in ``cv_results_``."""
+        from .kernel_learning import select_cv_bandwidths
+
+        d, k = X.shape[1], Y.shape[1]
+        if len(X) < 3:
+            raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
+        joint = product_of(on_columns(self.kernel_, d) + on_columns(self.y_kernel_, k, offset=d))
+        XY = np.concatenate([X, Y], axis=1).astype(np.float64)
+        categorical = any(f.is_categorical for f in joint.factors)
+        groups = np.arange(len(X)) if categorical else twin_groups(XY)
+        options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
+
+        def loss(J):
+            x_part = product_of([f for f in J.factors if max(f.features) < d])
+            num = BoundKernel(J, XY, twins=groups, options=options).sums(None, exclude_self=True).log_weight_sum
+            den = BoundKernel(x_part, XY[:, :d], twins=groups, options=options).sums(None,
+                                                                                    exclude_self=True).log_weight_sum
+            with np.errstate(invalid="ignore"):
+                log_f = num - den - sum(f.resolved_log_density_normalizer(d + k) for f in J.factors
+                                        if min(f.features) >= d)
+            return -float(np.sum(log_f)) if np.all(np.isfinite(log_f)) else np.inf
+
+        J, self.cv_results_ = select_cv_bandwidths(joint, XY, loss)
+        x_factors = [f for f in J.factors if max(f.features) < d]
+        y_factors = [f._with(features=[int(c) - d for c in f.features]) for f in J.factors if min(f.features) >= d]
+        return _restore(self.kernel_, x_factors), _restore(self.y_kernel_, y_factors)
 
     def _fit_y_kernel(self, Y):
         """``K_y`` resolved on ``Y`` and checked: it has a density."""
@@ -214,7 +271,7 @@ class ConditionalDensity(BaseEstimator):
         kern.columns(Y.shape[1])  # features within the columns of y
         kern = kern.resolved(Y)
         for factor, cols in kern.columns(Y.shape[1]):
-            if not factor.is_categorical and not np.all(np.asarray(factor.bandwidth) > 0):
+            if not factor.is_categorical and not has_cv(factor) and not np.all(np.asarray(factor.bandwidth) > 0):
                 raise ValueError(f"y_kernel: the bandwidth rule of {factor!r} gave a zero bandwidth on these y (a "
                                  "column with one value?); give the bandwidth as a positive number")
         return kern
