@@ -166,3 +166,16 @@ def test_bad_input():
     reg = KernelQuantileRegressor(kernel=K, degree=0).fit(X, y)
     with pytest.raises(ValueError, match="not seen at fit"):
         reg.predict([[3.0, 5.0]])
+
+
+def test_cv_bandwidths_of_the_inversion():
+    x, y = mcycle()
+    K_y = Kernel("gaussian", bandwidth="cv")
+    reg = KernelQuantileRegressor(method="inversion", bandwidth="cv", y_kernel=K_y).fit(x[:, None], y)
+    ref = ConditionalDensity(bandwidth="cv", y_kernel=K_y).fit(x[:, None], y)
+    assert reg.conditional_.kernel_.bandwidth == ref.kernel_.bandwidth > 0
+    np.testing.assert_array_equal(reg.predict(x[:5, None]), ref.quantile(x[:5, None], 0.5))
+    with pytest.raises(ValueError, match="method='inversion'"):
+        KernelQuantileRegressor(bandwidth="cv").fit(x[:, None], y)
+    with pytest.raises(ValueError, match="method='inversion'"):
+        KernelQuantileRegressor(kernel=Kernel("gaussian", bandwidth="cv")).fit(x[:, None], y)

@@ -46,6 +46,7 @@ from ..kernels import Kernel
 from .conditional import (ConditionalDensity, categorical_levels, check_levels, check_probabilities, fit_x_kernel,
                           weight_blocks)
 from ._base import FLOATS
+from .kernel_learning import has_cv
 
 
 #: the local linear fits leave out the samples whose weight is below this fraction of the largest: their
@@ -123,8 +124,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         The kernel in ``x``: a profile name (with ``bandwidth``) or a :class:`~localkit.Kernel`
         (a product with categorical factors; degree 1 fits the slope on every column of ``X``, so
         products with categorical factors take ``degree=0`` or the inversion).
-    bandwidth : float, array of shape (n_features,) or rule, default="scott"
-        ``h`` of a profile given by name (a rule resolved on ``X``).
+    bandwidth : float, array of shape (n_features,), rule or "cv", default="scott"
+        ``h`` of a profile given by name (a rule resolved on ``X``). ``"cv"`` (or ``"cv"`` inside a
+        ``Kernel``) with ``method="inversion"``: chosen with ``y_kernel``'s by the leave-one-out
+        likelihood of :class:`~localkit.ConditionalDensity`.
     method : {"check", "inversion"}, default="check"
         The local check-loss fit, or the inversion of ``F(y | x)`` (R's ``npqreg``).
     y_kernel : Kernel or None, default=None
@@ -190,7 +193,14 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                                                    n_jobs=self.n_jobs).fit(X, y)
             self.kernel_ = self.conditional_.kernel_
             return self
+        if isinstance(self.bandwidth, str) and self.bandwidth == "cv" and not isinstance(self.kernel, Kernel):
+            raise ValueError("bandwidth='cv' is chosen for method='inversion' (the leave-one-out likelihood of the "
+                             "conditional density); the check-loss fits take numbers or a rule")
         self.kernel_ = fit_x_kernel(self, X)
+        if has_cv(self.kernel_):
+            raise ValueError(f"bandwidth='cv' inside kernel={self.kernel_!r} is chosen for method='inversion' (the "
+                             "leave-one-out likelihood of the conditional density); the check-loss fits take numbers "
+                             "or rules")
         if self.degree == 1 and any(f.is_categorical for f in self.kernel_.factors):
             raise ValueError(f"degree=1 fits a slope on every column of X, which kernel={self.kernel_!r} holds as "
                              "levels; take degree=0 or method='inversion'")
