@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
-from .passes.binned import MAX_FEATURES, binned_sums
+from .passes.binned import GRID_LIMIT, MAX_FEATURES, binned_sums
 from .twins import twin_groups
 
 
@@ -54,6 +54,18 @@ def continuous_part(kernel, n_features):
             cols_out.extend(int(col) for col in cols)
             h.extend(np.broadcast_to(np.asarray(factor.bandwidth, dtype=np.float64), (len(cols),)))
     return cols_out, np.array(h)
+
+
+def cell_grid(kernel, X, points_per_bandwidth):
+    """The grid shape of :func:`cell_loo_sums` with ``points_per_bandwidth`` points per bandwidth
+    of ``kernel`` along each continuous column's span (at most the binned pass's
+    ``GRID_LIMIT``); None without a continuous column."""
+    cols, h = continuous_part(kernel, X.shape[1])
+    if not cols:
+        return None
+    span = np.ptp(np.asarray(X, dtype=np.float64)[:, cols], axis=0)
+    limit = GRID_LIMIT[len(cols)]
+    return tuple(int(min(limit, max(2, np.ceil(points_per_bandwidth * s / b) + 1))) for s, b in zip(span, h))
 
 
 def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=None):
@@ -112,4 +124,4 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
     return S
 
 
-__all__ = ["cell_loo_sums", "cell_refusals", "continuous_part"]
+__all__ = ["cell_grid", "cell_loo_sums", "cell_refusals", "continuous_part"]

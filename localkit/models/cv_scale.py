@@ -18,26 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.cells import cell_loo_sums, cell_refusals, continuous_part
-from ..engine.passes.binned import GRID_LIMIT
-from ..engine.twins import twin_groups
+from ..engine import cell_grid, cell_loo_sums, cell_refusals, twin_groups
 
 
 class FixedGrid:
     """The grid shape of a search, fixed at the first kernel it is asked for (see the module)."""
 
     def __init__(self, X, tolerance):
-        self.X, self.tolerance, self.shape = X, tolerance, None
+        self.X, self.tolerance, self.shape, self.fixed = X, tolerance, None, False
 
     def __call__(self, kernel):
-        if self.shape is None:
-            cols, h = continuous_part(kernel, self.X.shape[1])
-            if not cols:
-                return None
-            per = np.ceil(np.sqrt(0.05 / self.tolerance))
-            span = np.ptp(self.X[:, cols], axis=0)
-            limit = GRID_LIMIT[len(cols)]
-            self.shape = tuple(int(min(limit, max(2, np.ceil(per * s / b) + 1))) for s, b in zip(span, h))
+        if not self.fixed:
+            self.shape, self.fixed = cell_grid(kernel, self.X, np.ceil(np.sqrt(0.05 / self.tolerance))), True
         return self.shape
 
 
