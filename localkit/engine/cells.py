@@ -68,11 +68,14 @@ def cell_grid(kernel, X, points_per_bandwidth):
     return tuple(int(min(limit, max(2, np.ceil(points_per_bandwidth * s / b) + 1))) for s, b in zip(span, h))
 
 
-def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=None):
+def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=None, groups=None):
     """``(n, p + 1)`` leave-one-out sums ``S_i = sum_{j != i} c_j K(x_i, x_j) [v_j, 1]`` at the
     samples (weight sum last; see the module), for a resolved ``kernel`` that
     :func:`cell_refusals` admits; ``V`` (n, p) the values; ``grid_size`` and ``tolerance`` those
-    of :func:`~localkit.engine.passes.binned.binned_sums` (every cell on a grid of the same shape)."""
+    of :func:`~localkit.engine.passes.binned.binned_sums` (every cell on a grid of the same shape).
+    ``groups`` (n,): the rows that leave together, each group's rows equal in the kernel's
+    columns (``K = 1`` between them); default each row alone where a factor is categorical, else
+    the rows at one point (:func:`~localkit.engine.twins.twin_groups`)."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
     V = np.asarray(V, dtype=np.float64).reshape(n, -1)
@@ -114,13 +117,12 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
         else:  # no continuous column: each cell's sums are constants
             T = np.broadcast_to(np.r_[cw[members] @ V[members], cw[members].sum()], (n, V.shape[1] + 1))
         S += K_cat[cell_of, b][:, None] * T
-    own = np.column_stack([V, np.ones(n)]) * cw[:, None]
-    if cat:  # each row leaves alone (a level shared by rows is not one observation)
-        S -= K_cat[cell_of, cell_of][:, None] * own
-    else:  # every sample at x_i's point leaves with it (the engine's twins)
+    own = np.column_stack([V, np.ones(n)]) * cw[:, None] * K_cat[cell_of, cell_of][:, None]
+    if groups is None and not cat:  # every sample at x_i's point leaves with it (the engine's twins)
         groups = twin_groups(X)
-        S -= own if groups is None else np.stack([np.bincount(groups, own[:, k], minlength=n)[groups]
-                                                  for k in range(own.shape[1])], axis=1)
+    # (with a categorical factor each row leaves alone: a level shared by rows is not one observation)
+    S -= own if groups is None else np.stack([np.bincount(groups, own[:, k], minlength=n)[groups]
+                                              for k in range(own.shape[1])], axis=1)
     return S
 
 

@@ -158,6 +158,11 @@ class ConditionalDensity(BaseEstimator):
         The engine's path for the sums (as in :class:`localkit.LocalMeanRegressor`).
     n_jobs : int or None, default=None
         Engine threads.
+    tolerance : float in (0, 1) or None, default=None
+        With ``"cv"`` bandwidths: the relative error accepted from binned sums, which makes the
+        search evaluate its objective by categorical cells and binned Gaussian sums
+        (:mod:`localkit.models.cv_scale`; Gaussian factors on at most three continuous columns of
+        ``[X, y]``); None: the exact passes. The densities themselves are always exact.
 
     Attributes
     ----------
@@ -197,17 +202,20 @@ class ConditionalDensity(BaseEstimator):
         "y_kernel": [Kernel, None],
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
+        "tolerance": [Interval(Real, 0, 1, closed="neither"), None],
     }
 
     #: "cv" bandwidths are chosen by the leave-one-out likelihood (:meth:`_select_cv`)
     _takes_cv = True
 
-    def __init__(self, kernel="gaussian", bandwidth="scott", y_kernel=None, algorithm="auto", n_jobs=None):
+    def __init__(self, kernel="gaussian", bandwidth="scott", y_kernel=None, algorithm="auto", n_jobs=None,
+                 tolerance=None):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.y_kernel = y_kernel
         self.algorithm = algorithm
         self.n_jobs = n_jobs
+        self.tolerance = tolerance
 
     # -- fit ----------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
@@ -235,7 +243,8 @@ class ConditionalDensity(BaseEstimator):
         :func:`~localkit.models.kernel_learning.select_cv_bandwidths` on the joint kernel
         ``K_x K_y`` (R's ``npcdensbw(bwmethod = "cv.ml")``, statsmodels'
         ``KDEMultivariateConditional(bw="cv_ml")``), on the exact engine passes (two per
-        evaluation); the search is kept in ``cv_results_``."""
+        evaluation), or with ``tolerance`` on cell sums (:mod:`localkit.models.cv_scale`); the
+        search is kept in ``cv_results_``."""
         from .kernel_learning import select_cv_bandwidths
 
         d, k = X.shape[1], Y.shape[1]
@@ -257,6 +266,10 @@ class ConditionalDensity(BaseEstimator):
                                         if min(f.features) >= d)
             return -float(np.sum(log_f)) if np.all(np.isfinite(log_f)) else np.inf
 
+        from .cv_scale import cell_conditional_loss, takes_cells
+
+        if takes_cells(joint, d + k, self.tolerance):  # at scale: cell sums (models.cv_scale)
+            loss = cell_conditional_loss(XY, d, groups, self.tolerance)
         J, self.cv_results_ = select_cv_bandwidths(joint, XY, loss)
         x_factors = [f for f in J.factors if max(f.features) < d]
         y_factors = [f._with(features=[int(c) - d for c in f.features]) for f in J.factors if min(f.features) >= d]

@@ -76,4 +76,25 @@ def cell_density_loss(X, sample_weight, tolerance):
     return loss
 
 
-__all__ = ["FixedGrid", "cell_density_loss", "cell_squared_loss", "takes_cells"]
+def cell_conditional_loss(XY, d, groups, tolerance):
+    """``loss(J) = -sum_i log f_{-i}(y_i | x_i)`` of the joint kernel ``J = K_x K_y`` on
+    ``XY = [X, Y]`` (``d`` columns of ``X``) from cell sums: the joint and the ``x`` sums without
+    ``groups``' rows (:meth:`~localkit.ConditionalDensity._select_cv`)."""
+    from .conditional import product_of
+
+    grid_joint, grid_x = FixedGrid(XY, tolerance), FixedGrid(XY[:, :d], tolerance)
+    empty = np.zeros((len(XY), 0))
+
+    def loss(J):
+        x_part = product_of([f for f in J.factors if max(f.features) < d])
+        num = cell_loo_sums(J, XY, empty, grid_size=grid_joint(J), groups=groups)[:, 0]
+        den = cell_loo_sums(x_part, XY[:, :d], empty, grid_size=grid_x(x_part), groups=groups)[:, 0]
+        if not (np.all(num > 0) and np.all(den > 0)):
+            return np.inf
+        log_z = sum(f.resolved_log_density_normalizer(XY.shape[1]) for f in J.factors if min(f.features) >= d)
+        return -float(np.sum(np.log(num) - np.log(den) - log_z))
+
+    return loss
+
+
+__all__ = ["FixedGrid", "cell_conditional_loss", "cell_density_loss", "cell_squared_loss", "takes_cells"]
