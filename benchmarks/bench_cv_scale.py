@@ -1,6 +1,6 @@
 """Joint cross-validated bandwidths of a continuous x unordered x ordered product kernel at scale
 (issue 39): the exact search (engine passes with the analytic gradient) against the search on
-cell sums (``tolerance=1e-4``: categorical cells, binned Gaussian sums), one thread.
+cell sums (``tolerance=1e-6``: categorical cells, binned Gaussian sums), one thread.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_cv_scale.py [n ...]
 
@@ -41,7 +41,7 @@ def search(X, y, tolerance):
 def main(sizes):
     for n in sizes:
         X, y = data(n)
-        rows = [("cells", *search(X, y, 1e-4))]
+        rows = [("cells", *search(X, y, 1e-6))]
         if n <= 2000:
             rows.append(("exact", *search(X, y, None)))
         for name, seconds, loss, kernel in rows:
