@@ -213,3 +213,28 @@ def test_unseen_category_is_refused():
         cd.pdf(np.c_[Xq[:, :1], np.full(len(Xq), 7.0)], Yq)
     with pytest.raises(ValueError, match="y column 0 holds level"):
         cd.cdf(Xq, np.full(len(Xq), 9.0))
+
+
+def test_fit_binds_once_and_queries_never_rebind(monkeypatch):
+    from localkit import ConditionalModeClassifier, KernelQuantileRegressor
+    from localkit.engine import bound as bound_module
+
+    calls = []
+    original = bound_module.BoundKernel.__init__
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(bound_module.BoundKernel, "__init__", counting)
+    X, Y, Xq, Yq = mixed("c", "cu")
+    cd = fitted("c", "cu", [0.4, 0.8, 0.3], X, Y)
+    at_fit = len(calls)
+    cd.pdf(Xq, Yq), cd.cdf(Xq, Yq), cd.quantile(Xq, [0.2, 0.7]), cd.mode(Xq), cd.sample(Xq, random_state=0)
+    assert len(calls) == at_fit
+    for est in (KernelQuantileRegressor(degree=0, bandwidth=0.5), KernelQuantileRegressor(bandwidth=0.5),
+                ConditionalModeClassifier(bandwidth=0.5)):
+        est.fit(X[:, :1], Y[:, 0] if not isinstance(est, ConditionalModeClassifier) else X[:, 1])
+        at_fit = len(calls)
+        est.predict(Xq[:5, :1])
+        assert len(calls) == at_fit
