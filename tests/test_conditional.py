@@ -172,6 +172,9 @@ def test_check_estimator():
     (dict(X=[[1.0]], y=[np.nan]), "y contains NaN"),
     (dict(X=[[1.0]], y=[1.0, 2.0]), "y must have shape"),
     (dict(X=[[1.0, 2.0]], y=[1.0]), "features"),
+    (dict(X=[[np.inf]], y=[1.0]), "infinity"),
+    (dict(X=[[1.0]], y=[np.inf]), "y contains NaN or infinity"),
+    (dict(X=np.zeros((0, 1)), y=np.zeros(0)), "0 sample"),
 ])
 def test_bad_queries(bad, match):
     cd = ConditionalDensity().fit(np.arange(10.0)[:, None], np.arange(10.0) % 3)
@@ -238,3 +241,15 @@ def test_fit_binds_once_and_queries_never_rebind(monkeypatch):
         at_fit = len(calls)
         est.predict(Xq[:5, :1])
         assert len(calls) == at_fit
+
+
+def test_several_columns_of_y():
+    """Two continuous columns of y: the mode climbs the joint density, the draws have its shape."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(200, 1))
+    Y = np.c_[X[:, 0] + 0.3 * rng.normal(size=200), -X[:, 0] + 0.3 * rng.normal(size=200)]
+    cd = ConditionalDensity(bandwidth=0.4, y_kernel=Kernel("gaussian", bandwidth=[0.3, 0.3])).fit(X, Y)
+    mode = cd.mode([[0.5]])
+    assert mode.shape == (1, 2) and cd.sample([[0.5], [1.0]], random_state=0).shape == (2, 2)
+    around = mode + 0.01 * np.array([[1, 0], [-1, 0], [0, 1], [0, -1]])
+    assert np.all(cd.pdf(np.full((4, 1), 0.5), around) < cd.pdf([[0.5]], mode)[0])
