@@ -19,6 +19,11 @@ _EXPORTS = {
     "local_sums": "localkit.engine",
     "kernel_density": "localkit.models.density",
     "KernelDensity": "localkit.models.density",
+    # conditional distributions
+    "ConditionalDensity": "localkit.models.conditional",
+    "ConditionalModeClassifier": "localkit.models.conditional",
+    "significance_test": "localkit.models.significance",
+    "KernelQuantileRegressor": "localkit.models.quantile",
     # local means
     "LocalMeanRegressor": "localkit.models.regression",
     "LocalMeanClassifier": "localkit.models.classification",

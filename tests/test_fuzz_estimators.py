@@ -48,6 +48,9 @@ ESTIMATORS = {
     "KernelDensity": lambda: KernelDensity(),
     "HierarchicalAutoencoder": lambda: HierarchicalAutoencoder(n_components=(2, 1), max_iter=3),
     "LocalMeanTransformer": lambda: LocalMeanTransformer(),
+    "ConditionalDensity": lambda: localkit.ConditionalDensity(),
+    "KernelQuantileRegressor": lambda: localkit.KernelQuantileRegressor(degree=0),
+    "ConditionalModeClassifier": lambda: localkit.ConditionalModeClassifier(),
 }
 #: estimators fitted without targets
 UNSUPERVISED = (MeanShift, LocalPCA, LocalMeanDenoiser, LazyAutoencoder, LocallyLinearEmbedding, HopfieldNetwork,
@@ -108,6 +111,8 @@ def _fit_and_use(est, X, y):
         assert len(pred) == len(X)
         if isinstance(est, LocalMeanRegressor):
             within(pred, np.asarray(y, dtype=float).reshape(len(X), -1).squeeze())
+    elif isinstance(est, localkit.ConditionalDensity):  # f(y_i | x_i) at the training rows: finite, >= 0
+        assert np.all(check_floats(est.pdf(X, est.y_fit_), (len(X),), "pdf") >= 0)
     elif isinstance(est, MeanShift):
         check_floats(est.cluster_centers_, None, "cluster_centers_")
         assert est.labels_.shape == (len(X),)

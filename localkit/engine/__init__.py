@@ -16,6 +16,8 @@
 * :func:`local_covariance`, :func:`local_polynomial` — the samples' weighted mean and covariance
   about each query, and batched local least squares;
   :class:`KDSurface` — the k-d tree and cubic blend of the interpolated LOESS surface;
+* :func:`cell_loo_sums` — leave-one-out sums of a mixed product kernel by categorical cells and
+  binned Gaussian sums (the objective of bandwidth searches at scale);
 * :func:`iterate` — the fixed-point driver (mean shift, relaxation labeling, Hopfield retrieval);
 * :func:`prototype_weights` — normalised memberships of prototype-centred kernels (TSK, RBF nets);
 * :func:`patch_local_mean` — the non-local (patch-similarity) local mean of images;
@@ -27,6 +29,7 @@ from .backends import backend_of, map_queries
 from .blocks import DEFAULT_MEMORY_BUDGET, block_sizes, map_blocks, resolve_n_jobs
 from .binding import Binding, bind
 from .bound import BoundKernel, BoundValues
+from .cells import cell_grid, cell_loo_sums, cell_refusals
 from .iteration import FixedPoint, iterate, row_max_abs_change, row_norm_change, sum_abs_change
 from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .local_models.loess_surface import KDSurface
@@ -54,6 +57,9 @@ __all__ = [
     "block_sizes",
     "BoundKernel",
     "BoundValues",
+    "cell_grid",
+    "cell_loo_sums",
+    "cell_refusals",
     "chained_query_gradient",
     "check_empty",
     "chained_reconstruction_gradient",

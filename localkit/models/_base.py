@@ -225,6 +225,12 @@ class LocalKernelMixin(KeptBindings):
         values = values_of(self, y, X.dtype)
         options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
         weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        from .cv_scale import cell_squared_loss, takes_cells
+
+        if takes_cells(self.kernel_, X.shape[1], getattr(self, "tolerance", None)):  # at scale (models.cv_scale)
+            kernel, self.cv_results_ = select_cv_bandwidths(
+                self.kernel_, X, cell_squared_loss(X, values, weight, self.tolerance), weight)
+            return kernel
         kernel, self.cv_results_ = select_cv_bandwidths(
             self.kernel_, X, lambda K: squared_loss(K, X, values, weight, options), weight, kind="squared",
             values=values, options=options)

@@ -74,7 +74,9 @@ sample_weight_type, weights, metric_params
         (``4 delta / h`` for the triangular, Laplacian and uniform profiles; ``delta`` the grid
         spacing, see :doc:`/user_guide/binned`). It sets the default grid (``1e-4`` when None);
         given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
-        it (never otherwise).
+        it (never otherwise). With ``bandwidth="cv"`` inside a ``Kernel`` of Gaussian factors (at
+        most three continuous columns) and categorical factors, the search evaluates its
+        leave-one-out loss on cell sums within it (:mod:`localkit.models.cv_scale`).
 
     Attributes
     ----------
