@@ -61,7 +61,14 @@ CASES = {
     "LazyAutoencoder": (lambda: localkit.LazyAutoencoder(n_components=2, max_iter=5), (_X,)),
     "HierarchicalAutoencoder": (lambda: localkit.HierarchicalAutoencoder(n_components=(3, 2), max_iter=5), (_X,)),
     "LocalMeanTransformer": (lambda: localkit.LocalMeanTransformer(bandwidth=1.0), (_X,)),
+    "ConditionalDensity": (lambda: localkit.ConditionalDensity(), (_X[:, :2], _X[:, 3])),
+    "KernelQuantileRegressor": (lambda: localkit.KernelQuantileRegressor(degree=0, bandwidth=0.5),
+                                (_X[:, :2], _X[:, 3])),
+    "ConditionalModeClassifier": (lambda: localkit.ConditionalModeClassifier(), (_X[:, :2], _y)),
 }
+#: the post-fit calls of a conditional density, beside METHODS
+CONDITIONAL_CALLS = {"pdf": lambda est, X: est.pdf(X, _X[:len(X), 3]), "cdf": lambda est, X: est.cdf(X, _X[:len(X), 3]),
+                     "quantile": lambda est, X: est.quantile(X, 0.3), "mode": lambda est, X: est.mode(X)}
 METHODS = ("predict", "predict_proba", "score_samples", "transform", "kneighbors", "inverse_transform")
 
 
@@ -95,6 +102,11 @@ def test_no_bind_after_fit(name, count_binds):
                 est.kneighbors(queries, n_neighbors=3)
             else:
                 getattr(est, method)(queries)
+            called += 1
+            assert not count_binds, f"{name}.{method} bound its samples {len(count_binds)} times after fit"
+        for method, call in CONDITIONAL_CALLS.items() if name == "ConditionalDensity" else ():
+            count_binds.clear()
+            call(est, args[0][:7])
             called += 1
             assert not count_binds, f"{name}.{method} bound its samples {len(count_binds)} times after fit"
     assert called
