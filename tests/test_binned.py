@@ -244,3 +244,45 @@ def test_binned_pass_builds_no_column_of_ones():
         dense = bound.using(EngineOptions(algorithm="dense")).sums(X[:20], prepared)
         np.testing.assert_allclose(prepared.V_aug[:, -1], 1.0)
         np.testing.assert_allclose(bound.sums(X[:20], prepared).log_weight_sum, dense.log_weight_sum, rtol=1e-4)
+
+
+@pytest.mark.parametrize("profile, tolerance", [("gaussian", None), ("gaussian", 1e-6), ("cauchy", None),
+                                                ("laplacian", None)])
+def test_far_queries_of_a_binned_pass_are_exact_to_the_tolerance(profile, tolerance):
+    """Queries the grid cannot resolve (far from every sample) are summed over the samples that
+    carry them, the weight left out bounded: local means and log weight sums within the tolerance
+    of the exact pass, however far (30 to 3,000 bandwidths)."""
+    from localkit.engine import bind
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 1))
+    y = np.sin(3 * X[:, 0])
+    Q = np.array([[-3.0], [1.2], [4.0], [-30.0]])  # 30 to 300 bandwidths beyond the samples
+    kern = Kernel(profile, bandwidth=0.1)
+    options = EngineOptions(algorithm="binned", tolerance=tolerance)
+    binned = bind(kern, X, options=options).sums(Q, y)
+    exact = bind(kern, X, options=EngineOptions(algorithm="dense")).sums(Q, y)
+    tol = 1e-4 if tolerance is None else tolerance
+    np.testing.assert_allclose(binned.mean, exact.mean, rtol=tol, atol=tol * np.abs(y).max())
+    np.testing.assert_allclose(binned.log_weight_sum, exact.log_weight_sum, rtol=0, atol=tol)
+
+
+def test_auto_bins_many_samples_by_default_and_exact_is_one_argument_away():
+    """Without a tolerance, "auto" takes the binned pass from AUTO_BINNED_SAMPLES samples where its
+    grid costs less than the exact pass (the default tolerance met, and said), not below; the exact
+    sums stay one argument away (algorithm='dense')."""
+    from localkit.engine.planner import AUTO_BINNED_SAMPLES
+    from localkit.engine.passes.binned import TOLERANCE
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(AUTO_BINNED_SAMPLES, 1))
+    Q = np.linspace(-4, 4, 2000)[:, None]
+    kern = Kernel("gaussian", bandwidth=0.05)
+    plan = BoundKernel(kern, X).explain(Q)
+    assert plan.path == "binned" and "the default" in plan.reasons["binned"]
+    assert BoundKernel(kern, X[:AUTO_BINNED_SAMPLES - 1]).explain(Q).path != "binned"
+    assert BoundKernel(kern, X).explain(Q[:1]).path != "binned"  # one query: the exact pass is cheaper
+    approx = local_sums(Q, X, X[:, 0] ** 2, kern)
+    exact = local_sums(Q, X, X[:, 0] ** 2, kern, algorithm="dense")
+    np.testing.assert_allclose(approx.weight_sum, exact.weight_sum, rtol=0, atol=TOLERANCE * exact.weight_sum.max())
+    assert not np.array_equal(approx.weight_sum, exact.weight_sum)

@@ -12,8 +12,9 @@
   (:func:`~localkit.engine.passes.dense.prune_blocks`);
 * "binned" (:mod:`localkit.engine.passes.binned`) approximates, so it is taken when asked for
   (refused with a ``ValueError`` naming the parameter where it cannot apply), or by "auto" first
-  where the caller gave a ``tolerance`` and the pass's error bound on the grid it would use meets
-  it (never otherwise);
+  where its error bound on the grid it would use meets the caller's ``tolerance``, or, without
+  one, the default ``1e-4`` where the samples are many (``AUTO_BINNED_SAMPLES``) and the grid
+  costs less than the exact pass; ``algorithm="dense"`` (or another exact path) gives the exact sums;
 * a product kernel (:mod:`localkit.engine.factors`) takes the neighbour path where a factor is
   compact, as a plain kernel of that factor's columns would (always for a compact kNN factor;
   for a fixed bandwidth where the probe finds few samples in its support): candidates from that
@@ -39,6 +40,14 @@ import numpy as np
 #: 2,000 queries, 0-97% of them in the support; busy 2-core machine): 44-49 ns a pair against
 #: 87-144 at d = 32, 80-143 against 89-125 at d = 64, 213-219 against 104-131 at d = 128
 COMPILED_MAX_FEATURES = 32
+#: "auto" takes the binned pass without a tolerance given (its default one, binned.TOLERANCE = 1e-4,
+#: met on the grid it would use) from this many samples, as the field's smoothing tools bin by default
+#: (KDEpy's FFTKDE, statsmodels' KDEUnivariate): 1,000,000 samples at 8,192 points in 1-D took 113 s
+#: exact and under a second binned
+AUTO_BINNED_SAMPLES = 100_000
+#: ... where the grid's cells times this stay below the exact pass's pairs (a cell's binning, FFT and
+#: interpolation taken as this many kernel evaluations: a rule of thumb, not measured per machine)
+AUTO_BINNED_CELL_COST = 64
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -209,15 +218,37 @@ class Pass:
         return binned_refusals(self.bound, self.q_scale, self.exclude_self)
 
     @cached_property
-    def binned_bound(self):
-        """The binned pass's error bound on the grid it would use (a float), or why it has none (a str)."""
+    def grid(self):
+        """The binned pass's grid for this pass (:class:`~localkit.engine.passes.binned.Grid`), or
+        why it has none (a str)."""
         from .passes.binned import Grid
 
         try:
             return Grid(self.bound.samples, self.P, self.bound.h, self.kernel.profile, self.bound.options.grid_size,
-                        self.bound.options.tolerance).bound
+                        self.bound.options.tolerance)
         except ValueError as error:
             return str(error)
+
+    @property
+    def binned_bound(self):
+        """The binned pass's error bound on its grid (a float), or why it has none (a str)."""
+        return self.grid if isinstance(self.grid, str) else self.grid.bound
+
+    @property
+    def tolerance(self):
+        """The tolerance the binned pass must meet under "auto": the caller's, else the default."""
+        from .passes.binned import TOLERANCE
+
+        return TOLERANCE if self.bound.options.tolerance is None else self.bound.options.tolerance
+
+    def binned_by_default(self):
+        """Whether "auto" takes the binned pass without a tolerance given: many samples
+        (``AUTO_BINNED_SAMPLES``) and a grid whose cells cost less than the exact pass's pairs
+        (one FFT cell taken as ``AUTO_BINNED_CELL_COST`` pairs)."""
+        n = self.bound.n_samples
+        if n < AUTO_BINNED_SAMPLES or isinstance(self.grid, str):
+            return False
+        return self.grid.cells * AUTO_BINNED_CELL_COST < n * max(len(self.P), 1)
 
     @cached_property
     def few_in_support(self):
@@ -233,12 +264,22 @@ class Pass:
 
 def _binned_bound_ok(a):
     bound = a.binned_bound
-    return not isinstance(bound, str) and bound <= a.bound.options.tolerance
+    return not isinstance(bound, str) and bound <= a.tolerance
 
 
 def _binned_bound_reason(a):
     bound = a.binned_bound
-    return bound if isinstance(bound, str) else f"its error bound {bound:.2g} exceeds tolerance={a.bound.options.tolerance:g}"
+    return bound if isinstance(bound, str) else f"its error bound {bound:.2g} exceeds tolerance={a.tolerance:g}"
+
+
+def _binned_what(a):
+    if a.algorithm == "binned":
+        return "algorithm='binned'"
+    given = a.bound.options.tolerance is not None
+    return (f"its error bound {a.binned_bound:.2g} meets tolerance={a.tolerance:g}"
+            + ("" if given else f" (the default: {a.bound.n_samples:,} samples, a grid of {a.grid.shape} points; "
+                                "algorithm='dense' or another exact path for the exact sums)")
+            + " (:mod:`localkit.engine.passes.binned`)")
 
 
 def bounded_off_samples(profile):
@@ -337,10 +378,11 @@ ROWS = (
                   "faster form on the host)"),
     Row("binned", ("binned", "auto"), (_HOST, _sparse("needs dense coordinates in 1 to 3 features")),
         ((lambda a: not a.binned_refusals, lambda a: "; ".join(a.binned_refusals)),),
-        lambda a: ("algorithm='binned'" if a.algorithm == "binned" else
-                   f"its error bound meets tolerance={a.bound.options.tolerance:g} (:mod:`localkit.engine.passes.binned`)"),
-        preferred=((lambda a: a.bound.options.tolerance is not None,
-                    "approximate: taken when asked for, or under a tolerance its error bound meets"),
+        _binned_what,
+        preferred=((lambda a: a.bound.options.tolerance is not None or a.binned_by_default(),
+                    lambda a: "approximate: taken when asked for, under a tolerance its error bound meets, or by "
+                              f"default from {AUTO_BINNED_SAMPLES:,} samples where its grid costs less than the "
+                              "exact pass"),
                    (lambda a: bounded_off_samples(a.kernel.profile),
                     lambda a: f"the {a.kernel.profile.name!r} profile has no error bound off the samples (a jump at its "
                               "edge, or a profile stated by the user): taken when asked for"),

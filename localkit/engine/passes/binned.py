@@ -499,7 +499,9 @@ def binned_path(bound, queries, P, V, q_scale, exclude_self):
     engine's: :meth:`~localkit.engine.BoundKernel.points`), ``V`` the values less their offset,
     without the other paths' column of ones (the pass bins the weights itself). The queries whose
     sums it cannot resolve (:func:`unresolved`: far from every sample, for a profile without a
-    support) are computed by the dense pass."""
+    support) are computed exactly: over the samples that carry them, the weight left out bounded
+    by the tolerance (:func:`~localkit.engine.passes.neighbors.truncated_sums`; weighted samples:
+    the dense pass)."""
     opts = bound.options
     if opts.tolerance is not None and queries is not None and not bounded_off_samples(bound.kernel.profile):
         raise ValueError(f"algorithm='binned' cannot compute this pass: tolerance={opts.tolerance:g}: the "
@@ -511,11 +513,17 @@ def binned_path(bound, queries, P, V, q_scale, exclude_self):
     total = bound.n_samples if bound.weight is None else float(np.sum(bound.weight, dtype=np.float64))
     rows = np.flatnonzero(unresolved(S[:, -1], total, bound.kernel.profile, opts.tolerance))
     if len(rows):
-        from .dense import dense_path
-
+        V_aug = np.column_stack([V, np.ones(len(V), V.dtype)])
         Pr = P[rows]
-        S[rows], shift[rows] = dense_path(bound, Pr, bound.engine_points(Pr), np.column_stack([V, np.ones(len(V), V.dtype)]),
-                                          None, False)
+        if bound.weight is None and bound._raw_index:  # the samples that carry them, the rest bounded
+            from .neighbors import truncated_sums
+
+            S[rows], shift[rows] = truncated_sums(bound, Pr, V_aug, TOLERANCE if opts.tolerance is None
+                                                  else opts.tolerance)
+        else:
+            from .dense import dense_path
+
+            S[rows], shift[rows] = dense_path(bound, Pr, bound.engine_points(Pr), V_aug, None, False)
     return S, shift
 
 

@@ -7,6 +7,8 @@ sparse matrix products, and the queries here may be CSR rows (counted by ``Q.sha
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import sparse
 from sklearn.neighbors import KDTree, NearestNeighbors
@@ -184,6 +186,36 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
     W = sparse.csr_matrix((w.astype(V_aug.dtype), flat_idx, indptr), shape=(Q.shape[0], len(V_aug)))
     sums = np.asarray(W @ V_aug)
     return sums, np.zeros(Q.shape[0], dtype=V_aug.dtype)
+
+
+def truncated_sums(bound, P, V_aug, tolerance):
+    """Exact sums at queries ``P`` (as given) over the samples that carry them, for an unweighted
+    profile without a support: the nearest sample at ``u_0`` (the index's search), then every
+    sample within ``u_r``, where ``n k(u_r^2) = tolerance k(u_0^2)``. The weight left out is at
+    most ``(n - kept) k(u_r^2) <= tolerance k(u_0^2)``, below ``tolerance`` of the weight kept (the
+    nearest sample's alone), so the local means and weight sums are exact to ``tolerance``
+    relative, however far the queries are from the samples (a binned pass's far queries,
+    :func:`~localkit.engine.passes.binned.unresolved`). ``(sums, shift)`` as the paths return them."""
+    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
+    Pi = bound.index_points(P)
+    u0 = bound.index.kneighbors(Pi, n_neighbors=1)[0][:, 0] / unit
+    target = profile.log_k(u0 * u0) + math.log(tolerance) - math.log(n)
+    lo, hi = u0 * u0, np.maximum(2.0 * u0 * u0, 1.0)
+    for _ in range(64):  # hi past the target (profiles fall with u), then bisect to the radius
+        short = profile.log_k(hi) > target
+        if not short.any():
+            break
+        hi = np.where(short, 2.0 * hi, hi)
+    for _ in range(48):
+        mid = 0.5 * (lo + hi)
+        above = profile.log_k(mid) > target
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    idx, dist = bound.index.tree.query_radius(Pi, np.sqrt(hi) * unit, return_distance=True)
+    lengths = np.fromiter((len(r) for r in idx), dtype=np.intp, count=len(idx))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    flat_idx = np.concatenate(idx) if len(idx) else np.zeros(0, dtype=np.intp)
+    u2 = (np.concatenate(dist) / unit) ** 2 if len(dist) else np.zeros(0)
+    return csr_sums(profile.log_k(u2), flat_idx, indptr, V_aug)
 
 
 def csr_sums(L, idx, indptr, V_aug, g=None):
