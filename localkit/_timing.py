@@ -18,16 +18,19 @@ def median_time(func, repeat=1):
 
 def interleaved(funcs, repeat, warmup=False):
     """``(medians, results)`` of several functions run alternately within each repeat, so that a
-    shared machine's load falls on all of them alike; ``warmup`` runs each once untimed first."""
+    shared machine's load falls on all of them alike, each repeat starting with the next function
+    (the first call of a repeat was measured up to 1.5x slower, whichever it was: caches the
+    others had filled); ``warmup`` runs each once untimed first."""
     if warmup:
         for f in funcs:
             f()
     times = [[] for _ in funcs]
     results = [None] * len(funcs)
-    for _ in range(repeat):
-        for i, f in enumerate(funcs):
+    for r in range(repeat):
+        for j in range(len(funcs)):
+            i = (r + j) % len(funcs)
             t0 = time.perf_counter()
-            results[i] = f()
+            results[i] = funcs[i]()
             times[i].append(time.perf_counter() - t0)
     return [float(np.median(t)) for t in times], results
 
