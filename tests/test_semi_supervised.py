@@ -12,6 +12,7 @@ from sklearn.semi_supervised import LabelPropagation, LabelSpreading
 from sklearn.utils.estimator_checks import check_estimator
 
 from localkit import RelaxationLabeling, local_mean
+from localkit.models import semi_supervised
 
 
 def partial_labels(y, n_labelled, seed=0):
@@ -275,7 +276,7 @@ def test_given_gaussian_affinities_equal_the_gaussian_profile(iris):
     np.testing.assert_allclose(given.predict_proba(X + 0.05), profile.predict_proba(X + 0.05), rtol=0, atol=1e-12)
 
 
-def test_given_affinities_bad_input(moons):
+def test_given_affinities_bad_input(monkeypatch, moons):
     X, _, y_partial = moons
     A = rbf_affinity(X, X)
     with pytest.raises(ValueError, match=r"kernel='precomputed' takes X as the \(n_samples, n_samples\)"):
@@ -293,10 +294,12 @@ def test_given_affinities_bad_input(moons):
     model = RelaxationLabeling(kernel="precomputed").fit(A, y_partial)
     with pytest.raises(ValueError, match="features"):
         model.predict(A[:4, :10])
-    # sparse X: an affinity graph (precomputed), or samples for a compact profile (the neighbour path);
-    # the Gaussian weighs every sample, which needs dense X
+    # sparse X: an affinity graph (precomputed), samples for a compact profile (the neighbour path), or
+    # made dense for the Gaussian (which weighs every pair) where the dense X fits the memory budget
+    monkeypatch.setattr(semi_supervised, "DEFAULT_MEMORY_BUDGET", X.size * X.itemsize - 1)
     with pytest.raises(ValueError, match="X is a sparse matrix.*kernel='gaussian' gives every sample a weight"):
         RelaxationLabeling().fit(sparse.csr_matrix(X), y_partial)
+    monkeypatch.undo()
     with pytest.raises(TypeError, match="[Ss]parse"):  # a callable kernel takes dense X
         RelaxationLabeling(kernel=lambda a, b: a @ b.T).fit(sparse.csr_matrix(X), y_partial)
 
@@ -365,3 +368,27 @@ def test_float32_in_float32_out(moons, params):
     np.testing.assert_allclose(proba, m64.predict_proba(X[:50] + 0.05), rtol=0, atol=1e-5)
     np.testing.assert_array_equal(m32.transduction_, m64.transduction_)
     assert m32.n_iter_ == m64.n_iter_
+
+
+@pytest.mark.parametrize("convert", [sparse.csr_matrix, sparse.csc_matrix, sparse.coo_matrix, sparse.lil_matrix])
+@pytest.mark.parametrize("normalization", ["mean", "symmetric"])
+def test_sparse_input_with_the_gaussian_kernel_equals_scikit_learn(convert, normalization):
+    """scikit-learn's label propagation takes sparse X with its rbf kernel (its test_sparse_input_types;
+    non-regression test of scikit-learn #17085): so do we, the same distributions as on dense X."""
+    from sklearn.datasets import load_iris
+    from sklearn.semi_supervised import LabelPropagation, LabelSpreading
+
+    X = [[1.0, 0.0], [0.0, 2.0], [1.0, 3.0]]
+    est = RelaxationLabeling(kernel="gaussian", bandwidth=1.0, normalization=normalization,
+                             alpha=None if normalization == "mean" else 0.2).fit(convert(X), [0, 1, -1])
+    np.testing.assert_array_equal(est.predict([[0.5, 2.5]]), [1])
+    np.testing.assert_array_equal(est.predict(sparse.csr_matrix([[0.5, 2.5]])), [1])
+    iris, y = load_iris(return_X_y=True)
+    partial = np.where(np.arange(len(y)) % 5 == 0, y, -1)
+    gamma = 2.0
+    ours = RelaxationLabeling(kernel="gaussian", bandwidth=np.sqrt(0.5 / gamma), normalization=normalization,
+                              alpha=None if normalization == "mean" else 0.2).fit(convert(iris), partial)
+    ref = (LabelPropagation(gamma=gamma, max_iter=1000) if normalization == "mean"
+           else LabelSpreading(gamma=gamma, alpha=0.2)).fit(convert(iris), partial)
+    np.testing.assert_allclose(ours.label_distributions_, ref.label_distributions_, atol=1e-10)
+    np.testing.assert_allclose(ours.predict_proba(sparse.csr_matrix(iris[:7])), ref.predict_proba(iris[:7]), atol=1e-10)

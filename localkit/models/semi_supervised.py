@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import KERNEL_CONSTRAINT, BANDWIDTH_CONSTRAINT, N_NEIGHBORS_CONSTRAINT, non_negative, positive
 from .._validation import check_array, check_class_labels, check_n_neighbors
-from ..engine import BoundAffinity, bind, sparse_refusals
+from ..engine import DEFAULT_MEMORY_BUDGET, BoundAffinity, bind, sparse_refusals
 from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
 from ._base import FLOATS
@@ -227,6 +227,13 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         else:
             kern = Kernel(self.kernel, bandwidth=self.bandwidth, n_neighbors=self.n_neighbors)
             refused = sparse_refusals(kern) if issparse(X) else []
+            # sparse X for a kernel that weighs every pair (the Gaussian, as scikit-learn's rbf affinity
+            # on CSR input): the propagation's operator holds n x n weights, so X as a dense n x d array
+            # costs no more where it fits the same memory budget
+            self._densified = bool(refused) and X.shape[0] * X.shape[1] * X.dtype.itemsize <= DEFAULT_MEMORY_BUDGET
+            if self._densified:
+                X, refused = X.toarray(), []
+                self.X_fit_ = X
             if refused:
                 raise ValueError("X is a sparse matrix, which RelaxationLabeling takes on the engine's neighbour path "
                                  "only (a compact kernel with n_neighbors or a number bandwidth): "
@@ -274,6 +281,13 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
                             f"{self.classes_[:1].tolist()[0]!r}")
         return self
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # sparse X: an affinity graph (precomputed), samples on the neighbour path (compact profiles),
+        # or made dense for a kernel that weighs every pair where it fits the memory budget
+        tags.input_tags.sparse = not callable(self.kernel)
+        return tags
+
     def _given_weights(self):
         """Whether ``kernel`` gives the weights (a callable or "precomputed") rather than a profile."""
         return callable(self.kernel) or self.kernel == "precomputed"
@@ -298,8 +312,12 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         fitted_sparse = getattr(getattr(self._bound, "bound", None), "sparse", False)
-        sparse_ok = ["csr", "csc", "coo"] if self.kernel_ == "precomputed" else "csr" if fitted_sparse else False
+        densified = getattr(self, "_densified", False)  # sparse X made dense at fit: sparse queries too
+        sparse_ok = ["csr", "csc", "coo"] if self.kernel_ == "precomputed" else "csr" if fitted_sparse or densified \
+            else False
         X = validate_data(self, X, reset=False, dtype=FLOATS, accept_sparse=sparse_ok)
+        if densified and issparse(X):
+            X = X.toarray()
         M = self._bound.sums(X, self.label_distributions_).mean
         _warn_no_label_mass(M, "queries", f"their predict_proba rows are NaN (0 / 0) and predict gives them "
                                           f"classes_[0] = {self.classes_[:1].tolist()[0]!r}")
