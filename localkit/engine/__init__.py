@@ -84,3 +84,8 @@ __all__ = [
     "sum_abs_change",
     "twin_groups",
 ]
+
+# the first call of a compiled path on a cold numba cache says so when it compiles for long (localkit._compiling)
+from .._compiling import announce_compilation  # noqa: E402
+
+announce_compilation()
