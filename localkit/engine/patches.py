@@ -199,10 +199,8 @@ def _shift_sums(P, dims, g, shifts, log_pos, inv_h2, offset, n_threads, uniform)
     spatial axes ``dims``.
 
     Strips of axis-0 rows are the outer loop and shifts the inner one, so that the accumulator rows a
-    strip touches (the strip and its mirrors, ``d`` rows either side) stay in cache. ``uniform`` is
-    taken as a literal: one specialisation per patch kind, compiled (and cached) when first used.
+    strip touches (the strip and its mirrors, ``d`` rows either side) stay in cache.
     """
-    numba.literally(uniform)
     C = P.shape[0]
     n0, n1, n2, n3 = dims
     o0, o1, o2, o3 = len(g[0]) // 2, len(g[1]) // 2, len(g[2]) // 2, len(g[3]) // 2

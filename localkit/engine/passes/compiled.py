@@ -78,10 +78,7 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
     weight ``k(u2)`` (``code`` indexes ``COMPACT``);
     samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
-    along a segment run over contiguous memory. ``code`` is taken as a literal: numba compiles (and
-    caches) one specialisation per profile used, the other profiles' branches pruned, so that a
-    first call compiles its own profile only."""
-    numba.literally(code)
+    along a segment run over contiguous memory."""
     n_q, d = Q.shape
     p = Vt.shape[0]
     S = np.zeros((n_q, p), dtype=Vt.dtype)
