@@ -32,7 +32,8 @@ from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .local_models.loess_surface import KDSurface
 from .options import EngineOptions
 from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
-from .patches import gaussian_patch_weights, patch_local_mean
+from .passes.binned import TOLERANCE as BINNED_TOLERANCE, BinnedDistribution
+from .patches import gaussian_patch_weights, patch_local_mean, uniform_patch_weights
 from .planner import Plan, sparse_refusals
 from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
                                       local_polynomial)
@@ -51,6 +52,8 @@ __all__ = [
     "Binding",
     "block_sizes",
     "BoundKernel",
+    "BINNED_TOLERANCE",
+    "BinnedDistribution",
     "BoundValues",
     "chained_query_gradient",
     "chained_reconstruction_gradient",
@@ -60,6 +63,7 @@ __all__ = [
     "EngineOptions",
     "FixedPoint",
     "gaussian_patch_weights",
+    "uniform_patch_weights",
     "iterate",
     "KDSurface",
     "local_covariance",
