@@ -601,8 +601,11 @@ class KernelDensity(BaseEstimator):
                                         profile.log_normalizer(1), self.grid_size, self.tolerance,
                                         workers=EngineOptions(n_jobs=self.n_jobs).threads)
             self._binned_distribution = kept = (key, binned)
-        if exact is None and kept[1].grid.bound > (BINNED_TOLERANCE if self.tolerance is None else self.tolerance):
-            return None, parts  # the grid's bound misses the tolerance (a capped grid): the exact sums
+        grid = kept[1].grid
+        if exact is None and (grid.bound > (BINNED_TOLERANCE if self.tolerance is None else self.tolerance)
+                              or not np.isfinite(grid.reach)):
+            return None, parts  # the grid's bound misses the tolerance (a capped grid), or the kernel's tail
+            # reaches beyond every grid (the Cauchy's): the exact sums
         return kept[1], parts
 
     def cdf(self, X, exact=None):
