@@ -82,7 +82,7 @@ def bench_files(directory, only=None):
         raise UsageError(f"--dir {directory}: no benchmark scripts (bench_*.py) in {str(directory.resolve())!r}. The benchmarks are "
                          "part of localkit's source checkout, not of the installed package: run 'localkit bench' "
                          "from the repository root, or pass --dir path/to/localkit/benchmarks (their peers come "
-                         "with pip install 'localkit[bench]')")
+                         f"with {install_extra('bench')})")
     names = [f.stem[len("bench_"):] for f in files]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:

@@ -77,6 +77,11 @@ def test_small_samples_and_capped_grids_stay_exact(data):
     # a kink at 0 asks for a grid beyond the largest: the default stays exact
     rough = KernelDensity(kernel="laplacian", bandwidth="scott").fit(data[:, None])
     np.testing.assert_array_equal(rough.cdf(t), rough.cdf(t, exact=True))
+    # a tail beyond every grid (the Cauchy's, which reaches no u where k < 2^-52): exact too
+    heavy = KernelDensity(kernel="cauchy", bandwidth="scott").fit(data[:, None])
+    far = np.array([-50.0, 0.0, 60.0])
+    np.testing.assert_array_equal(heavy.cdf(far), heavy.cdf(far, exact=True))
+    assert 0 < heavy.cdf([-50.0])[0] < 0.01
     with pytest.raises(TypeError, match="exact must be True, False or None"):
         small.cdf(t, exact="yes")
 

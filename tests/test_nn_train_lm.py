@@ -1,6 +1,7 @@
 """`localkit train-lm`: the stdlib corpus (deterministic, split by file), tiny training runs, usage
 errors before training, checkpoint and resume after an interruption, the user's own text."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -35,6 +36,12 @@ def test_unigram_entropy():
         stdlib_corpus(val_every=1)
 
 
+def test_comparison_with_the_unigram_says_worse_when_worse():
+    assert train_lm.against_unigram(3.1, 4.5) == "1.400 bits better than the unigram frequencies"
+    assert train_lm.against_unigram(6.91, 4.5) == "2.410 bits worse than the unigram frequencies"
+    assert train_lm.against_unigram(4.5001, 4.5) == "no better than the unigram frequencies"
+
+
 @pytest.mark.parametrize("kernel", ["softmax", "local-linear"])
 def test_train_lm_tiny(kernel, tmp_path, capsys):
     log = tmp_path / "curve.json"
@@ -47,6 +54,7 @@ def test_train_lm_tiny(kernel, tmp_path, capsys):
     assert result["val_bpc"] == pytest.approx(bpc, abs=1e-4)
     assert [p["step"] for p in result["curve"]] == [2, 4]
     assert 0 < bpc < 8  # at most the uniform code over the 128 ASCII characters, plus slack for 4 steps
+    assert "than the unigram frequencies" in out and not re.search(r"-\d+\.\d+ bits better", out)
 
 
 def test_bad_options_and_paths_are_usage_errors_before_training(tmp_path, capsys, monkeypatch):

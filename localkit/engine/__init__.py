@@ -35,7 +35,8 @@ from .local_mean import LocalSums, local_mean, local_sums, make_kernel
 from .local_models.loess_surface import KDSurface
 from .options import EngineOptions
 from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
-from .patches import gaussian_patch_weights, patch_local_mean
+from .passes.binned import TOLERANCE as BINNED_TOLERANCE, BinnedDistribution
+from .patches import gaussian_patch_weights, patch_local_mean, uniform_patch_weights
 from .planner import Plan, sparse_refusals
 from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
                                       local_polynomial)
@@ -56,6 +57,8 @@ __all__ = [
     "Binding",
     "block_sizes",
     "BoundKernel",
+    "BINNED_TOLERANCE",
+    "BinnedDistribution",
     "BoundValues",
     "cell_grid",
     "cell_loo_sums",
@@ -69,6 +72,7 @@ __all__ = [
     "EngineOptions",
     "FixedPoint",
     "gaussian_patch_weights",
+    "uniform_patch_weights",
     "iterate",
     "KDSurface",
     "local_covariance",
@@ -93,3 +97,8 @@ __all__ = [
     "sum_abs_change",
     "twin_groups",
 ]
+
+# the first call of a compiled path on a cold numba cache says so when it compiles for long (localkit._compiling)
+from .._compiling import announce_compilation  # noqa: E402
+
+announce_compilation()

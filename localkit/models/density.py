@@ -18,8 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._params import (GRID_PARAMS, ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, KERNEL_CONSTRAINT,
                        N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive)
 from .._validation import check_positive
-from ..engine import EngineOptions, backend_of, bind, local_sums, make_kernel, twin_groups
-from ..engine.passes.binned import TOLERANCE, BinnedDistribution
+from ..engine import (BINNED_TOLERANCE, BinnedDistribution, EngineOptions, backend_of, bind, local_sums, make_kernel,
+                      twin_groups)
 from ..kernels import Kernel
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..kernels.bandwidth import resolve_bandwidth
@@ -601,8 +601,11 @@ class KernelDensity(BaseEstimator):
                                         profile.log_normalizer(1), self.grid_size, self.tolerance,
                                         workers=EngineOptions(n_jobs=self.n_jobs).threads)
             self._binned_distribution = kept = (key, binned)
-        if exact is None and kept[1].grid.bound > (TOLERANCE if self.tolerance is None else self.tolerance):
-            return None, parts  # the grid's bound misses the tolerance (a capped grid): the exact sums
+        grid = kept[1].grid
+        if exact is None and (grid.bound > (BINNED_TOLERANCE if self.tolerance is None else self.tolerance)
+                              or not np.isfinite(grid.reach)):
+            return None, parts  # the grid's bound misses the tolerance (a capped grid), or the kernel's tail
+            # reaches beyond every grid (the Cauchy's): the exact sums
         return kept[1], parts
 
     def cdf(self, X, exact=None):

@@ -46,8 +46,7 @@ from sklearn.utils import check_array as sk_check_array
 from sklearn.utils._param_validation import StrOptions, validate_params
 
 from .._params import N_JOBS_CONSTRAINT, Number, non_negative, positive
-from ..engine import gaussian_patch_weights, patch_local_mean
-from ..engine.patches import uniform_patch_weights
+from ..engine import gaussian_patch_weights, patch_local_mean, uniform_patch_weights
 from ..kernels import Kernel
 
 

@@ -369,9 +369,19 @@ def train(args, echo=print, device=torch.device("cpu"), dtype=torch.float32):
     curve.append({"step": step, "seconds": seconds, "val_bpc": bpc})
     checkpoint()
     bar.close()
-    echo(f"step {step}: val {bpc:.3f} bits/char after {seconds:.0f} s "
-         f"(unigram entropy {entropy:.3f}, {entropy - bpc:+.3f} bits better)")
+    echo(f"step {step}: val {bpc:.3f} bits/char after {seconds:.0f} s (unigram entropy {entropy:.3f}: "
+         f"{against_unigram(bpc, entropy)})")
     return result(seconds, bpc), model
+
+
+def against_unigram(bpc, entropy):
+    """How the model's bits per character compare with the unigram entropy, in words: ``"0.412
+    bits better"``, ``"2.410 bits worse"`` or ``"no better"`` (a model worse than the unigram
+    frequencies is said to be, never "-2.410 bits better")."""
+    gain = entropy - bpc
+    if abs(gain) < 5e-4:  # below the printed precision
+        return "no better than the unigram frequencies"
+    return f"{abs(gain):.3f} bits {'better' if gain > 0 else 'worse'} than the unigram frequencies"
 
 
 def _parse(argv=None):

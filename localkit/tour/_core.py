@@ -54,9 +54,11 @@ class Row:
 
 
 class TourContext:
-    """What a section gets: where figures go, a seeded generator, a timer."""
+    """What a section gets: where figures go, a seeded generator, a timer, and ``echo`` for a
+    row that runs long enough to say what it is doing."""
 
-    def __init__(self, out_dir="tour_output", seed=0):
+    def __init__(self, out_dir="tour_output", seed=0, echo=print):
+        self.echo = echo
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.rng = np.random.default_rng(seed)
@@ -123,7 +125,7 @@ def run_tour(out_dir="tour_output", only=None, echo=print):
     import matplotlib
 
     matplotlib.use("Agg")
-    ctx = TourContext(out_dir)
+    ctx = TourContext(out_dir, echo=echo)
     rows, failures = [], []
     unknown = set(only or ()) - set(section_names())
     if unknown:
