@@ -12,7 +12,7 @@ from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 import localkit
-from localkit import (Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
+from localkit import (ConditionalModeClassifier, Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
                       MetricLearningKernelRegressor, RelaxationLabeling, TSKFuzzyClassifier, TSKFuzzyRegressor,
                       kernel_density, local_mean)
 from localkit._validation import check_n_neighbors
@@ -239,7 +239,8 @@ def test_a_real_dask_dataframe_gets_dataframe_advice():
 
 CLASSIFIERS = {"LocalMeanClassifier": lambda: LocalMeanClassifier(), "RelaxationLabeling": lambda: RelaxationLabeling(),
                "TSKFuzzyClassifier": lambda: TSKFuzzyClassifier(n_rules=2, random_state=0),
-               "Localized": lambda: Localized(LogisticRegression())}
+               "Localized": lambda: Localized(LogisticRegression()),
+               "ConditionalModeClassifier": lambda: ConditionalModeClassifier()}
 
 
 def test_every_classifier_is_listed():

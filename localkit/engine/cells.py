@@ -11,8 +11,8 @@ Gaussian sums of the samples of cell ``b``,
     S_i = \\sum_{j \\ne i} c_j K(x_i, x_j) [v_j, 1]
         = \\sum_b K_{cat}(cell(i), b)\\, T_b(x_{ci}) - c_i K_{cat}(cell(i), cell(i)) [v_i, 1]
 
-(``K(x, x) = 1`` for the Gaussian; a kernel without a categorical factor leaves out every sample
-at ``x_i``'s point instead, as the engine's twins do). Each ``T_b`` at all ``n`` samples is one
+(``K(x, x) = 1`` for the Gaussian; a kernel without a categorical factor leaves out every copy
+of row ``i``, at ``x_i``'s point with its values, as the engine's twins do). Each ``T_b`` at all ``n`` samples is one
 binned pass (:func:`~localkit.engine.passes.binned.binned_sums`: linear binning and FFT
 convolution, relative error within ``tolerance``), so that a leave-one-out evaluation costs
 ``O(C (G log G + n))`` for ``C`` cells on a grid of ``G`` points instead of the ``O(n^2)`` pairs of
@@ -75,7 +75,7 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
     of :func:`~localkit.engine.passes.binned.binned_sums` (every cell on a grid of the same shape).
     ``groups`` (n,): the rows that leave together, each group's rows equal in the kernel's
     columns (``K = 1`` between them); default each row alone where a factor is categorical, else
-    the rows at one point (:func:`~localkit.engine.twins.twin_groups`)."""
+    the copies of a row, point and values (:func:`~localkit.engine.twins.twin_groups`)."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
     V = np.asarray(V, dtype=np.float64).reshape(n, -1)
@@ -118,8 +118,8 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
             T = np.broadcast_to(np.r_[cw[members] @ V[members], cw[members].sum()], (n, V.shape[1] + 1))
         S += K_cat[cell_of, b][:, None] * T
     own = np.column_stack([V, np.ones(n)]) * cw[:, None] * K_cat[cell_of, cell_of][:, None]
-    if groups is None and not cat:  # every sample at x_i's point leaves with it (the engine's twins)
-        groups = twin_groups(X)
+    if groups is None and not cat:  # every copy of row i (x_i and its values) leaves with it (the engine's twins)
+        groups = twin_groups(X, V if V.shape[1] else None)
     # (with a categorical factor each row leaves alone: a level shared by rows is not one observation)
     S -= own if groups is None else np.stack([np.bincount(groups, own[:, k], minlength=n)[groups]
                                               for k in range(own.shape[1])], axis=1)

@@ -916,3 +916,8 @@ def metric_map(metric, p, metric_params, samples, sample_weight=None):
     if not np.all(w >= 0):
         raise ValueError(f"metric_params['w'] for metric='minkowski' must be >= 0, got {w}")
     return MetricMap(scale=w ** (1.0 / p))
+
+
+def product_of(factors):
+    """The product kernel of ``factors`` (a single factor as it is)."""
+    return factors[0] if len(factors) == 1 else ProductKernel(factors)

@@ -40,7 +40,7 @@ from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, EngineOptions, twin_gro
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.categorical import CategoricalColumns, check_smoothing
-from ..kernels.kernel import ProductKernel, SumKernel
+from ..kernels.kernel import ProductKernel, SumKernel, product_of
 from .._validation import check_class_labels
 from ._base import FLOATS
 from .density import _check_density_kernel, kernel_cdf, kernel_quantile
@@ -52,11 +52,6 @@ def on_columns(kernel, n_columns, offset=0):
     factors of a kernel on ``n_columns`` columns placed at ``offset .. offset + n_columns - 1``
     of a wider array (a plain kernel looks at all of them)."""
     return [factor._with(features=[int(c) + offset for c in cols]) for factor, cols in kernel.columns(n_columns)]
-
-
-def product_of(factors):
-    """The product kernel of ``factors`` (a single factor as it is)."""
-    return factors[0] if len(factors) == 1 else ProductKernel(factors)
 
 
 def check_probabilities(q, name="q"):

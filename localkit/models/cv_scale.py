@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import cell_grid, cell_loo_sums, cell_refusals, twin_groups
+from ..kernels.kernel import product_of
 
 
 class FixedGrid:
@@ -80,7 +81,6 @@ def cell_conditional_loss(XY, d, groups, tolerance):
     """``loss(J) = -sum_i log f_{-i}(y_i | x_i)`` of the joint kernel ``J = K_x K_y`` on
     ``XY = [X, Y]`` (``d`` columns of ``X``) from cell sums: the joint and the ``x`` sums without
     ``groups``' rows (:meth:`~localkit.ConditionalDensity._select_cv`)."""
-    from .conditional import product_of
 
     grid_joint, grid_x = FixedGrid(XY, tolerance), FixedGrid(XY[:, :d], tolerance)
     empty = np.zeros((len(XY), 0))
