@@ -248,12 +248,16 @@ def test_binned_pass_builds_no_column_of_ones():
 
 @pytest.mark.parametrize("profile, tolerance", [("gaussian", None), ("gaussian", 1e-6), ("cauchy", None),
                                                 ("laplacian", None)])
-def test_far_queries_of_a_binned_pass_are_exact_to_the_tolerance(profile, tolerance):
+@pytest.mark.parametrize("pairs", [None, 40, 3000])  # None: one block; 40: blocks and the dense pass
+def test_far_queries_of_a_binned_pass_are_exact_to_the_tolerance(profile, tolerance, pairs, monkeypatch):
     """Queries the grid cannot resolve (far from every sample) are summed over the samples that
     carry them, the weight left out bounded: local means and log weight sums within the tolerance
     of the exact pass, however far (30 to 3,000 bandwidths)."""
     from localkit.engine import bind
+    from localkit.engine.passes import neighbors
 
+    if pairs is not None:
+        monkeypatch.setattr(neighbors, "TRUNCATED_PAIRS", pairs)
     rng = np.random.default_rng(3)
     X = rng.normal(size=(3000, 1))
     y = np.sin(3 * X[:, 0])

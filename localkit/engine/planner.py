@@ -45,9 +45,11 @@ COMPILED_MAX_FEATURES = 32
 #: (KDEpy's FFTKDE, statsmodels' KDEUnivariate): 1,000,000 samples at 8,192 points in 1-D took 113 s
 #: exact and under a second binned
 AUTO_BINNED_SAMPLES = 100_000
-#: ... where the grid's cells times this stay below the exact pass's pairs (a cell's binning, FFT and
+#: ... where the grid's cells times this stay below the exact pass's pairs (a cell's FFT and
 #: interpolation taken as this many kernel evaluations: a rule of thumb, not measured per machine)
 AUTO_BINNED_CELL_COST = 64
+#: ... and each sample binned as this many (so that a pass of fewer queries stays exact)
+AUTO_BINNED_SAMPLE_COST = 16
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -243,12 +245,13 @@ class Pass:
 
     def binned_by_default(self):
         """Whether "auto" takes the binned pass without a tolerance given: many samples
-        (``AUTO_BINNED_SAMPLES``) and a grid whose cells cost less than the exact pass's pairs
-        (one FFT cell taken as ``AUTO_BINNED_CELL_COST`` pairs)."""
+        (``AUTO_BINNED_SAMPLES``), and binning them and convolving the grid cost less than the
+        exact pass's pairs (a sample binned taken as ``AUTO_BINNED_SAMPLE_COST`` pairs, a cell as
+        ``AUTO_BINNED_CELL_COST``): a few queries keep the exact pass."""
         n = self.bound.n_samples
         if n < AUTO_BINNED_SAMPLES or isinstance(self.grid, str):
             return False
-        return self.grid.cells * AUTO_BINNED_CELL_COST < n * max(len(self.P), 1)
+        return self.grid.cells * AUTO_BINNED_CELL_COST + n * AUTO_BINNED_SAMPLE_COST < n * len(self.P)
 
     @cached_property
     def few_in_support(self):

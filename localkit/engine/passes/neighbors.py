@@ -188,6 +188,10 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
     return sums, np.zeros(Q.shape[0], dtype=V_aug.dtype)
 
 
+#: candidate pairs of one block of :func:`truncated_sums` (and the most one query takes there)
+TRUNCATED_PAIRS = 2**21
+
+
 def truncated_sums(bound, P, V_aug, tolerance):
     """Exact sums at queries ``P`` (as given) over the samples that carry them, for an unweighted
     profile without a support: the nearest sample at ``u_0`` (the index's search), then every
@@ -210,12 +214,28 @@ def truncated_sums(bound, P, V_aug, tolerance):
         mid = 0.5 * (lo + hi)
         above = profile.log_k(mid) > target
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    idx, dist = bound.index.tree.query_radius(Pi, np.sqrt(hi) * unit, return_distance=True)
-    lengths = np.fromiter((len(r) for r in idx), dtype=np.intp, count=len(idx))
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    flat_idx = np.concatenate(idx) if len(idx) else np.zeros(0, dtype=np.intp)
-    u2 = (np.concatenate(dist) / unit) ** 2 if len(dist) else np.zeros(0)
-    return csr_sums(profile.log_k(u2), flat_idx, indptr, V_aug)
+    radius = np.sqrt(hi) * unit
+    counts = bound.index.tree.query_radius(Pi, radius, count_only=True)
+    S = np.empty((len(P), V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.empty(len(P), dtype=V_aug.dtype)
+    # queries whose radius holds many samples: the dense pass (its memory bounded by blocks); the
+    # others in blocks of at most TRUNCATED_PAIRS candidate pairs
+    heavy = counts > TRUNCATED_PAIRS
+    if heavy.any():
+        from .dense import dense_path
+
+        rows = np.flatnonzero(heavy)
+        S[rows], shift[rows] = dense_path(bound, P[rows], bound.engine_points(P[rows]), V_aug, None, False)
+    light = np.flatnonzero(~heavy)
+    cuts = np.searchsorted(np.cumsum(counts[light]), np.arange(1, len(light) + 1) * TRUNCATED_PAIRS)
+    for rows in np.split(light, np.unique(cuts[cuts < len(light)])):
+        if not len(rows):
+            continue
+        idx, dist = bound.index.tree.query_radius(Pi[rows], radius[rows], return_distance=True)
+        indptr = np.concatenate([[0], np.cumsum(counts[rows])])
+        u2 = (np.concatenate(dist) / unit) ** 2
+        S[rows], shift[rows] = csr_sums(profile.log_k(u2), np.concatenate(idx), indptr, V_aug)
+    return S, shift
 
 
 def csr_sums(L, idx, indptr, V_aug, g=None):
