@@ -36,6 +36,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .options import ALGORITHMS
+
 #: The compiled pass, weighing k(u) directly, against the dense path (epanechnikov, 20,000 samples,
 #: 2,000 queries, 0-97% of them in the support; busy 2-core machine): 44-49 ns a pair against
 #: 87-144 at d = 32, 80-143 against 89-125 at d = 64, 213-219 against 104-131 at d = 128
@@ -358,17 +360,16 @@ class Row(NamedTuple):
     not_asked: str | None = None
 
 
-_ALL = ("auto", "dense", "neighbors", "compiled", "binned", "streamed")
 
 #: The engine's paths in the order they are tried; :func:`plan` takes the first row that applies,
 #: :func:`explain` reads the same rows (the explanation is the decision). A requested algorithm
 #: that no row takes is refused with the reasons of the rows it could have taken.
 ROWS = (
-    Row("streamed", ("auto", "dense", "neighbors", "compiled", "streamed"), (_DEVICE,),
+    Row("streamed", tuple(a for a in ALGORITHMS if a != "binned"), (_DEVICE,),
         ((lambda a: a.algorithm != "compiled" or device_compiled_fits(a.bound, a.q_scale, a.exclude_self),
           lambda a: "; ".join(a.compiled_refusals) or "needs a scalar bandwidth"),),
         lambda a: f"{a.where}: blocks on their device, online log-sum-exp"),
-    Row("neighbors", _ALL, (_HOST, _SPARSE),
+    Row("neighbors", ALGORITHMS, (_HOST, _SPARSE),
         ((lambda a: not sparse_refusals(a.kernel, a.algorithm, a.bound.sample_scale),
           lambda a: "; ".join(sparse_refusals(a.kernel, a.algorithm, a.bound.sample_scale))),
          (lambda a: a.q_scale is None, "query_scale: per-query bandwidths are not taken on sparse samples")),
