@@ -1,7 +1,7 @@
 """A one-line notice when numba compiles one of localkit's functions for longer than a moment.
 
 A compiled path is compiled by numba on its first call on a machine (and for each new argument
-type), then cached on disk (``cache=True``). On a cold cache that first call can take tens of
+type), then kept in numba's cache on disk. On a cold cache that first call can take tens of
 seconds with nothing on screen; :func:`announce_compilation` registers a listener on numba's
 compile events that writes one line to stderr once a compilation of a localkit function has
 lasted :data:`NOTICE_DELAY` seconds, and one more with its time when it ends. Compilations that
@@ -70,7 +70,7 @@ class _Notice(event.Listener):
 
 def _is_localkit(data):
     func = getattr(data.get("dispatcher"), "py_func", None)
-    return getattr(func, "__module__", "").startswith("localkit")
+    return (getattr(func, "__module__", None) or "").startswith("localkit")  # None: a function made by exec
 
 
 def _name(data):

@@ -513,17 +513,20 @@ def binned_path(bound, queries, P, V, q_scale, exclude_self):
     total = bound.n_samples if bound.weight is None else float(np.sum(bound.weight, dtype=np.float64))
     rows = np.flatnonzero(unresolved(S[:, -1], total, bound.kernel.profile, opts.tolerance))
     if len(rows):
+        from .dense import dense_path
+        from .neighbors import truncated_sums
+
         V_aug = np.column_stack([V, np.ones(len(V), V.dtype)])
         Pr = P[rows]
+
+        def exact(r):  # the dense pass: every sample, memory bounded by its blocks
+            return dense_path(bound, Pr[r], bound.engine_points(Pr[r]), V_aug, None, False)
+
         if bound.weight is None and bound._raw_index:  # the samples that carry them, the rest bounded
-            from .neighbors import truncated_sums
-
             S[rows], shift[rows] = truncated_sums(bound, Pr, V_aug, TOLERANCE if opts.tolerance is None
-                                                  else opts.tolerance)
+                                                  else opts.tolerance, exact)
         else:
-            from .dense import dense_path
-
-            S[rows], shift[rows] = dense_path(bound, Pr, bound.engine_points(Pr), V_aug, None, False)
+            S[rows], shift[rows] = exact(slice(None))
     return S, shift
 
 

@@ -192,14 +192,16 @@ def radius_block_sums(index, Q, profile, V_aug, *, unit=1.0, s_scale=None, exclu
 TRUNCATED_PAIRS = 2**21
 
 
-def truncated_sums(bound, P, V_aug, tolerance):
+def truncated_sums(bound, P, V_aug, tolerance, fallback):
     """Exact sums at queries ``P`` (as given) over the samples that carry them, for an unweighted
     profile without a support: the nearest sample at ``u_0`` (the index's search), then every
     sample within ``u_r``, where ``n k(u_r^2) = tolerance k(u_0^2)``. The weight left out is at
     most ``(n - kept) k(u_r^2) <= tolerance k(u_0^2)``, below ``tolerance`` of the weight kept (the
     nearest sample's alone), so the local means and weight sums are exact to ``tolerance``
     relative, however far the queries are from the samples (a binned pass's far queries,
-    :func:`~localkit.engine.passes.binned.unresolved`). ``(sums, shift)`` as the paths return them."""
+    :func:`~localkit.engine.passes.binned.unresolved`). A query whose radius holds more than
+    ``TRUNCATED_PAIRS`` samples takes ``fallback(rows)`` instead (an exact pass of bounded memory).
+    ``(sums, shift)`` as the paths return them."""
     profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
     Pi = bound.index_points(P)
     u0 = bound.index.kneighbors(Pi, n_neighbors=1)[0][:, 0] / unit
@@ -222,10 +224,8 @@ def truncated_sums(bound, P, V_aug, tolerance):
     # others in blocks of at most TRUNCATED_PAIRS candidate pairs
     heavy = counts > TRUNCATED_PAIRS
     if heavy.any():
-        from .dense import dense_path
-
         rows = np.flatnonzero(heavy)
-        S[rows], shift[rows] = dense_path(bound, P[rows], bound.engine_points(P[rows]), V_aug, None, False)
+        S[rows], shift[rows] = fallback(rows)
     light = np.flatnonzero(~heavy)
     cuts = np.searchsorted(np.cumsum(counts[light]), np.arange(1, len(light) + 1) * TRUNCATED_PAIRS)
     for rows in np.split(light, np.unique(cuts[cuts < len(light)])):
