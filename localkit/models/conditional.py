@@ -170,7 +170,7 @@ class ConditionalDensity(BaseEstimator):
     cv_results_ : dict
         With ``"cv"`` bandwidths: ``"bandwidths"`` (one row per point evaluated, the ``"cv"``
         columns of ``K_x`` then ``K_y``) and ``"loo_loss"`` (minus the leave-one-out log-likelihood).
-    X_fit_, y_fit_ : the training data (``y_fit_`` of shape (n_samples, n_outputs_)).
+    X_fit_, y_fit_ : the training data (``y_fit_`` of shape ``(n_samples, n_outputs_)``).
 
     Notes
     -----
@@ -483,7 +483,7 @@ class ConditionalDensity(BaseEstimator):
     # -- the mode and draws -------------------------------------------------------------------------
     def mode(self, X: ArrayLike, *, max_iter: int = 500, tol: float = 1e-10) -> np.ndarray:
         """The conditional mode ``argmax_y f(y | x)`` at each row of ``X``: (n_queries,) for one
-        column of ``y``, else (n_queries, n_outputs_).
+        column of ``y``, else ``(n_queries, n_outputs_)``.
 
         Categorical ``y`` (every factor of ``y_kernel`` categorical): the combination of levels
         seen at fit with the largest ``f`` (R's ``npconmode``). Continuous ``y`` (Gaussian
@@ -557,7 +557,7 @@ class ConditionalDensity(BaseEstimator):
         ``k(l, y_i)`` normalised over those levels (exact for Aitchison-Aitken, whose weights sum
         to 1; Wang-van Ryzin's are normalised over the levels seen).
 
-        Returns an array of shape (n_queries,) for one column of ``y``, else (n_queries, n_outputs_).
+        Returns an array of shape (n_queries,) for one column of ``y``, else ``(n_queries, n_outputs_)``.
         """
         X, _ = self._queries(X)
         tables = self._cdf_tables()
