@@ -271,6 +271,28 @@ def test_far_queries_of_a_binned_pass_are_exact_to_the_tolerance(profile, tolera
     np.testing.assert_allclose(binned.log_weight_sum, exact.log_weight_sum, rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("profile", ["gaussian", "cauchy"])
+def test_far_queries_in_1d_are_found_through_the_grid_without_a_tree(profile):
+    """In 1-D the far queries' samples are found through the binned grid (no tree over every sample:
+    its build cost 10x the binned pass at a million samples): queries beyond both ends, in a gap of
+    150 bandwidths between two clusters, and just past a sample at the grid's last point, each
+    within the tolerance of the exact sums."""
+    from localkit.engine import bind
+    from localkit.engine.passes.binned import TOLERANCE
+
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(-10, 1, 2000), rng.normal(10, 1, 2000), [25.0]])[:, None]
+    y = np.cos(X[:, 0])
+    Q = np.array([[-40.0], [-14.5], [0.0], [3.3], [25.0 + 1e-9], [25.4], [60.0]])
+    kern = Kernel(profile, bandwidth=0.1)
+    bound = bind(kern, X, options=EngineOptions(algorithm="binned"))
+    binned = bound.sums(Q, y)
+    assert "index" not in bound.bound._cache
+    exact = bind(kern, X, options=EngineOptions(algorithm="dense")).sums(Q, y)
+    np.testing.assert_allclose(binned.mean, exact.mean, rtol=TOLERANCE, atol=TOLERANCE * np.abs(y).max())
+    np.testing.assert_allclose(binned.log_weight_sum, exact.log_weight_sum, rtol=0, atol=TOLERANCE)
+
+
 def test_auto_bins_many_samples_by_default_and_exact_is_one_argument_away():
     """Without a tolerance, "auto" takes the binned pass from AUTO_BINNED_SAMPLES samples where its
     grid costs less than the exact pass (the default tolerance met, and said), not below; the exact

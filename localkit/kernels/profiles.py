@@ -339,6 +339,26 @@ class Profile:
         points is computed as the profile it states."""
         return self.statement is _log_uniform
 
+    def truncation_radius(self, u0, log_ratio):
+        """The squared scaled radius ``u_r^2`` (per query) where the profile has fallen
+        ``log_ratio`` (< 0) below its value at the scaled distance ``u0``:
+        ``log k(u_r^2) <= log k(u0^2) + log_ratio``, found by doubling then bisection (profiles fall
+        with ``u``). The samples beyond ``u_r`` of a query whose nearest sample lies within ``u0``
+        weigh at most ``exp(log_ratio)`` of that sample each: a truncated sum's omitted weight."""
+        u0 = np.asarray(u0, dtype=np.float64)
+        target = self.log_k(u0 * u0) + log_ratio
+        lo, hi = u0 * u0, np.maximum(2.0 * u0 * u0, 1.0)
+        for _ in range(64):  # hi past the target, then bisect
+            short = self.log_k(hi) > target
+            if not short.any():
+                break
+            hi = np.where(short, 2.0 * hi, hi)
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            above = self.log_k(mid) > target
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        return hi
+
     def log_k(self, u2):
         """``log k`` of the squared scaled distance (NumPy)."""
         with np.errstate(divide="ignore", invalid="ignore"):
