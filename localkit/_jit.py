@@ -23,9 +23,14 @@ import os
 import numba
 from numba.core import caching
 
+from ._compiling import announce_compilation
+
 __all__ = ["njit", "package_stamp"]
 
 _ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# the first call of a compiled path on a cold numba cache says so when it compiles for long
+announce_compilation()
 
 
 @functools.cache

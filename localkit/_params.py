@@ -19,8 +19,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._validation import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
-from .engine.local_mean import ALGORITHMS, EMPTY_POLICIES
+from ._constraints import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
+from .engine.options import ALGORITHMS, EMPTY_POLICIES
 from .engine.options import POLYNOMIAL_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.kernel import LINEAR_METRICS, NORM_METRICS

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import argparse
 import numbers
-from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse
-from sklearn.utils._param_validation import Interval
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -132,6 +129,8 @@ def refuse_text_columns(x, name):
 
 def refuse_sparse(x, name):
     """The ``TypeError`` of entry points that take dense arrays only, for a scipy sparse ``x``."""
+    import scipy.sparse  # here: localkit.nn validates without it (~0.8 s to import)
+
     if scipy.sparse.issparse(x):
         raise TypeError(f"{name} is a scipy sparse matrix ({type(x).__name__}); localkit takes dense arrays: "
                         f"pass {name}.toarray()")
@@ -147,6 +146,8 @@ def check_sparse_points(x, name, *, n_features=None, dtype=None):
     scikit-learn's sparse distances (the neighbour search) read unsorted or repeated indices as
     other points ('manhattan': wrong neighbours, silently), so a non-canonical matrix is copied
     and put in that form; the caller's is not modified."""
+    import scipy.sparse
+
     if not scipy.sparse.issparse(x):
         return scipy.sparse.csr_matrix(check_points(x, name, n_features=n_features, dtype=dtype))
     X = x.tocsr()
@@ -301,23 +302,3 @@ def check_class_labels(y, name="y"):
                              "class labels must be all strings or all numbers")
     with np.errstate(invalid="ignore"):  # its integer test casts floats beyond int64 (1e300): a RuntimeWarning
         check_classification_targets(y)  # before its own "Unknown label type" error
-
-
-# -- pieces of declarative parameter constraints (scikit-learn's ``validate_params``; see
-#    :mod:`localkit._params`), here so that the engine can use them without importing upwards
-class Number(Interval):
-    """scikit-learn's ``Interval`` without bools: it admits ``True`` as the number 1, and a count or
-    a tolerance given as ``True`` then fails far from where it was set."""
-
-    def is_satisfied_by(self, val):
-        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
-
-
-def positive(kind=Real):
-    """A finite number (or integer, ``kind=Integral``) ``> 0``."""
-    return [Number(kind, 0, None if kind is Integral else np.inf, closed="neither")]
-
-
-def non_negative(kind=Real):
-    """A finite number (or integer) ``>= 0``."""
-    return [Number(kind, 0, None if kind is Integral else np.inf, closed="left")]

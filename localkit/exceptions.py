@@ -30,6 +30,7 @@ the data's spread in this fold) are attributes of the warning instance, listed b
 
 >>> import warnings
 >>> from sklearn.exceptions import ConvergenceWarning
+>>> from localkit.exceptions import LocalkitConvergenceWarning
 >>> issubclass(LocalkitConvergenceWarning, ConvergenceWarning), issubclass(NearSingularDesignWarning, RuntimeWarning)
 (True, True)
 >>> w = EmptyNeighbourhoodWarning("some queries have an empty neighbourhood", n_empty=3, n_queries=40)
@@ -41,8 +42,6 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-
-from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["BandwidthWarning", "EmptyNeighbourhoodWarning", "FallbackWarning", "LocalkitConvergenceWarning",
            "LocalkitWarning", "NearSingularDesignWarning"]
@@ -111,25 +110,36 @@ class EmptyNeighbourhoodWarning(LocalkitWarning, RuntimeWarning):
         self.n_empty, self.n_queries, self.rows = n_empty, n_queries, rows
 
 
-class LocalkitConvergenceWarning(LocalkitWarning, ConvergenceWarning):
-    """An iteration (fixed point, optimiser) stopped at ``max_iter`` before its stopping rule held.
-    A :class:`sklearn.exceptions.ConvergenceWarning`, so scikit-learn's filters apply.
-
-    Attributes
-    ----------
-    n_unconverged, n_rows : int or None
-        For an iteration of many rows (mean shift's seeds, per-row fixed points), how many were
-        still moving, out of how many; None for one iteration as a whole.
-    """
-
-    def __init__(self, message="", *, n_unconverged=None, n_rows=None):
-        super().__init__(message)
-        self.n_unconverged, self.n_rows = n_unconverged, n_rows
-
-
 class FallbackWarning(LocalkitWarning, RuntimeWarning):
     """A faster path could not be used (a fused GPU kernel failed to compile, an interpolated
     surface beyond its dimension limit): an exact, slower path computed the answer instead."""
+
+
+def __getattr__(name):
+    # LocalkitConvergenceWarning derives from scikit-learn's ConvergenceWarning, defined on first use
+    # so that importing this module (localkit.nn does) does not import scikit-learn (~4 s cold)
+    if name != "LocalkitConvergenceWarning":
+        raise AttributeError(f"module 'localkit.exceptions' has no attribute {name!r}")
+    from sklearn.exceptions import ConvergenceWarning
+
+    class LocalkitConvergenceWarning(LocalkitWarning, ConvergenceWarning):
+        """An iteration (fixed point, optimiser) stopped at ``max_iter`` before its stopping rule held.
+        A :class:`sklearn.exceptions.ConvergenceWarning`, so scikit-learn's filters apply.
+
+        Attributes
+        ----------
+        n_unconverged, n_rows : int or None
+            For an iteration of many rows (mean shift's seeds, per-row fixed points), how many were
+            still moving, out of how many; None for one iteration as a whole.
+        """
+
+        def __init__(self, message="", *, n_unconverged=None, n_rows=None):
+            super().__init__(message)
+            self.n_unconverged, self.n_rows = n_unconverged, n_rows
+
+    LocalkitConvergenceWarning.__qualname__ = name  # as if defined at the top level (pickle, docs)
+    globals()[name] = LocalkitConvergenceWarning
+    return LocalkitConvergenceWarning
 
 
 def _package_dir(name):

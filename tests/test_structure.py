@@ -143,3 +143,27 @@ def test_the_structure_checks_can_fail():
     modules, names = _imports_and_names("localkit.models.probe", source)
     assert "dask.array" in modules and "localkit.engine.backends.array_api" in modules
     assert "foreign_namespace" in names
+
+
+def test_every_module_imports_on_its_own():
+    """Importing any module first works: a package's ``__init__`` runs when one of its submodules is
+    imported, a cycle the source graph above does not see (``engine.bound`` -> ``engine.backends``'s
+    ``__init__`` -> ``backends.dask`` -> ``engine.bound``), and ``localkit.engine`` imports its names
+    lazily, so no module may rely on another having been imported before it. One interpreter; each
+    module imported after every localkit module (but numba's hooks) is dropped from ``sys.modules``."""
+    import subprocess
+    import sys
+
+    names = sorted(m for m in MODULES if m != "localkit.__main__"
+                   and not m.startswith(("localkit.nn", "localkit.fused", "localkit.tour")))
+    # numba's hooks (the cache locator, the compile notice) are registered once per process: kept
+    code = ("import importlib, sys\nfailed = []\nKEEP = ('localkit._jit', 'localkit._compiling')\n"
+            f"for name in {names!r}:\n"
+            "    for m in [m for m in sys.modules if (m == 'localkit' or m.startswith('localkit.')) and m not in KEEP]:\n"
+            "        del sys.modules[m]\n"
+            "    try:\n        importlib.import_module(name)\n"
+            "    except ImportError as exc:\n        failed.append(f'{name}: {exc}')\n"
+            "print(failed)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -24,81 +24,72 @@
 * :func:`reconstruction_gradient` — the gradient of a local mean's error w.r.t. its sample positions;
 * :class:`BoundAffinity` — local means whose weights are given (an affinity matrix or a function).
 """
-from .affinity import BoundAffinity
-from .backends import backend_of, map_queries
-from .blocks import DEFAULT_MEMORY_BUDGET, block_sizes, map_blocks, resolve_n_jobs
-from .binding import Binding, bind
-from .bound import BoundKernel, BoundValues
-from .cells import cell_grid, cell_loo_sums, cell_refusals
-from .iteration import FixedPoint, iterate, row_max_abs_change, row_norm_change, sum_abs_change
-from .local_mean import LocalSums, local_mean, local_sums, make_kernel
-from .local_models.loess_surface import KDSurface
-from .options import EngineOptions
-from .passes import neighbors  # the neighbour searches (models that need k nearest samples themselves)
-from .passes.binned import TOLERANCE as BINNED_TOLERANCE, BinnedDistribution
-from .patches import gaussian_patch_weights, patch_local_mean, uniform_patch_weights
-from .planner import Plan, sparse_refusals
-from .local_models.polynomial import (LocalPolynomialFit, binned_polynomial_refusals, check_design_fits, local_covariance,
-                                      local_polynomial)
-from .prototypes import prototype_weights
-from .reconstruction import (bind_points, check_smooth_kernel, chained_query_gradient,
-                             chained_reconstruction_gradient, reconstruction_gradient)
-from .results import check_empty
-from .stream import OnlineLogSumExp, augment
-from .twins import twin_groups
+from importlib import import_module
 
-__all__ = [
-    "augment",
-    "BoundAffinity",
-    "backend_of",
-    "bind",
-    "bind_points",
-    "binned_polynomial_refusals",
-    "Binding",
-    "block_sizes",
-    "BoundKernel",
-    "BINNED_TOLERANCE",
-    "BinnedDistribution",
-    "BoundValues",
-    "cell_grid",
-    "cell_loo_sums",
-    "cell_refusals",
-    "chained_query_gradient",
-    "check_empty",
-    "chained_reconstruction_gradient",
-    "check_design_fits",
-    "check_smooth_kernel",
-    "DEFAULT_MEMORY_BUDGET",
-    "EngineOptions",
-    "FixedPoint",
-    "gaussian_patch_weights",
-    "uniform_patch_weights",
-    "iterate",
-    "KDSurface",
-    "local_covariance",
-    "local_mean",
-    "local_polynomial",
-    "local_sums",
-    "LocalPolynomialFit",
-    "LocalSums",
-    "make_kernel",
-    "map_blocks",
-    "map_queries",
-    "neighbors",
-    "OnlineLogSumExp",
-    "patch_local_mean",
-    "Plan",
-    "prototype_weights",
-    "reconstruction_gradient",
-    "resolve_n_jobs",
-    "row_max_abs_change",
-    "row_norm_change",
-    "sparse_refusals",
-    "sum_abs_change",
-    "twin_groups",
-]
+# public name -> (module of localkit.engine, its name there): imported on first use, so that
+# ``localkit.nn`` takes the planner and the log-sum-exp state without the estimators' modules
+_EXPORTS = {
+    "augment": ("stream", "augment"),
+    "backend_of": ("backends", "backend_of"),
+    "bind": ("binding", "bind"),
+    "bind_points": ("reconstruction", "bind_points"),
+    "Binding": ("binding", "Binding"),
+    "binned_polynomial_refusals": ("local_models.polynomial", "binned_polynomial_refusals"),
+    "BINNED_TOLERANCE": ("passes.binned", "TOLERANCE"),
+    "BinnedDistribution": ("passes.binned", "BinnedDistribution"),
+    "block_sizes": ("blocks", "block_sizes"),
+    "BoundAffinity": ("affinity", "BoundAffinity"),
+    "BoundKernel": ("bound", "BoundKernel"),
+    "BoundValues": ("bound", "BoundValues"),
+    "cell_grid": ("cells", "cell_grid"),
+    "cell_loo_sums": ("cells", "cell_loo_sums"),
+    "cell_refusals": ("cells", "cell_refusals"),
+    "chained_query_gradient": ("reconstruction", "chained_query_gradient"),
+    "chained_reconstruction_gradient": ("reconstruction", "chained_reconstruction_gradient"),
+    "check_design_fits": ("local_models.polynomial", "check_design_fits"),
+    "check_empty": ("results", "check_empty"),
+    "check_smooth_kernel": ("reconstruction", "check_smooth_kernel"),
+    "DEFAULT_MEMORY_BUDGET": ("blocks", "DEFAULT_MEMORY_BUDGET"),
+    "EngineOptions": ("options", "EngineOptions"),
+    "FixedPoint": ("iteration", "FixedPoint"),
+    "gaussian_patch_weights": ("patches", "gaussian_patch_weights"),
+    "iterate": ("iteration", "iterate"),
+    "KDSurface": ("local_models.loess_surface", "KDSurface"),
+    "local_covariance": ("local_models.polynomial", "local_covariance"),
+    "local_mean": ("mean", "local_mean"),
+    "local_polynomial": ("local_models.polynomial", "local_polynomial"),
+    "local_sums": ("mean", "local_sums"),
+    "LocalPolynomialFit": ("local_models.polynomial", "LocalPolynomialFit"),
+    "LocalSums": ("results", "LocalSums"),
+    "make_kernel": ("bound", "make_kernel"),
+    "map_blocks": ("blocks", "map_blocks"),
+    "map_queries": ("backends", "map_queries"),
+    "neighbors": ("passes.neighbors", None),  # the neighbour searches (models that need k nearest samples themselves)
+    "OnlineLogSumExp": ("stream", "OnlineLogSumExp"),
+    "patch_local_mean": ("patches", "patch_local_mean"),
+    "Plan": ("planner", "Plan"),
+    "prototype_weights": ("prototypes", "prototype_weights"),
+    "reconstruction_gradient": ("reconstruction", "reconstruction_gradient"),
+    "resolve_n_jobs": ("blocks", "resolve_n_jobs"),
+    "row_max_abs_change": ("iteration", "row_max_abs_change"),
+    "row_norm_change": ("iteration", "row_norm_change"),
+    "sparse_refusals": ("planner", "sparse_refusals"),
+    "sum_abs_change": ("iteration", "sum_abs_change"),
+    "twin_groups": ("twins", "twin_groups"),
+    "uniform_patch_weights": ("patches", "uniform_patch_weights"),
+}
+__all__ = sorted(_EXPORTS, key=str.lower)
 
-# the first call of a compiled path on a cold numba cache says so when it compiles for long (localkit._compiling)
-from .._compiling import announce_compilation  # noqa: E402
 
-announce_compilation()
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'localkit.engine' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    value = import_module(f"localkit.engine.{module}")
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

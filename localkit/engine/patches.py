@@ -36,7 +36,7 @@ from numba import prange
 from sklearn.utils._param_validation import validate_params
 
 from .._jit import njit
-from .._validation import positive
+from .._constraints import positive
 from ..kernels import Kernel
 from .blocks import resolve_n_jobs
 

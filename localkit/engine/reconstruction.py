@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils._param_validation import validate_params
 
-from .._validation import positive
+from .._constraints import positive
 from ..kernels import Kernel, get_profile
 from ..kernels.profiles import PROFILES
 from .blocks import DEFAULT_MEMORY_BUDGET

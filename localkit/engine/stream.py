@@ -8,11 +8,11 @@ the nearest sample's value instead of ``0 / 0``, and memory is one block, whatev
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from .._jit import njit
 
 #: Log-weights this far below the row's largest (``log`` of the dtype's smallest normal number,
 #: -87.3 in float32, -708.4 in float64) are flushed to weight 0 (``-inf``) before ``exp``: each
@@ -27,9 +27,19 @@ from .._jit import njit
 UNDERFLOW = {np.dtype(t): math.log(float(np.finfo(t).tiny)) for t in (np.float32, np.float64)}
 
 
-@njit(nogil=True, cache=True)
 def flush_underflow(L, floor):
     """``L[L < floor] = -inf`` in place (one compiled sweep; returns ``L``)."""
+    return _flush_compiled()(L, floor)
+
+
+@functools.cache
+def _flush_compiled():  # compiled on first use: localkit.nn takes this module's state without numba (~1 s)
+    from .._jit import njit
+
+    return njit(nogil=True, cache=True)(_flush)
+
+
+def _flush(L, floor):
     for i in range(L.shape[0]):
         for j in range(L.shape[1]):
             if L[i, j] < floor:

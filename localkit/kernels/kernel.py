@@ -21,7 +21,6 @@ from typing import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.spatial.distance import cdist
 
 from .._validation import check_points
 from .bandwidth import resolve_bandwidth
@@ -527,6 +526,8 @@ class Kernel:
         if self.is_softmax:
             return np.exp(X @ Y.T / h)
         # exact distances (small inputs): the k-th neighbour then sits exactly at u = 1
+        from scipy.spatial.distance import cdist  # here: localkit.nn does without it (~0.5 s to import)
+
         metric, kwargs = self.scipy_metric
         if self.metric == "precomputed":
             D = X / (1.0 if self.n_neighbors is not None else h)
@@ -780,6 +781,8 @@ class SumKernel(Kernel):
 def exact_sq_distances(Q, X, kernel):
     """Squared distances of ``kernel``'s metric from coordinate differences (no cancellation far
     from the origin); for "precomputed", ``Q`` holds the distances themselves."""
+    from scipy.spatial.distance import cdist
+
     if kernel.metric == "precomputed":
         D = np.asarray(Q, dtype=np.float64)
         return (D * D).astype(Q.dtype, copy=False)

@@ -38,7 +38,6 @@ from functools import cached_property
 from typing import Callable
 
 import numpy as np
-from scipy import integrate, special
 
 # Each profile is stated ONCE below, as ``log k`` of the squared scaled distance ``u2``, written
 # against an array namespace called ``xp`` that is not bound here: :meth:`Profile.log_k_for`
@@ -46,6 +45,14 @@ from scipy import integrate, special
 # Non-smooth branches take safe inputs (the "double where"), so that autograd sends no NaN
 # back from ``-inf`` log-weights outside a compact support or from ``sqrt`` at ``u = 0``; the
 # supports are open (``k(1) = 0`` anyway) except the uniform profile's.
+
+
+def _special():
+    """scipy.special, imported where a normaliser or a radius needs it: localkit.nn imports the
+    profiles without it (scipy.special and scipy.integrate take ~1.2 s to import)."""
+    import scipy.special
+
+    return scipy.special
 
 
 def _safe_sqrt(u2):
@@ -416,7 +423,7 @@ class Profile:
                 f"the {self.name!r} profile is not integrable in {d} dimensions, so it has "
                 "no normalised density there; choose another kernel"
             )
-        log_sphere = np.log(2.0) + 0.5 * d * np.log(np.pi) - special.gammaln(0.5 * d)
+        log_sphere = np.log(2.0) + 0.5 * d * np.log(np.pi) - _special().gammaln(0.5 * d)
         return float(log_sphere + log_moment)
 
     def __reduce__(self):  # pickle by name: the functions are module-level registry entries
@@ -472,7 +479,7 @@ def _numpy_statement(statement):
 
 def _poly_log_moment(a, b):
     # int_0^1 (1 - r^a)^b r^(d-1) dr = B(d/a, b+1) / a
-    return lambda d: float(special.betaln(d / a, b + 1) - math.log(a))
+    return lambda d: float(_special().betaln(d / a, b + 1) - math.log(a))
 
 
 def _poly_profile(name, statement, slope, a, b, **kwargs):
@@ -481,6 +488,8 @@ def _poly_profile(name, statement, slope, a, b, **kwargs):
 
 def _cosine_log_moment(d):
     # int_0^1 cos(pi r / 2) r^(d-1) dr ~ pi / (2 d^2): small, never below the float range
+    from scipy import integrate
+
     return math.log(integrate.quad(lambda r: np.cos(0.5 * np.pi * r) * r ** (d - 1), 0.0, 1.0)[0])
 
 
@@ -492,12 +501,12 @@ def _parzen_log_moment(d):
     # int_0^1 k(r) r^(d-1) dr: on [0, 1/2] 2^-d (1/d - 3 / (2 (d + 2)) + 3 / (4 (d + 3))) (positive), on
     # [1/2, 1] 2 int (1 - r)^3 r^(d-1) = 2 B(d, 4) I_{1/2}(4, d) (no cancellation in high d); in log space
     inner = -d * math.log(2.0) + math.log(1.0 / d - 1.5 / (d + 2) + 0.75 / (d + 3))
-    outer = math.log(2.0) + special.betaln(d, 4) + math.log(special.betainc(4, d, 0.5))
+    outer = math.log(2.0) + _special().betaln(d, 4) + math.log(_special().betainc(4, d, 0.5))
     return float(np.logaddexp(inner, outer))
 
 
 def _laplacian_radius(d, U):  # r^{d-1} e^{-r}: r is Gamma(d)
-    return special.gammaincinv(d, U)
+    return _special().gammaincinv(d, U)
 
 
 def _cauchy_radius(d, U):  # 1 / (1 + r^2) in 1-D: r = tan(pi U / 2); no finite mass beyond d = 1
@@ -507,7 +516,7 @@ def _cauchy_radius(d, U):  # 1 / (1 + r^2) in 1-D: r = tan(pi U / 2); no finite 
 PROFILES = {
     p.name: p
     for p in [
-        Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + special.gammaln(0.5 * d),
+        Profile("gaussian", _log_gaussian, False, lambda d: (0.5 * d - 1) * math.log(2.0) + _special().gammaln(0.5 * d),
                 slope=_slope_gaussian, direct=_k_gaussian, log_linear=True),
         _poly_profile("epanechnikov", _log_poly_a2_b1, _slope_poly_a2_b1, 2, 1),
         _poly_profile("tricube", _log_tricube, _slope_tricube, 3, 3),
@@ -516,7 +525,7 @@ PROFILES = {
         _poly_profile("triangular", _log_triangular, _slope_triangular, 1, 1, exact_distance=True),
         _poly_profile("uniform", _log_uniform, _slope_uniform, 2, 0),
         Profile("cosine", _log_cosine, True, _cosine_log_moment, slope=_slope_cosine, direct=_k_cosine),
-        Profile("laplacian", _log_laplacian, False, lambda d: special.gammaln(d), exact_distance=True,
+        Profile("laplacian", _log_laplacian, False, lambda d: _special().gammaln(d), exact_distance=True,
                 slope=_slope_laplacian, direct=_k_laplacian, radius_quantile=_laplacian_radius),
         Profile("cauchy", _log_cauchy, False, _cauchy_log_moment, polynomial_tail=True, slope=_slope_cauchy,
                 direct=_k_cauchy, radius_quantile=_cauchy_radius),
@@ -626,6 +635,8 @@ class _NumericMoment:
         shift = float(np.max(log_f(grid)))
         if not np.isfinite(shift):
             return np.inf
+        from scipy import integrate
+
         with np.errstate(over="ignore", under="ignore"):
             value, _ = integrate.quad(lambda r: float(np.exp(log_f(np.array([r]))[0] - shift)), 0.0,
                                       1.0 if self.compact else np.inf, limit=200)

@@ -49,14 +49,12 @@ from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite,
 from ...kernels.bandwidth import resolve_bandwidth
 from ...kernels.categorical import check_codes, check_smoothing
 from ...kernels.kernel import ProductKernel, SumKernel
-from ..bound import BoundKernel, make_kernel
 from ..options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
 from ..results import LocalSums, check_empty
 from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
 from ..checks import check_exclude_self, check_pass
 from ..stream import augment, merge_states
-from ..sums import combine_terms
 from ..twins import refuse_twins
 
 
@@ -208,6 +206,8 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
         return state
     # A chunk whose only live sample is one query's own still weighs for every other query:
     # the engine excludes it at that query alone (its row comes back empty).
+    from ..bound import BoundKernel, make_kernel  # here: engine.bound imports this package (a cycle)
+
     with _native_threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # empty rows: the merge decides
         bound = BoundKernel(make_kernel(kernel), s, sample_weight=c, sample_scale=ssc,
@@ -233,6 +233,8 @@ def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
     values = np.zeros((len(q), p), dtype=dtype)
     if len(q) == 0 or (c is not None and not np.any(c > 0)):
         return dist, values
+    from ..bound import BoundKernel, make_kernel
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         u, near = BoundKernel(kernel, s, sample_weight=c).nearest(q, self_rows=rows if exclude else None,
@@ -415,6 +417,8 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
     check_choice(empty, "empty", EMPTY_POLICIES)
     check_choice(algorithm, "algorithm", ALGORITHMS)
     check_exclude_self(exclude_self)
+    from ..bound import make_kernel
+
     kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
     if isinstance(kern, SumKernel):
         return _dask_sum(kern, queries, samples, values, exclude_self, empty,
@@ -496,6 +500,8 @@ def _combine_sum(*blocks, log_w, p, empty, no_values):
     """``[mean, log weight sum]`` of a sum from its terms' (n, p + 1) blocks."""
     outs = [(lw, LocalSums(None if no_values else b[:, :p], b[:, p], ~(b[:, p] > -np.inf)))
             for lw, b in zip(log_w, blocks)]
+    from ..sums import combine_terms  # here: engine.sums imports this package (a cycle)
+
     out = combine_terms(outs, empty, no_values)
     return out.log_weight_sum[:, None] if no_values else np.concatenate([out.mean, out.log_weight_sum[:, None]],
                                                                           axis=1)

@@ -42,11 +42,12 @@ from scipy.special import comb
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
 from ..._jit import njit
-from ..._validation import check_array, check_points, non_negative, positive
+from ..._constraints import non_negative, positive
+from ..._validation import check_array, check_points
 from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
-from ..local_mean import make_kernel
+from ..bound import make_kernel
 from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS
 from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments, unresolved
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
