@@ -691,6 +691,7 @@ class Stepper:
     kernels and device arrays take :meth:`BoundKernel.sums` at each step."""
 
     def __init__(self, bound, values, start):
+        from .passes.dense import one_block_conditions
         from .planner import plan
 
         self.values = values if isinstance(values, BoundValues) else bound.prepare(values)
@@ -702,12 +703,24 @@ class Stepper:
             check_pass(bound.kernel, len(P), bound.n_samples)
             self.path = plan(bound, P, None, False)
             self.dtype = bound.dtype
+            # small states: one block of log-weights, no streaming (the steps' fixed cost was 10x their sums)
+            self.one_block = self.path == "dense" and one_block_conditions(bound, len(P))
+        else:
+            self.one_block = False
         self.bound = bound
 
     def __call__(self, states):
+        from .passes.dense import one_block_sums
+        from .results import finish
+
         if not self.direct:
             return self.bound.sums(states, self.values)
         P = np.asarray(states, dtype=self.dtype)
+        if self.one_block:  # (per-row fixed points step fewer rows, never more)
+            out = one_block_sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
+            if out is not None:
+                v = self.values
+                return finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset)
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 
