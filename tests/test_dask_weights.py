@@ -17,7 +17,6 @@ da = pytest.importorskip("dask.array")
 import dask
 
 from localkit.engine import local_sums
-from localkit.engine.backends.dask import dask_local_sums
 
 CHUNKS = [1, 2, 3, 7]
 PROFILES = {  # k(u) of the scaled distance u, by hand
@@ -76,7 +75,7 @@ def _formula_knn(Q, X, y, w, kernel, k, exclude):
 
 def _dask(Q, X, y, w, rows, **kw):
     ch = lambda a: da.from_array(a, chunks=(rows,) + a.shape[1:])
-    out = dask_local_sums(None if Q is None else ch(Q), ch(X), ch(y), sample_weight=ch(w), **kw)
+    out = local_sums(None if Q is None else ch(Q), ch(X), ch(y), sample_weight=ch(w), **kw)
     return np.asarray(out.mean.compute()), np.asarray(out.log_weight_sum.compute())
 
 

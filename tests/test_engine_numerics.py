@@ -315,11 +315,9 @@ def test_small_neighbour_indexes_measure_differences():
     # a chunk of 37 samples made scikit-learn search by matrix products, whose cancellation at
     # |x| ~ 300 put 4e-6 into k-th distances of 1e-3 (the dask path's balloon bandwidths)
     da = pytest.importorskip("dask.array")
-    from localkit.engine.backends.dask import dask_local_sums
-
     Q, X, y, ref = tight_clusters()
-    got = dask_local_sums(da.from_array(Q, chunks=37), da.from_array(X, chunks=37), da.from_array(y, chunks=37),
-                          "gaussian", n_neighbors=5).mean.compute()
+    got = local_sums(da.from_array(Q, chunks=37), da.from_array(X, chunks=37), da.from_array(y, chunks=37),
+                     "gaussian", n_neighbors=5).mean.compute()
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
     small = local_sums(Q[:3], X[:20], y[:20], "gaussian", n_neighbors=5).mean  # 20 samples: a tree too
     D2 = cdist(Q[:3], X[:20], "sqeuclidean")

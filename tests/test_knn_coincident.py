@@ -87,36 +87,32 @@ def test_array_api_tensors_take_every_coincident_sample(lattice, monkeypatch):
 
 def test_dask_takes_every_coincident_sample_across_chunks(lattice):
     da = pytest.importorskip("dask.array")
-    from localkit.engine.backends.dask import dask_local_sums
-
     X, y, w = lattice
     perm = np.random.default_rng(2).permutation(len(X))  # the origin's samples spread over the chunks
     X, y, w = X[perm], y[perm], w[perm]
     ref = local_sums(X, X, y, "tricube", n_neighbors=3, sample_weight=w)
     chunks = lambda a: da.from_array(a, chunks=7)  # noqa: E731
-    got = dask_local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, sample_weight=chunks(w))
+    got = local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, sample_weight=chunks(w))
     mean, log_sum, empty = (np.asarray(a.compute()) for a in (got.mean, got.log_weight_sum, got.empty))
     np.testing.assert_array_equal(empty, ref.empty)
     np.testing.assert_allclose(mean, ref.mean, rtol=1e-13)
     np.testing.assert_allclose(log_sum, ref.log_weight_sum, rtol=1e-13)
     # leave-one-out leaves out every row at the query's point: not across chunks, so refused
-    loo = dask_local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, exclude_self=True)
+    loo = local_sums(chunks(X), chunks(X), chunks(y), "tricube", n_neighbors=3, exclude_self=True)
     with pytest.raises(ValueError, match="leaves out every row at the query's point, which the dask path"):
         loo.mean.compute()
 
 
 def test_dask_compact_knn_applies_the_empty_policy():
     da = pytest.importorskip("dask.array")
-    from localkit.engine.backends.dask import dask_local_sums
-
     X = np.array([[0.0], [1.0], [-1.0], [5.0]])  # the query 0 leaves itself out: two neighbours at distance 1
     y = np.array([0.0, 1.0, 3.0, 7.0])
-    got = dask_local_sums(da.from_array(X, chunks=2), da.from_array(X, chunks=2), da.from_array(y, chunks=2),
-                          "epanechnikov", n_neighbors=2, exclude_self=True)
+    got = local_sums(da.from_array(X, chunks=2), da.from_array(X, chunks=2), da.from_array(y, chunks=2),
+                     "epanechnikov", n_neighbors=2, exclude_self=True)
     assert bool(got.empty[0].compute()) and got.mean[0].compute() in (1.0, 3.0)  # was NaN, silently
     with pytest.raises(ValueError, match="empty neighbourhood"):
-        dask_local_sums(da.from_array(X, chunks=2), da.from_array(X, chunks=2), da.from_array(y, chunks=2),
-                        "epanechnikov", n_neighbors=2, exclude_self=True, empty="raise").mean.compute()
+        local_sums(da.from_array(X, chunks=2), da.from_array(X, chunks=2), da.from_array(y, chunks=2),
+                   "epanechnikov", n_neighbors=2, exclude_self=True, empty="raise").mean.compute()
 
 
 @pytest.mark.parametrize("kw", [dict(frac=0.04), dict(frac=0.1, degree=2), dict(n_neighbors=5, robust_iters=2)])

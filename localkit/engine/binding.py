@@ -62,11 +62,9 @@ class Binding:
         if self.bound is not None and not is_dask_collection(queries, values, query_scale):
             return self.bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)
         values = values.source if isinstance(values, BoundValues) else values
-        opts = self.options
         return dask_local_sums(queries, self.samples, values, self.kernel, exclude_self=exclude_self,
-                               sample_weight=self.sample_weight, empty=opts.empty, algorithm=opts.algorithm,
-                               block_size=opts.block_size, memory_budget=opts.memory_budget, n_jobs=opts.n_jobs,
-                               query_scale=query_scale, sample_scale=self.sample_scale, exact_edge=opts.exact_edge)
+                               sample_weight=self.sample_weight, sample_scale=self.sample_scale,
+                               query_scale=query_scale, options=self.options)
 
     def stepper(self, values, start):
         """:meth:`BoundKernel.stepper <localkit.engine.BoundKernel.stepper>` (one pass per step on dask)."""

@@ -34,6 +34,7 @@ Nothing here imports dask at module level: ``import localkit`` never imports it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import warnings
@@ -44,12 +45,12 @@ import numpy as np
 
 from ..._extras import install_extra
 from ..._threads import numba_threads, threadpools
-from ..._validation import (FLOAT_DTYPES, check_choice, empty_input, not_finite, not_numbers, wrong_features,
+from ..._validation import (FLOAT_DTYPES, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
 from ...kernels.bandwidth import resolve_bandwidth
 from ...kernels.categorical import check_codes, check_smoothing
 from ...kernels.kernel import ProductKernel, SumKernel
-from ..options import ALGORITHMS, EMPTY_POLICIES, EngineOptions
+from ..options import EngineOptions
 from ..results import LocalSums, check_empty
 from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
@@ -379,7 +380,7 @@ def _keep(x, axis, keepdims):
     return x
 
 
-def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, split_every):
+def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype):
     """States of every (query chunk, sample chunk) pair by ``block``, merged along sample chunks
     by a tree of ``merge``: a dask array (n_queries, width)."""
     da = _require_dask()
@@ -390,20 +391,19 @@ def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, split_ev
                          align_arrays=False, concatenate=True, dtype=dtype, meta=np.empty((0, 0, 0), dtype))
     tree = partial(_tree, merge=merge)
     return da.reduction(pairs, _keep, tree, combine=tree, axis=1, keepdims=False, concatenate=True,
-                        split_every=split_every, dtype=dtype, meta=np.empty((0, 0), dtype))
+                        dtype=dtype, meta=np.empty((0, 0), dtype))
 
 
-def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=1.0, n_neighbors=None,
-                    exclude_self=False, *, metric="euclidean", sample_weight=None, empty="nearest",
-                    algorithm="auto", block_size=None, memory_budget=None, n_jobs=None, query_scale=None,
-                    sample_scale=None, split_every=None, exact_edge=False):
-    """:func:`~localkit.engine.local_sums` on dask arrays (any mix with NumPy), lazily.
+def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sample_weight=None,
+                    sample_scale=None, query_scale=None, options=None):
+    """:func:`~localkit.engine.local_sums` on dask arrays (any mix with NumPy), lazily: what
+    :meth:`Binding.sums <localkit.engine.Binding.sums>` runs when an array is a dask collection.
 
-    Parameters are those of :func:`~localkit.engine.local_sums`; ``n_jobs`` is the number of
-    native threads of one task (default 1: a worker runs ``threads_per_worker`` tasks at once),
-    ``split_every`` the fan-in of the tree reduction over sample chunks (dask's default if None),
-    ``exact_edge`` that of :class:`~localkit.engine.EngineOptions` in every chunk's pass.
-    Sample chunks define the reduction; ``values``, ``sample_weight`` and ``sample_scale`` are
+    ``kernel`` a :class:`~localkit.Kernel`; the arrays as :func:`~localkit.engine.local_sums` takes
+    them; ``options`` an :class:`~localkit.engine.EngineOptions` for every chunk's pass (default
+    ``EngineOptions()``), whose ``n_jobs`` is the number of native threads of one task (default
+    1: a worker runs ``threads_per_worker`` tasks at once). Sample chunks define the reduction
+    (a tree of dask's default fan-in); ``values``, ``sample_weight`` and ``sample_scale`` are
     re-chunked to them, and with ``exclude_self`` so are the queries (only diagonal pairs then
     drop a weight).
 
@@ -414,18 +414,15 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
         ``log_weight_sum`` and ``empty`` (n_queries,). Errors that depend on the values (NaN,
         an empty neighbourhood with ``empty="raise"``) are raised when they are computed.
     """
-    check_choice(empty, "empty", EMPTY_POLICIES)
-    check_choice(algorithm, "algorithm", ALGORITHMS)
-    check_exclude_self(exclude_self)
-    from ..bound import make_kernel
+    from ..bound import make_kernel  # here: engine.bound imports this package (a cycle)
 
-    kern = make_kernel(kernel, bandwidth, n_neighbors, metric)
+    check_exclude_self(exclude_self)
+    kern, options = make_kernel(kernel), EngineOptions() if options is None else options
+    empty = options.empty
     if isinstance(kern, SumKernel):
-        return _dask_sum(kern, queries, samples, values, exclude_self, empty,
-                         dict(sample_weight=sample_weight, algorithm=algorithm, block_size=block_size,
-                              memory_budget=memory_budget, n_jobs=n_jobs, query_scale=query_scale,
-                              sample_scale=sample_scale, split_every=split_every, exact_edge=exact_edge))
-    threads = 1 if n_jobs is None else resolve_n_jobs(n_jobs)
+        return _dask_sum(kern, queries, samples, values, exclude_self, options,
+                         dict(sample_weight=sample_weight, query_scale=query_scale, sample_scale=sample_scale))
+    threads = 1 if options.n_jobs is None else resolve_n_jobs(options.n_jobs)
     S = as_dask_points(samples, "samples")
     dtype, (n_s, d), rows = S.dtype, S.shape, S.chunks[0]
     if queries is None:
@@ -458,29 +455,29 @@ def dask_local_sums(queries, samples, values=None, kernel="gaussian", bandwidth=
                       threads=threads, nearest=kern.compact)
         width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge + (p + 1) if kern.compact else 2 * k
         nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0, nearest=kern.compact), width,
-                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype, split_every)
+                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype)
         if kern.compact:
             final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile, empty=empty),
                                        chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
             return _result(final, p, values is None, squeeze, dtype, out_dtype)
         q_scale = nearest.map_blocks(partial(_kth_distance, k=k), drop_axis=1, dtype=out_dtype)
     block = partial(_pair_state, kernel=bound, p=p, exclude_self=exclude_self, threads=threads,
-                    options=dict(algorithm=algorithm, block_size=block_size, memory_budget=memory_budget,
-                                 exact_edge=exact_edge))
-    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale],
-                     out_dtype, split_every)
+                    options=dict(algorithm=options.algorithm, block_size=options.block_size,
+                                 memory_budget=options.memory_budget, exact_edge=options.exact_edge))
+    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale], out_dtype)
     final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
                               chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
     return _result(final, p, values is None, squeeze, dtype, out_dtype)
 
 
-def _dask_sum(kern, queries, samples, values, exclude_self, empty, options):
+def _dask_sum(kern, queries, samples, values, exclude_self, options, arrays):
     """:func:`dask_local_sums` of a sum of kernels: each term's own reduction (its rules, levels
     and kNN bandwidths on all the samples), with the "nearest" policy, combined per query chunk
     by :func:`~localkit.engine.sums.combine_terms` (the sum's ``empty`` policy applied there)."""
     da = _require_dask()
-    terms = [(math.log(w), dask_local_sums(queries, samples, values, k, exclude_self=exclude_self, empty="nearest",
-                                                **options))
+    empty, nearest = options.empty, dataclasses.replace(options, empty="nearest")
+    terms = [(math.log(w), dask_local_sums(queries, samples, values, k, exclude_self=exclude_self, options=nearest,
+                                           **arrays))
              for w, k in kern.terms if w > 0]
     first = terms[0][1]
     no_values, squeeze = first.mean is None, first.mean is not None and first.mean.ndim == 1
