@@ -125,7 +125,6 @@ def _two_d(quick):
     exact = kernel_density(grid[rows], X, bandwidth=h, algorithm="dense")
     body = exact > 1e-3 * exact.max()
     err_ours = np.max(np.abs(f_ours[rows][body] / exact[body] - 1))
-    err_auto = np.max(np.abs(f_auto[rows][body] / exact[body] - 1))
     err_peer = np.max(np.abs(f_peer[rows][body] / exact[body] - 1))
     return [
         "",
