@@ -219,3 +219,23 @@ def test_binding_operator_on_given_affinities():
     np.testing.assert_allclose(op(V), B @ V / B.sum(1, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(op.weight_sum, B.sum(1), rtol=1e-12)
     assert bind(Kernel("gaussian"), X).operator().matrix is not None
+
+
+@pytest.mark.parametrize("n_features", [1, 2])
+def test_local_polynomial_knn_keeps_its_sample_index(n_features, monkeypatch):
+    """The kNN local polynomial's search structure over the samples (a grid index in 2+ features,
+    their sorted order in 1) is built once per binding, not at every predict."""
+    from localkit.engine.local_models import loess_grid, polynomial
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X[:, 2:2 + n_features]
+    built = []
+    real_grid, real_argsort = loess_grid.GridIndex, np.argsort
+    monkeypatch.setattr(polynomial, "GridIndex", lambda *a: built.append("grid") or real_grid(*a))
+    model = localkit.LocalPolynomialRegressor(degree=1, kernel="tricube", n_neighbors=30).fit(X, y)
+    first = model.predict(X[:40])
+    monkeypatch.setattr(polynomial.np, "argsort", lambda *a, **k: built.append("sort") or real_argsort(*a, **k))
+    built.clear()
+    np.testing.assert_array_equal(model.predict(X[:40]), first)
+    model.predict(X[40:90])
+    assert "grid" not in built and "sort" not in built

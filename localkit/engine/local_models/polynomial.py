@@ -340,7 +340,8 @@ def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, r
     E = monomial_exponents(design, degree)
     if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
             and design == samples.shape[1]):
-        return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls)
+        return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls,
+                         None if bound is None else bound._cache)
     return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design, bound), None)
 
 
@@ -417,10 +418,19 @@ def _solve(G, b, ridge, rcond):
     return beta, ~ok
 
 
-def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
+def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls, cache=None):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
     design centred at each query and scaled by its radius; the extra bytes per query; and the
-    array the grid path fills with the squared radii (None on the other paths)."""
+    array the grid path fills with the squared radii (None on the other paths). ``cache``: the
+    caller's binding's (a kept :class:`~localkit.engine.BoundKernel`'s ``_cache``), where the
+    samples' grid index and sorted order are kept from one call to the next."""
+    def kept(key, build):
+        if cache is None:
+            return build()
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
     k = kern.n_neighbors
     if k + int(exclude_self) > len(samples):
         raise ValueError(f"n_neighbors must be <= n_samples{' - 1' if exclude_self else ''}"
@@ -436,7 +446,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
     euclid = (kern.metric == "euclidean" and kern.profile.poly is not None and kern.profile.vanishes_at_edge
               and not exclude_self)
     if euclid and Xs.shape[1] > 1:
-        index = GridIndex(Xs, k)
+        index = kept(("grid_index", k), lambda: GridIndex(Xs, k))
         found = np.empty(len(Qs))
         if balls is not None and np.shape(balls) != (len(Qs),):
             raise ValueError(f"balls must have shape ({len(Qs)},), got {np.shape(balls)}")
@@ -447,7 +457,7 @@ def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls):
             return G, b, total, _per_query(radius), near
         return grid_block, 0, found
     if Xs.shape[1] == 1 and kern.metric == "euclidean" and twins is None:  # sorted order: windows
-        order = np.argsort(Xs[:, 0], kind="stable")
+        order = kept("sorted_order", lambda: np.argsort(Xs[:, 0], kind="stable"))
         x, Ys, ws = np.ascontiguousarray(Xs[order, 0]), Y[order], sw[order]
         if euclid:
             def window_block(rows):
