@@ -271,26 +271,35 @@ def test_far_queries_of_a_binned_pass_are_exact_to_the_tolerance(profile, tolera
     np.testing.assert_allclose(binned.log_weight_sum, exact.log_weight_sum, rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("profile", ["gaussian", "cauchy"])
-def test_far_queries_in_1d_are_found_through_the_grid_without_a_tree(profile):
-    """In 1-D the far queries' samples are found through the binned grid (no tree over every sample:
-    its build cost 10x the binned pass at a million samples): queries beyond both ends, in a gap of
-    150 bandwidths between two clusters, and just past a sample at the grid's last point, each
-    within the tolerance of the exact sums."""
+@pytest.mark.parametrize("profile", ["gaussian"])  # (cauchy's far queries: the test above; its grid spans them)
+@pytest.mark.parametrize("d", [1, 2])  # (3-D: radii of ~7 bandwidths span clusters: the tree, as before)
+def test_far_queries_are_found_through_cells_without_a_tree_over_every_sample(profile, d):
+    """The far queries' samples are found through coarse cells (no tree over every sample: its build
+    cost 10x the binned pass at a million samples): queries beyond the samples, in a gap of 150
+    bandwidths between two clusters, and just past an outlying sample, each within the tolerance
+    of the exact sums."""
     from localkit.engine import bind
-    from localkit.engine.passes.binned import TOLERANCE
+    from localkit.engine.passes.binned import FLOOR, TOLERANCE
 
     rng = np.random.default_rng(5)
-    X = np.concatenate([rng.normal(-10, 1, 2000), rng.normal(10, 1, 2000), [25.0]])[:, None]
+    X = np.concatenate([rng.normal(-10, 1, (2000, d)), rng.normal(10, 1, (2000, d)), np.full((1, d), 25.0)])
     y = np.cos(X[:, 0])
-    Q = np.array([[-40.0], [-14.5], [0.0], [3.3], [25.0 + 1e-9], [25.4], [60.0]])
-    kern = Kernel(profile, bandwidth=0.1)
+    along = np.array([-40.0, -14.5, 0.0, 3.3, 25.0 + 1e-9, 25.4, 60.0])
+    Q = np.column_stack([along] + [np.full(len(along), 25.0 if f else 0.0) for f in range(d - 1)])
+    Q[4:6, 1:] = 25.0  # beside the outlier in every feature
+    kern = Kernel(profile, bandwidth={1: 0.1, 2: 0.5}[d])
     bound = bind(kern, X, options=EngineOptions(algorithm="binned"))
     binned = bound.sums(Q, y)
     assert "index" not in bound.bound._cache
     exact = bind(kern, X, options=EngineOptions(algorithm="dense")).sums(Q, y)
-    np.testing.assert_allclose(binned.mean, exact.mean, rtol=TOLERANCE, atol=TOLERANCE * np.abs(y).max())
-    np.testing.assert_allclose(binned.log_weight_sum, exact.log_weight_sum, rtol=0, atol=TOLERANCE)
+    # the far queries (unresolved by the grid: weight sums below FLOOR n / TOLERANCE) to the
+    # tolerance; the others to the grid's own bound (2-D and 3-D grids are capped: coarser)
+    far = exact.log_weight_sum < np.log(FLOOR * len(X) / TOLERANCE) - 1
+    assert far.sum() >= 3
+    bound_of_grid = Grid(X, Q, np.full(d, kern.bandwidth), kern.profile).bound
+    for rows, tol in ((far, TOLERANCE), (~far, 2 * bound_of_grid)):
+        np.testing.assert_allclose(binned.mean[rows], exact.mean[rows], rtol=tol, atol=tol * np.abs(y).max())
+        np.testing.assert_allclose(binned.log_weight_sum[rows], exact.log_weight_sum[rows], rtol=0, atol=tol)
 
 
 def test_auto_bins_many_samples_by_default_and_exact_is_one_argument_away():
