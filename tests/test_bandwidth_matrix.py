@@ -148,3 +148,118 @@ def test_bad_input(rule):
         fn(np.column_stack([X, X[:, 0] + X[:, 1]]))
     with pytest.raises(ValueError, match="more samples"):
         fn(X[:3])
+
+
+# -- a full bandwidth matrix in the estimators ----------------------------------------------------------
+def gaussian_weights(Q, X, H):
+    """``exp(-dx^T H^-1 dx / 2)``, written out."""
+    D = Q[:, None, :] - X[None, :, :]
+    return np.exp(-0.5 * np.einsum("qni,ij,qnj->qn", D, np.linalg.inv(H), D))
+
+
+def test_kernel_density_with_a_bandwidth_matrix_is_the_normal_mixture():
+    from scipy.stats import multivariate_normal
+
+    from localkit import KernelDensity
+
+    X = data("faithful")
+    Q = X[::17] + [0.1, -2.0]
+    for rule, select in (("hpi", hpi), ("hscv", hscv)):
+        kde = KernelDensity(bandwidth=rule).fit(X)
+        np.testing.assert_allclose(kde.bandwidth_matrix_, select(X), rtol=0, atol=0)
+        ref = np.mean([multivariate_normal(mean=x, cov=kde.bandwidth_matrix_).pdf(Q) for x in X], axis=0)
+        np.testing.assert_allclose(kde.score_samples(Q), np.log(ref), rtol=0, atol=1e-12)
+    # a given matrix, the Epanechnikov profile: |H|^-1/2 (d + 2) / (2 c_d) (1 - u^2)_+ with c_2 = pi
+    H = np.array([[0.1, 0.4], [0.4, 40.0]])
+    kde = KernelDensity(kernel="epanechnikov", bandwidth=H).fit(X)
+    D = Q[:, None, :] - X[None, :, :]
+    u2 = np.einsum("qni,ij,qnj->qn", D, np.linalg.inv(H), D)
+    ref = np.mean(np.clip(1 - u2, 0, None), axis=1) * 2 / np.pi / np.sqrt(np.linalg.det(H))
+    np.testing.assert_allclose(np.exp(kde.score_samples(Q)), ref, rtol=1e-12, atol=0)
+    # draws: x_i + H^1/2 z, their covariance about the chosen rows is H
+    kde = KernelDensity(bandwidth=H).fit(X[:1])
+    draws = kde.sample(20000, random_state=0) - X[0]
+    np.testing.assert_allclose(np.cov(draws, rowvar=False), H, rtol=0.05, atol=0.02)
+
+
+def test_local_means_with_a_bandwidth_matrix():
+    from localkit import LocalMeanClassifier, LocalMeanRegressor
+
+    X = data("iris4")[:, :3]
+    y = data("iris4")[:, 3]
+    Q = X[::11] + 0.05
+    H = hpi(X)
+    W = gaussian_weights(Q, X, H)
+    reg = LocalMeanRegressor(bandwidth="hpi").fit(X, y)
+    np.testing.assert_allclose(reg.predict(Q), W @ y / W.sum(axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(reg.bandwidth_matrix_, H)
+    # the same as the Mahalanobis metric with VI = H^-1 at bandwidth 1, and as H given
+    same = LocalMeanRegressor(bandwidth=1.0, metric="mahalanobis", metric_params={"VI": np.linalg.inv(H)}).fit(X, y)
+    np.testing.assert_allclose(reg.predict(Q), same.predict(Q), rtol=1e-12)
+    np.testing.assert_allclose(LocalMeanRegressor(bandwidth=H).fit(X, y).predict(Q), reg.predict(Q), rtol=1e-12)
+    labels = (y > 1.2).astype(int)
+    clf = LocalMeanClassifier(bandwidth="hscv").fit(X, labels)
+    W = gaussian_weights(Q, X, hscv(X))
+    np.testing.assert_allclose(clf.predict_proba(Q)[:, 1], W @ labels / W.sum(axis=1), rtol=1e-12)
+    # refit with a scalar: the matrix goes
+    assert not hasattr(reg.set_params(bandwidth=0.5).fit(X, y), "bandwidth_matrix_")
+
+
+def test_conditional_estimators_with_a_bandwidth_matrix():
+    from localkit import ConditionalDensity, ConditionalModeClassifier, Kernel, KernelQuantileRegressor
+
+    X, y = data("iris4")[:, :3], data("iris4")[:, 3]
+    Q, yq = X[::13] + 0.05, y[::13] + 0.1
+    H = hscv(X)
+    W = gaussian_weights(Q, X, H)
+    ky = np.exp(-0.5 * ((yq[:, None] - y[None, :]) / 0.2) ** 2) / (0.2 * np.sqrt(2 * np.pi))
+    cd = ConditionalDensity(bandwidth="hscv", y_kernel=Kernel("gaussian", bandwidth=0.2)).fit(X, y)
+    np.testing.assert_allclose(cd.pdf(Q, yq), np.sum(W * ky, axis=1) / W.sum(axis=1), rtol=1e-12)
+    # degree 0: the weighted quantile under K_H
+    fit = KernelQuantileRegressor(quantile=0.5, degree=0, bandwidth="hscv").fit(X, y).predict(Q)
+    order = np.argsort(y, kind="stable")
+    c = np.cumsum(W[:, order], axis=1) / W.sum(axis=1)[:, None]
+    np.testing.assert_array_equal(fit, y[order][np.argmax(c >= 0.5, axis=1)])
+    # degree 1: the intercept does not depend on a linear map of the columns, so K_H on X is the
+    # kernel of bandwidth 1 on the columns X L, L L^T = H^-1
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    lin = KernelQuantileRegressor(quantile=0.3, degree=1, bandwidth="hscv").fit(X, y).predict(Q)
+    ref = KernelQuantileRegressor(quantile=0.3, degree=1, bandwidth=1.0).fit(X @ L, y).predict(Q @ L)
+    np.testing.assert_allclose(lin, ref, rtol=1e-9, atol=1e-9)
+    labels = (y > 1.2).astype(int)
+    proba = ConditionalModeClassifier(bandwidth="hscv").fit(X, labels).predict_proba(Q)
+    np.testing.assert_allclose(proba[:, 1], W @ labels / W.sum(axis=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([[1.0, 0.5], [0.4, 1.0]]), "symmetric"),
+    (np.array([[1.0, 2.0], [2.0, 1.0]]), "positive definite"),
+    (np.eye(3), r"\(2, 2\)"),
+    (np.array([[np.nan, 0.0], [0.0, 1.0]]), "finite"),
+])
+def test_bad_bandwidth_matrix(bad, match):
+    from localkit import KernelDensity, LocalMeanRegressor
+
+    X = data("faithful")
+    with pytest.raises(ValueError, match=match):
+        KernelDensity(bandwidth=bad).fit(X)
+    with pytest.raises(ValueError, match=match):
+        LocalMeanRegressor(bandwidth=bad).fit(X, X[:, 0])
+
+
+def test_bandwidth_matrix_refusals():
+    from localkit import Kernel, KernelDensity, LocalMeanRegressor
+
+    X = data("faithful")
+    with pytest.raises(ValueError, match="metric"):
+        KernelDensity(bandwidth="hpi", metric="manhattan").fit(X)
+    with pytest.raises(ValueError, match="n_neighbors"):
+        LocalMeanRegressor(bandwidth="hpi", n_neighbors=5).fit(X, X[:, 0])
+    with pytest.raises(ValueError, match="sample weights"):
+        KernelDensity(bandwidth="hscv").fit(X, sample_weight=np.arange(len(X)) + 1.0)
+    with pytest.raises(ValueError, match="full bandwidth matrix"):
+        Kernel("gaussian", bandwidth="hpi")(X[:2], X)
+    # equal weights (zeros dropped) are the unweighted rule on the rows that carry them
+    w = np.where(np.arange(len(X)) % 5 == 0, 0.0, 2.0)
+    np.testing.assert_allclose(KernelDensity(bandwidth="hpi").fit(X, sample_weight=w).bandwidth_matrix_,
+                               hpi(X[w > 0]), rtol=1e-12)

@@ -598,3 +598,62 @@ def _checked(X, rule):
         raise ValueError(f"bandwidth={rule!r}: the samples' covariance is singular (a feature constant or a "
                          "linear combination of others); there is no full bandwidth matrix to select")
     return X
+
+
+# -- a full bandwidth matrix as the estimators take it ------------------------------------------------
+def is_full_bandwidth(bandwidth):
+    """True for ``bandwidth`` "hpi", "hscv" or a 2-D array (a full bandwidth matrix ``H``)."""
+    if isinstance(bandwidth, str):
+        return bandwidth in MATRIX_RULES
+    if bandwidth is None or np.isscalar(bandwidth) or hasattr(bandwidth, "factors"):
+        return False
+    try:
+        return np.ndim(bandwidth) == 2
+    except Exception:  # noqa: BLE001 - not array-like: the estimator's own checks name it
+        return False
+
+
+def full_bandwidth(bandwidth, X, name="bandwidth", sample_weight=None):
+    """The bandwidth matrix ``H`` (d, d) that ``bandwidth`` states for the samples ``X``: a rule
+    ("hpi": ``ks::Hpi``, "hscv": ``ks::Hscv``, on ``X``) or a given symmetric positive definite
+    matrix (checked). ``ks``'s selectors take no weights: equal ``sample_weight`` (rows of zero
+    weight dropped) is accepted with a rule, unequal weights refused."""
+    d = X.shape[1]
+    if isinstance(bandwidth, str):
+        X = np.asarray(X, dtype=np.float64)
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            X, w = X[w > 0], w[w > 0]
+            if w.size and np.max(w) > np.min(w):
+                raise ValueError(f"{name}={bandwidth!r} is R's ks::{'Hpi' if bandwidth == 'hpi' else 'Hscv'}, which "
+                                 "takes no sample weights: unequal sample_weight cannot be honoured; give the matrix")
+        return hpi(X) if bandwidth == "hpi" else hscv(X)
+    H = np.asarray(bandwidth, dtype=np.float64)
+    if H.shape != (d, d):
+        raise ValueError(f"{name} as a matrix (a full bandwidth matrix H, the kernel's covariance) must have shape "
+                         f"(n_features, n_features) = ({d}, {d}), got {H.shape}")
+    if not np.all(np.isfinite(H)):
+        raise ValueError(f"{name} as a matrix must be finite, got {H.tolist()}")
+    scale = np.max(np.abs(H))
+    if not np.allclose(H, H.T, rtol=1e-10, atol=1e-12 * scale):
+        raise ValueError(f"{name} as a matrix (a full bandwidth matrix H) must be symmetric, got {H.tolist()}")
+    lam = np.linalg.eigvalsh(0.5 * (H + H.T))
+    if not lam.min() > 1e-12 * max(lam.max(), 0.0):
+        raise ValueError(f"{name} as a matrix (a full bandwidth matrix H) must be positive definite; its smallest "
+                         f"eigenvalue is {lam.min():.3g}")
+    return 0.5 * (H + H.T)
+
+
+def matrix_map(H):
+    """The :class:`~localkit.kernels.kernel.MetricMap` ``x -> x H^-1/2``: Euclidean distances of
+    the mapped points are ``sqrt(dx^T H^-1 dx)``, so a kernel of bandwidth 1 there is ``K_H``
+    (up to its normaliser, ``|H|^-1/2``)."""
+    from .kernel import MetricMap
+
+    lam, Q = np.linalg.eigh(H)
+    return MetricMap(matrix=(Q / np.sqrt(lam)) @ Q.T)
+
+
+def log_det(H):
+    """``log |H|``."""
+    return float(np.sum(np.log(np.linalg.eigvalsh(H))))

@@ -44,7 +44,7 @@ from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONS
 from ..engine import BoundKernel, EngineOptions
 from ..kernels import Kernel
 from .conditional import (ConditionalDensity, categorical_levels, check_levels, check_probabilities, fit_x_kernel,
-                          weight_blocks)
+                          mapped_x, weight_blocks)
 from ._base import FLOATS
 from .kernel_learning import has_cv
 
@@ -192,6 +192,9 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                                                    y_kernel=self.y_kernel, algorithm=self.algorithm,
                                                    n_jobs=self.n_jobs).fit(X, y)
             self.kernel_ = self.conditional_.kernel_
+            self.__dict__.pop("bandwidth_matrix_", None)
+            if hasattr(self.conditional_, "bandwidth_matrix_"):
+                self.bandwidth_matrix_ = self.conditional_.bandwidth_matrix_
             return self
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv" and not isinstance(self.kernel, Kernel):
             raise ValueError("bandwidth='cv' is chosen for method='inversion' (the leave-one-out likelihood of the "
@@ -205,7 +208,9 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"degree=1 fits a slope on every column of X, which kernel={self.kernel_!r} holds as "
                              "levels; take degree=0 or method='inversion'")
         self._levels = categorical_levels(self.kernel_, X)
-        self._bound = BoundKernel(self.kernel_, X, options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
+        self._X_bound = mapped_x(self, X)  # the coordinates of the x kernel (H^-1/2 under a bandwidth matrix)
+        self._bound = BoundKernel(self.kernel_, self._X_bound,
+                                  options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
         self._order = np.argsort(self.y_fit_, kind="stable")
         return self
 
@@ -226,6 +231,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         if self.method == "inversion":
             return self.conditional_.quantile(X, taus)
         check_levels(X, self._levels, "X")
+        X = mapped_x(self, X)
         out = np.empty((len(X), len(taus)))
         y_sorted = self.y_fit_[self._order]
         for rows, W in weight_blocks(self._bound, X):
@@ -236,7 +242,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                 continue
             for t, w in zip(range(rows.start, rows.stop), W):
                 keep = np.flatnonzero(w > NEGLIGIBLE * w.max())
-                D = np.column_stack([np.ones(len(keep)), self.X_fit_[keep] - X[t]]).astype(np.float64)
+                D = np.column_stack([np.ones(len(keep)), self._X_bound[keep] - X[t]]).astype(np.float64)
                 for j, tau in enumerate(taus):
                     out[t, j] = self._local_linear(D, self.y_fit_[keep], w[keep], tau)
         order = np.argsort(taus, kind="stable")
