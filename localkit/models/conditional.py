@@ -160,6 +160,10 @@ class ConditionalDensity(BaseEstimator):
         ``Kernel("gaussian", bandwidth="cv")``): every such bandwidth chosen jointly by the
         leave-one-out likelihood ``sum_i log f_{-i}(y_i | x_i)`` (statsmodels' ``bw="cv_ml"``;
         the search in ``cv_results_``).
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`).
     y_kernel : Kernel or None, default=None
         The kernel ``K_y`` on the columns of ``y`` (its ``features`` index those columns): a
         kernel with a density (a fixed bandwidth or a rule, a norm metric) or categorical
@@ -618,7 +622,8 @@ class ConditionalModeClassifier(ClassifierMixin, BaseEstimator):
         The kernel in ``x`` (a profile name with ``bandwidth``, or a :class:`~localkit.Kernel`,
         e.g. a product with categorical factors).
     bandwidth : float, array of shape (n_features,) or rule, default="scott"
-        ``h`` of a profile given by name.
+        ``h`` of a profile given by name, or a full bandwidth matrix ("hpi", "hscv", a (d, d)
+        array; as :class:`~localkit.ConditionalDensity`).
     y_smoothing : float in [0, 1), default=0.0
         ``lambda`` of the Aitchison-Aitken kernel on the classes.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"

@@ -234,6 +234,10 @@ class KernelDensity(BaseEstimator):
         while ``gaussian_kde`` itself scales by the full covariance (they differ on correlated
         features; see :func:`kernel_density`). "isj": KDEpy's ``bw="ISJ"`` (weighted as KDEpy);
         "sj": R's ``bw.SJ`` (equal weights only); both 1-D selectors, applied per feature.
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`); the density is normalised by ``|H|^-1/2``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
         The engine's path, as in :class:`localkit.LocalMeanRegressor`: "auto" (the engine
         chooses; never "binned"), "dense", "neighbors", "compiled" and "streamed" (exact paths,

@@ -128,6 +128,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``h`` of a profile given by name (a rule resolved on ``X``). ``"cv"`` (or ``"cv"`` inside a
         ``Kernel``) with ``method="inversion"``: chosen with ``y_kernel``'s by the leave-one-out
         likelihood of :class:`~localkit.ConditionalDensity`.
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`).
     method : {"check", "inversion"}, default="check"
         The local check-loss fit, or the inversion of ``F(y | x)`` (R's ``npqreg``).
     y_kernel : Kernel or None, default=None
