@@ -271,14 +271,28 @@ class _PairSums:
         return np.stack([g.ravel() for g in grids], axis=1), auto[sl].ravel()
 
     def _pairs(self, block=2 ** 20):
-        """Blocks of ``(differences, multiplicities)``: every ordered pair once."""
-        if self.binned:
-            raise AssertionError
-        n = self.n
+        """Blocks of ``(differences, multiplicity)`` covering every ordered pair: the pairs
+        ``a < b`` twice (the summands are even in ``x_a - x_b``) and the ``n`` pairs ``a = b``
+        once; kept after the first call where they take at most 2^25 numbers (an objective
+        evaluates them at every step of the search)."""
+        cached = getattr(self, "_cached_pairs", None)
+        if cached is not None:
+            yield from cached
+            return
+        n, d = self.n, self.d
+        keep = n * (n - 1) // 2 * d <= 2 ** 25
+        blocks = [(np.zeros((1, d)), float(n))]
+        yield blocks[0]
         step = max(1, block // n)
-        for s in range(0, n, step):
-            D = self.X[s:s + step, None, :] - self.X[None, :, :]
-            yield D.reshape(-1, self.d), None
+        for s in range(0, n - 1, step):
+            rows = np.arange(s, min(n - 1, s + step))
+            a, b = np.nonzero(rows[:, None] < np.arange(n)[None, :])
+            part = (self.X[rows[a]] - self.X[b], 2.0)
+            if keep:
+                blocks.append(part)
+            yield part
+        if keep:
+            self._cached_pairs = blocks
 
     def functionals(self, g, alphas):
         """``psi_alpha`` for each multi-index in ``alphas`` (a list of tuples), pilot ``g^2 I``."""
@@ -290,8 +304,7 @@ class _PairSums:
         def accumulate(D, w):
             U = D / g
             base = np.exp(-0.5 * np.sum(U * U, axis=1)) * (2 * np.pi) ** (-self.d / 2) / g ** self.d
-            if w is not None:
-                base = base * w
+            base = base * w
             He = {(k, m): _hermite(m, U[:, k]) for k in range(self.d) for m in orders}
             for i, al in enumerate(alphas):
                 term = base
@@ -327,8 +340,8 @@ class _PairSums:
             D, w = self.offsets(math.sqrt(np.max(np.abs(np.diag(Sigma)))), 0)
             return c * float(np.sum(w * np.exp(-0.5 * np.einsum("ij,jk,ik->i", D, Sinv, D)))) / self.n ** 2
         total = 0.0
-        for D, _ in self._pairs():
-            total += float(np.sum(np.exp(-0.5 * np.einsum("ij,jk,ik->i", D, Sinv, D))))
+        for D, mult in self._pairs():
+            total += mult * float(np.sum(np.exp(-0.5 * np.sum((D @ Sinv) * D, axis=1))))
         return c * total / self.n ** 2
 
 
