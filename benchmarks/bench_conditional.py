@@ -9,8 +9,11 @@
   region, parttime; 3 folds (shuffled, seed 0): the pinball loss at tau = 0.1, 0.5, 0.9 and the
   coverage of the 80% interval [q_0.1, q_0.9] of ``KernelQuantileRegressor(degree=0)`` (bandwidths
   of the product kernel chosen on each training fold by the leave-one-out error of the local mean
-  on cell sums, ``tolerance=1e-2``: 3 grid points per bandwidth), quantile-forest's ``RandomForestQuantileRegressor`` and
-  LightGBM's quantile objective at their defaults (one model per tau).
+  on cell sums, ``tolerance=1e-2``: 3 grid points per bandwidth), ``method="linear_weights"`` at
+  the same bandwidths, and at the continuous ones times a factor in ``SCALES`` chosen on 2,000 rows
+  of the training fold held out (:func:`inner_scale`), quantile-forest's
+  ``RandomForestQuantileRegressor`` and LightGBM's quantile objective at their defaults (one model
+  per tau).
 """
 from __future__ import annotations
 
@@ -73,6 +76,32 @@ def cps():
     return X, y
 
 
+def scaled(kernel, c):
+    """``kernel`` with the bandwidths of its continuous factors times ``c``."""
+    from localkit.kernels.kernel import product_of
+
+    return product_of([f if f.is_categorical else f._with(bandwidth=np.asarray(f.bandwidth) * c) for f in kernel.factors])
+
+
+SCALES = (1.0, 1.25, 1.5, 2.0)
+
+
+def inner_scale(X, y, kernel, taus, n_valid=2000):
+    """The factor in ``SCALES`` on the continuous bandwidths that gives ``method="linear_weights"``
+    the least pinball loss (summed over ``taus``) on ``n_valid`` rows of the training fold held out
+    (seed 0), fitted on the others: a local linear smoother's best bandwidth is wider than the local
+    constant one's that the leave-one-out search of the local mean finds."""
+    rng = np.random.default_rng(0)
+    valid = rng.choice(len(X), n_valid, replace=False)
+    fit = np.setdiff1d(np.arange(len(X)), valid)
+    losses = []
+    for c in SCALES:
+        Q = KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=scaled(kernel, c)).fit(
+            X[fit], y[fit]).predict(X[valid])
+        losses.append(sum(pinball_loss(y[valid], Q[:, j], tau) for j, tau in enumerate(taus)))
+    return SCALES[int(np.argmin(losses))]
+
+
 def bench_cps():
     import lightgbm as lgb
     from quantile_forest import RandomForestQuantileRegressor
@@ -94,6 +123,17 @@ def bench_cps():
         seconds = {"localkit": time.perf_counter() - t}
         print(f"fold {fold}: bandwidths {kernel!r} ({t_cv:.1f} s search)", flush=True)
         t = time.perf_counter()
+        fits["localkit linear_weights"] = KernelQuantileRegressor(quantile=taus, method="linear_weights",
+                                                                  kernel=kernel).fit(X[train], y[train]).predict(X[test])
+        seconds["localkit linear_weights"] = time.perf_counter() - t
+        t = time.perf_counter()
+        scale = inner_scale(X[train], y[train], kernel, taus)
+        fits["localkit linear_weights, scaled"] = KernelQuantileRegressor(
+            quantile=taus, method="linear_weights", kernel=scaled(kernel, scale)).fit(X[train], y[train]).predict(X[test])
+        seconds["localkit linear_weights, scaled"] = time.perf_counter() - t
+        print(f"  continuous bandwidths x {scale} for linear_weights (inner validation on the training fold)",
+              flush=True)
+        t = time.perf_counter()
         forest = RandomForestQuantileRegressor(random_state=0, n_jobs=1).fit(X[train], y[train])
         fits["quantile-forest"] = forest.predict(X[test], quantiles=taus)
         seconds["quantile-forest"] = time.perf_counter() - t
@@ -105,12 +145,12 @@ def bench_cps():
             row = [pinball_loss(y[test], Q[:, j], tau) for j, tau in enumerate(taus)]
             row.append(np.mean((y[test] >= Q[:, 0]) & (y[test] <= Q[:, 2])))
             scores.setdefault(name, []).append(row)
-            print(f"  {name:16s} pinball {row[0]:.5f} {row[1]:.5f} {row[2]:.5f}  coverage {row[3]:.4f}  "
+            print(f"  {name:32s} pinball {row[0]:.5f} {row[1]:.5f} {row[2]:.5f}  coverage {row[3]:.4f}  "
                   f"{seconds[name]:.1f} s", flush=True)
     print("mean over the folds (pinball at 0.1, 0.5, 0.9; coverage of the 80% interval):")
     for name, rows in scores.items():
         r = np.mean(rows, axis=0)
-        print(f"  {name:16s} {r[0]:.5f} {r[1]:.5f} {r[2]:.5f}  {r[3]:.4f}")
+        print(f"  {name:32s} {r[0]:.5f} {r[1]:.5f} {r[2]:.5f}  {r[3]:.4f}")
 
 
 if __name__ == "__main__":

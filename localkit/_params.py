@@ -23,6 +23,7 @@ from ._constraints import Number, non_negative, positive  # noqa: F401 (the piec
 from .engine.options import ALGORITHMS, EMPTY_POLICIES
 from .engine.options import POLYNOMIAL_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
+from .kernels.bandwidth_matrix import MATRIX_RULES
 from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
 from .kernels.profiles import ALIASES
 
@@ -32,9 +33,11 @@ KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
 #: a distance profile (no softmax: the models that need a distance, such as densities and mean shift)
 PROFILE_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) - {"softmax"} | set(ALIASES))]
 #: a finite positive number, a per-feature array (checked against the data in fit) or a rule
-BANDWIDTH_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES)), "array-like"]
+BANDWIDTH_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | set(MATRIX_RULES)),
+                        "array-like"]
 #: the estimators that can select it by leave-one-out also take "cv"
-BANDWIDTH_CV_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"), StrOptions(set(RULES) | {"cv"}),
+BANDWIDTH_CV_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"),
+                           StrOptions(set(RULES) | set(MATRIX_RULES) | {"cv"}),
                            "array-like"]
 #: None, or a count of neighbours (the upper bound n_samples is checked in fit)
 N_NEIGHBORS_CONSTRAINT = [Number(Integral, 1, None, closed="left"), None]

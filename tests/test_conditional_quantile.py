@@ -125,7 +125,8 @@ def test_pinball_loss():
     assert pinball_loss([1.0, 3.0], [2.0, 2.0], 0.25) == pytest.approx((0.75 * 1 + 0.25 * 1) / 2)
 
 
-@pytest.mark.parametrize("est", [KernelQuantileRegressor(degree=0), KernelQuantileRegressor(method="inversion")])
+@pytest.mark.parametrize("est", [KernelQuantileRegressor(degree=0), KernelQuantileRegressor(method="inversion"),
+                                 KernelQuantileRegressor(method="linear_weights")])
 def test_check_estimator(est):
     check_estimator(est)
 
@@ -179,3 +180,32 @@ def test_cv_bandwidths_of_the_inversion():
         KernelQuantileRegressor(bandwidth="cv").fit(x[:, None], y)
     with pytest.raises(ValueError, match="method='inversion'"):
         KernelQuantileRegressor(kernel=Kernel("gaussian", bandwidth="cv")).fit(x[:, None], y)
+
+
+def test_linear_weights_is_the_local_linear_distribution_function():
+    """method="linear_weights": F(t | x*) the intercept of the weighted least squares of [y_i <= t]
+    on (1, z_i - z*) over the continuous columns z, written out, made non-decreasing by its running
+    maximum; the quantile the smallest y_(k) where it reaches tau. A categorical column weighs only."""
+    rng = np.random.default_rng(0)
+    n = 300
+    X = np.column_stack([rng.uniform(0, 10, n), rng.integers(0, 3, n), rng.uniform(-5, 5, n)])
+    y = X[:, 0] + 2 * X[:, 1] + 0.3 * X[:, 2] + rng.normal(size=n)
+    K = Kernel("gaussian", bandwidth=[1.0, 2.0], features=[0, 2]) * Kernel("aitchison_aitken", bandwidth=0.2,
+                                                                             features=[1])
+    Q = X[:8] + [0.3, 0.0, -0.2]
+    taus = [0.1, 0.5, 0.9]
+    out = KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=K).fit(X, y).predict(Q)
+    ys = np.sort(y)
+    for q, row in zip(Q, out):
+        w = (np.exp(-0.5 * (X[:, 0] - q[0]) ** 2 - 0.5 * ((X[:, 2] - q[2]) / 2.0) ** 2)
+             * np.where(X[:, 1] == q[1], 0.8, 0.1))  # Aitchison-Aitken, 3 levels: 1 - 0.2 and 0.2 / 2
+        D = np.column_stack([np.ones(n), X[:, 0] - q[0], X[:, 2] - q[2]])
+        A = (D * w[:, None]).T @ D
+        F = np.maximum.accumulate([np.linalg.solve(A, (D * w[:, None]).T @ (y <= t))[0] for t in ys])
+        np.testing.assert_array_equal(row, [ys[np.argmax(F >= tau * (1 - 1e-13))] for tau in taus])
+    # without a slope to fit (one continuous value in the window) it is the weighted quantile of degree 0
+    Xc = np.column_stack([np.zeros(n), X[:, 1]])
+    K2 = Kernel("gaussian", bandwidth=1.0, features=[0]) * Kernel("aitchison_aitken", bandwidth=0.2, features=[1])
+    np.testing.assert_array_equal(
+        KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=K2).fit(Xc, y).predict(Xc[:5]),
+        KernelQuantileRegressor(quantile=taus, degree=0, kernel=K2).fit(Xc, y).predict(Xc[:5]))

@@ -119,6 +119,13 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, 
                 "a bare kernel needs a number, a per-feature array or one of "
                 f"{RULES}"
             )
+        if bandwidth in ("hpi", "hscv"):
+            raise ValueError(
+                f"{name}={bandwidth!r} selects a full bandwidth matrix H (R's ks::{'Hpi' if bandwidth == 'hpi' else 'Hscv'}), "
+                "which the estimators take (KernelDensity, LocalMeanRegressor, LocalMeanClassifier, ConditionalDensity, "
+                "KernelQuantileRegressor, ConditionalModeClassifier) by mapping the samples with H^-1/2; a Kernel's "
+                "bandwidth is a number or a per-feature array (localkit.kernels.bandwidth_matrix.hpi(X) gives H)"
+            )
         if bandwidth not in RULES:
             raise ValueError(
                 f"{name} must be a positive number, a per-feature array or one of {RULES}, "
@@ -160,7 +167,9 @@ def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, 
     if h.ndim == 0:
         return resolve_bandwidth(float(h), samples, name)
     if h.shape != (d,):
-        raise ValueError(f"{name} as an array must have shape (n_features,) = ({d},), got {h.shape}")
+        raise ValueError(f"{name} as an array must have shape (n_features,) = ({d},), got {h.shape} (a full "
+                         "bandwidth matrix (n_features, n_features) is taken by the density and local mean estimators, "
+                         "not by a Kernel)")
     if not np.all(np.isfinite(h)) or np.any(h <= 0):
         raise ValueError(f"{name} must be finite and > 0 in every feature, got {h.tolist()}")
     return h

@@ -18,6 +18,7 @@ from ..engine import EngineOptions, backend_of, bind, sparse_refusals
 from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.bandwidth import RULES, spread
+from ..kernels.bandwidth_matrix import full_bandwidth, is_full_bandwidth, matrix_map
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..exceptions import BandwidthWarning, warn
 
@@ -292,6 +293,9 @@ class LocalKernelMixin(KeptBindings):
         device) measure them as the euclidean or minkowski norm it already has, instead of a
         new distance in each path."""
         self._kernel_metric()  # metric_params checked against the metric
+        self.__dict__.pop("bandwidth_matrix_", None)
+        if isinstance(self.kernel, str) and is_full_bandwidth(self.bandwidth):
+            return self._fit_bandwidth_matrix(X)
         self._metric_map = metric_map(self.metric, getattr(self, "p", 2), getattr(self, "metric_params", None), X,
                                       getattr(self, "sample_weight_", None))
         if self._metric_map is None:
@@ -301,12 +305,33 @@ class LocalKernelMixin(KeptBindings):
                              "needs NumPy arrays")
         return self._metric_map.transform(X)
 
+    def _fit_bandwidth_matrix(self, X):
+        """A full bandwidth matrix ``H`` (``bandwidth`` "hpi", "hscv" or a (d, d) array):
+        ``bandwidth_matrix_ = H``, and the samples mapped once by ``H^-1/2`` (each query on its way
+        in), where the kernel has bandwidth 1: ``u^2 = dx^T H^-1 dx`` on every path of the engine."""
+        for name, default in (("metric", "euclidean"), ("metric_params", None), ("n_neighbors", None),
+                              ("sample_neighbors", None)):
+            value = getattr(self, name, default)
+            if not (value is default or (isinstance(value, str) and value == default)):
+                raise ValueError(f"bandwidth={self.bandwidth!r} is a full bandwidth matrix (u^2 = dx^T H^-1 dx); it "
+                                 f"cannot be combined with {name}={value!r} (leave it at {default!r})")
+        if self.kernel == "softmax":
+            raise ValueError(f"bandwidth={self.bandwidth!r} is a full bandwidth matrix of a distance kernel; "
+                             "kernel='softmax' takes a temperature")
+        if not isinstance(X, np.ndarray):
+            raise ValueError(f"bandwidth={self.bandwidth!r} maps the coordinates at fit and needs NumPy arrays")
+        self.bandwidth_matrix_ = full_bandwidth(self.bandwidth, X, sample_weight=getattr(self, "sample_weight_", None))
+        self._metric_map = matrix_map(self.bandwidth_matrix_)
+        return self._metric_map.transform(X)
+
     def _choose_bandwidth(self, X, y, sample_weight=None):
         """The bandwidth for ``kernel_``: a number, a per-feature array, a rule resolved on X, or
         ``"cv"``: chosen by leave-one-out (:mod:`localkit.models.selection`)."""
         if self.kernel == "softmax":
             Kernel("softmax", bandwidth=self.bandwidth)  # validates the temperature
             return float(self.bandwidth)
+        if is_full_bandwidth(self.bandwidth):
+            return 1.0  # the samples come mapped by H^-1/2 (_fit_bandwidth_matrix)
         backend = backend_of(X, sample_weight)
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv":
             from .selection import select_bandwidth  # exact leave-one-out; sets cv_results_

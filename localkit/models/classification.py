@@ -51,7 +51,8 @@ sample_weight_type, weights, metric_params
         list of them (mixture weights ``kernel_weights_`` on the simplex minimising the
         leave-one-out log-loss, ``loo_loss_``); ``bandwidth`` a number, one per feature,
         "scott", "silverman", "isj", "sj" or "cv" (the leave-one-out squared error of the
-        class probabilities, the Brier score); ``metric``
+        class probabilities, the Brier score), or a full bandwidth matrix ("hpi", "hscv", a
+        (d, d) array; ``bandwidth_matrix_``, as :class:`localkit.LocalMeanRegressor`); ``metric``
         "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",
         "cosine", "precomputed" or a callable; ``empty`` "nearest", "nan" or "raise";
         ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned" or "streamed";

@@ -39,6 +39,7 @@ from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONS
 from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, EngineOptions, twin_groups
 from ..kernels import Kernel
 from ..kernels.bandwidth import resolve_bandwidth
+from ..kernels.bandwidth_matrix import full_bandwidth, is_full_bandwidth, matrix_map
 from ..kernels.categorical import CategoricalColumns, check_smoothing
 from ..kernels.kernel import ProductKernel, SumKernel, product_of
 from .._validation import check_class_labels
@@ -72,13 +73,22 @@ def check_probabilities(q, name="q"):
 def fit_x_kernel(estimator, X):
     """The kernel ``K_x`` of ``estimator`` (its ``kernel`` and ``bandwidth``) resolved on ``X``:
     a :class:`~localkit.Kernel` given carries its own bandwidths (names of features mapped
-    through ``feature_names_in_``); a profile name takes ``bandwidth``, a rule resolved on ``X``."""
+    through ``feature_names_in_``); a profile name takes ``bandwidth``, a rule resolved on ``X``.
+    A full bandwidth matrix ``H`` ("hpi", "hscv", a (d, d) array) sets ``bandwidth_matrix_`` and
+    ``_x_map`` (``x -> x H^-1/2``, applied by :func:`mapped_x` to the samples and the queries) and
+    gives the kernel of bandwidth 1 on the mapped columns."""
+    estimator.__dict__.pop("bandwidth_matrix_", None)
+    estimator._x_map = None
     if isinstance(estimator.kernel, Kernel):
         kern = estimator.kernel.with_feature_names(getattr(estimator, "feature_names_in_", None))
         if isinstance(kern, SumKernel) or kern.is_softmax:
             raise ValueError(f"kernel={kern!r}: a kernel of the columns of X is taken (a profile, a product over groups "
                              "of columns), not a sum or the softmax kernel")
         return kern.resolved(X)
+    if is_full_bandwidth(estimator.bandwidth):  # K_H: the columns of X mapped by H^-1/2, bandwidth 1 there
+        estimator.bandwidth_matrix_ = full_bandwidth(estimator.bandwidth, X)
+        estimator._x_map = matrix_map(estimator.bandwidth_matrix_)
+        return Kernel(estimator.kernel, bandwidth=1.0)
     if isinstance(estimator.bandwidth, str) and estimator.bandwidth == "cv":
         if not getattr(estimator, "_takes_cv", False):
             raise ValueError(f"bandwidth='cv' is not chosen by {type(estimator).__name__}; give numbers or a rule")
@@ -88,6 +98,12 @@ def fit_x_kernel(estimator, X):
         raise ValueError(f"bandwidth={estimator.bandwidth!r} gave {h!r} on these X (a feature with one value?); give "
                          "the bandwidth as positive numbers")
     return Kernel(estimator.kernel, bandwidth=h)
+
+
+def mapped_x(estimator, X):
+    """``X`` in the coordinates of the x kernel (mapped by ``H^-1/2`` under a full bandwidth matrix)."""
+    x_map = getattr(estimator, "_x_map", None)
+    return X if x_map is None else x_map.transform(X)
 
 
 def _restore(given, factors):
@@ -144,6 +160,10 @@ class ConditionalDensity(BaseEstimator):
         ``Kernel("gaussian", bandwidth="cv")``): every such bandwidth chosen jointly by the
         leave-one-out likelihood ``sum_i log f_{-i}(y_i | x_i)`` (statsmodels' ``bw="cv_ml"``;
         the search in ``cv_results_``).
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`).
     y_kernel : Kernel or None, default=None
         The kernel ``K_y`` on the columns of ``y`` (its ``features`` index those columns): a
         kernel with a density (a fixed bandwidth or a rule, a norm metric) or categorical
@@ -225,7 +245,7 @@ class ConditionalDensity(BaseEstimator):
         self.kernel_ = fit_x_kernel(self, X)
         self.y_kernel_ = self._fit_y_kernel(Y)
         if has_cv(self.kernel_) or has_cv(self.y_kernel_):
-            self.kernel_, self.y_kernel_ = self._select_cv(X, Y)
+            self.kernel_, self.y_kernel_ = self._select_cv(mapped_x(self, X), Y)
         self.X_fit_, self.y_fit_ = X, Y
         self._bind()
         return self
@@ -287,7 +307,7 @@ class ConditionalDensity(BaseEstimator):
     def _bind(self):
         """Bind ``K_x`` to ``X`` and ``K_x K_y`` to ``[X, Y]``, once; lay out the levels and
         tables of the categorical columns."""
-        X, Y = self.X_fit_, self.y_fit_
+        X, Y = mapped_x(self, self.X_fit_), self.y_fit_
         d, k = X.shape[1], Y.shape[1]
         options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs, empty="nearest")
         self._x_factors = on_columns(self.kernel_, d)
@@ -318,7 +338,7 @@ class ConditionalDensity(BaseEstimator):
                 raise ValueError("y contains NaN or infinity")
             check_levels(Y, self._levels_y, "y")
         check_levels(X, self._levels_x, "X")
-        return X, Y
+        return mapped_x(self, X), Y
 
     # -- the density -------------------------------------------------------------------------------
     def _log_pdf(self, X, Y):
@@ -602,7 +622,8 @@ class ConditionalModeClassifier(ClassifierMixin, BaseEstimator):
         The kernel in ``x`` (a profile name with ``bandwidth``, or a :class:`~localkit.Kernel`,
         e.g. a product with categorical factors).
     bandwidth : float, array of shape (n_features,) or rule, default="scott"
-        ``h`` of a profile given by name.
+        ``h`` of a profile given by name, or a full bandwidth matrix ("hpi", "hscv", a (d, d)
+        array; as :class:`~localkit.ConditionalDensity`).
     y_smoothing : float in [0, 1), default=0.0
         ``lambda`` of the Aitchison-Aitken kernel on the classes.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"

@@ -21,6 +21,7 @@ from .._validation import check_positive
 from ..engine import (BINNED_TOLERANCE, BinnedDistribution, EngineOptions, backend_of, bind, local_sums, make_kernel,
                       twin_groups)
 from ..kernels import Kernel
+from ..kernels.bandwidth_matrix import full_bandwidth, is_full_bandwidth, log_det, matrix_map
 from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, metric_map
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.kernel import SumKernel
@@ -233,6 +234,10 @@ class KernelDensity(BaseEstimator):
         while ``gaussian_kde`` itself scales by the full covariance (they differ on correlated
         features; see :func:`kernel_density`). "isj": KDEpy's ``bw="ISJ"`` (weighted as KDEpy);
         "sj": R's ``bw.SJ`` (equal weights only); both 1-D selectors, applied per feature.
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`); the density is normalised by ``|H|^-1/2``.
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
         The engine's path, as in :class:`localkit.LocalMeanRegressor`: "auto" (the engine
         chooses; never "binned"), "dense", "neighbors", "compiled" and "streamed" (exact paths,
@@ -326,8 +331,11 @@ class KernelDensity(BaseEstimator):
         backend = backend_of(X, sample_weight)  # NumPy, a device, or a dask cluster (the samples stay there)
         X = backend.check_fit(self, X)
         self.sample_weight_ = backend.sample_weight(sample_weight, X)
+        self.__dict__.pop("bandwidth_matrix_", None)
         if isinstance(self.kernel, (Kernel, list)):
             return self._fit_kernel_object(X, backend)
+        if is_full_bandwidth(self.bandwidth):
+            return self._fit_bandwidth_matrix(X, backend)
         if self.metric in LINEAR_METRICS:
             backend.require_in_memory(f"metric={self.metric!r}", "its map is fitted on the samples in memory; give "
                                       "a norm metric")
@@ -356,6 +364,24 @@ class KernelDensity(BaseEstimator):
         self.kernel_ = Kernel(self.kernel, bandwidth=self.bandwidth_, metric=metric, p=power)
         self.X_fit_ = X
         return self._bind(Z, backend)
+
+    def _fit_bandwidth_matrix(self, X, backend):
+        """A full bandwidth matrix ``H`` ("hpi", "hscv" or a (d, d) array): the density
+        ``p(x) = |H|^-1/2 sum_i c_i k(|H^-1/2 (x - x_i)|) / (c_d sum_j c_j)``, computed on the
+        samples mapped once by ``H^-1/2`` with bandwidth 1 there, plus ``-log|H| / 2``."""
+        if self.metric != "euclidean" or self.metric_params is not None:
+            raise ValueError(f"bandwidth={self.bandwidth!r} is a full bandwidth matrix (u^2 = dx^T H^-1 dx); it cannot "
+                             f"be combined with metric={self.metric!r}, metric_params={self.metric_params!r}")
+        backend.require_in_memory(f"bandwidth={self.bandwidth!r}", "the bandwidth matrix maps the samples in memory")
+        Kernel(self.kernel).profile.log_normalizer(X.shape[1])  # a profile without a density in d dims raises
+        self.bandwidth_matrix_ = full_bandwidth(self.bandwidth, X, sample_weight=self.sample_weight_)
+        self._metric_map = matrix_map(self.bandwidth_matrix_)
+        self.bandwidth_ = 1.0
+        self.kernel_ = Kernel(self.kernel, bandwidth=1.0)
+        self.X_fit_ = X
+        self._bind(self._metric_map.transform(X), backend)
+        self._log_shift = -0.5 * log_det(self.bandwidth_matrix_)
+        return self
 
     def _engine_options(self):
         return EngineOptions(empty="nearest", algorithm=self.algorithm, n_jobs=self.n_jobs, grid_size=self.grid_size,
@@ -789,6 +815,9 @@ class KernelDensity(BaseEstimator):
             s2 = np.einsum("ij,ij->i", z, z)
             r = radius_quantile(self.kernel_.profile, d, special.gammainc(0.5 * d, 0.5 * s2))
             z *= (r / np.sqrt(s2))[:, None]
+        if getattr(self, "bandwidth_matrix_", None) is not None:  # x_i + H^1/2 z
+            lam, Q = np.linalg.eigh(self.bandwidth_matrix_)
+            return (data[rows] + z @ ((Q * np.sqrt(lam)) @ Q.T)).astype(data.dtype, copy=False)
         return (data[rows] + z * self.bandwidth_).astype(data.dtype, copy=False)
 
 

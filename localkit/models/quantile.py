@@ -23,6 +23,24 @@ is not above the solver's.
 tau}`` with ``F`` the kernel conditional distribution function of
 :class:`~localkit.ConditionalDensity` (a kernel ``y_kernel`` in ``y``).
 
+**Local linear distribution function** (``method="linear_weights"``): the quantile of
+
+.. math::
+
+    \\hat F(y \\mid x^*) = \\sum_i l_i(x^*)\\, [y_i \\le y], \\qquad
+    l_i = w_i \\big(a - b^\\top (z_i - z^*)\\big) \\Big/ \\sum_j w_j,
+
+the local linear smoother's weights in the continuous columns ``z`` of ``x`` (categorical columns
+enter through the kernel only, as in R's ``np`` with ``regtype = "ll"``): ``sum_i l_i = 1`` and
+``sum_i l_i (z_i - z*) = 0``, so that a distribution whose location moves linearly across the
+window is not widened by it, as the weighted quantile of degree 0 is (Yu and Jones, 1998,
+with an indicator in ``y``). With ``S_0 = sum w``, ``S_1 = sum w (z - z*)``, ``S_2 = sum w (z -
+z*)(z - z*)^T`` and ``C = S_2 - S_1 S_1^T / S_0``: ``b = C^-1 S_1`` and ``a = 1 + S_1^T b / S_0``.
+Some ``l_i`` are negative, so ``F`` is made non-decreasing by its running maximum along the sorted
+``y_i``; the quantile is the smallest ``y_(k)`` where it reaches ``tau``. A query whose window does
+not determine a slope (``C`` singular) takes the weights of degree 0. One engine pass of weights
+per block of queries, as degree 0.
+
 **Several quantiles** (``quantile`` an array): inversion and degree 0 are monotone in ``tau``
 by construction; degree-1 fits may cross, and are repaired by rearrangement (Chernozhukov,
 Fernandez-Val and Galichon, 2010: the fitted quantiles of each query sorted, which never
@@ -44,7 +62,7 @@ from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONS
 from ..engine import BoundKernel, EngineOptions
 from ..kernels import Kernel
 from .conditional import (ConditionalDensity, categorical_levels, check_levels, check_probabilities, fit_x_kernel,
-                          weight_blocks)
+                          mapped_x, weight_blocks)
 from ._base import FLOATS
 from .kernel_learning import has_cv
 
@@ -67,6 +85,33 @@ def weighted_quantile(y_sorted, W_sorted, tau):
     C = np.cumsum(W_sorted, axis=1)
     k = np.sum(C < tau * C[:, -1:] * (1 - 1e-13), axis=1)
     return y_sorted[np.minimum(k, len(y_sorted) - 1)]
+
+
+def local_linear_weights(W, Z, Zq):
+    """The local linear smoother's weights ``l_i`` (rows summing to 1) from the kernel weights
+    ``W`` (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``
+    (n_queries, p): ``l_i = w_i (a - b^T (z_i - z*)) / S_0`` with ``b = C^-1 S_1``,
+    ``a = 1 + S_1^T b / S_0`` (see the module docstring); ``w_i / S_0`` where ``C`` is singular.
+    Moments about the samples' mean, so that far-off coordinates lose no precision."""
+    W = np.asarray(W, dtype=np.float64)
+    S0 = W.sum(axis=1)
+    L = W / S0[:, None]
+    if Z.shape[1] == 0:
+        return L
+    centre = Z.mean(axis=0)
+    Zc, Qc = Z - centre, Zq - centre
+    M1 = L @ Zc  # weighted means of z
+    D = M1 - Qc  # S_1 / S_0
+    M2 = np.einsum("qn,ni,nj->qij", L, Zc, Zc)
+    C = M2 - np.einsum("qi,qj->qij", M1, M1)  # the weighted covariance: (S_2 - S_1 S_1^T / S_0) / S_0
+    out = L.copy()
+    scale = np.maximum(np.einsum("qii->q", C), np.finfo(np.float64).tiny)
+    well = np.linalg.cond(C / scale[:, None, None]) < 1e10 if len(C) else np.zeros(0, dtype=bool)
+    if np.any(well):
+        v = np.linalg.solve(C[well], D[well][:, :, None])[:, :, 0]  # C^-1 S_1 / S_0 * S_0
+        a = 1.0 + np.einsum("qi,qi->q", D[well], v)
+        out[well] = L[well] * (a[:, None] - (Zc @ v.T).T + np.einsum("qi,qi->q", v, Qc[well])[:, None])
+    return out
 
 
 def check_loss_fit(D, y, w, tau):
@@ -119,7 +164,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``tau``. An array gives :meth:`predict` one column per level.
     degree : {0, 1}, default=1
         The local model of the check-loss fit: a constant (the weighted quantile) or a linear
-        function of ``x - x*``. Ignored with ``method="inversion"``.
+        function of ``x - x*``. Ignored with ``method="inversion"`` and ``"linear_weights"``.
     kernel : str or Kernel, default="gaussian"
         The kernel in ``x``: a profile name (with ``bandwidth``) or a :class:`~localkit.Kernel`
         (a product with categorical factors; degree 1 fits the slope on every column of ``X``, so
@@ -128,8 +173,14 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``h`` of a profile given by name (a rule resolved on ``X``). ``"cv"`` (or ``"cv"`` inside a
         ``Kernel``) with ``method="inversion"``: chosen with ``y_kernel``'s by the leave-one-out
         likelihood of :class:`~localkit.ConditionalDensity`.
-    method : {"check", "inversion"}, default="check"
-        The local check-loss fit, or the inversion of ``F(y | x)`` (R's ``npqreg``).
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`).
+    method : {"check", "inversion", "linear_weights"}, default="check"
+        The local check-loss fit, the inversion of ``F(y | x)`` (R's ``npqreg``), or the quantile
+        of the local linear estimate of ``F(y | x)`` with an indicator in ``y`` (see
+        :mod:`localkit.models.quantile`; ``degree`` ignored).
     y_kernel : Kernel or None, default=None
         The kernel in ``y`` of the inversion (:class:`~localkit.ConditionalDensity`'s); None:
         Gaussian, Scott's rule.
@@ -164,7 +215,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         "degree": [Interval(Integral, 0, 1, closed="both")],
         "kernel": PROFILE_CONSTRAINT + [Kernel],
         "bandwidth": BANDWIDTH_CV_CONSTRAINT,
-        "method": [StrOptions({"check", "inversion"})],
+        "method": [StrOptions({"check", "inversion", "linear_weights"})],
         "y_kernel": [Kernel, None],
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
@@ -192,6 +243,9 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                                                    y_kernel=self.y_kernel, algorithm=self.algorithm,
                                                    n_jobs=self.n_jobs).fit(X, y)
             self.kernel_ = self.conditional_.kernel_
+            self.__dict__.pop("bandwidth_matrix_", None)
+            if hasattr(self.conditional_, "bandwidth_matrix_"):
+                self.bandwidth_matrix_ = self.conditional_.bandwidth_matrix_
             return self
         if isinstance(self.bandwidth, str) and self.bandwidth == "cv" and not isinstance(self.kernel, Kernel):
             raise ValueError("bandwidth='cv' is chosen for method='inversion' (the leave-one-out likelihood of the "
@@ -201,11 +255,13 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"bandwidth='cv' inside kernel={self.kernel_!r} is chosen for method='inversion' (the "
                              "leave-one-out likelihood of the conditional density); the check-loss fits take numbers "
                              "or rules")
-        if self.degree == 1 and any(f.is_categorical for f in self.kernel_.factors):
+        if self.degree == 1 and self.method == "check" and any(f.is_categorical for f in self.kernel_.factors):
             raise ValueError(f"degree=1 fits a slope on every column of X, which kernel={self.kernel_!r} holds as "
                              "levels; take degree=0 or method='inversion'")
         self._levels = categorical_levels(self.kernel_, X)
-        self._bound = BoundKernel(self.kernel_, X, options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
+        self._X_bound = mapped_x(self, X)  # the coordinates of the x kernel (H^-1/2 under a bandwidth matrix)
+        self._bound = BoundKernel(self.kernel_, self._X_bound,
+                                  options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
         self._order = np.argsort(self.y_fit_, kind="stable")
         return self
 
@@ -226,9 +282,20 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         if self.method == "inversion":
             return self.conditional_.quantile(X, taus)
         check_levels(X, self._levels, "X")
+        X = mapped_x(self, X)
         out = np.empty((len(X), len(taus)))
         y_sorted = self.y_fit_[self._order]
+        linear = self.method == "linear_weights"
+        if linear:
+            Z = self._X_bound[:, self._continuous_columns()]
         for rows, W in weight_blocks(self._bound, X):
+            if linear:
+                Ws = local_linear_weights(W, Z, X[rows][:, self._continuous_columns()])[:, self._order]
+                F = np.maximum.accumulate(np.cumsum(Ws, axis=1), axis=1)
+                for j, tau in enumerate(taus):
+                    k = np.sum(F < tau * (1 - 1e-13), axis=1)
+                    out[rows, j] = y_sorted[np.minimum(k, len(y_sorted) - 1)]
+                continue
             if self.degree == 0:
                 Ws = W[:, self._order]
                 for j, tau in enumerate(taus):
@@ -236,12 +303,22 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                 continue
             for t, w in zip(range(rows.start, rows.stop), W):
                 keep = np.flatnonzero(w > NEGLIGIBLE * w.max())
-                D = np.column_stack([np.ones(len(keep)), self.X_fit_[keep] - X[t]]).astype(np.float64)
+                D = np.column_stack([np.ones(len(keep)), self._X_bound[keep] - X[t]]).astype(np.float64)
                 for j, tau in enumerate(taus):
                     out[t, j] = self._local_linear(D, self.y_fit_[keep], w[keep], tau)
         order = np.argsort(taus, kind="stable")
         out[:, order] = np.sort(out[:, order], axis=1)  # rearrangement: no crossing
         return out
+
+    def _continuous_columns(self):
+        """The columns of ``X`` under continuous factors of ``kernel_`` (every column for a kernel
+        given by name)."""
+        d = self.n_features_in_
+        cols = set()
+        for f in self.kernel_.factors:
+            if not f.is_categorical:
+                cols.update(range(d) if f.features is None else (int(c) for c in f.features))
+        return np.array(sorted(cols), dtype=np.intp)
 
     @staticmethod
     def _local_linear(D, y, w, tau):

@@ -68,7 +68,12 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         ``gaussian_kde(bw_method="scott")``), so the fit does not depend on the features' units
         (diabetes: 5-fold R^2 0.397 scaled or raw; ``bandwidth=1.0``, the default in
         0.1.0, gave -0.02 and -0.23). Rules, like the kernel, see the coordinates mapped by
-        ``metric_params`` ("seuclidean", "mahalanobis", weighted "minkowski"). Rules need coordinates: with ``metric`` "cosine", a callable
+        ``metric_params`` ("seuclidean", "mahalanobis", weighted "minkowski").
+        A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
+        array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
+        ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
+        (see :doc:`/user_guide/conditional`).
+        Rules need coordinates: with ``metric`` "cosine", a callable
         or "precomputed", give a number or ``n_neighbors``. "cv": exact leave-one-out selection
         of an isotropic ``h`` (the squared error of :meth:`loo_predict` minimised over ``h``;
         the search is kept in ``cv_results_``). A number more than 3 times the
