@@ -192,6 +192,12 @@ class BoundKernel:
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")
         self._cache = {}  # indexes and derived samples built on first use; shared by the copies of :meth:`using`
+        if self.options.algorithm == "approximate":
+            from .planner import approximate_refusals
+
+            refused = approximate_refusals(self, sample_scale)
+            if refused:
+                raise ValueError("algorithm='approximate' cannot serve this kernel: " + "; ".join(refused))
         if not self.on_host:  # the streamed pass lays out its own coordinates (localkit.engine.backends.array_api)
             self.centre, self.scaled, self.X = None, True, samples
             return
@@ -206,6 +212,8 @@ class BoundKernel:
         # else the centred, scaled layout (centre, exponent, scaled, X, x_sq, the index's coordinates) is
         # built on first use (the attributes of the same names below) and kept in the shared cache: the
         # binned pass bins the raw samples and never needs it (1,000,000 samples: 6 passes, ~10 ms)
+        if self.options.algorithm == "approximate":  # the graph is built with the binding (in an estimator's fit)
+            self.index
 
     #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
     sparse = False
@@ -299,7 +307,9 @@ class BoundKernel:
     # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_cache"] = {}  # indexes are rebuilt on first use
+        # indexes are rebuilt on first use, except an approximate graph (costly to build): it travels
+        # in faiss's own format (faiss.serialize_index, localkit.engine.retrieval)
+        state["_cache"] = {key: value for key, value in self._cache.items() if key == ("index", "hnsw")}
         state["xp"] = None  # a module: found again from the samples
         return state  # the layout built on first use (X, x_sq...) lives in the cache: rebuilt bit for bit
 
@@ -358,11 +368,37 @@ class BoundKernel:
     @property
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
-        coordinates of :meth:`index_points`."""
-        if "index" not in self._cache:
-            self._cache["index"] = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p,
-                                                 exact=True)
-        return self._cache["index"]
+        coordinates of :meth:`index_points`: the one :func:`~localkit.engine.planner.index_plan`
+        names (a k-d tree, the exact scan of many features, the HNSW graph of
+        ``algorithm="approximate"``, or scikit-learn's search), built once and kept."""
+        from .planner import index_plan
+
+        kind = index_plan(self).kind
+        key = ("index", kind)
+        if key not in self._cache:
+            self._cache[key] = self._build_index(kind)
+        index = self._cache[key]
+        if kind in ("faiss", "tiled", "hnsw"):
+            index.threads = self.options.threads
+        return index
+
+    def _build_index(self, kind):
+        from . import retrieval
+
+        if kind in ("faiss", "tiled", "hnsw"):
+            faiss = retrieval.faiss_module() if kind != "tiled" else None
+            args = (self._index_rows, self.n_samples, self.n_features)
+            if kind == "hnsw":
+                return retrieval.HNSWIndex(*args, faiss, k=self.kernel.n_neighbors or 10)
+            return retrieval.FlatIndex(*args, faiss)
+        return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
+
+    def _index_rows(self, rows):
+        """Rows ``rows`` of :meth:`index_points` (``None``), formed from the samples without the whole
+        copy (the exact scan's re-ranking gathers its candidates' rows: the same bits)."""
+        if self._raw_index:
+            return self._to_index(self.samples[rows])
+        return np.asarray(self.coordinates(None)[rows], dtype=np.float64)
 
     def index_points(self, queries, rows=None):
         """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
@@ -525,6 +561,18 @@ class BoundKernel:
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
         elif path == "neighbors":  # the index's own coordinates (a product's engine points are the raw ones)
             S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
+        elif path == "truncated":  # the k nearest, the weight left out bounded; the dense pass where k would be large
+            dense = PATHS["dense"]
+            Q = self.engine_points(P)
+
+            def fallback(rows):
+                return dense(self, None if queries is None else P[rows], Q[rows], prepared.V_aug, None, False)
+
+            S, shift, omitted = run(self, queries, P, prepared.V_aug, q_scale, exclude_self, fallback)
+            result = finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
+                            prepared.offset)
+            result.omitted = omitted
+            return result
         else:
             S, shift = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,

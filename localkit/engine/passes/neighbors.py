@@ -531,3 +531,60 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
     map_blocks(run, n_q, block, bound.options.threads, blas=False)
     return finish(bound, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                   prepared.offset)
+
+
+# -- the truncated pass: a smooth profile summed over the k nearest, the weight left out bounded --------
+#: the truncated pass's tolerance where none is given (``algorithm="approximate"``)
+TRUNCATED_TOLERANCE = 1e-6
+#: the k it starts from, and the factor it grows by
+TRUNCATED_START, TRUNCATED_GROWTH = 64, 4
+#: a query whose k would pass this fraction of the samples takes the dense pass (exact, nothing omitted)
+TRUNCATED_MAX_FRACTION = 0.25
+
+
+def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self, fallback=None):
+    """Sums of a monotone profile over each query's k nearest samples, with a bound on the weight
+    left out: ``(S, shift, omitted)``.
+
+    For a profile ``k`` that does not grow with the distance and sample weights ``c_j <= 1``
+    (scaled by their maximum), every sample left out weighs at most ``k(u_k)``, the k-th nearest's,
+    so the weight left out is at most ``(n - k) k(u_k)``; ``omitted`` is that bound relative to the
+    weight kept, ``(n - k) k(u_k) / sum_(j <= k) c_j k(u_j)`` (0 where nothing is left out). k starts
+    at ``TRUNCATED_START`` and grows by ``TRUNCATED_GROWTH`` until ``omitted <= tolerance``
+    (``options.tolerance``, else ``TRUNCATED_TOLERANCE``): the local mean's error is then at most
+    ``tolerance`` times the spread of the values, and the log weight sum's at most
+    ``log(1 + tolerance)``. The neighbours come from ``bound.index``: the exact scan
+    (:class:`~localkit.engine.retrieval.FlatIndex`: a guarantee) or, with
+    ``algorithm="approximate"``, the HNSW graph (the bound then holds for the samples it found; its
+    measured recall says how often those are the nearest). A query whose k would pass
+    ``TRUNCATED_MAX_FRACTION`` of the samples takes ``fallback(rows)`` (the dense pass)."""
+    tol = bound.options.tolerance or TRUNCATED_TOLERANCE
+    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
+    V_aug = bound.weighted(V_aug)
+    P = bound.index_points(queries)
+    n_q = P.shape[0]
+    S = np.zeros((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.zeros(n_q, dtype=V_aug.dtype)
+    omitted = np.zeros(n_q)
+    index = bound.index
+    todo, k = np.arange(n_q), min(n, TRUNCATED_START)
+    while len(todo):
+        if k > TRUNCATED_MAX_FRACTION * n and k < n and fallback is not None:
+            S[todo], shift[todo] = fallback(todo)
+            break
+        dist, idx = index.kneighbors(P[todo], k)
+        u2 = (dist / unit) ** 2
+        L = profile.log_k(u2)
+        Lc = L if bound.weight is None else L + bound.log_weight[idx]
+        top = Lc.max(axis=1)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            log_kept = top + np.log(np.exp(Lc - top[:, None]).sum(axis=1))
+            rel = np.exp(math.log(n - k) + L[:, -1] - log_kept) if k < n else np.zeros(len(todo))
+        rel = np.where(np.isnan(rel), np.inf, rel)  # nothing kept: not done
+        done = (rel <= tol) | (k >= n)
+        rows = todo[done]
+        s, m = _gathered_sums(L[done], idx[done], V_aug)
+        S[rows], shift[rows], omitted[rows] = s, m, rel[done]
+        todo, k = todo[~done], min(n, k * TRUNCATED_GROWTH)
+    return S, shift, omitted
