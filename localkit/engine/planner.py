@@ -54,8 +54,11 @@ AUTO_BINNED_CELL_COST = 64
 AUTO_BINNED_SAMPLE_COST = 16
 #: the binned pass's most features (``passes.binned.MAX_FEATURES``, restated: the planner imports it lazily)
 BINNED_FEATURES = 3
-#: "auto" takes the truncated pass under a tolerance from this many samples
+#: "auto" takes the truncated pass under a tolerance from this many samples, where a probe of the
+#: queries meets it with at most this fraction of them (each round of the pass is a scan with a heap
+#: of k: past a few thousand it costs more than the dense pass's weights)
 TRUNCATED_MIN_SAMPLES = 20_000
+TRUNCATED_AUTO_FRACTION = 1 / 64
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -385,6 +388,14 @@ class Pass:
         return _few_in_support(self.bound, self.P)
 
     @cached_property
+    def truncation_start(self):
+        """The truncated pass's starting k from a probe of the queries, or None (too many samples)."""
+        from .passes.neighbors import TRUNCATED_TOLERANCE, truncation_start
+
+        return truncation_start(self.bound, self.bound.index_points(self.P),
+                                self.bound.options.tolerance or TRUNCATED_TOLERANCE)
+
+    @cached_property
     def truncated_refusals(self):
         return truncated_refusals(self.bound, self.q_scale, self.exclude_self)
 
@@ -542,7 +553,12 @@ ROWS = (
                    (lambda a: a.d > BINNED_FEATURES,
                     lambda a: f"{a.d} features: the binned pass serves a tolerance in 1 to {BINNED_FEATURES} features"),
                    (lambda a: a.bound.n_samples >= TRUNCATED_MIN_SAMPLES,
-                    lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"))),
+                    lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"),
+                   (lambda a: a.truncation_start is not None
+                    and a.truncation_start <= TRUNCATED_AUTO_FRACTION * a.bound.n_samples,
+                    lambda a: f"a probe of the queries needs k = {a.truncation_start or a.bound.n_samples:,} nearest "
+                              f"samples to meet the tolerance, more than 1/{round(1 / TRUNCATED_AUTO_FRACTION)} of "
+                              "them: the dense pass is cheaper"))),
     Row("neighbors", ("neighbors", "auto", "approximate"), (_HOST, _sparse("needs dense coordinates")),
         ((lambda a: a.candidate is not None if a.bound.factors is not None else a.kernel.compact,
           lambda a: "needs a compact factor (its support holds the candidates)" if a.bound.factors is not None

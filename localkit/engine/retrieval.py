@@ -56,7 +56,7 @@ SCAN_MIN_SAMPLES = 20_000
 SCAN_WITH_FAISS = False
 #: HNSW graph degree (faiss's M) and the queries of the recall probe
 HNSW_M = 32
-RECALL_PROBES = 256
+RECALL_PROBES = 1000
 #: tiles of the own scan: queries x samples per matrix product
 TILE_QUERIES, TILE_SAMPLES = 512, 4096
 
@@ -213,6 +213,19 @@ class FlatIndex(_ScanBase):
         return out_d, out_i
 
 
+    def truncation(self, Q, m):
+        """``(d2, idx, beyond)``: the exact squared distances of ``m`` candidates of each query (not
+        sorted) and a lower bound ``beyond`` on the squared distance of every sample left out,
+        ``b - err`` (see the module; ``inf`` where none is): what a truncated sum needs (every
+        candidate summed, the rest bounded), with no re-ranking to the exact k."""
+        Q = np.asarray(Q, dtype=np.float64)
+        n = self.n_samples_fit_
+        m = min(int(m), n)
+        idx, bound32 = self.candidates(np.ascontiguousarray(Q, dtype=np.float32), m)
+        beyond = np.full(len(Q), np.inf) if m >= n else np.maximum(bound32 - _error(Q, self.x_max)[0], 0.0)
+        return self._exact(Q, idx), idx, beyond
+
+
 def _tiled_candidates(Q32, X32, x_sq, m, threads=1):
     """The own scan: tiles of ``TILE_QUERIES x TILE_SAMPLES``, ``q.x`` by one matrix product per tile
     (float32, BLAS), then per query one compiled pass over the tile keeping the ``m`` smallest
@@ -231,7 +244,7 @@ def _tiled_candidates(Q32, X32, x_sq, m, threads=1):
             Qt = Q32[a:a + TILE_QUERIES]
             for s in range(0, n, TILE_SAMPLES):
                 Xt = X32[s:s + TILE_SAMPLES]
-                out = G[:len(Qt), :len(Xt)]
+                out = G[:len(Qt)] if len(Xt) == G.shape[1] else np.empty((len(Qt), len(Xt)), dtype=np.float32)
                 np.matmul(Qt, Xt.T, out=out)
                 _select_tile(out, x_sq[s:s + TILE_SAMPLES], s, best_d[a:a + TILE_QUERIES], best_i[a:a + TILE_QUERIES])
     q_sq = np.einsum("ij,ij->i", Q32, Q32).astype(np.float64)
@@ -278,27 +291,42 @@ def _select_tile(G, x_sq, offset, best_d, best_i):  # pragma: no cover - compile
 
 class HNSWIndex(_ScanBase):
     """``algorithm="approximate"``: faiss's HNSW graph (``IndexHNSWFlat``, M = ``HNSW_M``), its
-    candidates re-ranked exactly (see the module). ``recall_`` / ``recall_error_``: the recall@k of
-    the candidates' re-ranked first k against the exact scan, measured at build on
-    ``RECALL_PROBES`` samples; ``recall_k_`` the k measured."""
+    candidates re-ranked exactly (see the module).
+
+    ``recall_`` / ``recall_error_``: the recall@k (``recall_k_``) of :meth:`kneighbors` measured at
+    build on ``RECALL_PROBES`` samples held out of the graph while it is measured (queries the
+    graph has not seen, from the samples' distribution: a sample inside the graph is found through
+    its own edges, which flatters the recall) against the exact scan of the graph's flat storage;
+    its standard error is the binomial ``sqrt(max(r (1 - r), 1 / N) / N)``, ``N = probes k`` (the
+    floor ``1 / N``: a recall measured as 1 is not known to be 1). The probes are then added.
+    The graph numbers the samples in the order added: ``ids`` maps its numbers to the samples'."""
 
     def __init__(self, rows, n, d, faiss, k=10, ef_search=None):
         super().__init__(rows, n, d, faiss)
+        self.ef_search = ef_search
         self.index = faiss.IndexHNSWFlat(d, HNSW_M)
         self._set_threads()
-        self.index.add(self._all_float32())
-        self.ef_search = ef_search
-        self.recall_k_ = int(min(k, n - 1)) if n > 1 else 1
-        self.recall_, self.recall_error_ = self._measure_recall()
+        rng = np.random.default_rng(0)
+        probes = np.sort(rng.choice(n, size=min(RECALL_PROBES, n // 4), replace=False)) if n >= 8 else \
+            np.zeros(0, dtype=np.intp)
+        rest = np.setdiff1d(np.arange(n), probes)
+        self.ids = np.concatenate([rest, probes]).astype(np.intp)
+        for a in range(0, len(rest), 65536):  # the samples but the probes (added once measured)
+            self.index.add(np.ascontiguousarray(rows(rest[a:a + 65536]), dtype=np.float32))
+        self.recall_k_ = int(max(1, min(k, len(rest))))
+        self.recall_, self.recall_error_ = 1.0, 0.0
+        if len(probes):
+            self.recall_, self.recall_error_ = self._measure_recall(probes, len(rest))
 
     backend = "faiss HNSW (IndexHNSWFlat, M=32)"
 
-    def _search(self, Q, m):
+    def _search(self, Q, m, index=None):
         self._set_threads()
-        m = min(m, self.n_samples_fit_)
-        self.index.hnsw.efSearch = max(self.ef_search or 0, 2 * m, 16)
-        _, idx = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), m)
-        return idx.astype(np.intp)
+        index = self.index if index is None else index
+        m = min(m, index.ntotal)
+        index.hnsw.efSearch = max(self.ef_search or 0, 2 * m, 16)
+        _, idx = index.search(np.ascontiguousarray(Q, dtype=np.float32), m)
+        return np.where(idx >= 0, self.ids[np.maximum(idx, 0)], -1)
 
     def kneighbors(self, Q, n_neighbors):
         """``(distances, indices)``: ``CANDIDATES * k + 1`` candidates from the graph, re-ranked by
@@ -309,6 +337,17 @@ class HNSWIndex(_ScanBase):
             raise ValueError(f"n_neighbors={k} > n_samples={self.n_samples_fit_}")
         d2, idx = self._rerank(Q, self._search(Q, CANDIDATES * k + 1), k)
         return np.sqrt(d2[:, :k]), idx[:, :k]
+
+    def truncation(self, Q, m):
+        """As :meth:`FlatIndex.truncation`, from the graph: ``beyond`` is the largest candidate's
+        exact squared distance, a bound on the samples left out where the graph found the nearest
+        (at the rate ``recall_``)."""
+        Q = np.asarray(Q, dtype=np.float64)
+        m = min(int(m), self.n_samples_fit_)
+        idx = self._search(Q, m)
+        d2 = self._exact(Q, idx)
+        beyond = np.full(len(Q), np.inf) if m >= self.n_samples_fit_ else np.max(np.where(idx >= 0, d2, 0.0), axis=1)
+        return d2, idx, beyond
 
     def radius_neighbors(self, Q, radius, return_distance=True, sort_results=False):
         """The samples within ``radius``, by kNN queries doubled (from 32) until the k-th distance
@@ -326,29 +365,26 @@ class HNSWIndex(_ScanBase):
             todo, k = todo[~done], min(2 * k, self.n_samples_fit_)
         return (out_d, out_i) if return_distance else out_i
 
-    def _measure_recall(self):
-        """Recall@k of :meth:`kneighbors` on ``RECALL_PROBES`` samples (each left out of its own
-        answer) against the exact scan of the graph's flat storage, and its standard error."""
-        n, k = self.n_samples_fit_, self.recall_k_
-        if n < 2:
-            return 1.0, 0.0
-        rng = np.random.default_rng(0)
-        probe = np.sort(rng.choice(n, size=min(RECALL_PROBES, n), replace=False))
-        Q = self.rows(probe)
-        _, found = self.kneighbors(Q, min(k + 1, n))
+    def _measure_recall(self, probes, n_rest):
+        """Recall@k of the graph's answers for the held-out ``probes`` (the graph then holds the
+        other ``n_rest`` samples) against the exact scan of its flat storage, and its standard error;
+        the probes are added to the graph afterwards."""
+        k = self.recall_k_
+        Q = self.rows(probes)
+        found = self._kneighbors_rest(Q, k)
         storage = self._faiss.downcast_index(self.index.storage)
-        exact = FlatIndex.__new__(FlatIndex)  # the exact scan over the graph's own float32 storage
-        _ScanBase.__init__(exact, self.rows, n, self.d, self._faiss)
-        exact.index, exact.X32, exact.x_sq, exact.uncertified_ = storage, None, None, 0
-        exact.x_max = _x_max(storage, self._faiss, n)
-        _, truth = exact.kneighbors(Q, min(k + 1, n))
-        hits = 0
-        for p, f, t in zip(probe, found, truth):
-            f, t = f[f != p][:k], t[t != p][:k]
-            hits += len(np.intersect1d(f, t))
-        r = hits / (len(probe) * k)
-        return r, math.sqrt(max(r * (1 - r), 0.0) / (len(probe) * k))
+        _, truth = storage.search(np.ascontiguousarray(Q, dtype=np.float32), min(CANDIDATES * k + 1, n_rest))
+        truth = np.where(truth >= 0, self.ids[np.maximum(truth, 0)], -1)
+        d2, truth = self._rerank(Q, truth, k)
+        per_query = np.array([len(np.intersect1d(f, t[:k])) for f, t in zip(found, truth)]) / k
+        self.index.add(np.ascontiguousarray(Q, dtype=np.float32))
+        p = len(probes)
+        r = float(per_query.mean())
+        return r, math.sqrt(max(float(per_query.var(ddof=1)) if p > 1 else 0.0, 1.0 / (k * p)) / p)
 
+    def _kneighbors_rest(self, Q, k):
+        d2, idx = self._rerank(Q, self._search(Q, CANDIDATES * k + 1), k)
+        return idx[:, :k]
 
 
 def _x_max(storage, faiss, n):

@@ -567,24 +567,60 @@ def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self, fallback=Non
     shift = np.zeros(n_q, dtype=V_aug.dtype)
     omitted = np.zeros(n_q)
     index = bound.index
-    todo, k = np.arange(n_q), min(n, TRUNCATED_START)
+    start = truncation_start(bound, P, tol) if n_q else TRUNCATED_START
+    if start is None and fallback is not None:  # the probe's k passes TRUNCATED_MAX_FRACTION: the dense pass
+        S[:], shift[:] = fallback(np.arange(n_q))
+        return S, shift, omitted
+    todo, k = np.arange(n_q), n if start is None else start
     while len(todo):
         if k > TRUNCATED_MAX_FRACTION * n and k < n and fallback is not None:
             S[todo], shift[todo] = fallback(todo)
             break
-        dist, idx = index.kneighbors(P[todo], k)
-        u2 = (dist / unit) ** 2
-        L = profile.log_k(u2)
-        Lc = L if bound.weight is None else L + bound.log_weight[idx]
-        top = Lc.max(axis=1)
-        top = np.where(np.isfinite(top), top, 0.0)
-        with np.errstate(divide="ignore"):
-            log_kept = top + np.log(np.exp(Lc - top[:, None]).sum(axis=1))
-            rel = np.exp(math.log(n - k) + L[:, -1] - log_kept) if k < n else np.zeros(len(todo))
-        rel = np.where(np.isnan(rel), np.inf, rel)  # nothing kept: not done
+        d2, idx, beyond = index.truncation(P[todo], k)
+        L = profile.log_k(d2 / unit ** 2)
+        rel = _omitted(bound, d2, idx, beyond, k)
         done = (rel <= tol) | (k >= n)
         rows = todo[done]
-        s, m = _gathered_sums(L[done], idx[done], V_aug)
+        s, m = _gathered_sums(L[done], np.maximum(idx[done], 0), V_aug)
         S[rows], shift[rows], omitted[rows] = s, m, rel[done]
         todo, k = todo[~done], min(n, k * TRUNCATED_GROWTH)
     return S, shift, omitted
+
+
+def _omitted(bound, d2, idx, beyond, k):
+    """Per query, ``(n - k) k(beyond / h^2) / sum_j c_j k(d2_j / h^2)``: the bound on the weight left
+    out of the ``k`` candidates (every other sample at squared distance >= ``beyond``), relative to
+    the weight kept; 0 where nothing is left out, inf where nothing is kept."""
+    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
+    L = profile.log_k(d2 / unit ** 2)
+    if bound.weight is not None:
+        L = L + np.where(idx >= 0, bound.log_weight[np.maximum(idx, 0)], -np.inf)
+    top = L.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_kept = top + np.log(np.exp(L - top[:, None]).sum(axis=1))
+        rel = np.exp(math.log(max(n - k, 1)) + profile.log_k(beyond / unit ** 2) - log_kept)
+    return np.where(np.isinf(beyond) | (k >= n), 0.0, np.where(np.isnan(rel), np.inf, rel))
+
+
+#: queries of the probe that picks the truncated pass's starting k
+TRUNCATED_PROBES = 16
+
+
+def truncation_start(bound, P, tol):
+    """The k the truncated pass starts from: the largest that ``TRUNCATED_PROBES`` queries of ``P``
+    (evenly spaced) needed to meet ``tol`` (from ``TRUNCATED_START``, grown by ``TRUNCATED_GROWTH``;
+    each round a scan of the samples, so the pass starts where most queries end); ``None`` where a
+    probe would pass ``TRUNCATED_MAX_FRACTION`` of the samples (the dense pass is then cheaper)."""
+    n = bound.n_samples
+    rows = np.unique(np.linspace(0, len(P) - 1, min(TRUNCATED_PROBES, len(P))).astype(np.intp))
+    todo, k = P[rows], min(n, TRUNCATED_START)
+    while len(todo):
+        if k > TRUNCATED_MAX_FRACTION * n and k < n:
+            return None
+        d2, idx, beyond = bound.index.truncation(todo, k)
+        keep = ~((_omitted(bound, d2, idx, beyond, k) <= tol) | (k >= n))
+        if not keep.any():
+            return k
+        todo, k = todo[keep], min(n, k * TRUNCATED_GROWTH)
+    return k
