@@ -576,7 +576,7 @@ def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self, fallback=Non
         if k > TRUNCATED_MAX_FRACTION * n and k < n and fallback is not None:
             S[todo], shift[todo] = fallback(todo)
             break
-        d2, idx, beyond = index.truncation(P[todo], k)
+        d2, idx, beyond = truncation(index, P[todo], k)
         L = profile.log_k(d2 / unit ** 2)
         rel = _omitted(bound, d2, idx, beyond, k)
         done = (rel <= tol) | (k >= n)
@@ -618,9 +618,22 @@ def truncation_start(bound, P, tol):
     while len(todo):
         if k > TRUNCATED_MAX_FRACTION * n and k < n:
             return None
-        d2, idx, beyond = bound.index.truncation(todo, k)
+        d2, idx, beyond = truncation(bound.index, todo, k)
         keep = ~((_omitted(bound, d2, idx, beyond, k) <= tol) | (k >= n))
         if not keep.any():
             return k
         todo, k = todo[keep], min(n, k * TRUNCATED_GROWTH)
     return k
+
+
+def truncation(index, P, k):
+    """``(d2, idx, beyond)`` of ``k`` candidates per query, as
+    :meth:`~localkit.engine.retrieval.FlatIndex.truncation`; an index without that method (a k-d
+    tree, scikit-learn's search) gives the exact k nearest, so ``beyond`` is the k-th's squared
+    distance (``inf`` where k is every sample)."""
+    if hasattr(index, "truncation"):
+        return index.truncation(P, k)
+    dist, idx = index.kneighbors(P, n_neighbors=k)
+    d2 = np.asarray(dist, dtype=np.float64) ** 2
+    beyond = np.full(len(d2), np.inf) if k >= index.n_samples_fit_ else d2[:, -1].copy()
+    return d2, idx, beyond
