@@ -114,7 +114,12 @@ def _centring(bound):
 def _raw_index(bound):
     """Raw coordinates for the index where no squared difference can overflow or underflow (the
     compiled pass's range): ``|x / h|`` and ``h`` within 1e-100 .. 1e100."""
-    h64, extent = np.asarray(bound.h, dtype=np.float64), np.abs(bound.samples).astype(np.float64)
+    h64 = np.asarray(bound.h, dtype=np.float64)
+    # max |x| per feature from the columns' extremes (no copy of the samples: the division by a
+    # positive h is monotone, so max(|x| / h) is max |x| / h to the bit)
+    X = bound.samples
+    extent = (np.maximum(np.abs(X.max(axis=0)), np.abs(X.min(axis=0))).astype(np.float64) if len(X)
+              else np.zeros(X.shape[1]))
     return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                 and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
 
@@ -837,10 +842,16 @@ def _index_centre(samples):
     no shift."""
     if samples.shape[1] <= BRUTE_FEATURES:
         return 0.0
-    x = samples.astype(np.float64)
-    span = np.ptp(x, axis=0)
+    lo, hi = samples.min(axis=0).astype(np.float64), samples.max(axis=0).astype(np.float64)
+    span = hi - lo
     step = np.exp2(np.floor(np.log2(np.where(span > 0, span, 1.0))))
-    return np.round(safe_mean(x) / step) * step
+    # the column means in slices of rows (no float64 copy of the samples: the mean is rounded to ``step``)
+    scale = np.maximum(np.abs(lo), np.abs(hi))
+    scale = np.where(scale > 0, scale, 1.0)
+    total = np.zeros(samples.shape[1])
+    for a in range(0, len(samples), 65536):
+        total += (samples[a:a + 65536].astype(np.float64) / scale).sum(axis=0)
+    return np.round(total / max(len(samples), 1) * scale / step) * step
 
 
 def _exponent(Xc, h):
