@@ -106,7 +106,10 @@ class _Layout:
 def _centring(bound):
     """``(centre, exponent, factor, scaled)`` of a norm metric's samples (see the module's Coordinates)."""
     centre = safe_mean(bound.samples)
-    exponent, factor = _exponent(bound.samples - centre, bound.h)
+    X = bound.samples
+    # max |x - c| per feature from the columns' extremes (x - c rounds monotonically in x): no copy
+    ends = np.stack([X.max(axis=0) - centre, X.min(axis=0) - centre]) if len(X) else X - centre
+    exponent, factor = _exponent(ends, bound.h)
     # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
     return centre, exponent, factor, exponent <= SAFE_EXPONENT[bound.dtype]
 
