@@ -54,7 +54,7 @@ sample_weight_type, weights, metric_params
         class probabilities, the Brier score); ``metric``
         "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",
         "cosine", "precomputed" or a callable; ``empty`` "nearest", "nan" or "raise";
-        ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned" or "streamed";
+        ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned", "streamed" or "approximate";
         ``sample_weight_type`` "frequency" or "prior"; ``weights`` "uniform", "distance" or a
         callable. ``empty="nearest"`` gives a query outside every compact support the label of
         its nearest training sample.

@@ -121,7 +121,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         Non-negative weights of the samples (integer weights act as repeated samples).
     algorithm, block_size, memory_budget, n_jobs, grid_size, tolerance
         Engine options of :func:`localkit.local_sums` (``algorithm``: "auto", "dense",
-        "neighbors", "compiled", "binned" or "streamed", as in
+        "neighbors", "compiled", "binned", "streamed" or "approximate", as in
         :class:`localkit.LocalMeanRegressor`; ``grid_size`` and ``tolerance``: the binned pass's
         grid and the relative error accepted from it, see :func:`localkit.local_sums`).
 
@@ -233,7 +233,7 @@ class KernelDensity(BaseEstimator):
         while ``gaussian_kde`` itself scales by the full covariance (they differ on correlated
         features; see :func:`kernel_density`). "isj": KDEpy's ``bw="ISJ"`` (weighted as KDEpy);
         "sj": R's ``bw.SJ`` (equal weights only); both 1-D selectors, applied per feature.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The engine's path, as in :class:`localkit.LocalMeanRegressor`: "auto" (the engine
         chooses; never "binned"), "dense", "neighbors", "compiled" and "streamed" (exact paths,
         equal to round-off), "binned" (linear binning and FFT convolution in 1 to 3 features,
