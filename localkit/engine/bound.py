@@ -376,12 +376,12 @@ class BoundKernel:
     @property
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
-        coordinates of :meth:`index_points`: the one :func:`~localkit.engine.planner.index_plan`
+        coordinates of :meth:`index_points`: the one :func:`~localkit.engine.planner.index_kind`
         names (a k-d tree, the exact scan of many features, the HNSW graph of
         ``algorithm="approximate"``, or scikit-learn's search), built once and kept."""
-        from .planner import index_plan
+        from .planner import index_kind
 
-        kind = index_plan(self).kind
+        kind = index_kind(self)
         key = ("index", kind)
         if key not in self._cache:
             self._cache[key] = self._build_index(kind)

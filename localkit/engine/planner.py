@@ -259,8 +259,13 @@ INDEX_ROWS = (
 )
 
 
+def index_kind(bound):
+    """The kind of neighbour index ``bound`` keeps: the first row of :data:`INDEX_ROWS` that holds."""
+    return next(kind for kind, holds, _ in INDEX_ROWS if holds(bound))
+
+
 def index_plan(bound):
-    """:class:`IndexPlan`: the neighbour index ``bound`` keeps, from :data:`INDEX_ROWS`."""
+    """:class:`IndexPlan`: the neighbour index ``bound`` keeps, from :data:`INDEX_ROWS`, and why."""
     return next(IndexPlan(kind, why(bound)) for kind, holds, why in INDEX_ROWS if holds(bound))
 
 
