@@ -179,7 +179,7 @@ def test_explain_names_the_path_that_runs(kernel, options, path, monkeypatch):
     X = np.random.default_rng(0).normal(size=(3000, 3))
     bound = BoundKernel(kernel, X, options=EngineOptions(**options))
     plan = bound.explain(X[:50])
-    assert plan.path == path and set(plan.reasons) == {"dense", "neighbors", "compiled", "binned", "streamed"}
+    assert plan.path == path and set(plan.reasons) == {"dense", "neighbors", "compiled", "binned", "streamed", "truncated"}
     assert all(plan.reasons.values()) and f"-> {path}" in str(plan)
     ran = []
     for name, func in list(paths_module.PATHS.items()):

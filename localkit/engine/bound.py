@@ -106,7 +106,10 @@ class _Layout:
 def _centring(bound):
     """``(centre, exponent, factor, scaled)`` of a norm metric's samples (see the module's Coordinates)."""
     centre = safe_mean(bound.samples)
-    exponent, factor = _exponent(bound.samples - centre, bound.h)
+    X = bound.samples
+    # max |x - c| per feature from the columns' extremes (x - c rounds monotonically in x): no copy
+    ends = np.stack([X.max(axis=0) - centre, X.min(axis=0) - centre]) if len(X) else X - centre
+    exponent, factor = _exponent(ends, bound.h)
     # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
     return centre, exponent, factor, exponent <= SAFE_EXPONENT[bound.dtype]
 
@@ -114,7 +117,12 @@ def _centring(bound):
 def _raw_index(bound):
     """Raw coordinates for the index where no squared difference can overflow or underflow (the
     compiled pass's range): ``|x / h|`` and ``h`` within 1e-100 .. 1e100."""
-    h64, extent = np.asarray(bound.h, dtype=np.float64), np.abs(bound.samples).astype(np.float64)
+    h64 = np.asarray(bound.h, dtype=np.float64)
+    # max |x| per feature from the columns' extremes (no copy of the samples: the division by a
+    # positive h is monotone, so max(|x| / h) is max |x| / h to the bit)
+    X = bound.samples
+    extent = (np.maximum(np.abs(X.max(axis=0)), np.abs(X.min(axis=0))).astype(np.float64) if len(X)
+              else np.zeros(X.shape[1]))
     return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                 and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
 
@@ -192,6 +200,12 @@ class BoundKernel:
             raise ValueError(f"the bandwidth rule {kernel.bandwidth!r} gave a non-finite bandwidth {self.h!r} "
                              "for these samples; give the bandwidth explicitly")
         self._cache = {}  # indexes and derived samples built on first use; shared by the copies of :meth:`using`
+        if self.options.algorithm == "approximate":
+            from .planner import approximate_refusals
+
+            refused = approximate_refusals(self, sample_scale)
+            if refused:
+                raise ValueError("algorithm='approximate' cannot serve this kernel: " + "; ".join(refused))
         if not self.on_host:  # the streamed pass lays out its own coordinates (localkit.engine.backends.array_api)
             self.centre, self.scaled, self.X = None, True, samples
             return
@@ -206,6 +220,8 @@ class BoundKernel:
         # else the centred, scaled layout (centre, exponent, scaled, X, x_sq, the index's coordinates) is
         # built on first use (the attributes of the same names below) and kept in the shared cache: the
         # binned pass bins the raw samples and never needs it (1,000,000 samples: 6 passes, ~10 ms)
+        if self.options.algorithm == "approximate":  # the graph is built with the binding (in an estimator's fit)
+            self.index
 
     #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
     sparse = False
@@ -299,7 +315,9 @@ class BoundKernel:
     # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_cache"] = {}  # indexes are rebuilt on first use
+        # indexes are rebuilt on first use, except an approximate graph (costly to build): it travels
+        # in faiss's own format (faiss.serialize_index, localkit.engine.retrieval)
+        state["_cache"] = {key: value for key, value in self._cache.items() if key == ("index", "hnsw")}
         state["xp"] = None  # a module: found again from the samples
         return state  # the layout built on first use (X, x_sq...) lives in the cache: rebuilt bit for bit
 
@@ -358,11 +376,37 @@ class BoundKernel:
     @property
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
-        coordinates of :meth:`index_points`."""
-        if "index" not in self._cache:
-            self._cache["index"] = nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p,
-                                                 exact=True)
-        return self._cache["index"]
+        coordinates of :meth:`index_points`: the one :func:`~localkit.engine.planner.index_kind`
+        names (a k-d tree, the exact scan of many features, the HNSW graph of
+        ``algorithm="approximate"``, or scikit-learn's search), built once and kept."""
+        from .planner import index_kind
+
+        kind = index_kind(self)
+        key = ("index", kind)
+        if key not in self._cache:
+            self._cache[key] = self._build_index(kind)
+        index = self._cache[key]
+        if kind in ("faiss", "tiled", "hnsw"):
+            index.threads = self.options.threads
+        return index
+
+    def _build_index(self, kind):
+        from . import retrieval
+
+        if kind in ("faiss", "tiled", "hnsw"):
+            faiss = retrieval.faiss_module() if kind != "tiled" else None
+            args = (self._index_rows, self.n_samples, self.n_features)
+            if kind == "hnsw":
+                return retrieval.HNSWIndex(*args, faiss, k=self.kernel.n_neighbors or 10)
+            return retrieval.FlatIndex(*args, faiss)
+        return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
+
+    def _index_rows(self, rows):
+        """Rows ``rows`` of :meth:`index_points` (``None``), formed from the samples without the whole
+        copy (the exact scan's re-ranking gathers its candidates' rows: the same bits)."""
+        if self._raw_index:
+            return self._to_index(self.samples[rows])
+        return np.asarray(self.coordinates(None)[rows], dtype=np.float64)
 
     def index_points(self, queries, rows=None):
         """Points (the samples for ``None``; ``rows`` of them, if given) in the neighbour index's
@@ -525,6 +569,18 @@ class BoundKernel:
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
         elif path == "neighbors":  # the index's own coordinates (a product's engine points are the raw ones)
             S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
+        elif path == "truncated":  # the k nearest, the weight left out bounded; the dense pass where k would be large
+            dense = PATHS["dense"]
+            Q = self.engine_points(P)
+
+            def fallback(rows):
+                return dense(self, None if queries is None else P[rows], Q[rows], prepared.V_aug, None, False)
+
+            S, shift, omitted = run(self, queries, P, prepared.V_aug, q_scale, exclude_self, fallback)
+            result = finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
+                            prepared.offset)
+            result.omitted = omitted
+            return result
         else:
             S, shift = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
@@ -802,10 +858,16 @@ def _index_centre(samples):
     no shift."""
     if samples.shape[1] <= BRUTE_FEATURES:
         return 0.0
-    x = samples.astype(np.float64)
-    span = np.ptp(x, axis=0)
+    lo, hi = samples.min(axis=0).astype(np.float64), samples.max(axis=0).astype(np.float64)
+    span = hi - lo
     step = np.exp2(np.floor(np.log2(np.where(span > 0, span, 1.0))))
-    return np.round(safe_mean(x) / step) * step
+    # the column means in slices of rows (no float64 copy of the samples: the mean is rounded to ``step``)
+    scale = np.maximum(np.abs(lo), np.abs(hi))
+    scale = np.where(scale > 0, scale, 1.0)
+    total = np.zeros(samples.shape[1])
+    for a in range(0, len(samples), 65536):
+        total += (samples[a:a + 65536].astype(np.float64) / scale).sum(axis=0)
+    return np.round(total / max(len(samples), 1) * scale / step) * step
 
 
 def _exponent(Xc, h):

@@ -65,7 +65,7 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
         Engine options (see :func:`local_sums`): ``empty`` ("nearest", "nan", "raise"),
-        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed"),
+        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"),
         ``grid_size``, ``tolerance``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
         ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
 
@@ -107,7 +107,7 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
         A query whose neighbourhood is empty (outside every compact support): "nearest" gives
         the value of the nearest sample with a weight sum of 0; "nan" gives NaN and a warning;
         "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The path, as in :class:`~localkit.LocalMeanRegressor`: "auto" (the engine chooses; "binned"
         only under a ``tolerance`` its bound meets), "dense", "neighbors", "compiled" and "streamed" (exact, equal to round-off),
         "binned" (linear binning and FFT convolution in 1 to 3 features, an approximation).

@@ -10,7 +10,7 @@ from .._validation import check_choice
 from .blocks import resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
-ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed")
+ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate")
 #: the paths of local polynomials (binned through binned moments; no streamed form) and of local
 #: covariances (exact paths only)
 POLYNOMIAL_ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
@@ -26,12 +26,17 @@ class EngineOptions:
         weights zero): "nearest" gives the value of the nearest sample (the limit of growing
         the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
         warning; "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, and takes
         "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`), only
         where a ``tolerance`` is given and its error bound meets it. "streamed" is the pass written against the array API, the one that runs on a
         device, taken on NumPy arrays when asked for (the same code on every array library; on
-        the host the dense path is its faster form).
+        the host the dense path is its faster form). "approximate" (never taken by "auto") searches
+        neighbours in an HNSW graph (faiss ``IndexHNSWFlat``, M = 32) built once with the bound
+        kernel, its ``2k + 1`` candidates re-ranked exactly, its recall@k measured on a sample of
+        queries (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
+        its radius searches (k doubled until the k-th distance passes the support), smooth profiles
+        the truncated pass (the k nearest, k grown until the omitted weight meets ``tolerance``).
     grid_size : int or tuple of ints, optional
         Grid points per feature of the binned pass (one int, or one per feature); by default the
         fewest whose error bound meets ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).
@@ -40,7 +45,10 @@ class EngineOptions:
         (:mod:`localkit.engine.passes.binned`: ``8 (delta / h)^2``, ``4 delta / h`` for a profile with
         a kink or a jump). It sets the default grid (``1e-4`` when None); given, it also lets
         "auto" take the binned pass where it applies and its bound on the grid it would use is at
-        most ``tolerance`` (never otherwise).
+        most ``tolerance`` (never otherwise). It is also the guarantee of the truncated pass of a
+        smooth profile (:func:`~localkit.engine.passes.neighbors.truncated_path`): the weight left
+        out of each query's sums is at most ``tolerance`` of the weight kept,
+        ``(n - k) k(d_k / h) <= tolerance sum_(j <= k) c_j k(d_j / h)`` (default ``1e-6`` there).
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
     memory_budget : float, optional

@@ -52,6 +52,13 @@ AUTO_BINNED_SAMPLES = 100_000
 AUTO_BINNED_CELL_COST = 64
 #: ... and each sample binned as this many (so that a pass of fewer queries stays exact)
 AUTO_BINNED_SAMPLE_COST = 16
+#: the binned pass's most features (``passes.binned.MAX_FEATURES``, restated: the planner imports it lazily)
+BINNED_FEATURES = 3
+#: "auto" takes the truncated pass under a tolerance from this many samples, where a probe of the
+#: queries meets it with at most this fraction of them (each round of the pass is a scan with a heap
+#: of k: past a few thousand it costs more than the dense pass's weights)
+TRUNCATED_MIN_SAMPLES = 20_000
+TRUNCATED_AUTO_FRACTION = 1 / 64
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -143,6 +150,125 @@ def binned_refusals(bound, q_scale, exclude_self):
     return [reason for ok, reason in checks if not ok]
 
 
+def truncated_refusals(bound, q_scale, exclude_self):
+    """Why the truncated pass (:func:`~localkit.engine.passes.neighbors.truncated_path`) cannot compute
+    this pass: its bound needs a profile that never grows with the distance at a fixed bandwidth."""
+    kern = bound.kernel
+    if bound.factors is not None:
+        return [f"kernel: {_product_reason()}"]
+    checks = [
+        (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
+        (not kern.compact, "a compact profile takes the neighbour path (its support is exact)"),
+        (kern.profile is None or not kern.profile.is_user,
+         "a user profile (a callable log_k) is not known to fall with the distance"),
+        (kern.n_neighbors is None, "n_neighbors: needs a fixed bandwidth"),
+        (kern.metric in ("euclidean", "minkowski") and kern.p == 2 if kern.metric == "minkowski"
+         else kern.metric == "euclidean", f"metric={kern.metric!r}: needs the euclidean metric"),
+        (q_scale is None, "query_scale: takes no per-query scales"),
+        (bound.sample_scale is None, "sample_scale: takes no per-sample scales"),
+        (not exclude_self, "exclude_self=True: cannot leave one out"),
+    ]
+    return [reason for ok, reason in checks if not ok]
+
+
+def approximate_refusals(bound, sample_scale=None):
+    """Why ``algorithm="approximate"`` cannot serve a kernel bound to these samples, each reason
+    naming its parameter (empty: it can): the HNSW graph measures euclidean distances of dense
+    samples on the host, and needs faiss."""
+    kern = bound.kernel
+    metric = getattr(kern.metric, "__name__", kern.metric)
+    checks = [
+        (not kern.is_softmax, "kernel='softmax' is not a profile of a distance"),
+        (not kern.composite, "kernel: a kernel on groups of columns has no single index"),
+        (kern.metric == "euclidean" or (kern.metric == "minkowski" and kern.p == 2),
+         f"metric={metric!r}: the HNSW graph measures euclidean distances (metric='euclidean')"),
+        (bound.on_host, "samples: the graph is built on the host (NumPy arrays)"),
+        (sample_scale is None, "sample_scale: per-sample bandwidths are not taken"),
+    ]
+    refused = [reason for ok, reason in checks if not ok]
+    if not refused:
+        from .retrieval import faiss_module
+
+        if faiss_module() is None:
+            from .._extras import install_extra
+
+            raise ImportError(f"algorithm='approximate' needs faiss: {install_extra('retrieval')}")
+    return refused
+
+
+class IndexPlan(NamedTuple):
+    """The neighbour index a bound kernel keeps (:func:`index_plan`): ``kind`` and why."""
+
+    kind: str
+    why: str
+
+    def __str__(self):
+        return f"{self.kind}: {self.why}"
+
+
+def _faiss_installed(bound):
+    from .retrieval import faiss_module
+
+    return faiss_module() is not None
+
+
+def _scan_applies(bound):
+    from .retrieval import scan_applies
+
+    return (not bound.sparse and bound.factors is None and bound.terms is None
+            and scan_applies((bound.n_samples, bound.n_features), bound.kernel.metric, bound.kernel.p))
+
+
+def _scan_with_faiss():
+    from .retrieval import SCAN_WITH_FAISS
+
+    return SCAN_WITH_FAISS
+
+
+def _hnsw_why(bound):
+    index = bound._cache.get(("index", "hnsw"))
+    measured = ("" if index is None else
+                f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
+                "sampled queries against the exact scan")
+    return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, 2k + 1 candidates "
+            "re-ranked exactly" + measured)
+
+
+def _scan_why(own):
+    from .retrieval import CANDIDATES, SCAN_MIN_FEATURES, SCAN_MIN_SAMPLES
+
+    scan = ("our tiled float32 scan (one matrix product per tile, a compiled top-k heap; measured faster than "
+            "faiss IndexFlatL2)" if own else "faiss IndexFlatL2's float32 scan")
+    return (f"exact: {scan}, {CANDIDATES}k + 1 candidates re-ranked in float64; a query not certified by the "
+            f"scan's error bound, or with a near tie, answered by scikit-learn's brute force (>= "
+            f"{SCAN_MIN_FEATURES} features and >= {SCAN_MIN_SAMPLES:,} samples, euclidean)")
+
+
+#: The neighbour index of a bound kernel, first row that holds: ``(kind, condition(bound), why(bound))``
+#: (:func:`index_plan`; the bound kernel builds what it names, :attr:`BoundKernel.index`).
+INDEX_ROWS = (
+    ("hnsw", lambda b: b.options.algorithm == "approximate", _hnsw_why),
+    ("faiss", lambda b: _scan_applies(b) and _scan_with_faiss() and _faiss_installed(b), lambda b: _scan_why(False)),
+    ("tiled", _scan_applies, lambda b: _scan_why(True)),
+    ("tree", lambda b: not b.sparse and b.n_features <= 15 and not callable(b.kernel.metric)
+     and b.kernel.metric in ("euclidean", "manhattan", "chebyshev", "minkowski"),
+     lambda b: "a k-d tree (<= 15 features): distances from coordinate differences"),
+    ("brute", lambda b: True,
+     lambda b: "scikit-learn's NearestNeighbors (brute force: sparse samples, other metrics, or fewer samples "
+               "than the scan needs)"),
+)
+
+
+def index_kind(bound):
+    """The kind of neighbour index ``bound`` keeps: the first row of :data:`INDEX_ROWS` that holds."""
+    return next(kind for kind, holds, _ in INDEX_ROWS if holds(bound))
+
+
+def index_plan(bound):
+    """:class:`IndexPlan`: the neighbour index ``bound`` keeps, from :data:`INDEX_ROWS`, and why."""
+    return next(IndexPlan(kind, why(bound)) for kind, holds, why in INDEX_ROWS if holds(bound))
+
+
 def _product_reason():
     from .factors import PRODUCT_REASON
 
@@ -179,10 +305,13 @@ class Plan:
 
     path: str
     reasons: dict
+    #: the neighbour index of the bound kernel (:func:`index_plan`), for the paths that search one
+    index: "IndexPlan | None" = None
 
     def __str__(self):
         width = max(map(len, self.reasons))
-        return "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+        table = "\n".join(f"{'->' if p == self.path else '  '} {p:<{width}}  {why}" for p, why in self.reasons.items())
+        return table if self.index is None else f"{table}\n   index: {self.index}"
 
 
 class Pass:
@@ -263,6 +392,18 @@ class Pass:
             return c is not None and _few_in_support(c.bound, self.P[:, c.cols])
         return _few_in_support(self.bound, self.P)
 
+    @cached_property
+    def truncation_start(self):
+        """The truncated pass's starting k from a probe of the queries, or None (too many samples)."""
+        from .passes.neighbors import TRUNCATED_TOLERANCE, truncation_start
+
+        return truncation_start(self.bound, self.bound.index_points(self.P),
+                                self.bound.options.tolerance or TRUNCATED_TOLERANCE)
+
+    @cached_property
+    def truncated_refusals(self):
+        return truncated_refusals(self.bound, self.q_scale, self.exclude_self)
+
     def radius_ok(self):
         return self.kernel.compact and self.bound.scaled and self.q_scale is None and self.kernel.norm_metric
 
@@ -312,7 +453,7 @@ def _knn_what(a):
     if a.bound.factors is not None:
         return (f"the compact kNN factor {a.candidate.kernel!r}: its k nearest samples (tree distances), the "
                 "product's log-weights on them")
-    return "a compact kNN kernel: the tree's distances put the k-th neighbour at u = 1 exactly"
+    return "a compact kNN kernel: the index's distances put the k-th neighbour at u = 1 exactly"
 
 
 def _radius_what(a):
@@ -330,6 +471,15 @@ def _compiled_what(a):
     if a.d <= COMPILED_MAX_FEATURES:
         return f"a compact profile at a fixed bandwidth in {a.d} <= {COMPILED_MAX_FEATURES} features: measured fastest"
     return "exact_edge=True: points at distance h decided as scikit-learn's radius queries do"
+
+
+def _truncated_what(a):
+    from .passes.neighbors import TRUNCATED_TOLERANCE
+
+    tol = a.bound.options.tolerance or TRUNCATED_TOLERANCE
+    why = "algorithm='approximate'" if a.algorithm == "approximate" else f"tolerance={tol:g} given"
+    return (f"{why}: the k nearest samples, k grown until the weight left out, at most (n - k) k(d_k / h), is "
+            f"<= {tol:g} of the weight kept (reported per query: LocalSums.omitted)")
 
 
 def _sparse(reason):
@@ -365,7 +515,7 @@ class Row(NamedTuple):
 #: :func:`explain` reads the same rows (the explanation is the decision). A requested algorithm
 #: that no row takes is refused with the reasons of the rows it could have taken.
 ROWS = (
-    Row("streamed", tuple(a for a in ALGORITHMS if a != "binned"), (_DEVICE,),
+    Row("streamed", tuple(a for a in ALGORITHMS if a not in ("binned", "approximate")), (_DEVICE,),
         ((lambda a: a.algorithm != "compiled" or device_compiled_fits(a.bound, a.q_scale, a.exclude_self),
           lambda a: "; ".join(a.compiled_refusals) or "needs a scalar bandwidth"),),
         lambda a: f"{a.where}: blocks on their device, online log-sum-exp"),
@@ -391,7 +541,7 @@ ROWS = (
                     lambda a: f"the {a.kernel.profile.name!r} profile has no error bound off the samples (a jump at its "
                               "edge, or a profile stated by the user): taken when asked for"),
                    (_binned_bound_ok, _binned_bound_reason))),
-    Row("neighbors", ("auto", "dense", "neighbors"), (_HOST, _sparse("needs dense coordinates")),
+    Row("neighbors", ("auto", "dense", "neighbors", "approximate"), (_HOST, _sparse("needs dense coordinates")),
         ((lambda a: a.compact_knn, "a compact kNN kernel (or a product with a compact kNN factor) takes it"),),
         _knn_what),
     Row("compiled", ("compiled", "auto"), (_HOST, _sparse("needs dense coordinates (numba strips)")),
@@ -400,7 +550,21 @@ ROWS = (
         preferred=((lambda a: a.d <= COMPILED_MAX_FEATURES or a.bound.options.exact_edge,
                     lambda a: f"{a.d} features > {COMPILED_MAX_FEATURES}: no faster than the dense path there "
                               "(measured)"),)),
-    Row("neighbors", ("neighbors", "auto"), (_HOST, _sparse("needs dense coordinates")),
+    Row("truncated", ("approximate", "auto"), (_HOST, _sparse("needs dense coordinates")),
+        ((lambda a: not a.truncated_refusals, lambda a: "; ".join(a.truncated_refusals)),),
+        _truncated_what,
+        preferred=((lambda a: a.bound.options.tolerance is not None,
+                    "leaves weight out (bounded): taken under 'auto' where a tolerance is given"),
+                   (lambda a: a.d > BINNED_FEATURES,
+                    lambda a: f"{a.d} features: the binned pass serves a tolerance in 1 to {BINNED_FEATURES} features"),
+                   (lambda a: a.bound.n_samples >= TRUNCATED_MIN_SAMPLES,
+                    lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"),
+                   (lambda a: a.truncation_start is not None
+                    and a.truncation_start <= TRUNCATED_AUTO_FRACTION * a.bound.n_samples,
+                    lambda a: f"a probe of the queries needs k = {a.truncation_start or a.bound.n_samples:,} nearest "
+                              f"samples to meet the tolerance, more than 1/{round(1 / TRUNCATED_AUTO_FRACTION)} of "
+                              "them: the dense pass is cheaper"))),
+    Row("neighbors", ("neighbors", "auto", "approximate"), (_HOST, _sparse("needs dense coordinates")),
         ((lambda a: a.candidate is not None if a.bound.factors is not None else a.kernel.compact,
           lambda a: "needs a compact factor (its support holds the candidates)" if a.bound.factors is not None
           else "needs a compact profile (or a compact kNN kernel)"),
@@ -416,7 +580,7 @@ ROWS = (
 )
 
 #: the paths' names, in the order :class:`Plan` lists them
-PATH_NAMES = ("dense", "neighbors", "compiled", "binned", "streamed")
+PATH_NAMES = ("dense", "neighbors", "compiled", "binned", "streamed", "truncated")
 
 
 def _refusal(conditions, a):
@@ -474,7 +638,8 @@ def explain(bound, P, q_scale, exclude_self):
         if ok or row.path not in placed:  # where the arrays are, the last row's verdict
             reasons[row.path] = why
             placed |= {row.path} if ok else set()
-    return Plan(taken.path, {name: reasons[name] for name in PATH_NAMES})
+    searches = taken.path in ("neighbors", "truncated") and not a.bound.sparse and a.bound.factors is None
+    return Plan(taken.path, {name: reasons[name] for name in PATH_NAMES}, index_plan(bound) if searches else None)
 
 
 def _few_in_support(bound, P, probe=64, subset=20_000, fraction=0.05):

@@ -19,11 +19,16 @@ class LocalSums:
         ``log sum_j c_j K(x*, x_j)``; ``-inf`` for an empty neighbourhood.
     empty : (n_queries,) bool array
         Queries with no sample in the kernel's support (handled by the ``empty`` policy).
+    omitted : (n_queries,) array or None
+        Of a truncated pass (:func:`~localkit.engine.passes.neighbors.truncated_path`), per query a
+        bound on the weight it left out relative to the weight it kept,
+        ``(n - k) k(d_k / h) / sum_(j <= k) c_j k(d_j / h)``; None for the passes that leave nothing out.
     """
 
     mean: np.ndarray | None
     log_weight_sum: np.ndarray
     empty: np.ndarray
+    omitted: np.ndarray | None = None
 
     @property
     def weight_sum(self):

@@ -77,11 +77,28 @@ def effective_size(n, weight=None, xp=np):
     return float(xp.sum(w)) ** 2 / float(xp.sum(w * w))
 
 
+#: rows per slice of :func:`safe_mean` on large C-ordered arrays
+MEAN_SLICE = 65536
+
+
 def safe_mean(X):
-    """The column means, computed on ``X / max |X|`` so that the sum cannot overflow."""
-    scale = np.max(np.abs(X), axis=0)
+    """The column means, computed on ``X / max |X|`` so that the sum cannot overflow.
+
+    A large C-ordered NumPy array is read in slices of ``MEAN_SLICE`` rows, never copied whole
+    (1,000,000 x 32 samples: 488 MiB of temporaries before): ``max |X|`` from the columns'
+    extremes, and the sum continued slice by slice in the order NumPy's own reduction over the rows
+    adds them (the running sum stacked above the next slice), so the means are the same to the bit."""
+    if not (isinstance(X, np.ndarray) and X.ndim == 2 and X.flags.c_contiguous and len(X) > MEAN_SLICE):
+        scale = np.max(np.abs(X), axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+        return (X / scale).mean(axis=0) * scale
+    scale = np.maximum(np.abs(X.max(axis=0)), np.abs(X.min(axis=0)))
     scale = np.where(scale > 0, scale, 1.0)
-    return (X / scale).mean(axis=0) * scale
+    total = None
+    for a in range(0, len(X), MEAN_SLICE):
+        part = X[a:a + MEAN_SLICE] / scale
+        total = np.add.reduce(part if total is None else np.vstack([total[None], part]), axis=0)
+    return np.true_divide(total, len(X)) * scale
 
 
 def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, *, xp=np, host=np.asarray):

@@ -55,7 +55,7 @@ sample_weight_type, weights, metric_params
         (d, d) array; ``bandwidth_matrix_``, as :class:`localkit.LocalMeanRegressor`); ``metric``
         "euclidean", "manhattan", "chebyshev", "minkowski", "seuclidean", "mahalanobis",
         "cosine", "precomputed" or a callable; ``empty`` "nearest", "nan" or "raise";
-        ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned" or "streamed";
+        ``algorithm`` "auto", "dense", "neighbors", "compiled", "binned", "streamed" or "approximate";
         ``sample_weight_type`` "frequency" or "prior"; ``weights`` "uniform", "distance" or a
         callable. ``empty="nearest"`` gives a query outside every compact support the label of
         its nearest training sample.

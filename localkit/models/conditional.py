@@ -169,7 +169,7 @@ class ConditionalDensity(BaseEstimator):
         kernel with a density (a fixed bandwidth or a rule, a norm metric) or categorical
         factors for discrete columns (integer codes). None: ``Kernel("gaussian",
         bandwidth="scott")`` on every column of ``y``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The engine's path for the sums (as in :class:`localkit.LocalMeanRegressor`).
     n_jobs : int or None, default=None
         Engine threads.
@@ -626,7 +626,7 @@ class ConditionalModeClassifier(ClassifierMixin, BaseEstimator):
         array; as :class:`~localkit.ConditionalDensity`).
     y_smoothing : float in [0, 1), default=0.0
         ``lambda`` of the Aitchison-Aitken kernel on the classes.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
     n_jobs : int or None, default=None
 
     Attributes

@@ -122,7 +122,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         Non-negative weights of the samples (integer weights act as repeated samples).
     algorithm, block_size, memory_budget, n_jobs, grid_size, tolerance
         Engine options of :func:`localkit.local_sums` (``algorithm``: "auto", "dense",
-        "neighbors", "compiled", "binned" or "streamed", as in
+        "neighbors", "compiled", "binned", "streamed" or "approximate", as in
         :class:`localkit.LocalMeanRegressor`; ``grid_size`` and ``tolerance``: the binned pass's
         grid and the relative error accepted from it, see :func:`localkit.local_sums`).
 
@@ -238,7 +238,7 @@ class KernelDensity(BaseEstimator):
         array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
         ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
         (see :doc:`/user_guide/conditional`); the density is normalised by ``|H|^-1/2``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The engine's path, as in :class:`localkit.LocalMeanRegressor`: "auto" (the engine
         chooses; never "binned"), "dense", "neighbors", "compiled" and "streamed" (exact paths,
         equal to round-off), "binned" (linear binning and FFT convolution in 1 to 3 features,

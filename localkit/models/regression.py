@@ -104,7 +104,7 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         "nearest": the target of the nearest training sample (the limit of growing the
         bandwidth until one sample enters); "nan": NaN, with a warning; "raise": a
         ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed"}, default="auto"
+    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         How the engine computes the weighted sums; every path but "binned" gives the same result
         to round-off. "auto": the engine chooses (the compiled pass for compact kernels in a
         few features, the neighbour path where a compact support holds few samples, the dense
@@ -114,8 +114,13 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         "compiled": a compiled (numba) pass over the samples within compact supports.
         "binned": linear binning and FFT convolution, in 1 to 3 features, an approximation
         whose error falls as ``(grid spacing / h)^2``, taken only when asked for. "streamed":
-        the pass that runs on a GPU or other array library, taken on NumPy arrays too. A path
-        asked for where it cannot apply raises a ``ValueError`` saying why.
+        the pass that runs on a GPU or other array library, taken on NumPy arrays too.
+        "approximate": neighbours from an HNSW graph (faiss, the ``retrieval`` extra) built in
+        ``fit``, ``2k + 1`` candidates re-ranked exactly, its recall measured and shown by
+        ``explain()``; never taken by "auto" (:doc:`/user_guide/retrieval`). In more than 15
+        features and from 20,000 samples the exact neighbour index is a tiled scan whose indices
+        equal scikit-learn's brute force. A path asked for where it cannot apply raises a
+        ``ValueError`` saying why.
     n_jobs : int or None, default=None
         Threads for the engine: None means 1 unless a ``joblib.parallel_config`` says otherwise,
         -1 all cores (scikit-learn's convention).

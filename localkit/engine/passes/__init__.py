@@ -17,16 +17,20 @@ weighted sums are ``S * exp(shift[:, None])``: ``S[:, -1]`` is the weight sum,
 * **compiled** (:mod:`~localkit.engine.passes.compiled`) — one numba pass over samples sorted
   into strips;
 * **binned** (:mod:`~localkit.engine.passes.binned`) — linear binning onto a grid, FFT
-  convolution and multilinear interpolation, in 1 to 3 features (approximate, asked for only).
+  convolution and multilinear interpolation, in 1 to 3 features (approximate, asked for only);
+* **truncated** (:func:`~localkit.engine.passes.neighbors.truncated_path`) — a smooth profile summed
+  over each query's k nearest samples, k grown until the weight left out, bounded by
+  ``(n - k) k(d_k / h)``, is at most ``tolerance`` of the weight kept (returns that bound too).
 """
 from .binned import binned_path
 from .compiled import compiled_path
 from .dense import dense_path
-from .neighbors import neighbor_path
+from .neighbors import neighbor_path, truncated_path
 
 #: The planner's host paths by name (a device runs :func:`localkit.engine.backends.array_api.streamed_path`).
 #: ``V_aug`` are the values and a column of ones; the paths apply the sample weights: the dense
 #: path adds their logs to the log-weights, so that the shift of its log-sum-exp is taken over
 #: ``log c_j K`` (a zero-weight sample nearest a far query must not set it: every live sample would
 #: underflow against it), the others multiply.
-PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path}
+PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path,
+         "truncated": truncated_path}

@@ -531,3 +531,109 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
     map_blocks(run, n_q, block, bound.options.threads, blas=False)
     return finish(bound, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                   prepared.offset)
+
+
+# -- the truncated pass: a smooth profile summed over the k nearest, the weight left out bounded --------
+#: the truncated pass's tolerance where none is given (``algorithm="approximate"``)
+TRUNCATED_TOLERANCE = 1e-6
+#: the k it starts from, and the factor it grows by
+TRUNCATED_START, TRUNCATED_GROWTH = 64, 4
+#: a query whose k would pass this fraction of the samples takes the dense pass (exact, nothing omitted)
+TRUNCATED_MAX_FRACTION = 0.25
+
+
+def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self, fallback=None):
+    """Sums of a monotone profile over each query's k nearest samples, with a bound on the weight
+    left out: ``(S, shift, omitted)``.
+
+    For a profile ``k`` that does not grow with the distance and sample weights ``c_j <= 1``
+    (scaled by their maximum), every sample left out weighs at most ``k(u_k)``, the k-th nearest's,
+    so the weight left out is at most ``(n - k) k(u_k)``; ``omitted`` is that bound relative to the
+    weight kept, ``(n - k) k(u_k) / sum_(j <= k) c_j k(u_j)`` (0 where nothing is left out). k starts
+    at ``TRUNCATED_START`` and grows by ``TRUNCATED_GROWTH`` until ``omitted <= tolerance``
+    (``options.tolerance``, else ``TRUNCATED_TOLERANCE``): the local mean's error is then at most
+    ``tolerance`` times the spread of the values, and the log weight sum's at most
+    ``log(1 + tolerance)``. The neighbours come from ``bound.index``: the exact scan
+    (:class:`~localkit.engine.retrieval.FlatIndex`: a guarantee) or, with
+    ``algorithm="approximate"``, the HNSW graph (the bound then holds for the samples it found; its
+    measured recall says how often those are the nearest). A query whose k would pass
+    ``TRUNCATED_MAX_FRACTION`` of the samples takes ``fallback(rows)`` (the dense pass)."""
+    tol = bound.options.tolerance or TRUNCATED_TOLERANCE
+    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
+    V_aug = bound.weighted(V_aug)
+    P = bound.index_points(queries)
+    n_q = P.shape[0]
+    S = np.zeros((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
+    shift = np.zeros(n_q, dtype=V_aug.dtype)
+    omitted = np.zeros(n_q)
+    index = bound.index
+    start = truncation_start(bound, P, tol) if n_q else TRUNCATED_START
+    if start is None and fallback is not None:  # the probe's k passes TRUNCATED_MAX_FRACTION: the dense pass
+        S[:], shift[:] = fallback(np.arange(n_q))
+        return S, shift, omitted
+    todo, k = np.arange(n_q), n if start is None else start
+    while len(todo):
+        if k > TRUNCATED_MAX_FRACTION * n and k < n and fallback is not None:
+            S[todo], shift[todo] = fallback(todo)
+            break
+        d2, idx, beyond = truncation(index, P[todo], k)
+        L = profile.log_k(d2 / unit ** 2)
+        rel = _omitted(bound, d2, idx, beyond, k)
+        done = (rel <= tol) | (k >= n)
+        rows = todo[done]
+        s, m = _gathered_sums(L[done], np.maximum(idx[done], 0), V_aug)
+        S[rows], shift[rows], omitted[rows] = s, m, rel[done]
+        todo, k = todo[~done], min(n, k * TRUNCATED_GROWTH)
+    return S, shift, omitted
+
+
+def _omitted(bound, d2, idx, beyond, k):
+    """Per query, ``(n - k) k(beyond / h^2) / sum_j c_j k(d2_j / h^2)``: the bound on the weight left
+    out of the ``k`` candidates (every other sample at squared distance >= ``beyond``), relative to
+    the weight kept; 0 where nothing is left out, inf where nothing is kept."""
+    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
+    L = profile.log_k(d2 / unit ** 2)
+    if bound.weight is not None:
+        L = L + np.where(idx >= 0, bound.log_weight[np.maximum(idx, 0)], -np.inf)
+    top = L.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_kept = top + np.log(np.exp(L - top[:, None]).sum(axis=1))
+        rel = np.exp(math.log(max(n - k, 1)) + profile.log_k(beyond / unit ** 2) - log_kept)
+    return np.where(np.isinf(beyond) | (k >= n), 0.0, np.where(np.isnan(rel), np.inf, rel))
+
+
+#: queries of the probe that picks the truncated pass's starting k
+TRUNCATED_PROBES = 16
+
+
+def truncation_start(bound, P, tol):
+    """The k the truncated pass starts from: the largest that ``TRUNCATED_PROBES`` queries of ``P``
+    (evenly spaced) needed to meet ``tol`` (from ``TRUNCATED_START``, grown by ``TRUNCATED_GROWTH``;
+    each round a scan of the samples, so the pass starts where most queries end); ``None`` where a
+    probe would pass ``TRUNCATED_MAX_FRACTION`` of the samples (the dense pass is then cheaper)."""
+    n = bound.n_samples
+    rows = np.unique(np.linspace(0, len(P) - 1, min(TRUNCATED_PROBES, len(P))).astype(np.intp))
+    todo, k = P[rows], min(n, TRUNCATED_START)
+    while len(todo):
+        if k > TRUNCATED_MAX_FRACTION * n and k < n:
+            return None
+        d2, idx, beyond = truncation(bound.index, todo, k)
+        keep = ~((_omitted(bound, d2, idx, beyond, k) <= tol) | (k >= n))
+        if not keep.any():
+            return k
+        todo, k = todo[keep], min(n, k * TRUNCATED_GROWTH)
+    return k
+
+
+def truncation(index, P, k):
+    """``(d2, idx, beyond)`` of ``k`` candidates per query, as
+    :meth:`~localkit.engine.retrieval.FlatIndex.truncation`; an index without that method (a k-d
+    tree, scikit-learn's search) gives the exact k nearest, so ``beyond`` is the k-th's squared
+    distance (``inf`` where k is every sample)."""
+    if hasattr(index, "truncation"):
+        return index.truncation(P, k)
+    dist, idx = index.kneighbors(P, n_neighbors=k)
+    d2 = np.asarray(dist, dtype=np.float64) ** 2
+    beyond = np.full(len(d2), np.inf) if k >= index.n_samples_fit_ else d2[:, -1].copy()
+    return d2, idx, beyond

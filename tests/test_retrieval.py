@@ -1,0 +1,187 @@
+"""Retrieval at scale (issue 37): the exact scan of many features equals scikit-learn's brute-force
+neighbours bit for bit in indices, the approximate HNSW graph reports its recall within its stated
+error, the truncated pass's omitted-weight bound holds, indexes survive pickles and clones."""
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from sklearn.base import clone
+from sklearn.neighbors import KNeighborsClassifier, NearestNeighbors
+
+from localkit import Kernel, LocalMeanClassifier, LocalMeanRegressor
+from localkit.engine import BoundKernel, EngineOptions, planner, retrieval
+from localkit.engine.passes import neighbors
+
+faiss = retrieval.faiss_module()
+needs_faiss = pytest.mark.skipif(faiss is None, reason="faiss is not installed (the retrieval extra)")
+
+
+def clustered(n, d, n_queries=0, seed=0, centres=20, spread=3.0):
+    rng = np.random.default_rng(seed)
+    C = rng.standard_normal((centres, d)) * spread
+    X = C[rng.integers(0, centres, n)] + rng.standard_normal((n, d))
+    Q = C[rng.integers(0, centres, n_queries)] + rng.standard_normal((n_queries, d))
+    return X, Q
+
+
+def flat(X, use_faiss):
+    return retrieval.FlatIndex(lambda rows: np.asarray(X[rows], dtype=np.float64), len(X), X.shape[1],
+                               faiss if use_faiss else None)
+
+
+SCANS = [pytest.param(False, id="own-scan"), pytest.param(True, id="faiss-scan", marks=needs_faiss)]
+
+
+@pytest.mark.parametrize("use_faiss", SCANS)
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_flat_index_equals_scikit_learn_brute_force(use_faiss, k):
+    X, Q = clustered(3000, 24, 400)
+    dist, idx = flat(X, use_faiss).kneighbors(Q, k)
+    ref_d, ref_i = NearestNeighbors(algorithm="brute").fit(X).kneighbors(Q, k)
+    np.testing.assert_array_equal(idx, ref_i)
+    np.testing.assert_allclose(dist, ref_d, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("use_faiss", SCANS)
+def test_flat_index_ties_are_scikit_learns(use_faiss):
+    """Integer lattice points: many exact ties, which scikit-learn orders by its own search; the
+    scan hands every query with a near tie to it, so the indices are its own."""
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 3, size=(2000, 20)).astype(np.float64)
+    Q = rng.integers(0, 3, size=(150, 20)).astype(np.float64)
+    index = flat(X, use_faiss)
+    _, idx = index.kneighbors(Q, 7)
+    np.testing.assert_array_equal(idx, NearestNeighbors(algorithm="brute").fit(X).kneighbors(Q, 7)[1])
+    assert index.uncertified_ > 0  # the ties went to scikit-learn
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_estimator_on_the_scan_equals_scikit_learn(dtype):
+    """A kNN classifier of 20,000 samples in 16 features takes the scan; its neighbours and
+    probabilities are scikit-learn's brute force's (float32 input included)."""
+    X, Q = clustered(retrieval.SCAN_MIN_SAMPLES, retrieval.SCAN_MIN_FEATURES, 300, seed=2)
+    X, Q = X.astype(dtype), Q.astype(dtype)
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 1)
+    ours = LocalMeanClassifier(kernel="uniform", n_neighbors=9).fit(X, y)
+    ref = KNeighborsClassifier(9, algorithm="brute").fit(X, y)
+    bound = ours._kept[next(iter(ours._kept))][0].bound
+    assert planner.index_plan(bound).kind in ("tiled", "faiss")
+    assert "index: tiled" in str(bound.explain(Q[:3])) or "index: faiss" in str(bound.explain(Q[:3]))
+    np.testing.assert_array_equal(ours.kneighbors(Q)[1], ref.kneighbors(Q)[1])
+    np.testing.assert_allclose(ours.predict_proba(Q), ref.predict_proba(Q), atol=1e-6)
+
+
+def test_faiss_absent_runs_the_own_scan(monkeypatch):
+    monkeypatch.setattr(retrieval, "faiss_module", lambda: None)
+    X, Q = clustered(retrieval.SCAN_MIN_SAMPLES, 16, 50, seed=3)
+    bound = BoundKernel(Kernel("uniform", n_neighbors=4), X)
+    assert planner.index_plan(bound).kind == "tiled"
+    assert bound.index.backend == "own tiled scan"
+    _, idx = bound.index.kneighbors(bound.index_points(Q), 4)
+    np.testing.assert_array_equal(idx, NearestNeighbors(algorithm="brute").fit(bound.index_points(None))
+                                  .kneighbors(bound.index_points(Q), 4)[1])
+    with pytest.raises(ImportError, match="retrieval"):
+        BoundKernel(Kernel("uniform", n_neighbors=4), X, options=EngineOptions(algorithm="approximate"))
+
+
+def test_low_dimensional_knn_keeps_the_tree():
+    X, Q = clustered(30_000, 3, 10)
+    bound = BoundKernel(Kernel("uniform", n_neighbors=5), X)
+    assert planner.index_plan(bound).kind == "tree"
+
+
+@needs_faiss
+def test_reported_recall_matches_measured_recall():
+    X, Q = clustered(6000, 16, 1000, seed=4, centres=10, spread=1.0)
+    model = LocalMeanRegressor(kernel="uniform", n_neighbors=10, algorithm="approximate").fit(X, X[:, 0])
+    index = model._kept[next(iter(model._kept))][0].bound.index
+    assert isinstance(index, retrieval.HNSWIndex) and index.recall_k_ == 10
+    _, found = model.kneighbors(Q)
+    _, truth = NearestNeighbors(algorithm="brute").fit(X).kneighbors(Q, 10)
+    per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found, truth)]) / 10
+    measured, error = per_query.mean(), max(per_query.std(ddof=1), 0.1) / np.sqrt(len(Q))
+    assert abs(index.recall_ - measured) <= 3 * np.hypot(index.recall_error_, error)
+    assert f"recall@10 {index.recall_:.3f}" in str(planner.index_plan(model._kept[next(iter(model._kept))][0].bound))
+
+
+@needs_faiss
+def test_approximate_pickles_and_clones():
+    X, Q = clustered(3000, 20, 200, seed=5)
+    y = X[:, 0] ** 2
+    model = LocalMeanRegressor(kernel="uniform", n_neighbors=6, algorithm="approximate").fit(X, y)
+    before = model.predict(Q)
+    blob = pickle.dumps(model)
+    loaded = pickle.loads(blob)
+    np.testing.assert_array_equal(loaded.predict(Q), before)
+    index = loaded._kept[next(iter(loaded._kept))][0].bound.index
+    assert isinstance(index, retrieval.HNSWIndex)  # the graph travelled (not rebuilt)
+    again = clone(model)
+    assert again.get_params() == model.get_params() and not hasattr(again, "_kept")
+    np.testing.assert_array_equal(again.fit(X, y).predict(Q), before)
+
+
+@needs_faiss
+def test_approximate_compact_kernel_radius_search():
+    X, Q = clustered(3000, 8, 100, seed=6)
+    kernel = Kernel("epanechnikov", bandwidth=2.0)
+    approx = BoundKernel(kernel, X, options=EngineOptions(algorithm="approximate")).sums(Q, X[:, 0])
+    exact = BoundKernel(kernel, X, options=EngineOptions(algorithm="dense")).sums(Q, X[:, 0])
+    # the graph finds (nearly) every sample of each support: the sums agree where it did
+    close = np.isclose(approx.log_weight_sum, exact.log_weight_sum, rtol=0, atol=1e-9)
+    assert close.mean() > 0.9
+    np.testing.assert_allclose(approx.mean[close], exact.mean[close], atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=st.sampled_from(["gaussian", "laplacian", "cauchy"]),
+       h=st.floats(0.05, 3.0), tol=st.sampled_from([1e-2, 1e-4, 1e-6]),
+       n=st.integers(40, 300), seed=st.integers(0, 1000), weighted=st.booleans())
+def test_omitted_weight_bound_holds(monkeypatch, profile, h, tol, n, seed, weighted):
+    """The truncated pass's reported bound is at least the weight it left out (relative to the weight
+    kept), and at most ``tolerance``; its means are the exact ones to that tolerance."""
+    monkeypatch.setattr(planner, "TRUNCATED_MIN_SAMPLES", 0)
+    monkeypatch.setattr(planner, "TRUNCATED_AUTO_FRACTION", 1.0)
+    monkeypatch.setattr(neighbors, "TRUNCATED_MAX_FRACTION", 1.0)
+    monkeypatch.setattr(neighbors, "TRUNCATED_START", 4)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 4)) * rng.uniform(0.5, 2.0, 4)
+    Q = rng.standard_normal((20, 4)) * 1.5
+    y = rng.standard_normal(n)
+    w = rng.uniform(0.1, 2.0, n) if weighted else None
+    kernel = Kernel(profile, bandwidth=h)
+    bound = BoundKernel(kernel, X, sample_weight=w, options=EngineOptions(tolerance=tol))
+    assert bound.explain(Q).path == "truncated"
+    got = bound.sums(Q, y)
+    exact = BoundKernel(kernel, X, sample_weight=w, options=EngineOptions(algorithm="dense")).sums(Q, y)
+    true_rel = np.expm1(exact.log_weight_sum.astype(np.float64) - got.log_weight_sum)
+    assert np.all(got.omitted <= tol)
+    assert np.all(true_rel <= got.omitted * (1 + 1e-9) + 1e-12)
+    np.testing.assert_allclose(got.mean, exact.mean, atol=2 * tol * np.ptp(y) + 1e-10)
+
+
+@pytest.mark.parametrize("tolerance", [-1e-3, 0.0, float("nan"), 1.5])
+def test_bad_tolerance_names_the_parameter(tolerance):
+    with pytest.raises(ValueError, match="tolerance"):
+        EngineOptions(tolerance=tolerance)
+    X = np.random.default_rng(0).standard_normal((50, 3))
+    with pytest.raises(ValueError, match="tolerance"):
+        LocalMeanRegressor(tolerance=tolerance).fit(X, X[:, 0])
+
+
+@needs_faiss
+@pytest.mark.parametrize("metric", ["manhattan", "cosine"])
+def test_approximate_with_unsupported_metric_names_it(metric):
+    X = np.random.default_rng(0).standard_normal((100, 5))
+    with pytest.raises(ValueError, match="metric"):
+        BoundKernel(Kernel("uniform", n_neighbors=3, metric=metric), X, options=EngineOptions(algorithm="approximate"))
+    with pytest.raises(ValueError, match="metric"):
+        LocalMeanRegressor(kernel="uniform", n_neighbors=3, metric=metric, algorithm="approximate").fit(X, X[:, 0])
+
+
+@needs_faiss
+def test_approximate_is_never_chosen_silently():
+    X, Q = clustered(retrieval.SCAN_MIN_SAMPLES, 32, 5)
+    bound = BoundKernel(Kernel("uniform", n_neighbors=5), X)
+    assert planner.index_plan(bound).kind != "hnsw"
+    assert planner.index_plan(BoundKernel(Kernel("gaussian", bandwidth=1.0), X)).kind != "hnsw"
