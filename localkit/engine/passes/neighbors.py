@@ -205,18 +205,7 @@ def truncated_sums(bound, P, V_aug, tolerance, fallback):
     profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
     Pi = bound.index_points(P)
     u0 = bound.index.kneighbors(Pi, n_neighbors=1)[0][:, 0] / unit
-    target = profile.log_k(u0 * u0) + math.log(tolerance) - math.log(n)
-    lo, hi = u0 * u0, np.maximum(2.0 * u0 * u0, 1.0)
-    for _ in range(64):  # hi past the target (profiles fall with u), then bisect to the radius
-        short = profile.log_k(hi) > target
-        if not short.any():
-            break
-        hi = np.where(short, 2.0 * hi, hi)
-    for _ in range(48):
-        mid = 0.5 * (lo + hi)
-        above = profile.log_k(mid) > target
-        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    radius = np.sqrt(hi) * unit
+    radius = np.sqrt(profile.truncation_radius(u0, math.log(tolerance) - math.log(n))) * unit
     counts = bound.index.tree.query_radius(Pi, radius, count_only=True)
     S = np.empty((len(P), V_aug.shape[1]), dtype=V_aug.dtype)
     shift = np.empty(len(P), dtype=V_aug.dtype)
