@@ -18,7 +18,7 @@ from sklearn.preprocessing import LabelEncoder, QuantileTransformer
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
 from .._extras import install_extra
 from .._params import N_JOBS_CONSTRAINT
@@ -111,7 +111,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
             num = np.setdiff1d(np.arange(A.shape[1]), cat)
             try:
                 numeric = np.asarray(A[:, num], dtype=np.float64)
-            except (TypeError, ValueError) as exc:
+            except ValueError as exc:  # strings (a TypeError, for objects that are no number, passes)
                 raise ValueError(f"X: the numeric columns {num.tolist()} must hold numbers; name the categorical "
                                  "columns with categorical_features (indices, names or a boolean mask) or pass a "
                                  "DataFrame with category/object columns") from exc
@@ -123,7 +123,6 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
             raise ValueError(f"X: the numeric columns {num[bad].tolist()} hold NaN or inf; "
                              f"{type(self).__name__} does not impute: impute them (e.g. sklearn's SimpleImputer) "
                              "or mark the column categorical")
-        self._numeric_columns = num
         return numeric, categorical
 
     def _given_categorical(self, n_features):
@@ -305,11 +304,12 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         (at the training rows, each left out of its own mean, with ``loo``)."""
         if loo:
             check_is_fitted(self, "members_")
-            return [self._kept_sums(f"member{e}", None, exclude_self=True).mean for e in range(len(self.members_))]
+            return [np.asarray(self._kept_sums(f"member{e}", None, exclude_self=True).mean, dtype=np.float64)
+                    for e in range(len(self.members_))]
         Zs = self._embed_queries(X)
         means = []
         for e, Z in enumerate(Zs):
-            mean = self._kept_sums(f"member{e}", Z).mean
+            mean = np.asarray(self._kept_sums(f"member{e}", Z).mean, dtype=np.float64)
             slope = self.members_[e].slope if self.members_[e] is not None else None
             if slope is not None:
                 mean = mean + (Z @ slope).reshape(mean.shape)
@@ -342,7 +342,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
             weights[s:s + len(W)] = np.take_along_axis(W, top, axis=1)
         return weights, indices
 
-    def transform(self, X: ArrayLike) -> np.ndarray:
+    def embed(self, X: ArrayLike) -> np.ndarray:
         """The learned embedding ``f(X)`` of the first member, shape ``(n_queries, n_components)``
         (the coordinates in which the kernel measures distances)."""
         return self._embed_queries(X)[0]
@@ -350,7 +350,6 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.categorical = True
-        tags.input_tags.string = True
         tags.non_deterministic = False
         return tags
 
@@ -366,6 +365,11 @@ class _Member:
 
     def __setstate__(self, state):
         self.state, self.slope, self.module = state["state"], state["slope"], None
+
+
+def _require_y(estimator, y):
+    if y is None:
+        raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
 
 
 def _level(v):
@@ -565,7 +569,13 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
     def fit(self, X: ArrayLike, y: ArrayLike):
         """Learn ``f`` and ``h`` on the leave-one-out loss, embed the training rows and bind them
         to the engine. Returns ``self``."""
-        y = check_array(y, ensure_2d=False, dtype=None, input_name="y")
+        _require_y(self, y)
+        y = check_array(y, ensure_2d=False, dtype=None, input_name="y", ensure_all_finite=False)
+        if y.dtype == object:  # numbers held as objects (strings are refused below, by name)
+            try:
+                y = y.astype(np.float64)
+            except (TypeError, ValueError):
+                pass
         y = check_regression_target(y, np.float64)
         if y.ndim > 2 or (y.ndim == 2 and y.shape[1] == 0):
             raise ValueError(f"y must have shape (n_samples,) or (n_samples, n_outputs), got {y.shape}")
@@ -665,9 +675,8 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
     def fit(self, X: ArrayLike, y: ArrayLike):
         """Learn ``f`` and ``h`` on the leave-one-out log-loss, embed the training rows and bind
         them (with their one-hot labels) to the engine. Returns ``self``."""
-        y = check_array(y, ensure_2d=False, dtype=None, input_name="y")
-        if y.ndim != 1:
-            raise ValueError(f"y must have shape (n_samples,) (one label per row), got {y.shape}")
+        _require_y(self, y)
+        y = column_or_1d(check_array(y, ensure_2d=False, dtype=None, input_name="y"), warn=True)
         check_classification_targets(y)
         if hasattr(X, "shape") and len(y) != X.shape[0]:
             raise ValueError(f"X and y have inconsistent numbers of samples: {X.shape[0]} and {len(y)}")
@@ -686,6 +695,7 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class."""
+        check_is_fitted(self, "members_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def loo_predict_proba(self) -> np.ndarray:
