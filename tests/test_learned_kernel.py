@@ -17,7 +17,7 @@ from localkit.models import _learned_net as net  # noqa: E402
 
 #: a small, fast configuration (the defaults are for real tables)
 SMALL = dict(n_components=8, d_embedding=4, n_frequencies=4, d_block=16, batch_size=64, max_epochs=3,
-             random_state=0)
+             n_ensembles=1, random_state=0)
 
 
 def _diabetes(n=150):
@@ -172,7 +172,7 @@ def test_torch_threads_and_random_state_are_restored():
 
 def test_pickle_and_clone():
     X, y = _frame()
-    est = LearnedKernelRegressor(**SMALL, n_ensembles=2).fit(X, y)
+    est = LearnedKernelRegressor(**{**SMALL, "n_ensembles": 2}).fit(X, y)
     before = est.predict(X)
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.predict(X), before)
@@ -183,7 +183,7 @@ def test_pickle_and_clone():
 @pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
 def test_ensemble_is_the_mean_of_its_members():
     X, y = _diabetes(120)
-    est = LearnedKernelRegressor(**SMALL, n_ensembles=2).fit(X, y)
+    est = LearnedKernelRegressor(**{**SMALL, "n_ensembles": 2}).fit(X, y)
     members = [LocalMeanRegressor(kernel="laplacian", bandwidth=float(h)).fit(Z.astype(np.float64), y)
                for Z, h in zip(est.embedding_, est.bandwidth_)]
     Q = load_diabetes().data[200:210]
@@ -192,6 +192,12 @@ def test_ensemble_is_the_mean_of_its_members():
     single = LearnedKernelRegressor(**SMALL).fit(X, y)
     assert est.predict(Q).shape == single.predict(Q).shape == (10,)
     assert all(m.n_features_in_ == 8 for m in members)
+
+
+def test_auto_ensemble_size():
+    X, y = _diabetes(100)
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X, y).n_ensembles_ == 3
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0, n_ensembles=2).fit(X, y).n_ensembles_ == 2
 
 
 def test_explain_returns_the_rows_that_carry_the_prediction():
@@ -304,10 +310,10 @@ def test_cuda_training_matches_the_cpu_protocol():
 
 
 def test_check_estimator_regressor():
-    check_estimator(LearnedKernelRegressor(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32,
+    check_estimator(LearnedKernelRegressor(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32, n_ensembles=1,
                                            lr=1e-2, max_epochs=10, random_state=0))
 
 
 def test_check_estimator_classifier():
-    check_estimator(LearnedKernelClassifier(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32,
+    check_estimator(LearnedKernelClassifier(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32, n_ensembles=1,
                                             lr=1e-2, max_epochs=10, random_state=0))

@@ -31,6 +31,8 @@ from ._base import KeptBindings
 #: the profiles the kernel may take: smooth in ``u`` away from 0, so the leave-one-out loss has a gradient
 PROFILES = ("laplacian", "gaussian", "cauchy")
 EMBEDDINGS = ("plr", "linear", "identity")
+#: ``n_ensembles="auto"``: this many members up to AUTO_MEMBERS_UP_TO training rows, one beyond
+AUTO_MEMBERS, AUTO_MEMBERS_UP_TO = 3, 10_000
 #: query rows per block when weights are read for :meth:`explain`
 EXPLAIN_BLOCK = 256
 
@@ -71,7 +73,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         "scaling": [StrOptions({"quantile", "standard"}), None],
         "categorical_features": ["array-like", None],
         "handle_unknown": [StrOptions({"ignore", "error"})],
-        "n_ensembles": [Interval(Integral, 1, None, closed="left")],
+        "n_ensembles": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "device": [str, None],
         "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
@@ -193,17 +195,19 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                              f"got n_samples={n}")
         self._check_identity()
         rng = check_random_state(self.random_state)
-        seeds = rng.randint(0, 2**31 - 1, size=self.n_ensembles)
+        E = self.n_ensembles_ = (AUTO_MEMBERS if n <= AUTO_MEMBERS_UP_TO else 1) if self.n_ensembles == "auto" \
+            else int(self.n_ensembles)
+        seeds = rng.randint(0, 2**31 - 1, size=E)
         self.members_ = []
         self.n_epochs_, self.best_epoch_, self.loss_curves_ = [], [], []
         if self.embedding == "identity":
-            self.bandwidth_ = np.full(self.n_ensembles, float(self.bandwidth))
+            self.bandwidth_ = np.full(E, float(self.bandwidth))
             Z = self._identity_queries(numeric, codes)
-            for e in range(self.n_ensembles):
+            for e in range(E):
                 self.members_.append(None)
                 self._keep(f"member{e}", bind(Kernel(self.kernel, bandwidth=float(self.bandwidth)), Z),
                            value_rows(e, Z))
-            self.embedding_ = [Z for _ in range(self.n_ensembles)]
+            self.embedding_ = [Z for _ in range(E)]
             return self
         net = _torch_net()
         import torch
@@ -212,7 +216,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         n_val = int(round(self.validation_fraction * n)) if n >= 20 else 0
         bandwidths, embedded = [], []
         with net.torch_threads(self._threads()), torch.random.fork_rng(devices=[]):
-            for e in range(self.n_ensembles):
+            for e in range(E):
                 seed = int(seeds[e])
                 torch.manual_seed(seed)
                 order = np.random.RandomState(seed).permutation(n)
@@ -223,7 +227,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                                   frequency_scale=self.frequency_scale, d_embedding=self.d_embedding,
                                   n_blocks=self.n_blocks, d_block=self.d_block, dropout=self.dropout),
                     self.bandwidth, n_outputs, getattr(self, "local_linear", False), self.n_components).to(device)
-                desc = f"{type(self).__name__}" + (f" {e + 1}/{self.n_ensembles}" if self.n_ensembles > 1 else "")
+                desc = f"{type(self).__name__}" + (f" {e + 1}/{E}" if E > 1 else "")
                 with progress(self.max_epochs, desc, self.verbose, unit="epoch") as bar:
                     best_epoch, n_epochs, history = net.train(
                         model, numeric, codes, targets, values, kind=kind, kernel=self.kernel, train_rows=train_rows,
@@ -447,8 +451,11 @@ _DOC_PARAMS = """
         A category not seen at fit: "ignore" embeds it as no level (the zero one-hot row, the
         column then adds nothing to ``f``, as scikit-learn's ``OneHotEncoder(handle_unknown=
         "ignore")``); "error" raises a ``ValueError``.
-    n_ensembles : int, default=1
+    n_ensembles : int or "auto", default="auto"
         Members trained from different seeds; the prediction is the mean of their local means.
+        "auto": 3 members up to 10,000 training rows, 1 beyond (an epoch costs about
+        ``n_samples x min(candidate_ratio n_samples, max_candidates)``: three members on 10,000
+        rows cost less than one on 30,000).
     device : str or None, default=None
         Where the embedding trains (a torch device: "cpu", "cuda", "cuda:1"; None: "cpu"). The
         embedded rows are bound on the host and predictions run the engine's host passes.
@@ -462,7 +469,9 @@ _DOC_PARAMS = """
         a terminal for fits longer than 2 s."""
 
 _DOC_ATTRS = """
-    bandwidth_ : ndarray of shape (n_ensembles,)
+    n_ensembles_ : int
+        The members trained (``n_ensembles`` resolved).
+    bandwidth_ : ndarray of shape (n_ensembles_,)
         The learned ``h`` of each member.
     embedding_ : list of ndarray of shape (n_samples, n_components)
         Each member's embedded training rows, bound to the engine in ``fit``.
@@ -522,7 +531,7 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
     >>> from sklearn.datasets import load_diabetes
     >>> from localkit import LearnedKernelRegressor
     >>> X, y = load_diabetes(return_X_y=True)
-    >>> reg = LearnedKernelRegressor(max_epochs=3, random_state=0).fit(X[:300], y[:300])
+    >>> reg = LearnedKernelRegressor(max_epochs=3, n_ensembles=1, random_state=0).fit(X[:300], y[:300])
     >>> reg.predict(X[300:305]).shape
     (5,)
     >>> weights, rows = reg.explain(X[300:301], n_rows=3)
@@ -535,7 +544,7 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
     def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
                  frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
                  max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16, validation_fraction=0.15,
-                 scaling="quantile", categorical_features=None, handle_unknown="ignore", n_ensembles=1,
+                 scaling="quantile", categorical_features=None, handle_unknown="ignore", n_ensembles="auto",
                  local_linear=False, device=None, n_jobs=None, random_state=None, verbose=None):
         self.kernel = kernel
         self.embedding = embedding
@@ -634,7 +643,7 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
     >>> from sklearn.datasets import load_iris
     >>> from localkit import LearnedKernelClassifier
     >>> X, y = load_iris(return_X_y=True)
-    >>> clf = LearnedKernelClassifier(max_epochs=5, random_state=0).fit(X, y)
+    >>> clf = LearnedKernelClassifier(max_epochs=5, n_ensembles=1, random_state=0).fit(X, y)
     >>> clf.predict_proba(X[:2]).shape
     (2, 3)
     """
@@ -642,7 +651,7 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
     def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
                  frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
                  max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16, validation_fraction=0.15,
-                 scaling="quantile", categorical_features=None, handle_unknown="ignore", n_ensembles=1,
+                 scaling="quantile", categorical_features=None, handle_unknown="ignore", n_ensembles="auto",
                  device=None, n_jobs=None, random_state=None, verbose=None):
         self.kernel = kernel
         self.embedding = embedding
