@@ -3,7 +3,7 @@ trick, fixed points, geometry, denoising, attention). Its own module, because Sp
 configuration and a function defined in conf.py cannot be pickled."""
 
 ORDER = ["plot_kernel_profiles.py", "plot_nadaraya_watson.py", "plot_classification.py",
-         "plot_pipeline_search.py", "plot_kernel_density.py", "plot_loess.py", "plot_binned_million.py",
+         "plot_pipeline_search.py", "plot_learned_kernel_diamonds.py", "plot_kernel_density.py", "plot_loess.py", "plot_binned_million.py",
          "plot_output_adaptive.py", "plot_sequence_space_time.py", "plot_tsk_fuzzy.py",
          "plot_mean_shift.py", "plot_label_propagation.py", "plot_hopfield.py", "plot_lle.py",
          "plot_lazy_autoencoder.py", "plot_nl_means.py", "plot_attention_kernels.py",

@@ -31,6 +31,9 @@ _EXPORTS = {
     "LocalPolynomialRegressor": "localkit.models.polynomial",
     "Localized": "localkit.models.localized",
     "MetricLearningKernelRegressor": "localkit.models.metric_learning",
+    # learned kernels for tables (PyTorch inside: the nn extra)
+    "LearnedKernelRegressor": "localkit.models.learned_kernel",
+    "LearnedKernelClassifier": "localkit.models.learned_kernel",
     # fixed points
     "MeanShift": "localkit.models.cluster",
     "RelaxationLabeling": "localkit.models.semi_supervised",

@@ -51,6 +51,14 @@ CASES = {
     "LocalPolynomialRegressor": (lambda: localkit.LocalPolynomialRegressor(bandwidth=0.5), (_X[:, :2], _X[:, 3])),
     "Localized": (lambda: localkit.Localized(LinearRegression(), bandwidth=0.5), (_X[:, :2], _X[:, 3])),
     "MetricLearningKernelRegressor": (lambda: localkit.MetricLearningKernelRegressor(max_iter=3), (_X[:60, :3], _X[:60, 3])),
+    "LearnedKernelRegressor": (lambda: localkit.LearnedKernelRegressor(n_components=4, d_embedding=2, n_frequencies=2,
+                                                                        d_block=4, max_epochs=2, n_ensembles=1,
+                                                                        random_state=0),
+                               (_X[:, :3], _X[:, 3])),
+    "LearnedKernelClassifier": (lambda: localkit.LearnedKernelClassifier(n_components=4, d_embedding=2, n_frequencies=2,
+                                                                          d_block=4, max_epochs=2, n_ensembles=1,
+                                                                          random_state=0),
+                                (_X, _y)),
     "MeanShift": (lambda: localkit.MeanShift(bandwidth=1.0), (_X,)),
     "RelaxationLabeling": (lambda: localkit.RelaxationLabeling(bandwidth=1.0), (_X, _partial)),
     "HopfieldNetwork": (lambda: localkit.HopfieldNetwork(beta=0.1), (_bipolar(),)),
@@ -70,7 +78,7 @@ CASES = {
 #: the post-fit calls of a conditional density, beside METHODS
 CONDITIONAL_CALLS = {"pdf": lambda est, X: est.pdf(X, _X[:len(X), 3]), "cdf": lambda est, X: est.cdf(X, _X[:len(X), 3]),
                      "quantile": lambda est, X: est.quantile(X, 0.3), "mode": lambda est, X: est.mode(X)}
-METHODS = ("predict", "predict_proba", "score_samples", "transform", "kneighbors", "inverse_transform")
+METHODS = ("predict", "predict_proba", "score_samples", "transform", "kneighbors", "inverse_transform", "explain")
 
 
 def test_every_exported_estimator_is_covered():
@@ -114,7 +122,7 @@ def test_no_bind_after_fit(name, count_binds):
 
 
 @pytest.mark.parametrize("name", ["LocalMeanDenoiser", "LazyAutoencoder", "HierarchicalAutoencoder", "HopfieldNetwork",
-                                  "MetricLearningKernelRegressor"])
+                                  "MetricLearningKernelRegressor", "LearnedKernelRegressor"])
 def test_kept_bindings_pickle_exactly(name):
     make, args = CASES[name]
     with warnings.catch_warnings():

@@ -1,0 +1,319 @@
+"""LearnedKernelRegressor / LearnedKernelClassifier (issue 38): the leave-one-out gradient, the
+engine binding (loo_predict, the identity embedding = LocalMeanRegressor), reproducibility, the
+scikit-learn contract, and the table's checks (categories, NaN, columns)."""
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes, load_iris
+from sklearn.utils.estimator_checks import check_estimator
+
+torch = pytest.importorskip("torch")
+
+from localkit import LearnedKernelClassifier, LearnedKernelRegressor, LocalMeanRegressor  # noqa: E402
+from localkit.kernels.profiles import get_profile  # noqa: E402
+from localkit.models import _learned_net as net  # noqa: E402
+
+#: a small, fast configuration (the defaults are for real tables)
+SMALL = dict(n_components=8, d_embedding=4, n_frequencies=4, d_block=16, batch_size=64, max_epochs=3,
+             n_ensembles=1, random_state=0)
+
+
+def _diabetes(n=150):
+    X, y = load_diabetes(return_X_y=True)
+    return X[:n], y[:n]
+
+
+def _frame(n=120, seed=0):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.uniform(size=n),
+                      "c": pd.Categorical(rng.choice(["x", "y", "z"], n)), "d": rng.choice(["u", "v"], n)})
+    y = X["a"] + (X["c"] == "y") * 2.0 + (X["d"] == "u") + 0.1 * rng.normal(size=n)
+    return X, y.to_numpy()
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "gaussian", "cauchy"])
+@pytest.mark.parametrize("kind", ["squared", "log"])
+def test_loo_gradient_matches_finite_differences(kernel, kind):
+    """The leave-one-out loss through the embedding and the bandwidth: autograd against central
+    differences (torch.autograd.gradcheck, float64), for every parameter of a tiny model."""
+    torch.manual_seed(0)
+    emb = net.Embedding(3, [3], embedding="plr", n_components=4, n_frequencies=2, frequency_scale=0.5,
+                        d_embedding=3, n_blocks=1, d_block=5, dropout=0.0)
+    model = net.LearnedKernel(emb, 0.7, 2 if kind == "log" else 1, kind == "squared", 4).double()
+    x = torch.randn(9, 3, dtype=torch.float64)
+    codes = torch.randint(1, 4, (9, 1))  # seen levels (the unseen row 0 is fixed at zero: no gradient)
+    rows = torch.arange(9)
+    q, cand = rows[:4], rows[2:]
+    same = q[:, None] == cand[None]
+    if kind == "log":
+        targets = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1, 1])
+        values = torch.nn.functional.one_hot(targets, 2).double()
+    else:
+        targets = values = torch.randn(9, 1, dtype=torch.float64)
+    log_k = get_profile(kernel).log_k_for(torch)
+    names = [n for n, _ in model.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_(True) for _, p in model.named_parameters())
+
+    def loss(*flat):
+        state = dict(zip(names, flat))
+        z = torch.func.functional_call(model.embedding, {k[len("embedding."):]: v for k, v in state.items()
+                                                         if k.startswith("embedding.")}, (x, codes))
+        logits = net.loo_logits(z[q], z[cand], state["log_h"], log_k, same)
+        return net.local_mean_loss(logits, values[cand], targets[q], kind, z[q], z[cand], state.get("slope"))
+
+    assert torch.autograd.gradcheck(loss, params, eps=1e-6, atol=1e-6, rtol=1e-4)
+
+
+def test_loo_logits_leave_out_the_query_itself():
+    z = torch.randn(5, 3, dtype=torch.float64)
+    same = torch.eye(5, dtype=torch.bool)
+    logits = net.loo_logits(z, z, torch.tensor(0.0, dtype=torch.float64), get_profile("laplacian").log_k_for(torch),
+                            same)
+    assert torch.isneginf(torch.diagonal(logits)).all()
+    d = torch.cdist(z, z)
+    off = ~same
+    torch.testing.assert_close(logits[off], -d[off])
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
+def test_identity_untrained_equals_local_mean_regressor(kernel):
+    X, y = _diabetes(300)
+    ours = LearnedKernelRegressor(kernel=kernel, embedding="identity", scaling=None, bandwidth=0.08,
+                                  max_epochs=0).fit(X, y)
+    ref = LocalMeanRegressor(kernel=kernel, bandwidth=0.08).fit(X, y)
+    Q = load_diabetes().data[300:]
+    np.testing.assert_allclose(ours.predict(Q), ref.predict(Q), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(ours.loo_predict(), ref.loo_predict(), rtol=1e-12, atol=1e-9)
+
+
+def test_identity_with_categories_is_the_one_hot_local_mean():
+    X, y = _frame()
+    ours = LearnedKernelRegressor(embedding="identity", scaling=None, bandwidth=0.5, max_epochs=0).fit(X, y)
+    onehot = np.c_[X[["a", "b"]].to_numpy(), (X["c"].to_numpy()[:, None] == np.array(["x", "y", "z"])),
+                   (X["d"].to_numpy()[:, None] == np.array(["u", "v"]))].astype(float)
+    ref = LocalMeanRegressor(kernel="laplacian", bandwidth=0.5).fit(onehot, y)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(onehot), rtol=1e-12)
+
+
+@pytest.mark.parametrize("local_linear", [False, True])
+@pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
+def test_loo_predict_equals_refits_without_the_row(local_linear):
+    """At the learned (fixed) embedding, leaving row i out of the bound local mean is the local
+    mean of the other rows, refitted, at f(x_i)."""
+    X, y = _diabetes(120)
+    est = LearnedKernelRegressor(**SMALL, local_linear=local_linear).fit(X, y)
+    Z, h = est.embedding_[0].astype(np.float64), float(est.bandwidth_[0])
+    slope = est.members_[0].slope
+    values = y if slope is None else y - Z @ slope[:, 0]
+    loo = est.loo_predict()
+    for i in (0, 17, 119):
+        keep = np.arange(len(y)) != i
+        ref = LocalMeanRegressor(kernel="laplacian", bandwidth=h).fit(Z[keep], values[keep]).predict(Z[i:i + 1])[0]
+        if slope is not None:
+            ref += Z[i] @ slope[:, 0]
+        np.testing.assert_allclose(loo[i], ref, rtol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
+def test_classifier_loo_predict_proba_equals_refits():
+    X, y = load_iris(return_X_y=True)
+    est = LearnedKernelClassifier(**SMALL).fit(X, y)
+    Z, h = est.embedding_[0].astype(np.float64), float(est.bandwidth_[0])
+    loo = est.loo_predict_proba()
+    onehot = np.eye(3)[y]
+    for i in (3, 80):
+        keep = np.arange(len(y)) != i
+        ref = LocalMeanRegressor(kernel="laplacian", bandwidth=h).fit(Z[keep], onehot[keep]).predict(Z[i:i + 1])[0]
+        np.testing.assert_allclose(loo[i], ref, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(loo.sum(1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
+def test_predict_is_the_bound_local_mean_of_the_embedded_rows():
+    X, y = _diabetes(150)
+    est = LearnedKernelRegressor(**SMALL).fit(X[:100], y[:100])
+    Zq = est.embed(X[100:]).astype(np.float64)
+    ref = LocalMeanRegressor(kernel="laplacian", bandwidth=float(est.bandwidth_[0])).fit(
+        est.embedding_[0].astype(np.float64), y[:100]).predict(Zq)
+    np.testing.assert_allclose(est.predict(X[100:]), ref, rtol=1e-4)
+
+
+def test_training_lowers_the_held_out_loss_and_learns_the_bandwidth():
+    X, y = _diabetes(300)
+    est = LearnedKernelRegressor(**{**SMALL, "max_epochs": 15}).fit(X, y)
+    curve = est.loss_curves_[0]
+    assert curve[est.best_epoch_[0] - 1] == curve.min() < curve[0]
+    assert est.bandwidth_[0] > 0 and est.bandwidth_[0] != 1.0
+
+
+def test_same_random_state_same_model():
+    X, y = _diabetes(150)
+    a = LearnedKernelRegressor(**SMALL).fit(X, y)
+    b = LearnedKernelRegressor(**SMALL).fit(X, y)
+    np.testing.assert_array_equal(a.predict(X[:20]), b.predict(X[:20]))
+    np.testing.assert_array_equal(a.embedding_[0], b.embedding_[0])
+    c = LearnedKernelRegressor(**{**SMALL, "random_state": 1}).fit(X, y)
+    assert not np.array_equal(a.embedding_[0], c.embedding_[0])
+
+
+def test_torch_threads_and_random_state_are_restored():
+    X, y = _diabetes(100)
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    LearnedKernelRegressor(**SMALL, n_jobs=1).fit(X, y)
+    assert torch.get_num_threads() == threads
+    torch.testing.assert_close(torch.rand(3), expected)  # the global generator untouched
+
+
+def test_pickle_and_clone():
+    X, y = _frame()
+    est = LearnedKernelRegressor(**{**SMALL, "n_ensembles": 2}).fit(X, y)
+    before = est.predict(X)
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict(X), before)
+    fresh = clone(est)
+    assert fresh.get_params() == est.get_params() and not hasattr(fresh, "members_")
+
+
+@pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
+def test_ensemble_is_the_mean_of_its_members():
+    X, y = _diabetes(120)
+    est = LearnedKernelRegressor(**{**SMALL, "n_ensembles": 2}).fit(X, y)
+    members = [LocalMeanRegressor(kernel="laplacian", bandwidth=float(h)).fit(Z.astype(np.float64), y)
+               for Z, h in zip(est.embedding_, est.bandwidth_)]
+    Q = load_diabetes().data[200:210]
+    # each member embeds the queries with its own network
+    assert len(est.members_) == 2 and not np.array_equal(est.embedding_[0], est.embedding_[1])
+    single = LearnedKernelRegressor(**SMALL).fit(X, y)
+    assert est.predict(Q).shape == single.predict(Q).shape == (10,)
+    assert all(m.n_features_in_ == 8 for m in members)
+
+
+def test_auto_ensemble_size():
+    X, y = _diabetes(100)
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X, y).n_ensembles_ == 3
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0, n_ensembles=2).fit(X, y).n_ensembles_ == 2
+
+
+def test_explain_returns_the_rows_that_carry_the_prediction():
+    X, y = _diabetes(150)
+    est = LearnedKernelRegressor(**SMALL).fit(X, y)
+    w, idx = est.explain(X[:4], n_rows=150)
+    assert w.shape == idx.shape == (4, 150)
+    np.testing.assert_allclose(w.sum(1), 1.0, rtol=1e-5)
+    assert np.all(np.diff(w, axis=1) <= 0)
+    np.testing.assert_allclose((w * y[idx]).sum(1), est.predict(X[:4]), rtol=1e-4)
+    w3, idx3 = est.explain(X[:4], n_rows=3)
+    np.testing.assert_array_equal(idx3, idx[:, :3])
+    with pytest.raises(ValueError, match="n_rows"):
+        est.explain(X[:4], n_rows=0)
+
+
+def test_classifier_on_a_dataframe_with_categories():
+    X, y = _frame(200)
+    labels = np.where(y > np.median(y), "high", "low")
+    clf = LearnedKernelClassifier(**{**SMALL, "max_epochs": 10}).fit(X, labels)
+    assert list(clf.categorical_columns_) == [2, 3]
+    proba = clf.predict_proba(X)
+    assert proba.shape == (200, 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-6)
+    assert clf.score(X, labels) > 0.7
+
+
+def test_numpy_categorical_features():
+    X, y = _frame()
+    A = X.to_numpy(dtype=object)
+    est = LearnedKernelRegressor(**SMALL, categorical_features=[2, 3]).fit(A, y)
+    assert est.predict(A[:5]).shape == (5,)
+    by_mask = LearnedKernelRegressor(**SMALL, categorical_features=[False, False, True, True]).fit(A, y)
+    np.testing.assert_array_equal(by_mask.predict(A[:5]), est.predict(A[:5]))
+    with pytest.raises(ValueError, match="categorical_features"):
+        LearnedKernelRegressor(**SMALL).fit(A, y)  # strings in columns not named categorical
+    with pytest.raises(ValueError, match="categorical_features"):
+        LearnedKernelRegressor(**SMALL, categorical_features=[7]).fit(A, y)
+
+
+def test_unseen_category_policy():
+    """handle_unknown="ignore" (default): an unseen level is the zero row of its column, the
+    same embedding as any other unseen level; "error" raises naming the column."""
+    X, y = _frame()
+    est = LearnedKernelRegressor(**SMALL).fit(X, y)
+    Q = X.iloc[:3].copy()
+    Q["d"] = ["new", "other", "w"]
+    Z = est.embed(Q)
+    assert np.all(np.isfinite(est.predict(Q)))
+    np.testing.assert_array_equal(Z[0], est.embed(Q.assign(d=["w", "w", "w"]))[0])
+    Q2 = X.iloc[:3].copy()
+    assert not np.array_equal(Z, est.embed(Q2))
+    with pytest.raises(ValueError, match="not seen at fit"):
+        LearnedKernelRegressor(**SMALL, handle_unknown="error").fit(X, y).predict(Q)
+    ident = LearnedKernelRegressor(embedding="identity", scaling=None, max_epochs=0).fit(X, y)
+    onehot = ident.embed(Q)
+    np.testing.assert_array_equal(onehot[:, -2:], 0.0)  # no level of "d"
+
+
+def test_nan_and_wrong_columns_are_refused():
+    X, y = _frame()
+    est = LearnedKernelRegressor(**SMALL).fit(X, y)
+    bad = X.copy()
+    bad.loc[3, "a"] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        LearnedKernelRegressor(**SMALL).fit(bad, y)
+    with pytest.raises(ValueError, match="NaN"):
+        est.predict(bad)
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(X.rename(columns={"a": "A"}))
+    with pytest.raises(ValueError, match="missing:\n- b"):
+        est.predict(X.drop(columns=["b"]))
+    Xn, yn = _diabetes(60)
+    num = LearnedKernelRegressor(**SMALL).fit(Xn, yn)
+    with pytest.raises(ValueError, match="features"):
+        num.predict(Xn[:, :5])
+    with pytest.raises(ValueError, match="NaN"):
+        num.predict(np.where(np.arange(10)[None] == 2, np.nan, Xn))
+    with pytest.raises(ValueError, match="kernel"):
+        LearnedKernelRegressor(kernel="epanechnikov").fit(Xn, yn)
+    with pytest.raises(ValueError, match="local_linear"):
+        LearnedKernelRegressor(embedding="identity", local_linear=True).fit(Xn, yn)
+    with pytest.raises(ValueError, match="at least 3 samples"):
+        LearnedKernelRegressor(**SMALL).fit(Xn[:2], yn[:2])
+
+
+def test_without_torch_the_error_names_the_extra():
+    import subprocess
+    import sys
+
+    code = ("import sys\nclass NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ModuleNotFoundError(name)\nsys.meta_path.insert(0, NoTorch())\n"
+            "import numpy as np\nfrom localkit import LearnedKernelRegressor\n"
+            "X = np.random.default_rng(0).normal(size=(30, 2))\n"
+            "LearnedKernelRegressor(embedding='identity', max_epochs=0).fit(X, X[:, 0])\n"
+            "try:\n    LearnedKernelRegressor().fit(X, X[:, 0])\nexcept ImportError as e:\n    print(e)\n"
+            "assert 'torch' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "nn" in out.stdout and "pip install" in out.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_training_matches_the_cpu_protocol():
+    X, y = _diabetes(200)
+    gpu = LearnedKernelRegressor(**SMALL, device="cuda").fit(X, y)
+    assert np.all(np.isfinite(gpu.predict(X[:10])))
+    assert gpu.bandwidth_[0] > 0
+
+
+def test_check_estimator_regressor():
+    check_estimator(LearnedKernelRegressor(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32, n_ensembles=1,
+                                           lr=1e-2, max_epochs=10, random_state=0))
+
+
+def test_check_estimator_classifier():
+    check_estimator(LearnedKernelClassifier(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32, n_ensembles=1,
+                                            lr=1e-2, max_epochs=10, random_state=0))
