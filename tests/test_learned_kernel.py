@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from localkit import LearnedKernelClassifier, LearnedKernelRegressor, LocalMeanRegressor  # noqa: E402
 from localkit.kernels.profiles import get_profile  # noqa: E402
-from localkit.models import _learned_net as net  # noqa: E402
+from localkit.nn import tabular as net  # noqa: E402
 
 #: a small, fast configuration (the defaults are for real tables)
 SMALL = dict(n_components=8, d_embedding=4, n_frequencies=4, d_block=16, batch_size=64, max_epochs=3,

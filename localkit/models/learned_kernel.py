@@ -38,18 +38,18 @@ EXPLAIN_BLOCK = 256
 
 
 def _torch_net():
-    """The PyTorch side (:mod:`localkit.models._learned_net`), or an ImportError naming the extra."""
+    """The PyTorch side (:mod:`localkit.nn.tabular`), or an ImportError naming the extra."""
     try:
-        from . import _learned_net
+        from ..nn import tabular
     except ImportError as exc:  # pragma: no cover - exercised on machines without torch
         raise ImportError(f"LearnedKernelRegressor and LearnedKernelClassifier train with PyTorch, an optional "
                           f"extra: {install_extra('nn')}") from exc
-    return _learned_net
+    return tabular
 
 
 class _LearnedKernelBase(KeptBindings, BaseEstimator):
     """What the regressor and the classifier share: the table's encoding, the training loop
-    (in :mod:`localkit.models._learned_net`) and the engine passes over the bound embedded rows."""
+    (in :mod:`localkit.nn.tabular`) and the engine passes over the bound embedded rows."""
 
     _parameter_constraints: dict = {
         "kernel": [StrOptions(set(PROFILES))],
