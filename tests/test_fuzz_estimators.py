@@ -51,6 +51,8 @@ ESTIMATORS = {
     "ConditionalDensity": lambda: localkit.ConditionalDensity(),
     "KernelQuantileRegressor": lambda: localkit.KernelQuantileRegressor(degree=0),
     "ConditionalModeClassifier": lambda: localkit.ConditionalModeClassifier(),
+    "LearnedKernelRegressor": lambda: localkit.LearnedKernelRegressor(max_epochs=2, n_ensembles=1, random_state=0),
+    "LearnedKernelClassifier": lambda: localkit.LearnedKernelClassifier(max_epochs=2, n_ensembles=1, random_state=0),
 }
 #: estimators fitted without targets
 UNSUPERVISED = (MeanShift, LocalPCA, LocalMeanDenoiser, LazyAutoencoder, LocallyLinearEmbedding, HopfieldNetwork,

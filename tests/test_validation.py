@@ -12,7 +12,7 @@ from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.utils._param_validation import InvalidParameterError
 
 import localkit
-from localkit import (ConditionalModeClassifier, Kernel, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
+from localkit import (ConditionalModeClassifier, Kernel, LearnedKernelClassifier, Localized, LocalMeanClassifier, LocalMeanRegressor, LocalPolynomialRegressor,
                       MetricLearningKernelRegressor, RelaxationLabeling, TSKFuzzyClassifier, TSKFuzzyRegressor,
                       kernel_density, local_mean)
 from localkit._validation import check_n_neighbors
@@ -240,7 +240,8 @@ def test_a_real_dask_dataframe_gets_dataframe_advice():
 CLASSIFIERS = {"LocalMeanClassifier": lambda: LocalMeanClassifier(), "RelaxationLabeling": lambda: RelaxationLabeling(),
                "TSKFuzzyClassifier": lambda: TSKFuzzyClassifier(n_rules=2, random_state=0),
                "Localized": lambda: Localized(LogisticRegression()),
-               "ConditionalModeClassifier": lambda: ConditionalModeClassifier()}
+               "ConditionalModeClassifier": lambda: ConditionalModeClassifier(),
+               "LearnedKernelClassifier": lambda: LearnedKernelClassifier(max_epochs=2, n_ensembles=1, random_state=0)}
 
 
 def test_every_classifier_is_listed():

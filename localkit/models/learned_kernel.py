@@ -17,13 +17,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.preprocessing import LabelEncoder, QuantileTransformer
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
 from .._extras import install_extra
 from .._params import N_JOBS_CONSTRAINT
 from .._progress import progress
-from .._validation import check_regression_target
+from .._validation import check_class_labels, check_regression_target
 from ..engine import bind
 from ..kernels import Kernel
 from ._base import KeptBindings
@@ -163,7 +162,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                 self.categories_.append(np.asarray(sorted({_level(v) for v in categorical[:, j]}), dtype=object))
             if self.scaling == "quantile" and numeric.shape[1]:
                 self._scaler = QuantileTransformer(output_distribution="normal", n_quantiles=min(1000, len(numeric)),
-                                                   subsample=10**9, random_state=0).fit(numeric)
+                                                   subsample=10**9, random_state=0).set_output(transform="default").fit(numeric)
             elif self.scaling == "standard" and numeric.shape[1]:
                 self._scaler = (numeric.mean(0), np.where(numeric.std(0) > 0, numeric.std(0), 1.0))
             else:
@@ -244,7 +243,10 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                 bandwidths.append(h)
                 slope = None if model.slope is None else model.slope.detach().to(torch.float64).numpy()
                 self.members_.append(_Member(model.state_dict(), slope))
-                self._keep(f"member{e}", bind(Kernel(self.kernel, bandwidth=h), Z), value_rows(e, Z, slope))
+                # bound in float64: the engine keeps the values in the samples' dtype (targets near
+                # 1e300 overflow float32), the embedding's float32 rows are exact in it
+                self._keep(f"member{e}", bind(Kernel(self.kernel, bandwidth=h), Z.astype(np.float64)),
+                           value_rows(e, Z, slope))
                 embedded.append(Z)
         self._net_shape = (numeric.shape[1], [len(c) for c in self.categories_], n_outputs)
         self.bandwidth_ = np.asarray(bandwidths)
@@ -591,9 +593,13 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
         if hasattr(X, "shape") and len(y) != X.shape[0]:
             raise ValueError(f"X and y have inconsistent numbers of samples: {X.shape[0]} and {len(y)}")
         Y = y.reshape(len(y), -1)
-        self._y_mean, scale = Y.mean(0), Y.std(0)
-        self._y_scale = np.where(scale > 0, scale, 1.0)
-        T = ((Y - self._y_mean) / self._y_scale).astype(np.float32)
+        # standardised through max |y| first: the mean and spread of targets near 1e300 do not overflow
+        top = np.max(np.abs(Y), axis=0)
+        top = np.where(top > 0, top, 1.0)
+        mean, scale = (Y / top).mean(0), (Y / top).std(0)
+        scale = np.where(scale > 0, scale, 1.0)
+        self._y_mean, self._y_scale = mean * top, scale * top
+        T = ((Y / top - mean) / scale).astype(np.float32)
         self._y_shape = y.shape[1:]
 
         def value_rows(e, Z, slope=None):  # y_i - f(x_i) t (t in the targets' units)
@@ -686,7 +692,7 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
         them (with their one-hot labels) to the engine. Returns ``self``."""
         _require_y(self, y)
         y = column_or_1d(check_array(y, ensure_2d=False, dtype=None, input_name="y"), warn=True)
-        check_classification_targets(y)
+        check_class_labels(y)
         if hasattr(X, "shape") and len(y) != X.shape[0]:
             raise ValueError(f"X and y have inconsistent numbers of samples: {X.shape[0]} and {len(y)}")
         enc = LabelEncoder().fit(y)
