@@ -473,7 +473,7 @@ _DOC_PARAMS = """
 _DOC_ATTRS = """
     n_ensembles_ : int
         The members trained (``n_ensembles`` resolved).
-    bandwidth_ : ndarray of shape (n_ensembles_,)
+    bandwidth_ : ndarray of shape ``(n_ensembles_,)``
         The learned ``h`` of each member.
     embedding_ : list of ndarray of shape (n_samples, n_components)
         Each member's embedded training rows, bound to the engine in ``fit``.
