@@ -17,7 +17,7 @@ def _psnr(clean, img):
 
 
 def run(quick=False):
-    import numba
+    from localkit.engine.blocks import resolve_n_jobs
     from skimage import data, img_as_float
     from skimage.restoration import denoise_bilateral as sk_bilateral
 
@@ -31,7 +31,7 @@ def run(quick=False):
     noisy_rgb = np.clip(rgb + 0.1 * rng.standard_normal(rgb.shape), 0, 1)
     denoise_bilateral(noisy[:32, :32])  # compile (or load the cache) outside the timing
     lines = [f"Camera (scikit-image, 512x512) and astronaut (512x512x3), Gaussian noise 0.1 clipped to [0, 1]; "
-             f"medians of {repeat} interleaved runs; localkit on {numba.get_num_threads()} threads (scikit-image "
+             f"medians of {repeat} interleaved runs; localkit on {resolve_n_jobs(-1)} threads (scikit-image "
              "is single-threaded) and on 1 thread.", "",
              "| image | settings | skimage | localkit | localkit 1 thread | skimage / localkit | PSNR noisy | "
              "PSNR skimage | PSNR localkit |", "|---|---|---|---|---|---|---|---|---|"]

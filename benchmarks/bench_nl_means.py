@@ -15,7 +15,7 @@ def _psnr(clean, img):
 
 
 def run(quick=False):
-    import numba
+    from localkit.engine.blocks import resolve_n_jobs
     from skimage import data, img_as_float, transform
     from skimage.restoration import denoise_nl_means as sk_nlm
 
@@ -26,7 +26,7 @@ def run(quick=False):
     rng = np.random.default_rng(0)
     denoise_nl_means(camera[:32, :32], h=0.05)  # compile (or load the cache) outside the timing
     lines = [f"Camera (scikit-image), Gaussian noise sigma = {sigma} (known), our h = 0.6 sigma, medians of "
-             f"{repeat} runs, localkit on {numba.get_num_threads()} threads (scikit-image is single-threaded). "
+             f"{repeat} runs, localkit on {resolve_n_jobs(-1)} threads (scikit-image is single-threaded). "
              "The machine has 2 cores and was shared with other work while this ran.", "",
              "| image | peer | peer time | localkit time | peer / localkit | PSNR peer | PSNR localkit | "
              "max abs diff |", "|---|---|---|---|---|---|---|---|"]

@@ -20,13 +20,11 @@ few products, no ``log``/``exp``), and the sums equal the dense path's to round-
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ..._jit import njit
-from ..._threads import numba_threads
 from ...kernels import PROFILES
-from ..blocks import interruptible
+from ..blocks import map_blocks
 
 # The compact profiles' compiled weights (:attr:`localkit.kernels.profiles.Profile.compiled_k`)
 # under fixed names, chosen by a code inside the compiled pass: numba caches the pass on disk
@@ -60,20 +58,20 @@ def _k(code, u2):
 MAX_STRIPS = 1 << 20
 
 
-#: Candidate pairs above which a pass runs on all of numba's threads; smaller passes run on one
-#: (a parallel region costs milliseconds on a busy machine). One compiled function serves both:
-#: numba's cache keys a function by its code, not its flags, so a serial twin would share its entry.
+#: Candidate pairs above which a pass runs on ``threads`` threads; smaller passes run on one
+#: (starting threads costs more than they save).
 PARALLEL_PAIRS = 2_000_000
 #: Candidate pairs per compiled call: a pass is a loop of such chunks of queries, so that Python
 #: sees Ctrl-C between them (a compiled call cannot be interrupted); each query's sums are the
 #: same bits whatever the chunking. Measured on the busy 2-core machine (2-D, epanechnikov,
-#: h = 0.2): a call costs ~3.5 ms fixed (the parallel region) and a chunk ~0.4 s (26 ns a pair),
-#: so < 1%; whole passes chunked / in one call: 1.014 (n = 100,000, 10 chunks, one thread) and
-#: 0.997 (n = 50,000, 3 chunks, two threads), medians of 7. 2^22 pairs would cost ~3%.
+#: h = 0.2): a chunk takes ~0.4 s (26 ns a pair), so a call's fixed cost is lost in it.
 CHUNK_PAIRS = 1 << 24
 
 
-@njit(parallel=True, cache=True)
+# A serial function that releases the GIL, run on chunks of queries by a thread pool, not a numba
+# ``parallel=True`` loop: parallel lowering made the first call on a cold cache compile for ~15 s
+# (5 s serial: measured 14.5 s against 4.8 s, the eight profiles inlined in both).
+@njit(nogil=True, cache=True)
 def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
     with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
@@ -83,7 +81,7 @@ def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
     n_q, d = Q.shape
     p = Vt.shape[0]
     S = np.zeros((n_q, p), dtype=Vt.dtype)
-    for i in numba.prange(n_q):
+    for i in range(n_q):
         acc = np.zeros(p, dtype=Vt.dtype)
         for s in range(seg_lo.shape[1]):
             start, m = seg_lo[i, s], seg_hi[i, s] - seg_lo[i, s]
@@ -165,18 +163,25 @@ class CompactIndex:
 
     def sums(self, queries, V, threads=1):
         """Unnormalised sums ``sum_j k(u_ij) V_j`` (n_queries, V.shape[1]), in float64, on at most
-        ``threads`` of numba's threads."""
+        ``threads`` threads."""
         Qs = np.ascontiguousarray(self._coordinates(queries))
         Vt = np.ascontiguousarray(np.asarray(V, dtype=np.float64)[self.order].T)
         # widen the search by a hair: the exact test inside decides
         seg_lo, seg_hi = self._segments(Qs, pad=np.sqrt(self.r2) * (1.0 + 1e-9))
         pairs = np.cumsum((seg_hi - seg_lo).sum(axis=1))
         total = int(pairs[-1]) if len(pairs) else 0
-        bounds = np.unique(np.r_[0, np.searchsorted(pairs, np.arange(CHUNK_PAIRS, total, CHUNK_PAIRS)), len(Qs)])
-        with numba_threads(min(numba.get_num_threads(), threads) if total > PARALLEL_PAIRS else 1), interruptible():
-            # chunks of queries: Ctrl-C is seen between them
-            parts = [_window_sums(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2, self.code)
-                     for a, b in zip(bounds[:-1], bounds[1:])]
+        workers = max(1, int(threads)) if total > PARALLEL_PAIRS else 1
+        n_chunks = max(-(-total // CHUNK_PAIRS), workers if total > PARALLEL_PAIRS else 1)
+        bounds = np.unique(np.r_[0, np.searchsorted(pairs, np.linspace(0, total, n_chunks + 1)[1:-1]), len(Qs)])
+        chunks = list(zip(bounds[:-1], bounds[1:]))
+        parts = [None] * len(chunks)
+
+        def run(c):  # chunks of queries: Ctrl-C is seen between them
+            for i in range(c.start, c.stop):
+                a, b = chunks[i]
+                parts[i] = _window_sums(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2, self.code)
+
+        map_blocks(run, len(chunks), 1, workers, blas=False)
         return np.concatenate(parts) if parts else np.zeros((0, len(Vt)))
 
 
