@@ -496,10 +496,15 @@ class BoundKernel:
         the array, so that a prediction pays only for its queries."""
         from .results import value_offset
 
+        if values is None and "no_values" in self._cache:  # a density's passes: laid out once
+            return self._cache["no_values"]
         V, squeeze = self._values(values)
         offset = value_offset(self.xp, V)
         # the paths apply the sample weights (see localkit.engine.passes)
-        return BoundValues(V, V - offset, offset, squeeze, values is None, values)
+        prepared = BoundValues(V, V - offset, offset, squeeze, values is None, values)
+        if values is None:
+            self._cache["no_values"] = prepared
+        return prepared
 
     def using(self, options: EngineOptions) -> BoundKernel:
         """This kernel with other engine options (none changes a result beyond round-off); the
