@@ -105,10 +105,11 @@ class _Layout:
 
 def _centring(bound):
     """``(centre, exponent, factor, scaled)`` of a norm metric's samples (see the module's Coordinates)."""
-    centre = safe_mean(bound.samples)
     X = bound.samples
+    lo, hi = bound._extremes
+    centre = safe_mean(X, (lo, hi))
     # max |x - c| per feature from the columns' extremes (x - c rounds monotonically in x): no copy
-    ends = np.stack([X.max(axis=0) - centre, X.min(axis=0) - centre]) if len(X) else X - centre
+    ends = np.stack([hi - centre, lo - centre])
     exponent, factor = _exponent(ends, bound.h)
     # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
     return centre, exponent, factor, exponent <= SAFE_EXPONENT[bound.dtype]
@@ -120,9 +121,8 @@ def _raw_index(bound):
     h64 = np.asarray(bound.h, dtype=np.float64)
     # max |x| per feature from the columns' extremes (no copy of the samples: the division by a
     # positive h is monotone, so max(|x| / h) is max |x| / h to the bit)
-    X = bound.samples
-    extent = (np.maximum(np.abs(X.max(axis=0)), np.abs(X.min(axis=0))).astype(np.float64) if len(X)
-              else np.zeros(X.shape[1]))
+    lo, hi = bound._extremes
+    extent = np.maximum(np.abs(hi), np.abs(lo)).astype(np.float64)
     return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
                 and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
 
@@ -246,6 +246,7 @@ class BoundKernel:
         self.factors, self._cache = None, {}
 
     # the layout of a norm metric's samples, built on first use (see _Layout)
+    _extremes = _Layout(lambda bound: (bound.samples.min(axis=0), bound.samples.max(axis=0)))  # per feature
     _centring = _Layout(_centring)
     centre = _Layout(lambda bound: bound._centring[0])
     exponent = _Layout(lambda bound: bound._centring[1])
@@ -781,7 +782,7 @@ class Stepper:
             out = one_block_sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
             if out is not None:
                 v = self.values
-                return finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset)
+                return finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset, live=True)
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 

@@ -333,8 +333,8 @@ def one_block_sums(bound, Q, V_aug):
     the samples, its row maxima factored out (what the online log-sum-exp does for one block),
     without the streaming machinery, for a fixed point of small states
     (:class:`~localkit.engine.bound.Stepper`: Hopfield retrieval of 20 patterns, 64 units, paid
-    ~370 us a step in the streamed pass, ~210 us here, load ~8).
-    None where a row has no finite log-weight (the full pass decides those)."""
+    ~370 us a step in the streamed pass, ~210 us here, load ~8). Every row it sums carries weight
+    (``S[:, -1] >= 1``); None where a row has no finite log-weight (the full pass decides those)."""
     exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
     L, offset = QueryBlock(bound, Q, None, exponent).log_weights(bound, slice(0, bound.n_samples))
     if bound.weight is not None:
@@ -343,6 +343,8 @@ def one_block_sums(bound, Q, V_aug):
     if not np.all(np.isfinite(m)):
         return None
     S = np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug
+    if not exponent:
+        return S, m + offset
     with np.errstate(over="ignore"):
         return S, np.ldexp(m, exponent) + offset
 
