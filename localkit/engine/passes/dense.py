@@ -12,6 +12,8 @@ compact), and if that is not enough its distances are formed exactly, as differe
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.spatial.distance import cdist
 
@@ -340,7 +342,7 @@ def one_block_sums(bound, Q, V_aug):
     if bound.weight is not None:
         L += bound.log_weight
     m = L.max(axis=1)
-    if not np.all(np.isfinite(m)):
+    if not math.isfinite(m.sum()):  # a row without weight (or an overflow: the full pass decides)
         return None
     S = np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug
     if not exponent:
