@@ -123,8 +123,13 @@ def _raw_index(bound):
     # positive h is monotone, so max(|x| / h) is max |x| / h to the bit)
     lo, hi = bound._extremes
     extent = np.maximum(np.abs(hi), np.abs(lo)).astype(np.float64)
-    return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
-                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
+    # a norm metric's layout (its centre is None only where __init__ says so), and the centred one
+    # ``scaled``: in float64 the test below implies it (|x - c| / h < 2^334 < 2^SAFE_EXPONENT), so
+    # that a kNN prediction never computes the centring it does not use
+    centred = bound.__dict__.get("centre", True) is not None
+    return bool(centred and np.all((h64 > 1e-100) & (h64 < 1e100))
+                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100
+                and (bound.dtype == np.float64 or bound.scaled))
 
 
 class BoundKernel:
