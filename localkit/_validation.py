@@ -18,12 +18,15 @@ def check_array(x, name, *, ndim=(1, 2), dtype=None, allow_empty=False, finite=T
 
     ``ndim`` lists the accepted numbers of dimensions. ``dtype`` forces a float type.
     """
-    arr = as_numbers(x, name)
-    if np.iscomplexobj(arr):
-        raise ValueError(f"{name} must be real, got a complex array")
-    if dtype is None:
-        dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
-    arr = np.asarray(arr, dtype=dtype)
+    if type(x) is np.ndarray and x.dtype in FLOAT_DTYPES and (dtype is None or x.dtype == dtype):
+        arr = x  # already a float array (a fitted estimator's checked queries): nothing to convert
+    else:
+        arr = as_numbers(x, name)
+        if np.iscomplexobj(arr):
+            raise ValueError(f"{name} must be real, got a complex array")
+        if dtype is None:
+            dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
+        arr = np.asarray(arr, dtype=dtype)
     if arr.ndim not in ndim:
         raise ValueError(wrong_ndim(name, ndim, arr.shape))
     if not allow_empty and arr.size == 0:

@@ -105,10 +105,11 @@ class _Layout:
 
 def _centring(bound):
     """``(centre, exponent, factor, scaled)`` of a norm metric's samples (see the module's Coordinates)."""
-    centre = safe_mean(bound.samples)
     X = bound.samples
+    lo, hi = bound._extremes
+    centre = safe_mean(X, (lo, hi))
     # max |x - c| per feature from the columns' extremes (x - c rounds monotonically in x): no copy
-    ends = np.stack([X.max(axis=0) - centre, X.min(axis=0) - centre]) if len(X) else X - centre
+    ends = np.stack([hi - centre, lo - centre])
     exponent, factor = _exponent(ends, bound.h)
     # ``scaled``: the engine works on x_s = (x - c) / h; otherwise on x_n = x_s / 2^E
     return centre, exponent, factor, exponent <= SAFE_EXPONENT[bound.dtype]
@@ -120,11 +121,15 @@ def _raw_index(bound):
     h64 = np.asarray(bound.h, dtype=np.float64)
     # max |x| per feature from the columns' extremes (no copy of the samples: the division by a
     # positive h is monotone, so max(|x| / h) is max |x| / h to the bit)
-    X = bound.samples
-    extent = (np.maximum(np.abs(X.max(axis=0)), np.abs(X.min(axis=0))).astype(np.float64) if len(X)
-              else np.zeros(X.shape[1]))
-    return bool(bound.centre is not None and bound.scaled and np.all((h64 > 1e-100) & (h64 < 1e100))
-                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100)
+    lo, hi = bound._extremes
+    extent = np.maximum(np.abs(hi), np.abs(lo)).astype(np.float64)
+    # a norm metric's layout (its centre is None only where __init__ says so), and the centred one
+    # ``scaled``: in float64 the test below implies it (|x - c| / h < 2^334 < 2^SAFE_EXPONENT), so
+    # that a kNN prediction never computes the centring it does not use
+    centred = bound.__dict__.get("centre", True) is not None
+    return bool(centred and np.all((h64 > 1e-100) & (h64 < 1e100))
+                and np.max(extent, initial=0.0) < 1e100 and np.max(extent / h64, initial=0.0) < 1e100
+                and (bound.dtype == np.float64 or bound.scaled))
 
 
 class BoundKernel:
@@ -246,6 +251,7 @@ class BoundKernel:
         self.factors, self._cache = None, {}
 
     # the layout of a norm metric's samples, built on first use (see _Layout)
+    _extremes = _Layout(lambda bound: (bound.samples.min(axis=0), bound.samples.max(axis=0)))  # per feature
     _centring = _Layout(_centring)
     centre = _Layout(lambda bound: bound._centring[0])
     exponent = _Layout(lambda bound: bound._centring[1])
@@ -496,10 +502,15 @@ class BoundKernel:
         the array, so that a prediction pays only for its queries."""
         from .results import value_offset
 
+        if values is None and "no_values" in self._cache:  # a density's passes: laid out once
+            return self._cache["no_values"]
         V, squeeze = self._values(values)
         offset = value_offset(self.xp, V)
         # the paths apply the sample weights (see localkit.engine.passes)
-        return BoundValues(V, V - offset, offset, squeeze, values is None, values)
+        prepared = BoundValues(V, V - offset, offset, squeeze, values is None, values)
+        if values is None:
+            self._cache["no_values"] = prepared
+        return prepared
 
     def using(self, options: EngineOptions) -> BoundKernel:
         """This kernel with other engine options (none changes a result beyond round-off); the
@@ -747,8 +758,9 @@ class Stepper:
     kernels and device arrays take :meth:`BoundKernel.sums` at each step."""
 
     def __init__(self, bound, values, start):
-        from .passes.dense import one_block_conditions
+        from .passes.dense import one_block_conditions, one_block_sums
         from .planner import plan
+        from .results import finish
 
         self.values = values if isinstance(values, BoundValues) else bound.prepare(values)
         self.direct = bound.terms is None and bound.on_host and not bound.sparse
@@ -764,19 +776,17 @@ class Stepper:
         else:
             self.one_block = False
         self.bound = bound
+        self._sums, self._finish = one_block_sums, finish  # (imported once: a step is ~30 us)
 
     def __call__(self, states):
-        from .passes.dense import one_block_sums
-        from .results import finish
-
         if not self.direct:
             return self.bound.sums(states, self.values)
         P = np.asarray(states, dtype=self.dtype)
         if self.one_block:  # (per-row fixed points step fewer rows, never more)
-            out = one_block_sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
+            out = self._sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
             if out is not None:
                 v = self.values
-                return finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset)
+                return self._finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset, live=True)
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 

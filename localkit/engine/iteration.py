@@ -158,24 +158,32 @@ def _iterate_global(step, x, tol, max_iter, change, below, trail, bar):
 
 
 def _iterate_rows(step, x, tol, max_iter, change, below, trail, bar):
+    # the bookkeeping of the rows that stop runs only on the steps where some do (a small fixed
+    # point's step is ~20 us: six fancy-indexing operations a step were a third of it)
     n = len(x)
     moving = np.arange(n)
     row_iter = np.zeros(n, dtype=np.intp)
     done = np.zeros(n, dtype=bool)
     n_iter = 0
     while n_iter < max_iter and len(moving):
-        old = x[moving]
+        everyone = len(moving) == n
+        old = x if everyone else x[moving]
         new = step(old, moving)
         n_iter += 1
-        row_iter[moving] += 1
         delta = np.asarray(change(new, old))
-        x[moving] = new
         stopped = below(delta, tol)
-        done[moving[stopped]] = True
-        moving = moving[~stopped]
+        if everyone:
+            x[...] = new
+        else:
+            x[moving] = new
+        if stopped.any():
+            row_iter[moving[stopped]] = n_iter
+            done[moving[stopped]] = True
+            moving = moving[~stopped]
         if trail is not None:
             trail.append(x.copy())
         bar.update()
         if not bar.disable:  # (formatting it cost a small fixed point's step a tenth of its time)
             bar.set_postfix(change=f"{float(delta.max(initial=0.0)):.3g}", moving=len(moving), refresh=False)
+    row_iter[moving] = n_iter
     return FixedPoint(x, n_iter, done, row_iter, trail)

@@ -56,15 +56,17 @@ def value_offset(xp, V):
     return xp.where(xp.abs(c) > xp.max(xp.abs(centred), axis=0), c, xp.zeros_like(c))
 
 
-def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset=0.0):
+def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset=0.0, live=False):
     """Normalise the sums ``S * exp(shift)`` of a path (of the values less ``offset``), apply the
-    empty-neighbourhood policy and shape the result, in the bound kernel's namespace."""
+    empty-neighbourhood policy and shape the result, in the bound kernel's namespace. ``live``:
+    the path knows every row carries weight (``S[:, -1] >= 1``: one block, its row maxima
+    factored out), so that no row is looked for empty ones (a small fixed point's steps)."""
     xp = bound.xp
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = S[:, :-1] / S[:, -1:] + offset
         log_sum = shift + xp.log(S[:, -1]) + bound.log_weight_max
-    empty = ~(log_sum > -math.inf)  # NaN (0 / 0) counts as empty too
-    if bool(xp.any(empty)):
+    empty = np.zeros(len(log_sum), dtype=bool) if live else ~(log_sum > -math.inf)  # NaN (0 / 0) counts as empty
+    if not live and bool(xp.any(empty)):
         log_sum = xp.where(empty, -math.inf, log_sum)
         mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
     cast = (lambda a, t: a.astype(t, copy=False)) if xp is np else xp.astype

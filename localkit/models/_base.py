@@ -37,6 +37,18 @@ def check_sample_weight(sample_weight, X):
     return backend_of(X).sample_weight(sample_weight, X)
 
 
+def check_fit_in_memory(est, X, y="no_validation", **kwargs):
+    """``fit``'s checks (:meth:`NumPyBackend.check_fit <localkit.engine.backends.NumPyBackend.check_fit>`)
+    for an estimator that computes in memory: dask arrays are computed first, as scikit-learn's
+    ``validate_data`` computes them. Returns ``X``, or ``(X, y)`` where ``y`` is given."""
+    given = not isinstance(y, str)
+    backend = backend_of(X, y) if given else backend_of(X)
+    if backend.name == "dask":
+        X, y = backend.host(X, y) if given else (backend.host(X), y)
+        backend = backend_of(X)
+    return backend.check_fit(est, X, y, **kwargs)
+
+
 def check_precomputed(X, *, fit=True):
     """With ``metric="precomputed"``, ``X`` holds distances: ``>= 0``, and at ``fit`` the samples'
     distances to each other, a square matrix (queries have one column per training sample, which

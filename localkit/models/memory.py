@@ -19,12 +19,11 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import non_negative, positive
-from ..engine import bind, iterate, map_queries, row_max_abs_change
+from ..engine import backend_of, bind, iterate, map_queries, row_max_abs_change
 from ..kernels import Kernel
-from ._base import FLOATS, KeptBindings
+from ._base import KeptBindings, check_fit_in_memory
 
 KINDS = ("modern", "classical")
 UPDATES = ("synchronous", "asynchronous")
@@ -120,7 +119,7 @@ class HopfieldNetwork(KeptBindings, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None):
         """Store the patterns ``X`` (n_patterns, n_features). Returns ``self``."""
-        X = validate_data(self, X, dtype=FLOATS)
+        X = check_fit_in_memory(self, X)
         if self.kind == "classical":
             if not np.all(np.abs(X) == 1):
                 raise ValueError("a classical Hopfield network stores bipolar patterns: every entry must be +1 or -1")
@@ -136,8 +135,7 @@ class HopfieldNetwork(KeptBindings, BaseEstimator):
         """Iterate from the probes ``X``; returns the fixed-point driver's result, with the
         attributes ``state`` (the retrieved patterns), ``n_iter``, per-probe ``converged`` and
         ``row_iter``, and with ``history=True`` every state."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        X = backend_of(X).check_queries(self, X)
         name = f"{self.kind} Hopfield retrieval"
         if self.kind == "modern":
             binding, patterns = self._kept["patterns"]
@@ -181,8 +179,7 @@ class HopfieldNetwork(KeptBindings, BaseEstimator):
         ``lse(beta, z) = log(sum exp(beta z)) / beta`` (the engine's log weight sum under the
         softmax kernel) and ``M`` the largest pattern norm. Neither update increases it.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=FLOATS)
+        X = backend_of(X).check_queries(self, X)
         if self.kind == "classical":
             return -0.5 * np.einsum("ij,ij->i", X @ self.weights_, X)
         lse = self._kept["patterns"][0].sums(X).log_weight_sum / self.beta

@@ -28,7 +28,7 @@ from .._validation import check_array, check_class_labels, check_n_neighbors
 from ..engine import DEFAULT_MEMORY_BUDGET, BoundAffinity, bind, sparse_refusals
 from ..engine import iterate, sum_abs_change
 from ..kernels import Kernel
-from ._base import FLOATS
+from ._base import FLOATS, check_fit_in_memory
 from ..engine import map_queries
 from ..exceptions import EmptyNeighbourhoodWarning, warn
 
@@ -200,7 +200,7 @@ class RelaxationLabeling(ClassifierMixin, BaseEstimator):
         """Propagate the labels of ``y`` (``-1`` = unlabelled) over ``X``. Returns ``self``."""
         # a sparse affinity graph (precomputed), or sparse samples for a profile (the neighbour path)
         sparse_ok = ["csr", "csc", "coo"] if self.kernel == "precomputed" else False if callable(self.kernel) else "csr"
-        X, y = validate_data(self, X, y, dtype=FLOATS, accept_sparse=sparse_ok)
+        X, y = check_fit_in_memory(self, X, y, accept_sparse=sparse_ok)
         check_class_labels(y)
         given = self._given_weights()
         if given and self.n_neighbors is not None:

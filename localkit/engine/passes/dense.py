@@ -12,6 +12,8 @@ compact), and if that is not enough its distances are formed exactly, as differe
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.spatial.distance import cdist
 
@@ -333,16 +335,18 @@ def one_block_sums(bound, Q, V_aug):
     the samples, its row maxima factored out (what the online log-sum-exp does for one block),
     without the streaming machinery, for a fixed point of small states
     (:class:`~localkit.engine.bound.Stepper`: Hopfield retrieval of 20 patterns, 64 units, paid
-    ~370 us a step in the streamed pass, ~210 us here, load ~8).
-    None where a row has no finite log-weight (the full pass decides those)."""
+    ~370 us a step in the streamed pass, ~210 us here, load ~8). Every row it sums carries weight
+    (``S[:, -1] >= 1``); None where a row has no finite log-weight (the full pass decides those)."""
     exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
     L, offset = QueryBlock(bound, Q, None, exponent).log_weights(bound, slice(0, bound.n_samples))
     if bound.weight is not None:
         L += bound.log_weight
     m = L.max(axis=1)
-    if not np.all(np.isfinite(m)):
+    if not math.isfinite(m.sum()):  # a row without weight (or an overflow: the full pass decides)
         return None
     S = np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug
+    if not exponent:
+        return S, m + offset
     with np.errstate(over="ignore"):
         return S, np.ldexp(m, exponent) + offset
 
