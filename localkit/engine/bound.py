@@ -465,6 +465,16 @@ class BoundKernel:
             self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
         return self._cache["compact"]
 
+    @property
+    def clusters(self):
+        """The samples partitioned into clusters in the engine's coordinates, for the truncated pass
+        (:class:`~localkit.engine.retrieval.ClusterIndex`), built on first use and kept."""
+        if "clusters" not in self._cache:
+            from .retrieval import ClusterIndex
+
+            self._cache["clusters"] = ClusterIndex(self.X, self.weight, threads=self.options.threads)
+        return self._cache["clusters"]
+
     def sample_leaves(self, leaf):
         """``(cols, lo, hi)``: the samples as leaves of ``leaf`` samples of a k-d tree in the
         engine's coordinates, with their bounding boxes, for the dense path's pruned blocks
@@ -569,14 +579,8 @@ class BoundKernel:
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
         elif path == "neighbors":  # the index's own coordinates (a product's engine points are the raw ones)
             S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
-        elif path == "truncated":  # the k nearest, the weight left out bounded; the dense pass where k would be large
-            dense = PATHS["dense"]
-            Q = self.engine_points(P)
-
-            def fallback(rows):
-                return dense(self, None if queries is None else P[rows], Q[rows], prepared.V_aug, None, False)
-
-            S, shift, omitted = run(self, queries, P, prepared.V_aug, q_scale, exclude_self, fallback)
+        elif path == "truncated":  # the clusters that carry the weight, the weight left out bounded
+            S, shift, omitted = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
             result = finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                             prepared.offset)
             result.omitted = omitted

@@ -211,19 +211,6 @@ class FlatIndex(_ScanBase):
         return out_d, out_i
 
 
-    def truncation(self, Q, m):
-        """``(d2, idx, beyond)``: the exact squared distances of ``m`` candidates of each query (not
-        sorted) and a lower bound ``beyond`` on the squared distance of every sample left out,
-        ``b - err`` (see the module; ``inf`` where none is): what a truncated sum needs (every
-        candidate summed, the rest bounded), with no re-ranking to the exact k."""
-        Q = np.asarray(Q, dtype=np.float64)
-        n = self.n_samples_fit_
-        m = min(int(m), n)
-        idx, bound32 = self.candidates(np.ascontiguousarray(Q, dtype=np.float32), m)
-        beyond = np.full(len(Q), np.inf) if m >= n else np.maximum(bound32 - _error(Q, self.x_max)[0], 0.0)
-        return self._exact(Q, idx), idx, beyond
-
-
 def _tiled_candidates(Q32, X32, x_sq, m, threads=1):
     """The own scan: tiles of ``TILE_QUERIES x TILE_SAMPLES``, ``q.x`` by one matrix product per tile
     (float32, BLAS on one thread), then per query one compiled pass over the tile keeping the ``m``
@@ -336,17 +323,6 @@ class HNSWIndex(_ScanBase):
         d2, idx = self._rerank(Q, self._search(Q, CANDIDATES * k + 1), k)
         return np.sqrt(d2[:, :k]), idx[:, :k]
 
-    def truncation(self, Q, m):
-        """As :meth:`FlatIndex.truncation`, from the graph: ``beyond`` is the largest candidate's
-        exact squared distance, a bound on the samples left out where the graph found the nearest
-        (at the rate ``recall_``)."""
-        Q = np.asarray(Q, dtype=np.float64)
-        m = min(int(m), self.n_samples_fit_)
-        idx = self._search(Q, m)
-        d2 = self._exact(Q, idx)
-        beyond = np.full(len(Q), np.inf) if m >= self.n_samples_fit_ else np.max(np.where(idx >= 0, d2, 0.0), axis=1)
-        return d2, idx, beyond
-
     def radius_neighbors(self, Q, radius, return_distance=True, sort_results=False):
         """The samples within ``radius``, by kNN queries doubled (from 32) until the k-th distance
         passes the radius; complete at the graph's recall."""
@@ -380,13 +356,132 @@ class HNSWIndex(_ScanBase):
         return r, math.sqrt(max(float(per_query.var(ddof=1)) if p > 1 else 0.0, 1.0 / (k * p)) / p)
 
 
-def _x_max(storage, faiss, n):
-    """``max_j |x_j|`` of a flat faiss storage (read in slices)."""
-    best = 0.0
-    for s in range(0, n, 65536):
-        X = storage.reconstruct_n(s, min(65536, n - s))
-        best = max(best, float(np.max(np.einsum("ij,ij->i", X, X), initial=0.0)))
-    return math.sqrt(best)
+#: the truncated pass's clusters: about ``CLUSTER_SCALE sqrt(n)`` of them, from ``CLUSTER_ITERATIONS`` Lloyd
+#: steps on a sample of ``CLUSTER_SAMPLE`` samples per cluster
+CLUSTER_SCALE, CLUSTER_ITERATIONS, CLUSTER_SAMPLE = 2.0, 6, 32
+#: the k-means++ seeds of the clusters drawn in this many batches (:func:`_seeds`)
+CLUSTER_SEED_ROUNDS = 16
+#: rows of one float32 assignment block (samples to their nearest centre)
+CLUSTER_BLOCK = 16384
+
+
+class ClusterIndex:
+    """The samples partitioned into clusters for the truncated pass
+    (:func:`~localkit.engine.passes.neighbors.truncated_path`), in the engine's coordinates ``X``:
+    each cluster's centre ``c`` (its members' mean), radius ``r_c = max |x_j - c|`` over its members
+    and weight ``W_c = sum_j c_j`` (``weight``: the samples' ``c_j``, 1 without). By the triangle
+    inequality every member of a cluster is at least ``max(0, |q - c| - r_c)`` from a query ``q``
+    (:meth:`lower_sq`), so under a profile that never grows with the distance the cluster weighs at
+    most ``W_c k(max(0, |q - c| - r_c) / h)``, whatever the partition: a bound on what a sum that
+    leaves it out omits, for any data.
+
+    The partition is k-means (``CLUSTER_SCALE sqrt(n)`` clusters, Lloyd's steps in float32 on a
+    sample, seeded as k-means++ seeds (:func:`_seeds`); its quality sets how much the bound prunes, never whether
+    it holds). Memory: the order of the samples by cluster and ``O(sqrt(n) d)`` for the centres,
+    never a copy of the samples (the pass gathers a cluster's rows when it visits it)."""
+
+    def __init__(self, X, weight=None, threads=1, seed=0):
+        n, d = X.shape
+        labels = _kmeans_labels(X, max(1, min(n, int(round(CLUSTER_SCALE * math.sqrt(n))))), threads, seed)
+        counts = np.bincount(labels)
+        live = np.flatnonzero(counts)
+        labels = np.searchsorted(live, labels)  # empty clusters dropped
+        counts = counts[live]
+        self.n_clusters = len(live)
+        self.order = np.argsort(labels, kind="stable")
+        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        from scipy import sparse
+
+        member = sparse.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(self.n_clusters, n))
+        self.centres = np.asarray(member @ np.asarray(X, dtype=np.float64)) / counts[:, None]
+        radius = np.zeros(self.n_clusters)
+        for s in range(0, n, CLUSTER_BLOCK):
+            diff = np.asarray(X[s:s + CLUSTER_BLOCK], dtype=np.float64) - self.centres[labels[s:s + CLUSTER_BLOCK]]
+            np.maximum.at(radius, labels[s:s + CLUSTER_BLOCK], np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+        # the rounding of |x - c| (relative (d + 4) eps at most) taken on the radius's side
+        self.radius = radius * (1.0 + (d + 4) * np.finfo(np.float64).eps)
+        self.c_sq = np.einsum("ij,ij->i", self.centres, self.centres)
+        mass = counts.astype(np.float64) if weight is None else np.bincount(labels, weights=weight)
+        with np.errstate(divide="ignore"):
+            self.log_mass = np.log(mass)
+
+    def members(self, c):
+        """The samples of cluster ``c``."""
+        return self.order[self.starts[c]:self.starts[c + 1]]
+
+    def lower_sq(self, Q):
+        """``(n_queries, n_clusters)``: ``max(0, |q - c| - r_c)^2``, a lower bound on the squared
+        distance from each query to every member of each cluster (engine coordinates; ``|q - c|^2``
+        from one matrix product in float64, less its error bound ``2 (d + 4) eps (|q| + |c|)^2``; 0
+        where a query is not finite)."""
+        Q = np.asarray(Q, dtype=np.float64)
+        q_sq = np.einsum("ij,ij->i", Q, Q)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d2 = q_sq[:, None] - 2.0 * (Q @ self.centres.T) + self.c_sq
+            err = 2.0 * (Q.shape[1] + 4) * np.finfo(np.float64).eps * (np.sqrt(q_sq)[:, None] + np.sqrt(self.c_sq)) ** 2
+            low = np.maximum(np.sqrt(np.maximum(d2 - err, 0.0)) - self.radius, 0.0)
+        return np.where(np.isfinite(low), low, 0.0) ** 2
+
+
+def _kmeans_labels(X, n_clusters, threads, seed):
+    """Labels of the samples ``X`` in ``n_clusters`` clusters: Lloyd's steps in float32 on
+    ``CLUSTER_SAMPLE`` samples per cluster drawn at random, started from ``n_clusters`` of them, then
+    every sample to its nearest centre."""
+    from scipy import sparse
+
+    rng = np.random.default_rng(seed)
+    n = len(X)
+    sample = np.asarray(X[np.sort(rng.choice(n, size=min(n, CLUSTER_SAMPLE * n_clusters), replace=False))],
+                        dtype=np.float32)
+    centres = _seeds(sample, n_clusters, rng, threads)
+    for _ in range(CLUSTER_ITERATIONS):
+        labels = _nearest_centre(sample, centres, threads)
+        member = sparse.csr_matrix((np.ones(len(sample), dtype=np.float32), (labels, np.arange(len(sample)))),
+                                   shape=(n_clusters, len(sample)))
+        counts = np.bincount(labels, minlength=n_clusters)[:, None]
+        centres = np.where(counts > 0, np.asarray(member @ sample) / np.maximum(counts, 1), centres).astype(np.float32)
+    return _nearest_centre(X, centres, threads)
+
+
+def _seeds(sample, n_clusters, rng, threads):
+    """``n_clusters`` rows of ``sample`` drawn as k-means++ draws them, with probability proportional
+    to the squared distance to the nearest drawn so far, in ``CLUSTER_SEED_ROUNDS`` batches
+    (as k-means|| does: one matrix product per batch): clusters far apart each get their own seed,
+    where seeds drawn uniformly leave some without and merge them into wide clusters."""
+    from .blocks import map_blocks
+
+    batch = max(1, -(-n_clusters // CLUSTER_SEED_ROUNDS))
+    chosen = [rng.integers(len(sample))]
+    s_sq = np.einsum("ij,ij->i", sample, sample)
+    near = np.maximum(s_sq - 2.0 * (sample @ sample[chosen[0]]) + s_sq[chosen[0]], 0.0).astype(np.float64)
+    while len(chosen) < n_clusters:
+        p = near / near.sum() if near.sum() > 0 else None
+        new = rng.choice(len(sample), size=min(batch, n_clusters - len(chosen)), replace=False,
+                         p=None if p is None or np.count_nonzero(p) < batch else p)
+        chosen.extend(new.tolist())
+        C = sample[new]
+
+        def run(rows, C=C):
+            d2 = s_sq[rows, None] - 2.0 * (sample[rows] @ C.T) + np.einsum("ij,ij->i", C, C)
+            np.minimum(near[rows], np.maximum(d2.min(axis=1), 0.0), out=near[rows])
+
+        map_blocks(run, len(sample), CLUSTER_BLOCK, threads)
+    return sample[np.asarray(chosen)]
+
+
+def _nearest_centre(X, centres, threads):
+    """The nearest of ``centres`` to each row of ``X`` (float32 products, blocks on ``threads`` threads)."""
+    from .blocks import map_blocks
+
+    out = np.empty(len(X), dtype=np.intp)
+    c_sq = np.einsum("ij,ij->i", centres, centres)
+
+    def run(rows):
+        B = np.asarray(X[rows], dtype=np.float32)
+        out[rows] = np.argmin(c_sq - 2.0 * (B @ centres.T), axis=1)
+
+    map_blocks(run, len(X), CLUSTER_BLOCK, threads)
+    return out
 
 
 def scan_applies(Xshape, metric, p, sparse=False):
