@@ -397,7 +397,7 @@ class BoundKernel:
             faiss = retrieval.faiss_module() if kind != "tiled" else None
             args = (self._index_rows, self.n_samples, self.n_features)
             if kind == "hnsw":
-                return retrieval.HNSWIndex(*args, faiss, k=self.kernel.n_neighbors or 10)
+                return retrieval.HNSWIndex(*args, faiss)
             return retrieval.FlatIndex(*args, faiss)
         return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
 

@@ -227,9 +227,9 @@ def _scan_with_faiss():
 
 def _hnsw_why(bound):
     index = bound._cache.get(("index", "hnsw"))
-    measured = ("" if index is None else
+    measured = ("; recall measured on the first queries it answers" if index is None or index.recall_ is None else
                 f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
-                "sampled queries against the exact scan")
+                "a sample of the first queries against the exact scan")
     return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, 2k + 1 candidates "
             "re-ranked exactly" + measured)
 
