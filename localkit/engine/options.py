@@ -33,8 +33,8 @@ class EngineOptions:
         device, taken on NumPy arrays when asked for (the same code on every array library; on
         the host the dense path is its faster form). "approximate" (never taken by "auto") searches
         neighbours in an HNSW graph (faiss ``IndexHNSWFlat``, M = 32) built once with the bound
-        kernel, its ``2k + 1`` candidates re-ranked exactly, its recall@k measured on a sample of
-        queries (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
+        kernel, the k nearest of a search of breadth ``2k + 1`` re-ranked exactly, its recall@k
+        measured on a sample of its first queries (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
         its radius searches (k doubled until the k-th distance passes the support), smooth profiles
         the truncated pass (clusters of samples, visited until the omitted weight meets ``tolerance``).
     grid_size : int or tuple of ints, optional

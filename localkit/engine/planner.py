@@ -230,8 +230,8 @@ def _hnsw_why(bound):
     measured = ("; recall measured on the first queries it answers" if index is None or index.recall_ is None else
                 f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
                 "a sample of the first queries against the exact scan")
-    return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, 2k + 1 candidates "
-            "re-ranked exactly" + measured)
+    return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, the k nearest of a search "
+            "of breadth 2k + 1 re-ranked exactly" + measured)
 
 
 def _scan_why(own):

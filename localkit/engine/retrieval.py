@@ -17,8 +17,9 @@ serve it here, both kept in the bound kernel (built once, on first use):
   scikit-learn's brute-force search itself; so the indices are those of
   ``NearestNeighbors(algorithm="brute")`` on every query, ties included.
 * :class:`HNSWIndex` — ``algorithm="approximate"``: faiss's ``IndexHNSWFlat`` (M = 32), a graph
-  built once in ``fit``. Each kNN query takes ``CANDIDATES * k + 1`` candidates from the graph
-  and re-ranks them exactly; radius queries double k until the k-th distance passes the radius.
+  built once in ``fit``. Each kNN query takes the k nearest of a search of breadth
+  ``CANDIDATES * k + 1`` and re-ranks them exactly; radius queries double k until the k-th
+  distance passes the radius.
   Its recall@k is measured on ``RECALL_PROBES`` of the first queries it answers against the exact
   scan of the graph's own storage: ``recall_`` with its standard error ``recall_error_``
   (:class:`HNSWIndex`).
@@ -304,23 +305,27 @@ class HNSWIndex(_ScanBase):
 
     backend = "faiss HNSW (IndexHNSWFlat, M=32)"
 
-    def _search(self, Q, m, index=None):
+    def _search(self, Q, m, breadth):
+        """The graph's ``m`` nearest of each query, found by a search of breadth (faiss's efSearch) at
+        least ``breadth`` (and ``ef_search``, 16)."""
         self._set_threads()
-        index = self.index if index is None else index
+        index = self.index
         m = min(m, index.ntotal)
-        index.hnsw.efSearch = max(self.ef_search or 0, m, 16)
+        index.hnsw.efSearch = max(self.ef_search or 0, m, breadth, 16)
         _, idx = index.search(np.ascontiguousarray(Q, dtype=np.float32), m)
         return np.where(idx >= 0, self.ids[np.maximum(idx, 0)], -1)
 
     def kneighbors(self, Q, n_neighbors):
-        """``(distances, indices)``: ``CANDIDATES * k + 1`` candidates from the graph, re-ranked by
-        exact distances (approximate: the true k nearest are found at the rate ``recall_``, measured
-        on the first queries)."""
+        """``(distances, indices)``: the k nearest the graph finds in a search of breadth
+        ``CANDIDATES * k + 1``, re-ranked by exact distances (approximate: the true k nearest are
+        found at the rate ``recall_``, measured on the first queries). Only the k are re-ranked:
+        the graph's float32 order differs from the exact one only at near ties, and the breadth, not
+        the candidates kept, sets the recall."""
         Q = np.asarray(Q, dtype=np.float64)
         k = int(n_neighbors)
         if k > self.n_samples_fit_:
             raise ValueError(f"n_neighbors={k} > n_samples={self.n_samples_fit_}")
-        d2, idx = self._rerank(Q, self._search(Q, CANDIDATES * k + 1), k)
+        d2, idx = self._rerank(Q, self._search(Q, k, CANDIDATES * k + 1), k)
         if self.recall_ is None and len(Q):
             self._measure_recall(Q, idx[:, :k])
         return np.sqrt(d2[:, :k]), idx[:, :k]
@@ -344,14 +349,16 @@ class HNSWIndex(_ScanBase):
     def _measure_recall(self, Q, found):
         """``recall_`` (with ``recall_k_`` and ``recall_error_``): the share of the exact k nearest
         among the answers ``found`` to the queries ``Q``, on ``RECALL_PROBES`` of them drawn at random,
-        the exact ones from the graph's flat storage (``CANDIDATES k + 1`` by its float32 scan,
-        re-ranked by exact distances), with its standard error (see the class)."""
+        the exact ones from the graph's flat storage (``CANDIDATES k + 1`` by the own float32 scan,
+        :func:`_tiled_candidates`, re-ranked by exact distances), with its standard error (see the
+        class)."""
         k, n = found.shape[1], self.n_samples_fit_
         rows = np.sort(np.random.default_rng(0).choice(len(Q), size=min(RECALL_PROBES, len(Q)), replace=False))
         storage = self._faiss.downcast_index(self.index.storage)
-        self._set_threads()
-        _, truth = storage.search(np.ascontiguousarray(Q[rows], dtype=np.float32), min(CANDIDATES * k + 1, n))
-        truth = self._rerank(Q[rows], truth.astype(np.intp), k)[1][:, :k]
+        X32 = self._faiss.rev_swig_ptr(storage.get_xb(), n * self.d).reshape(n, self.d)  # a view, no copy
+        truth, _ = _tiled_candidates(np.ascontiguousarray(Q[rows], dtype=np.float32), X32,
+                                     np.einsum("ij,ij->i", X32, X32), min(CANDIDATES * k + 1, n), self.threads)
+        truth = self._rerank(Q[rows], truth, k)[1][:, :k]
         per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found[rows], truth)]) / k
         p, r = len(rows), float(per_query.mean())
         spread = max(float(per_query.var(ddof=1)) if p > 1 else 0.0, r * (1.0 - r) / k, 1.0 / (k * p))
