@@ -210,7 +210,8 @@ def _truncated_rows(n, n_queries):
                     f"{build:.1f} s) | {t_dense:.2f} s | {t_dense / t_trunc:.1f}x | {omitted.max():.1e} | "
                     f"{met}/{len(Q)} | {np.max(np.abs(got.mean - ref_mean)):.1e} / "
                     f"{np.max(np.abs(full.mean - ref_mean)):.1e} | "
-                    f"{np.max(np.abs(got.log_weight_sum - ref_log)):.1e} / {np.max(np.abs(full.log_weight_sum - ref_log)):.1e} |")
+                    f"{np.max(np.abs(got.log_weight_sum - ref_log)):.1e} / "
+                    f"{np.max(np.abs(full.log_weight_sum - ref_log)):.1e} |")
     return rows
 
 
