@@ -403,7 +403,7 @@ class BoundKernel:
             faiss = retrieval.faiss_module() if kind != "tiled" else None
             args = (self._index_rows, self.n_samples, self.n_features)
             if kind == "hnsw":
-                return retrieval.HNSWIndex(*args, faiss, k=self.kernel.n_neighbors or 10)
+                return retrieval.HNSWIndex(*args, faiss)
             return retrieval.FlatIndex(*args, faiss)
         return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
 
@@ -470,6 +470,16 @@ class BoundKernel:
 
             self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
         return self._cache["compact"]
+
+    @property
+    def clusters(self):
+        """The samples partitioned into clusters in the engine's coordinates, for the truncated pass
+        (:class:`~localkit.engine.retrieval.ClusterIndex`), built on first use and kept."""
+        if "clusters" not in self._cache:
+            from .retrieval import ClusterIndex
+
+            self._cache["clusters"] = ClusterIndex(self.X, self.weight, threads=self.options.threads)
+        return self._cache["clusters"]
 
     def sample_leaves(self, leaf):
         """``(cols, lo, hi)``: the samples as leaves of ``leaf`` samples of a k-d tree in the
@@ -580,14 +590,8 @@ class BoundKernel:
             S, shift = run(self, queries, P, prepared.centred, q_scale, exclude_self)
         elif path == "neighbors":  # the index's own coordinates (a product's engine points are the raw ones)
             S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
-        elif path == "truncated":  # the k nearest, the weight left out bounded; the dense pass where k would be large
-            dense = PATHS["dense"]
-            Q = self.engine_points(P)
-
-            def fallback(rows):
-                return dense(self, None if queries is None else P[rows], Q[rows], prepared.V_aug, None, False)
-
-            S, shift, omitted = run(self, queries, P, prepared.V_aug, q_scale, exclude_self, fallback)
+        elif path == "truncated":  # the clusters that carry the weight, the weight left out bounded
+            S, shift, omitted = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
             result = finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                             prepared.offset)
             result.omitted = omitted

@@ -33,10 +33,10 @@ class EngineOptions:
         device, taken on NumPy arrays when asked for (the same code on every array library; on
         the host the dense path is its faster form). "approximate" (never taken by "auto") searches
         neighbours in an HNSW graph (faiss ``IndexHNSWFlat``, M = 32) built once with the bound
-        kernel, its ``2k + 1`` candidates re-ranked exactly, its recall@k measured on a sample of
-        queries (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
+        kernel, the k nearest of a search of breadth ``2k + 1`` re-ranked exactly, its recall@k
+        measured on a sample of its first queries (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
         its radius searches (k doubled until the k-th distance passes the support), smooth profiles
-        the truncated pass (the k nearest, k grown until the omitted weight meets ``tolerance``).
+        the truncated pass (clusters of samples, visited until the omitted weight meets ``tolerance``).
     grid_size : int or tuple of ints, optional
         Grid points per feature of the binned pass (one int, or one per feature); by default the
         fewest whose error bound meets ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).
@@ -47,8 +47,9 @@ class EngineOptions:
         "auto" take the binned pass where it applies and its bound on the grid it would use is at
         most ``tolerance`` (never otherwise). It is also the guarantee of the truncated pass of a
         smooth profile (:func:`~localkit.engine.passes.neighbors.truncated_path`): the weight left
-        out of each query's sums is at most ``tolerance`` of the weight kept,
-        ``(n - k) k(d_k / h) <= tolerance sum_(j <= k) c_j k(d_j / h)`` (default ``1e-6`` there).
+        out of each query's sums is at most ``tolerance`` of the weight kept, ``sum_(c left out)
+        W_c k(max(0, |q - c| - r_c) / h) <= tolerance sum_(j kept) c_j k(d_j / h)`` over clusters of
+        centre ``c``, radius ``r_c`` and weight ``W_c`` (default ``1e-6`` there).
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
     memory_budget : float, optional

@@ -54,11 +54,11 @@ AUTO_BINNED_CELL_COST = 64
 AUTO_BINNED_SAMPLE_COST = 16
 #: the binned pass's most features (``passes.binned.MAX_FEATURES``, restated: the planner imports it lazily)
 BINNED_FEATURES = 3
-#: "auto" takes the truncated pass under a tolerance from this many samples, where a probe of the
-#: queries meets it with at most this fraction of them (each round of the pass is a scan with a heap
-#: of k: past a few thousand it costs more than the dense pass's weights)
+#: "auto" takes the truncated pass under a tolerance from this many samples, where a probe of
+#: ``TRUNCATED_PROBES`` queries visits at most this fraction of them
 TRUNCATED_MIN_SAMPLES = 20_000
-TRUNCATED_AUTO_FRACTION = 1 / 64
+TRUNCATED_AUTO_FRACTION = 1 / 8
+TRUNCATED_PROBES = 16
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -227,11 +227,11 @@ def _scan_with_faiss():
 
 def _hnsw_why(bound):
     index = bound._cache.get(("index", "hnsw"))
-    measured = ("" if index is None else
+    measured = ("; recall measured on the first queries it answers" if index is None or index.recall_ is None else
                 f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
-                "sampled queries against the exact scan")
-    return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, 2k + 1 candidates "
-            "re-ranked exactly" + measured)
+                "a sample of the first queries against the exact scan")
+    return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, the k nearest of a search "
+            "of breadth 2k + 1 re-ranked exactly" + measured)
 
 
 def _scan_why(own):
@@ -395,12 +395,18 @@ class Pass:
         return _few_in_support(self.bound, self.P)
 
     @cached_property
-    def truncation_start(self):
-        """The truncated pass's starting k from a probe of the queries, or None (too many samples)."""
-        from .passes.neighbors import TRUNCATED_TOLERANCE, truncation_start
+    def truncated_visits(self):
+        """The share of the samples the truncated pass sums for ``TRUNCATED_PROBES`` of the queries
+        (evenly spaced), run on them (:func:`~localkit.engine.passes.neighbors.cluster_sums`)."""
+        from .passes.neighbors import TRUNCATED_TOLERANCE, cluster_sums
 
-        return truncation_start(self.bound, self.bound.index_points(self.P),
-                                self.bound.options.tolerance or TRUNCATED_TOLERANCE)
+        b = self.bound
+        if len(self.P) == 0:
+            return 0.0
+        rows = np.unique(np.linspace(0, len(self.P) - 1, min(TRUNCATED_PROBES, len(self.P))).astype(np.intp))
+        ones = np.ones((b.n_samples, 1), dtype=b.dtype)
+        visited = cluster_sums(b, b.engine_points(self.P[rows]), ones, b.options.tolerance or TRUNCATED_TOLERANCE)[3]
+        return float(visited.mean()) / b.n_samples
 
     @cached_property
     def truncated_refusals(self):
@@ -480,8 +486,10 @@ def _truncated_what(a):
 
     tol = a.bound.options.tolerance or TRUNCATED_TOLERANCE
     why = "algorithm='approximate'" if a.algorithm == "approximate" else f"tolerance={tol:g} given"
-    return (f"{why}: the k nearest samples, k grown until the weight left out, at most (n - k) k(d_k / h), is "
-            f"<= {tol:g} of the weight kept (reported per query: LocalSums.omitted)")
+    return (f"{why}: the samples' {a.bound.clusters.n_clusters:,} k-means clusters (built once) visited in the order "
+            "of their bound W_c k(max(0, |q - c| - r_c) / h), each summed exactly, until the bound on the clusters "
+            f"left out is <= {tol:g} of the weight kept (reported per query: LocalSums.omitted); a probe of the "
+            f"queries visits {a.truncated_visits:.1%} of the samples")
 
 
 def _sparse(reason):
@@ -561,11 +569,10 @@ ROWS = (
                     lambda a: f"{a.d} features: the binned pass serves a tolerance in 1 to {BINNED_FEATURES} features"),
                    (lambda a: a.bound.n_samples >= TRUNCATED_MIN_SAMPLES,
                     lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"),
-                   (lambda a: a.truncation_start is not None
-                    and a.truncation_start <= TRUNCATED_AUTO_FRACTION * a.bound.n_samples,
-                    lambda a: f"a probe of the queries needs k = {a.truncation_start or a.bound.n_samples:,} nearest "
-                              f"samples to meet the tolerance, more than 1/{round(1 / TRUNCATED_AUTO_FRACTION)} of "
-                              "them: the dense pass is cheaper"))),
+                   (lambda a: a.truncated_visits <= TRUNCATED_AUTO_FRACTION,
+                    lambda a: f"a probe of the queries visits {a.truncated_visits:.0%} of the samples to meet the "
+                              f"tolerance, more than {TRUNCATED_AUTO_FRACTION:.0%}: the clusters do not separate "
+                              "the weight, the dense pass is cheaper"))),
     Row("neighbors", ("neighbors", "auto", "approximate"), (_HOST, _sparse("needs dense coordinates")),
         ((lambda a: a.candidate is not None if a.bound.factors is not None else a.kernel.compact,
           lambda a: "needs a compact factor (its support holds the candidates)" if a.bound.factors is not None
@@ -640,7 +647,7 @@ def explain(bound, P, q_scale, exclude_self):
         if ok or row.path not in placed:  # where the arrays are, the last row's verdict
             reasons[row.path] = why
             placed |= {row.path} if ok else set()
-    searches = taken.path in ("neighbors", "truncated") and not a.bound.sparse and a.bound.factors is None
+    searches = taken.path == "neighbors" and not a.bound.sparse and a.bound.factors is None
     return Plan(taken.path, {name: reasons[name] for name in PATH_NAMES}, index_plan(bound) if searches else None)
 
 

@@ -17,11 +17,12 @@ serve it here, both kept in the bound kernel (built once, on first use):
   scikit-learn's brute-force search itself; so the indices are those of
   ``NearestNeighbors(algorithm="brute")`` on every query, ties included.
 * :class:`HNSWIndex` — ``algorithm="approximate"``: faiss's ``IndexHNSWFlat`` (M = 32), a graph
-  built once in ``fit``. Each kNN query takes ``CANDIDATES * k + 1`` candidates from the graph
-  and re-ranks them exactly; radius queries double k until the k-th distance passes the radius.
-  Its recall@k is measured when it is built on ``RECALL_PROBES`` samples used as queries (each
-  left out of its own answer) against the exact scan of the graph's own storage: ``recall_``
-  with its standard error ``recall_error_`` (:class:`HNSWIndex`).
+  built once in ``fit``. Each kNN query takes the k nearest of a search of breadth
+  ``CANDIDATES * k + 1`` and re-ranks them exactly; radius queries double k until the k-th
+  distance passes the radius.
+  Its recall@k is measured on ``RECALL_PROBES`` of the first queries it answers against the exact
+  scan of the graph's own storage: ``recall_`` with its standard error ``recall_error_``
+  (:class:`HNSWIndex`).
 
 Why faiss: it is the maintained library whose exact scan is the one to beat (``IndexFlatL2``),
 whose HNSW graph keeps its vectors in a flat storage that also answers the exact recall probes,
@@ -211,19 +212,6 @@ class FlatIndex(_ScanBase):
         return out_d, out_i
 
 
-    def truncation(self, Q, m):
-        """``(d2, idx, beyond)``: the exact squared distances of ``m`` candidates of each query (not
-        sorted) and a lower bound ``beyond`` on the squared distance of every sample left out,
-        ``b - err`` (see the module; ``inf`` where none is): what a truncated sum needs (every
-        candidate summed, the rest bounded), with no re-ranking to the exact k."""
-        Q = np.asarray(Q, dtype=np.float64)
-        n = self.n_samples_fit_
-        m = min(int(m), n)
-        idx, bound32 = self.candidates(np.ascontiguousarray(Q, dtype=np.float32), m)
-        beyond = np.full(len(Q), np.inf) if m >= n else np.maximum(bound32 - _error(Q, self.x_max)[0], 0.0)
-        return self._exact(Q, idx), idx, beyond
-
-
 def _tiled_candidates(Q32, X32, x_sq, m, threads=1):
     """The own scan: tiles of ``TILE_QUERIES x TILE_SAMPLES``, ``q.x`` by one matrix product per tile
     (float32, BLAS on one thread), then per query one compiled pass over the tile keeping the ``m``
@@ -293,59 +281,54 @@ class HNSWIndex(_ScanBase):
     """``algorithm="approximate"``: faiss's HNSW graph (``IndexHNSWFlat``, M = ``HNSW_M``), its
     candidates re-ranked exactly (see the module).
 
-    ``recall_`` / ``recall_error_``: the recall@k (``recall_k_``) of :meth:`kneighbors` measured at
-    build on ``RECALL_PROBES`` samples as queries, each left out of its own answer (queries from
-    the samples' distribution), against the exact scan of the graph's flat storage; its standard
-    error is that of a mean over the ``p`` probes, ``sqrt(max(s^2, 1 / (k p)) / p)`` with ``s^2``
-    the variance of the per-probe recalls (a query's misses come together: the k of one probe are
-    not independent trials; the floor keeps a recall measured as 1 from claiming no error).
+    ``recall_`` / ``recall_error_``: the recall@k (``recall_k_``) of :meth:`kneighbors` measured on
+    the first queries it answers (None before), on ``RECALL_PROBES`` of them drawn at random,
+    against the exact scan of the graph's flat storage (:meth:`_measure_recall`). Samples of the
+    graph used as queries (each left out of its own answer) measured optimistic: the graph links
+    each sample to its neighbours when it inserts it (0.985 reported against 0.960 measured on
+    the queries, benchmarks/RESULTS.md "retrieval"). The standard error is that of a mean over
+    the ``p`` probes, ``sqrt(max(s^2, r (1 - r) / k, 1 / (k p)) / p)`` with ``s^2`` the variance of the
+    per-probe recalls: a query's misses come together (the k of one probe are not independent
+    trials, so the binomial error ``sqrt(r (1 - r) / (k p))`` of ``k p`` trials, the floor here,
+    would understate it; the last floor keeps a recall measured as 1 from claiming no error).
     The graph is built in one ``add`` (one grown by a second measured worse: recall 0.98 against
     0.997 on the same points); ``ids`` maps its numbers to the samples'."""
 
-    def __init__(self, rows, n, d, faiss, k=10, ef_search=None):
+    def __init__(self, rows, n, d, faiss, ef_search=None):
         super().__init__(rows, n, d, faiss)
         self.ef_search = ef_search
         self.index = faiss.IndexHNSWFlat(d, HNSW_M)
         self._set_threads()
         self.ids = np.arange(n)
         self.index.add(self._all_float32())  # in one call: a graph grown by a second add measured worse
-        self.recall_k_ = int(max(1, min(k, n - 1)))
-        self.recall_, self.recall_error_ = 1.0, 0.0
-        if n > 2:
-            rng = np.random.default_rng(0)
-            self.recall_, self.recall_error_ = self._measure_recall(
-                np.sort(rng.choice(n, size=min(RECALL_PROBES, n), replace=False)))
+        self.recall_k_ = self.recall_ = self.recall_error_ = None  # measured on the first queries
 
     backend = "faiss HNSW (IndexHNSWFlat, M=32)"
 
-    def _search(self, Q, m, index=None):
+    def _search(self, Q, m, breadth):
+        """The graph's ``m`` nearest of each query, found by a search of breadth (faiss's efSearch) at
+        least ``breadth`` (and ``ef_search``, 16)."""
         self._set_threads()
-        index = self.index if index is None else index
+        index = self.index
         m = min(m, index.ntotal)
-        index.hnsw.efSearch = max(self.ef_search or 0, m, 16)
+        index.hnsw.efSearch = max(self.ef_search or 0, m, breadth, 16)
         _, idx = index.search(np.ascontiguousarray(Q, dtype=np.float32), m)
         return np.where(idx >= 0, self.ids[np.maximum(idx, 0)], -1)
 
     def kneighbors(self, Q, n_neighbors):
-        """``(distances, indices)``: ``CANDIDATES * k + 1`` candidates from the graph, re-ranked by
-        exact distances (approximate: the true k nearest are found at the rate ``recall_``)."""
+        """``(distances, indices)``: the k nearest the graph finds in a search of breadth
+        ``CANDIDATES * k + 1``, re-ranked by exact distances (approximate: the true k nearest are
+        found at the rate ``recall_``, measured on the first queries). Only the k are re-ranked:
+        the graph's float32 order differs from the exact one only at near ties, and the breadth, not
+        the candidates kept, sets the recall."""
         Q = np.asarray(Q, dtype=np.float64)
         k = int(n_neighbors)
         if k > self.n_samples_fit_:
             raise ValueError(f"n_neighbors={k} > n_samples={self.n_samples_fit_}")
-        d2, idx = self._rerank(Q, self._search(Q, CANDIDATES * k + 1), k)
+        d2, idx = self._rerank(Q, self._search(Q, k, CANDIDATES * k + 1), k)
+        if self.recall_ is None and len(Q):
+            self._measure_recall(Q, idx[:, :k])
         return np.sqrt(d2[:, :k]), idx[:, :k]
-
-    def truncation(self, Q, m):
-        """As :meth:`FlatIndex.truncation`, from the graph: ``beyond`` is the largest candidate's
-        exact squared distance, a bound on the samples left out where the graph found the nearest
-        (at the rate ``recall_``)."""
-        Q = np.asarray(Q, dtype=np.float64)
-        m = min(int(m), self.n_samples_fit_)
-        idx = self._search(Q, m)
-        d2 = self._exact(Q, idx)
-        beyond = np.full(len(Q), np.inf) if m >= self.n_samples_fit_ else np.max(np.where(idx >= 0, d2, 0.0), axis=1)
-        return d2, idx, beyond
 
     def radius_neighbors(self, Q, radius, return_distance=True, sort_results=False):
         """The samples within ``radius``, by kNN queries doubled (from 32) until the k-th distance
@@ -363,30 +346,151 @@ class HNSWIndex(_ScanBase):
             todo, k = todo[~done], min(2 * k, self.n_samples_fit_)
         return (out_d, out_i) if return_distance else out_i
 
-    def _measure_recall(self, probes):
-        """Recall@k of :meth:`kneighbors` at the samples ``probes`` (each left out of its own answer)
-        against the exact scan of the graph's flat storage, and its standard error."""
-        k = self.recall_k_
-        Q = self.rows(probes)
-        _, found = self.kneighbors(Q, k + 1)
+    def _measure_recall(self, Q, found):
+        """``recall_`` (with ``recall_k_`` and ``recall_error_``): the share of the exact k nearest
+        among the answers ``found`` to the queries ``Q``, on ``RECALL_PROBES`` of them drawn at random,
+        the exact ones from the graph's flat storage (``CANDIDATES k + 1`` by the own float32 scan,
+        :func:`_tiled_candidates`, re-ranked by exact distances), with its standard error (see the
+        class)."""
+        k, n = found.shape[1], self.n_samples_fit_
+        rows = np.sort(np.random.default_rng(0).choice(len(Q), size=min(RECALL_PROBES, len(Q)), replace=False))
         storage = self._faiss.downcast_index(self.index.storage)
-        _, truth = storage.search(np.ascontiguousarray(Q, dtype=np.float32),
-                                  min(CANDIDATES * (k + 1) + 1, self.n_samples_fit_))
-        truth = self._rerank(Q, truth.astype(np.intp), k + 1)[1]
-        per_query = np.array([len(np.intersect1d(f[f != p][:k], t[t != p][:k]))
-                              for f, t, p in zip(found, truth, probes)]) / k
-        p = len(probes)
-        r = float(per_query.mean())
-        return r, math.sqrt(max(float(per_query.var(ddof=1)) if p > 1 else 0.0, 1.0 / (k * p)) / p)
+        X32 = self._faiss.rev_swig_ptr(storage.get_xb(), n * self.d).reshape(n, self.d)  # a view, no copy
+        truth, _ = _tiled_candidates(np.ascontiguousarray(Q[rows], dtype=np.float32), X32,
+                                     np.einsum("ij,ij->i", X32, X32), min(CANDIDATES * k + 1, n), self.threads)
+        truth = self._rerank(Q[rows], truth, k)[1][:, :k]
+        per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found[rows], truth)]) / k
+        p, r = len(rows), float(per_query.mean())
+        spread = max(float(per_query.var(ddof=1)) if p > 1 else 0.0, r * (1.0 - r) / k, 1.0 / (k * p))
+        self.recall_k_, self.recall_, self.recall_error_ = k, r, math.sqrt(spread / p)
 
 
-def _x_max(storage, faiss, n):
-    """``max_j |x_j|`` of a flat faiss storage (read in slices)."""
-    best = 0.0
-    for s in range(0, n, 65536):
-        X = storage.reconstruct_n(s, min(65536, n - s))
-        best = max(best, float(np.max(np.einsum("ij,ij->i", X, X), initial=0.0)))
-    return math.sqrt(best)
+#: the truncated pass's clusters: about ``CLUSTER_SCALE sqrt(n)`` of them, from ``CLUSTER_ITERATIONS`` Lloyd
+#: steps on a sample of ``CLUSTER_SAMPLE`` samples per cluster
+CLUSTER_SCALE, CLUSTER_ITERATIONS, CLUSTER_SAMPLE = 2.0, 6, 32
+#: the k-means++ seeds of the clusters drawn in this many batches (:func:`_seeds`)
+CLUSTER_SEED_ROUNDS = 16
+#: rows of one float32 assignment block (samples to their nearest centre)
+CLUSTER_BLOCK = 16384
+
+
+class ClusterIndex:
+    """The samples partitioned into clusters for the truncated pass
+    (:func:`~localkit.engine.passes.neighbors.truncated_path`), in the engine's coordinates ``X``:
+    each cluster's centre ``c`` (its members' mean), radius ``r_c = max |x_j - c|`` over its members
+    and weight ``W_c = sum_j c_j`` (``weight``: the samples' ``c_j``, 1 without). By the triangle
+    inequality every member of a cluster is at least ``max(0, |q - c| - r_c)`` from a query ``q``
+    (:meth:`lower_sq`), so under a profile that never grows with the distance the cluster weighs at
+    most ``W_c k(max(0, |q - c| - r_c) / h)``, whatever the partition: a bound on what a sum that
+    leaves it out omits, for any data.
+
+    The partition is k-means (``CLUSTER_SCALE sqrt(n)`` clusters, Lloyd's steps in float32 on a
+    sample, seeded as k-means++ seeds (:func:`_seeds`); its quality sets how much the bound prunes, never whether
+    it holds). Memory: the order of the samples by cluster and ``O(sqrt(n) d)`` for the centres,
+    never a copy of the samples (the pass gathers a cluster's rows when it visits it)."""
+
+    def __init__(self, X, weight=None, threads=1, seed=0):
+        n, d = X.shape
+        labels = _kmeans_labels(X, max(1, min(n, int(round(CLUSTER_SCALE * math.sqrt(n))))), threads, seed)
+        counts = np.bincount(labels)
+        live = np.flatnonzero(counts)
+        labels = np.searchsorted(live, labels)  # empty clusters dropped
+        counts = counts[live]
+        self.n_clusters = len(live)
+        self.order = np.argsort(labels, kind="stable")
+        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        from scipy import sparse
+
+        member = sparse.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(self.n_clusters, n))
+        self.centres = np.asarray(member @ np.asarray(X, dtype=np.float64)) / counts[:, None]
+        radius = np.zeros(self.n_clusters)
+        for s in range(0, n, CLUSTER_BLOCK):
+            diff = np.asarray(X[s:s + CLUSTER_BLOCK], dtype=np.float64) - self.centres[labels[s:s + CLUSTER_BLOCK]]
+            np.maximum.at(radius, labels[s:s + CLUSTER_BLOCK], np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+        # the rounding of |x - c| (relative (d + 4) eps at most) taken on the radius's side
+        self.radius = radius * (1.0 + (d + 4) * np.finfo(np.float64).eps)
+        self.c_sq = np.einsum("ij,ij->i", self.centres, self.centres)
+        mass = counts.astype(np.float64) if weight is None else np.bincount(labels, weights=weight)
+        with np.errstate(divide="ignore"):
+            self.log_mass = np.log(mass)
+
+    def members(self, c):
+        """The samples of cluster ``c``."""
+        return self.order[self.starts[c]:self.starts[c + 1]]
+
+    def lower_sq(self, Q):
+        """``(n_queries, n_clusters)``: ``max(0, |q - c| - r_c)^2``, a lower bound on the squared
+        distance from each query to every member of each cluster (engine coordinates; ``|q - c|^2``
+        from one matrix product in float64, less its error bound ``2 (d + 4) eps (|q| + |c|)^2``; 0
+        where a query is not finite)."""
+        Q = np.asarray(Q, dtype=np.float64)
+        q_sq = np.einsum("ij,ij->i", Q, Q)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d2 = q_sq[:, None] - 2.0 * (Q @ self.centres.T) + self.c_sq
+            err = 2.0 * (Q.shape[1] + 4) * np.finfo(np.float64).eps * (np.sqrt(q_sq)[:, None] + np.sqrt(self.c_sq)) ** 2
+            low = np.maximum(np.sqrt(np.maximum(d2 - err, 0.0)) - self.radius, 0.0)
+        return np.where(np.isfinite(low), low, 0.0) ** 2
+
+
+def _kmeans_labels(X, n_clusters, threads, seed):
+    """Labels of the samples ``X`` in ``n_clusters`` clusters: Lloyd's steps in float32 on
+    ``CLUSTER_SAMPLE`` samples per cluster drawn at random, started from ``n_clusters`` of them, then
+    every sample to its nearest centre."""
+    from scipy import sparse
+
+    rng = np.random.default_rng(seed)
+    n = len(X)
+    sample = np.asarray(X[np.sort(rng.choice(n, size=min(n, CLUSTER_SAMPLE * n_clusters), replace=False))],
+                        dtype=np.float32)
+    centres = _seeds(sample, n_clusters, rng, threads)
+    for _ in range(CLUSTER_ITERATIONS):
+        labels = _nearest_centre(sample, centres, threads)
+        member = sparse.csr_matrix((np.ones(len(sample), dtype=np.float32), (labels, np.arange(len(sample)))),
+                                   shape=(n_clusters, len(sample)))
+        counts = np.bincount(labels, minlength=n_clusters)[:, None]
+        centres = np.where(counts > 0, np.asarray(member @ sample) / np.maximum(counts, 1), centres).astype(np.float32)
+    return _nearest_centre(X, centres, threads)
+
+
+def _seeds(sample, n_clusters, rng, threads):
+    """``n_clusters`` rows of ``sample`` drawn as k-means++ draws them, with probability proportional
+    to the squared distance to the nearest drawn so far, in ``CLUSTER_SEED_ROUNDS`` batches
+    (as k-means|| does: one matrix product per batch): clusters far apart each get their own seed,
+    where seeds drawn uniformly leave some without and merge them into wide clusters."""
+    from .blocks import map_blocks
+
+    batch = max(1, -(-n_clusters // CLUSTER_SEED_ROUNDS))
+    chosen = [rng.integers(len(sample))]
+    s_sq = np.einsum("ij,ij->i", sample, sample)
+    near = np.maximum(s_sq - 2.0 * (sample @ sample[chosen[0]]) + s_sq[chosen[0]], 0.0).astype(np.float64)
+    while len(chosen) < n_clusters:
+        p = near / near.sum() if near.sum() > 0 else None
+        new = rng.choice(len(sample), size=min(batch, n_clusters - len(chosen)), replace=False,
+                         p=None if p is None or np.count_nonzero(p) < batch else p)
+        chosen.extend(new.tolist())
+        C = sample[new]
+
+        def run(rows, C=C):
+            d2 = s_sq[rows, None] - 2.0 * (sample[rows] @ C.T) + np.einsum("ij,ij->i", C, C)
+            np.minimum(near[rows], np.maximum(d2.min(axis=1), 0.0), out=near[rows])
+
+        map_blocks(run, len(sample), CLUSTER_BLOCK, threads)
+    return sample[np.asarray(chosen)]
+
+
+def _nearest_centre(X, centres, threads):
+    """The nearest of ``centres`` to each row of ``X`` (float32 products, blocks on ``threads`` threads)."""
+    from .blocks import map_blocks
+
+    out = np.empty(len(X), dtype=np.intp)
+    c_sq = np.einsum("ij,ij->i", centres, centres)
+
+    def run(rows):
+        B = np.asarray(X[rows], dtype=np.float32)
+        out[rows] = np.argmin(c_sq - 2.0 * (B @ centres.T), axis=1)
+
+    map_blocks(run, len(X), CLUSTER_BLOCK, threads)
+    return out
 
 
 def scan_applies(Xshape, metric, p, sparse=False):

@@ -19,8 +19,9 @@ weighted sums are ``S * exp(shift[:, None])``: ``S[:, -1]`` is the weight sum,
 * **binned** (:mod:`~localkit.engine.passes.binned`) — linear binning onto a grid, FFT
   convolution and multilinear interpolation, in 1 to 3 features (approximate, asked for only);
 * **truncated** (:func:`~localkit.engine.passes.neighbors.truncated_path`) — a smooth profile summed
-  over each query's k nearest samples, k grown until the weight left out, bounded by
-  ``(n - k) k(d_k / h)``, is at most ``tolerance`` of the weight kept (returns that bound too).
+  over the k-means clusters of samples that carry each query's weight, visited until the weight
+  the others can hold, bounded by ``sum_c W_c k(max(0, |q - c| - r_c) / h)``, is at most
+  ``tolerance`` of the weight kept (returns that bound too).
 """
 from .binned import binned_path
 from .compiled import compiled_path

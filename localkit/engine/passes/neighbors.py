@@ -14,6 +14,7 @@ from scipy import sparse
 from sklearn.neighbors import KDTree, NearestNeighbors
 
 from ..blocks import map_blocks
+from ..stream import OnlineLogSumExp
 from ..factors import candidate_factor, knn_scales, pair_log_weights
 from ..twins import largest_group
 
@@ -522,107 +523,89 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
                   prepared.offset)
 
 
-# -- the truncated pass: a smooth profile summed over the k nearest, the weight left out bounded --------
+# -- the truncated pass: a smooth profile summed over the clusters that carry it, the weight left out bounded --
 #: the truncated pass's tolerance where none is given (``algorithm="approximate"``)
 TRUNCATED_TOLERANCE = 1e-6
-#: the k it starts from, and the factor it grows by
-TRUNCATED_START, TRUNCATED_GROWTH = 64, 4
-#: a query whose k would pass this fraction of the samples takes the dense pass (exact, nothing omitted)
-TRUNCATED_MAX_FRACTION = 0.25
+#: (query, cluster) bounds of one block of queries of the truncated pass
+TRUNCATED_BLOCK_PAIRS = 2**20
 
 
-def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self, fallback=None):
-    """Sums of a monotone profile over each query's k nearest samples, with a bound on the weight
-    left out: ``(S, shift, omitted)``.
+def truncated_path(bound, queries, Q, V_aug, q_scale, exclude_self):
+    """Sums of a profile that never grows with the distance over the clusters of samples that carry
+    each query's weight, with a bound on the weight left out: ``(S, shift, omitted)`` (``Q`` in the
+    engine's coordinates).
 
-    For a profile ``k`` that does not grow with the distance and sample weights ``c_j <= 1``
-    (scaled by their maximum), every sample left out weighs at most ``k(u_k)``, the k-th nearest's,
-    so the weight left out is at most ``(n - k) k(u_k)``; ``omitted`` is that bound relative to the
-    weight kept, ``(n - k) k(u_k) / sum_(j <= k) c_j k(u_j)`` (0 where nothing is left out). k starts
-    at ``TRUNCATED_START`` and grows by ``TRUNCATED_GROWTH`` until ``omitted <= tolerance``
-    (``options.tolerance``, else ``TRUNCATED_TOLERANCE``): the local mean's error is then at most
-    ``tolerance`` times the spread of the values, and the log weight sum's at most
-    ``log(1 + tolerance)``. The neighbours come from ``bound.index``: the exact scan
-    (:class:`~localkit.engine.retrieval.FlatIndex`: a guarantee) or, with
-    ``algorithm="approximate"``, the HNSW graph (the bound then holds for the samples it found; its
-    measured recall says how often those are the nearest). A query whose k would pass
-    ``TRUNCATED_MAX_FRACTION`` of the samples takes ``fallback(rows)`` (the dense pass)."""
+    The samples are partitioned once (:attr:`~localkit.engine.BoundKernel.clusters`, a
+    :class:`~localkit.engine.retrieval.ClusterIndex`: centres ``c``, radii ``r_c``, weights ``W_c =
+    sum c_j`` with ``c_j <= 1``). A cluster weighs at most ``U_c = W_c k(max(0, |q - c| - r_c) / h)``
+    (triangle inequality); each query visits its clusters in the order of ``U_c``, largest first,
+    summing each one exactly (its members' log-weights about its centre, an online log-sum-exp),
+    1, then 1, 2, 4, ... more at a time, until the bound on what the clusters not visited hold is at
+    most ``tolerance`` (``options.tolerance``, else ``TRUNCATED_TOLERANCE``) of the weight kept:
+
+        omitted = sum_(c not visited) U_c / sum_(j visited) c_j k(|q - x_j| / h) <= tolerance.
+
+    ``omitted`` is reported per query (0 where every cluster was visited: the exact sums). The
+    local mean's error is then at most ``tolerance`` times the spread of the values, and the log
+    weight sum's at most ``log(1 + tolerance)``, for any data: where the clusters do not separate
+    (uniform data, a wide bandwidth) a query visits them all and its sums are the dense pass's.
+    Memory: ``TRUNCATED_BLOCK_PAIRS`` bounds per block of queries, and one cluster's log-weights."""
     tol = bound.options.tolerance or TRUNCATED_TOLERANCE
-    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
-    V_aug = bound.weighted(V_aug)
-    P = bound.index_points(queries)
-    n_q = P.shape[0]
+    clusters = bound.clusters
+    n_q = Q.shape[0]
     S = np.zeros((n_q, V_aug.shape[1]), dtype=V_aug.dtype)
     shift = np.zeros(n_q, dtype=V_aug.dtype)
     omitted = np.zeros(n_q)
-    index = bound.index
-    start = truncation_start(bound, P, tol) if n_q else TRUNCATED_START
-    if start is None and fallback is not None:  # the probe's k passes TRUNCATED_MAX_FRACTION: the dense pass
-        S[:], shift[:] = fallback(np.arange(n_q))
-        return S, shift, omitted
-    todo, k = np.arange(n_q), n if start is None else start
-    while len(todo):
-        if k > TRUNCATED_MAX_FRACTION * n and k < n and fallback is not None:
-            S[todo], shift[todo] = fallback(todo)
-            break
-        d2, idx, beyond = truncation(index, P[todo], k)
-        L = profile.log_k(d2 / unit ** 2)
-        rel = _omitted(bound, d2, idx, beyond, k)
-        done = (rel <= tol) | (k >= n)
-        rows = todo[done]
-        s, m = _gathered_sums(L[done], np.maximum(idx[done], 0), V_aug)
-        S[rows], shift[rows], omitted[rows] = s, m, rel[done]
-        todo, k = todo[~done], min(n, k * TRUNCATED_GROWTH)
+    threads = max(1, bound.options.threads)
+    block = max(1, min(TRUNCATED_BLOCK_PAIRS // clusters.n_clusters, -(-n_q // threads)))
+
+    def run(rows):
+        S[rows], shift[rows], omitted[rows], _ = cluster_sums(bound, Q[rows], V_aug, tol)
+
+    map_blocks(run, n_q, block, bound.options.threads)
     return S, shift, omitted
 
 
-def _omitted(bound, d2, idx, beyond, k):
-    """Per query, ``(n - k) k(beyond / h^2) / sum_j c_j k(d2_j / h^2)``: the bound on the weight left
-    out of the ``k`` candidates (every other sample at squared distance >= ``beyond``), relative to
-    the weight kept; 0 where nothing is left out, inf where nothing is kept."""
-    profile, unit, n = bound.kernel.profile, bound.index_unit, bound.n_samples
-    L = profile.log_k(d2 / unit ** 2)
-    if bound.weight is not None:
-        L = L + np.where(idx >= 0, bound.log_weight[np.maximum(idx, 0)], -np.inf)
-    top = L.max(axis=1)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        log_kept = top + np.log(np.exp(L - top[:, None]).sum(axis=1))
-        rel = np.exp(math.log(max(n - k, 1)) + profile.log_k(beyond / unit ** 2) - log_kept)
-    return np.where(np.isinf(beyond) | (k >= n), 0.0, np.where(np.isnan(rel), np.inf, rel))
-
-
-#: queries of the probe that picks the truncated pass's starting k
-TRUNCATED_PROBES = 16
-
-
-def truncation_start(bound, P, tol):
-    """The k the truncated pass starts from: the largest that ``TRUNCATED_PROBES`` queries of ``P``
-    (evenly spaced) needed to meet ``tol`` (from ``TRUNCATED_START``, grown by ``TRUNCATED_GROWTH``;
-    each round a scan of the samples, so the pass starts where most queries end); ``None`` where a
-    probe would pass ``TRUNCATED_MAX_FRACTION`` of the samples (the dense pass is then cheaper)."""
-    n = bound.n_samples
-    rows = np.unique(np.linspace(0, len(P) - 1, min(TRUNCATED_PROBES, len(P))).astype(np.intp))
-    todo, k = P[rows], min(n, TRUNCATED_START)
+def cluster_sums(bound, Q, V_aug, tol):
+    """The truncated pass on one block of queries ``Q`` (engine coordinates; see
+    :func:`truncated_path`): ``(S, shift, omitted, visited)``, ``visited`` the samples each query
+    summed."""
+    clusters, kern = bound.clusters, bound.kernel
+    n_b, n_c, width = Q.shape[0], clusters.n_clusters, V_aug.shape[1]
+    with np.errstate(over="ignore"):
+        log_bound = clusters.log_mass + kern.profile.log_k(np.ldexp(clusters.lower_sq(Q), bound.u2_exponent))
+    order = np.argsort(-log_bound, axis=1, kind="stable")
+    # rest[:, r]: the log of the most weight the clusters after the first r (in that order) can hold
+    rest = np.full((n_b, n_c + 1), -np.inf)
+    rest[:, :n_c] = np.logaddexp.accumulate(np.take_along_axis(log_bound, order, axis=1)[:, ::-1], axis=1)[:, ::-1]
+    acc = OnlineLogSumExp(n_b, width - 1, V_aug.dtype)
+    omitted = np.zeros(n_b)
+    visited = np.zeros(n_b, dtype=np.intp)
+    todo, lo, hi = np.arange(n_b), 0, 1
     while len(todo):
-        if k > TRUNCATED_MAX_FRACTION * n and k < n:
-            return None
-        d2, idx, beyond = truncation(bound.index, todo, k)
-        keep = ~((_omitted(bound, d2, idx, beyond, k) <= tol) | (k >= n))
-        if not keep.any():
-            return k
-        todo, k = todo[keep], min(n, k * TRUNCATED_GROWTH)
-    return k
-
-
-def truncation(index, P, k):
-    """``(d2, idx, beyond)`` of ``k`` candidates per query, as
-    :meth:`~localkit.engine.retrieval.FlatIndex.truncation`; an index without that method (a k-d
-    tree, scikit-learn's search) gives the exact k nearest, so ``beyond`` is the k-th's squared
-    distance (``inf`` where k is every sample)."""
-    if hasattr(index, "truncation"):
-        return index.truncation(P, k)
-    dist, idx = index.kneighbors(P, n_neighbors=k)
-    d2 = np.asarray(dist, dtype=np.float64) ** 2
-    beyond = np.full(len(d2), np.inf) if k >= index.n_samples_fit_ else d2[:, -1].copy()
-    return d2, idx, beyond
+        # the pairs (query, cluster) of this round, grouped by cluster: one matrix product per cluster
+        rows = np.repeat(todo, hi - lo)
+        cols = order[todo, lo:hi].ravel()
+        by = np.argsort(cols, kind="stable")
+        rows, cols = rows[by], cols[by]
+        cuts = np.flatnonzero(np.diff(cols)) + 1
+        for qs, c in zip(np.split(rows, cuts), cols[np.concatenate([[0], cuts])] if len(cols) else []):
+            members, centre = clusters.members(c), clusters.centres[c]
+            # about the cluster's centre: the matrix product's round-off is that of |q - c| and r_c, not |q|
+            L, offset = kern.log_weights((Q[qs] - centre).astype(Q.dtype), (bound.X[members] - centre).astype(Q.dtype),
+                                         exact=not bound.scaled, u2_exponent=bound.u2_exponent, fold_offset=True)
+            L += offset[:, None]
+            if bound.weight is not None:
+                L += bound.log_weight[members]
+            part = OnlineLogSumExp(len(qs), width - 1, V_aug.dtype)
+            part.m, part.S = acc.m[qs], acc.S[qs]
+            part.update(L, V_aug[members])
+            acc.m[qs], acc.S[qs] = part.m, part.S
+            visited[qs] += len(members)
+        left = rest[todo, hi]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rel = np.where(left == -np.inf, 0.0, np.exp(left - (acc.m[todo] + np.log(acc.S[todo, -1]))))
+        done = (rel <= tol) | (hi >= n_c)
+        omitted[todo[done]] = rel[done]
+        todo, lo, hi = todo[~done], hi, min(n_c, 2 * hi)
+    return acc.S, acc.m, omitted, visited
