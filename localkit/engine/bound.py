@@ -39,7 +39,7 @@ from scipy.sparse import issparse
 
 from ..kernels import Kernel
 from ..kernels.kernel import SumKernel, exact_sq_distances
-from ..kernels.bandwidth import resolve_bandwidth, safe_mean
+from ..kernels.bandwidth import column_extremes, resolve_bandwidth, safe_mean
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
 from .._validation import check_sparse_points
 from .passes import neighbors as nb
@@ -251,7 +251,7 @@ class BoundKernel:
         self.factors, self._cache = None, {}
 
     # the layout of a norm metric's samples, built on first use (see _Layout)
-    _extremes = _Layout(lambda bound: (bound.samples.min(axis=0), bound.samples.max(axis=0)))  # per feature
+    _extremes = _Layout(lambda bound: column_extremes(bound.samples))  # per feature
     _centring = _Layout(_centring)
     centre = _Layout(lambda bound: bound._centring[0])
     exponent = _Layout(lambda bound: bound._centring[1])

@@ -79,6 +79,28 @@ def effective_size(n, weight=None, xp=np):
 
 #: rows per slice of :func:`safe_mean` on large C-ordered arrays
 MEAN_SLICE = 65536
+#: :func:`column_extremes` reads a C-ordered array with fewer columns than this as wider rows
+NARROW = 16
+
+
+def column_extremes(X):
+    """``(X.min(axis=0), X.max(axis=0))``, exactly.
+
+    NumPy reduces a C-ordered array of few columns over its rows one row at a time (2,000,000 x 3:
+    ~200 ms for the max, measured); viewed as rows of ``m`` consecutive samples (``m d`` numbers
+    wide, no copy) the reduction runs along the wide rows (~40 ms), and the ``m`` partial extremes
+    of each column (and the rows left over) are reduced once more: the same numbers, as min and
+    max do not depend on the order."""
+    if not (isinstance(X, np.ndarray) and X.ndim == 2 and X.flags.c_contiguous and 0 < X.shape[1] < NARROW
+            and len(X) > MEAN_SLICE):
+        return X.min(axis=0), X.max(axis=0)
+    n, d = X.shape
+    m = 64 // d
+    head = n - n % m
+    wide = X[:head].reshape(-1, m * d)
+    lo = np.vstack([wide.min(axis=0).reshape(m, d), X[head:]]).min(axis=0)
+    hi = np.vstack([wide.max(axis=0).reshape(m, d), X[head:]]).max(axis=0)
+    return lo, hi
 
 
 def safe_mean(X, extremes=None):
@@ -86,23 +108,27 @@ def safe_mean(X, extremes=None):
 
     A large C-ordered NumPy array is read in slices of ``MEAN_SLICE`` rows, never copied whole
     (1,000,000 x 32 samples: 488 MiB of temporaries before): ``max |X|`` from the columns'
-    extremes (``extremes``: ``(X.min(axis=0), X.max(axis=0))`` where the caller has them), and the
-    sum continued slice by slice in the order NumPy's own reduction over the rows adds them (the
-    running sum stacked above the next slice), so the means are the same to the bit."""
+    extremes (``extremes``: ``(X.min(axis=0), X.max(axis=0))`` where the caller has them), each
+    slice's column sums read along wide rows as :func:`column_extremes` reads them (2,000,000 x 3:
+    274 ms a row at a time, measured) and added up in float64, slice by slice."""
     sliced = isinstance(X, np.ndarray) and X.ndim == 2 and X.flags.c_contiguous and len(X) > MEAN_SLICE
     if extremes is not None or sliced:
-        lo, hi = (X.min(axis=0), X.max(axis=0)) if extremes is None else extremes
+        lo, hi = column_extremes(X) if extremes is None else extremes
         scale = np.maximum(np.abs(hi), np.abs(lo))
     else:
         scale = np.max(np.abs(X), axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     if not sliced:
         return (X / scale).mean(axis=0) * scale
-    total = None
+    d = X.shape[1]
+    m = 64 // d if 0 < d < NARROW else 1
+    total = np.zeros(d)  # float64 partial sums, float32 samples too
     for a in range(0, len(X), MEAN_SLICE):
         part = X[a:a + MEAN_SLICE] / scale
-        total = np.add.reduce(part if total is None else np.vstack([total[None], part]), axis=0)
-    return np.true_divide(total, len(X)) * scale
+        head = len(part) - len(part) % m
+        total += part[:head].reshape(-1, m * d).sum(axis=0, dtype=np.float64).reshape(m, d).sum(axis=0)
+        total += part[head:].sum(axis=0, dtype=np.float64)
+    return (total / len(X) * scale).astype(np.result_type(X.dtype, scale.dtype))
 
 
 def resolve_bandwidth(bandwidth, samples, name="bandwidth", sample_weight=None, *, xp=np, host=np.asarray):
