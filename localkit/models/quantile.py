@@ -376,13 +376,15 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
             CV(h) = (1 / n) sum_i sum_t ([y_i <= t] - F_{-i}(t | x_i))^2
 
         over the thresholds ``t`` at ``y``'s quantiles of levels ``CV_LEVELS``, ``F_{-i}`` the
-        estimate of the fit without sample ``i`` (and its twins: :func:`~localkit.models.
-        kernel_learning.loo_groups`): the local mean of ``[y <= t]`` for ``degree=0`` (the
-        squared leave-one-out error of a local mean of the indicators), the local linear one in the
-        continuous columns for ``method="linear_weights"`` and ``degree=1`` (from the local means
-        of :func:`cdf_cv_design`'s values). ``CV`` is ``2 sum_t`` of the pinball losses averaged
-        over a neighbourhood of levels (the continuous ranked probability score), so the
-        bandwidths target the quantiles rather than the conditional mean. The search is
+        estimate of the fit without sample ``i`` (and its twins, as
+        :func:`~localkit.models.kernel_learning.loo_sums` leaves out): the local mean of
+        ``[y <= t]`` for ``degree=0`` (the squared leave-one-out error of a local mean of the
+        indicators), the local linear one in the continuous columns for ``method="linear_weights"``
+        and ``degree=1`` (from the local means of :func:`cdf_cv_design`'s values). The sum over
+        thresholds stands for the integral over ``t`` under ``y``'s distribution; over all ``t``
+        the summand is the continuous ranked probability score, twice the pinball loss integrated
+        over the levels, so the bandwidths are chosen for the quantiles, not for the conditional
+        mean. The search is
         :func:`~localkit.models.kernel_learning.select_cv_bandwidths`' (kept in ``cv_results_``),
         on exact engine passes or, with ``tolerance``, on cell sums
         (:mod:`localkit.models.cv_scale`)."""
