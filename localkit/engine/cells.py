@@ -102,8 +102,13 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
     else:
         cell_of, K_cat = np.zeros(n, dtype=np.intp), np.ones((1, 1))
     cw = np.ones(n) if c is None else c
-    S = np.zeros((n, V.shape[1] + 1))
     Xc = X[:, cont_cols]
+    # the sums are the same for the rows of one cell at one continuous point (rows repeat them: a
+    # column of integers, a survey's ages): each cell's sums are interpolated once per distinct point
+    # and combined once per distinct (cell, point), then read off for every row
+    points, at = np.unique(Xc + 0.0, axis=0, return_inverse=True) if cont_cols else (None, np.zeros(n, np.intp))
+    pairs, pair_of = np.unique(np.column_stack([cell_of, at.ravel()]), axis=0, return_inverse=True)
+    S = np.zeros((len(pairs), V.shape[1] + 1))
     from ..kernels.profiles import get_profile
 
     gaussian = get_profile("gaussian")
@@ -112,11 +117,12 @@ def cell_loo_sums(kernel, X, V, sample_weight=None, grid_size=None, tolerance=No
         if not members.size:
             continue
         if cont_cols:
-            T, _ = binned_sums(Xc[members], Xc, None if c is None else c[members], V[members], gaussian, h,
+            T, _ = binned_sums(Xc[members], points, None if c is None else c[members], V[members], gaussian, h,
                                grid_size=grid_size, tolerance=tolerance)
         else:  # no continuous column: each cell's sums are constants
-            T = np.broadcast_to(np.r_[cw[members] @ V[members], cw[members].sum()], (n, V.shape[1] + 1))
-        S += K_cat[cell_of, b][:, None] * T
+            T = np.r_[cw[members] @ V[members], cw[members].sum()][None, :]
+        S += K_cat[pairs[:, 0], b][:, None] * T[pairs[:, 1]]
+    S = S[pair_of.ravel()]
     own = np.column_stack([V, np.ones(n)]) * cw[:, None] * K_cat[cell_of, cell_of][:, None]
     if groups is None and not cat:  # every copy of row i (x_i and its values) leaves with it (the engine's twins)
         groups = twin_groups(X, V if V.shape[1] else None)

@@ -59,7 +59,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._params import ALGORITHM_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT
-from ..engine import BoundKernel, EngineOptions
+from ..engine import BoundKernel, EngineOptions, cell_loo_sums
 from ..kernels import Kernel
 from .conditional import (ConditionalDensity, categorical_levels, check_levels, check_probabilities, fit_x_kernel,
                           mapped_x, weight_blocks)
@@ -70,6 +70,9 @@ from .kernel_learning import has_cv
 #: the local linear fits leave out the samples whose weight is below this fraction of the largest: their
 #: share of the weighted loss is below round-off, and the linear program stays well scaled
 NEGLIGIBLE = 1e-14
+#: the levels of ``y``'s quantiles that are the thresholds of the ``"cv"`` criterion (the deciles)
+#: (:meth:`KernelQuantileRegressor._select_cv`), as R's ``npcdistbw`` takes a grid of ``y``'s quantiles
+CV_LEVELS = np.arange(1, 10) / 10
 
 
 def pinball_loss(y, q, tau):
@@ -87,12 +90,29 @@ def weighted_quantile(y_sorted, W_sorted, tau):
     return y_sorted[np.minimum(k, len(y_sorted) - 1)]
 
 
+def linear_correction(M1, M2, D):
+    """``(a, v, well)`` of the local linear weights ``l_i = L_i (a - v^T (z_i - z*))`` from the
+    normalised moments of the kernel's weights ``L`` about a common centre: ``M1`` (q, p) the means
+    of ``z``, ``M2`` (q, p, p) of ``z z^T``, ``D = M1 - z*`` (q, p) (``S_1 / S_0``): ``v = C^-1 D``
+    with ``C = M2 - M1 M1^T`` (``(S_2 - S_1 S_1^T / S_0) / S_0``), ``a = 1 + D^T v``, on the rows
+    where ``C`` is well conditioned (``well``); elsewhere ``a = 1, v = 0`` (degree 0)."""
+    C = M2 - np.einsum("qi,qj->qij", M1, M1)
+    a, v = np.ones(len(D)), np.zeros_like(D)
+    scale = np.maximum(np.einsum("qii->q", C), np.finfo(np.float64).tiny)
+    well = np.linalg.cond(C / scale[:, None, None]) < 1e10 if len(C) else np.zeros(0, dtype=bool)
+    if np.any(well):
+        v[well] = np.linalg.solve(C[well], D[well][:, :, None])[:, :, 0]
+        a[well] = 1.0 + np.einsum("qi,qi->q", D[well], v[well])
+    return a, v, well
+
+
 def local_linear_weights(W, Z, Zq):
     """The local linear smoother's weights ``l_i`` (rows summing to 1) from the kernel weights
     ``W`` (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``
     (n_queries, p): ``l_i = w_i (a - b^T (z_i - z*)) / S_0`` with ``b = C^-1 S_1``,
-    ``a = 1 + S_1^T b / S_0`` (see the module docstring); ``w_i / S_0`` where ``C`` is singular.
-    Moments about the samples' mean, so that far-off coordinates lose no precision."""
+    ``a = 1 + S_1^T b / S_0`` (see the module docstring; :func:`linear_correction`); ``w_i / S_0``
+    where ``C`` is singular. Moments about the samples' mean, so that far-off coordinates lose no
+    precision."""
     W = np.asarray(W, dtype=np.float64)
     S0 = W.sum(axis=1)
     L = W / S0[:, None]
@@ -101,17 +121,40 @@ def local_linear_weights(W, Z, Zq):
     centre = Z.mean(axis=0)
     Zc, Qc = Z - centre, Zq - centre
     M1 = L @ Zc  # weighted means of z
-    D = M1 - Qc  # S_1 / S_0
-    M2 = np.einsum("qn,ni,nj->qij", L, Zc, Zc)
-    C = M2 - np.einsum("qi,qj->qij", M1, M1)  # the weighted covariance: (S_2 - S_1 S_1^T / S_0) / S_0
-    out = L.copy()
-    scale = np.maximum(np.einsum("qii->q", C), np.finfo(np.float64).tiny)
-    well = np.linalg.cond(C / scale[:, None, None]) < 1e10 if len(C) else np.zeros(0, dtype=bool)
-    if np.any(well):
-        v = np.linalg.solve(C[well], D[well][:, :, None])[:, :, 0]  # C^-1 S_1 / S_0 * S_0
-        a = 1.0 + np.einsum("qi,qi->q", D[well], v)
-        out[well] = L[well] * (a[:, None] - (Zc @ v.T).T + np.einsum("qi,qi->q", v, Qc[well])[:, None])
-    return out
+    a, v, _ = linear_correction(M1, np.einsum("qn,ni,nj->qij", L, Zc, Zc), M1 - Qc)
+    return L * (a[:, None] - (Zc @ v.T).T + np.einsum("qi,qi->q", v, Qc)[:, None])
+
+
+def cdf_cv_design(I, Zc):
+    """The values whose leave-one-out local means give ``F_{-i}(t | x_i)`` (see
+    :meth:`KernelQuantileRegressor._select_cv`): the indicators ``I`` (n, m), ``I_it = [y_i <= t]``,
+    and with continuous columns ``Zc`` (n, p, centred) ``z I_t`` (p m), ``z`` (p) and the upper
+    triangle of ``z z^T``."""
+    n, p = Zc.shape
+    if p == 0:
+        return I
+    upper = np.triu_indices(p)
+    return np.hstack([I, (Zc[:, :, None] * I[:, None, :]).reshape(n, -1), Zc,
+                      (Zc[:, :, None] * Zc[:, None, :])[:, upper[0], upper[1]]])
+
+
+def cdf_cv_loss(M, I, Zc):
+    """``mean_i sum_t (I_it - F_{-i}(t | x_i))^2`` from the leave-one-out local means ``M`` of
+    :func:`cdf_cv_design`'s values: ``F_{-i} = M_I`` (local constant, ``Zc`` of no column) or the
+    local linear ``F_{-i}(t) = a M_I(t) - v^T (M_zI(t) - z_i M_I(t))`` (:func:`linear_correction`)."""
+    n, m = I.shape
+    p = Zc.shape[1]
+    F = M[:, :m]
+    if p:
+        MzI = M[:, m:m + p * m].reshape(n, p, m)
+        M1 = M[:, m + p * m:m + p * m + p]
+        M2 = np.empty((n, p, p))
+        upper = np.triu_indices(p)
+        M2[:, upper[0], upper[1]] = M[:, m + p * m + p:]
+        M2[:, upper[1], upper[0]] = M[:, m + p * m + p:]
+        a, v, _ = linear_correction(M1, M2, M1 - Zc)
+        F = a[:, None] * F - np.einsum("np,npm->nm", v, MzI - Zc[:, :, None] * F[:, None, :])
+    return float(np.mean(np.sum((I - F) ** 2, axis=1)))
 
 
 def check_loss_fit(D, y, w, tau):
@@ -171,8 +214,12 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         products with categorical factors take ``degree=0`` or the inversion).
     bandwidth : float, array of shape (n_features,), rule or "cv", default="scott"
         ``h`` of a profile given by name (a rule resolved on ``X``). ``"cv"`` (or ``"cv"`` inside a
-        ``Kernel``) with ``method="inversion"``: chosen with ``y_kernel``'s by the leave-one-out
-        likelihood of :class:`~localkit.ConditionalDensity`.
+        ``Kernel``: the continuous bandwidths and the categorical smoothings of a product, jointly):
+        with ``method="inversion"`` chosen with ``y_kernel``'s by the leave-one-out likelihood of
+        :class:`~localkit.ConditionalDensity`; otherwise by the leave-one-out integrated squared
+        error of the fit's own estimate of ``F(y | x)`` over 9 thresholds at ``y``'s deciles
+        (R's ``npcdistbw``; local constant for ``degree=0``, local linear for ``degree=1`` and
+        ``"linear_weights"``; see :meth:`_select_cv`).
         A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
         array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
         ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
@@ -188,6 +235,11 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         The engine's path for the weights.
     n_jobs : int or None, default=None
         Engine threads.
+    tolerance : float in (0, 1) or None, default=None
+        With ``"cv"`` bandwidths: the relative error accepted from binned sums, which makes the
+        search evaluate its criterion by categorical cells and binned Gaussian sums
+        (:mod:`localkit.models.cv_scale`; Gaussian factors on at most three continuous columns);
+        None: the exact engine passes. The quantiles themselves are always exact.
 
     Attributes
     ----------
@@ -197,6 +249,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         The levels ``tau``.
     conditional_ : ConditionalDensity
         With ``method="inversion"``: the conditional distribution inverted.
+    cv_results_ : dict
+        With ``"cv"`` bandwidths: every point of the search, ``"bandwidths"`` (one row per point,
+        the ``"cv"`` columns in the order of the factors) and ``"loo_loss"`` (the criterion; with
+        ``method="inversion"`` the negative leave-one-out log-likelihood).
     X_fit_, y_fit_ : the training data.
 
     Examples
@@ -219,10 +275,14 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         "y_kernel": [Kernel, None],
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
+        "tolerance": [Interval(Real, 0, 1, closed="neither"), None],
     }
 
+    #: "cv" bandwidths are chosen by the leave-one-out error of F(y | x) (:meth:`_select_cv`)
+    _takes_cv = True
+
     def __init__(self, quantile=0.5, degree=1, kernel="gaussian", bandwidth="scott", method="check", y_kernel=None,
-                 algorithm="auto", n_jobs=None):
+                 algorithm="auto", n_jobs=None, tolerance=None):
         self.quantile = quantile
         self.degree = degree
         self.kernel = kernel
@@ -231,6 +291,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         self.y_kernel = y_kernel
         self.algorithm = algorithm
         self.n_jobs = n_jobs
+        self.tolerance = tolerance
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike):
@@ -241,23 +302,20 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         if self.method == "inversion":
             self.conditional_ = ConditionalDensity(kernel=self.kernel, bandwidth=self.bandwidth,
                                                    y_kernel=self.y_kernel, algorithm=self.algorithm,
-                                                   n_jobs=self.n_jobs).fit(X, y)
+                                                   n_jobs=self.n_jobs, tolerance=self.tolerance).fit(X, y)
             self.kernel_ = self.conditional_.kernel_
-            self.__dict__.pop("bandwidth_matrix_", None)
-            if hasattr(self.conditional_, "bandwidth_matrix_"):
-                self.bandwidth_matrix_ = self.conditional_.bandwidth_matrix_
+            for name in ("bandwidth_matrix_", "cv_results_"):
+                self.__dict__.pop(name, None)
+                if hasattr(self.conditional_, name):
+                    setattr(self, name, getattr(self.conditional_, name))
             return self
-        if isinstance(self.bandwidth, str) and self.bandwidth == "cv" and not isinstance(self.kernel, Kernel):
-            raise ValueError("bandwidth='cv' is chosen for method='inversion' (the leave-one-out likelihood of the "
-                             "conditional density); the check-loss fits take numbers or a rule")
+        self.__dict__.pop("cv_results_", None)
         self.kernel_ = fit_x_kernel(self, X)
-        if has_cv(self.kernel_):
-            raise ValueError(f"bandwidth='cv' inside kernel={self.kernel_!r} is chosen for method='inversion' (the "
-                             "leave-one-out likelihood of the conditional density); the check-loss fits take numbers "
-                             "or rules")
         if self.degree == 1 and self.method == "check" and any(f.is_categorical for f in self.kernel_.factors):
             raise ValueError(f"degree=1 fits a slope on every column of X, which kernel={self.kernel_!r} holds as "
                              "levels; take degree=0 or method='inversion'")
+        if has_cv(self.kernel_):
+            self.kernel_ = self._select_cv(X, self.y_fit_)
         self._levels = categorical_levels(self.kernel_, X)
         self._X_bound = mapped_x(self, X)  # the coordinates of the x kernel (H^-1/2 under a bandwidth matrix)
         self._bound = BoundKernel(self.kernel_, self._X_bound,
@@ -309,6 +367,57 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         order = np.argsort(taus, kind="stable")
         out[:, order] = np.sort(out[:, order], axis=1)  # rearrangement: no crossing
         return out
+
+    def _select_cv(self, X, y):
+        """``kernel_`` with its ``"cv"`` bandwidths chosen by the leave-one-out integrated squared
+        error of the conditional distribution function (Li, Lin and Racine, 2013; R's
+        ``np::npcdistbw(bwmethod = "cv.ls")`` with an indicator in ``y``)::
+
+            CV(h) = (1 / n) sum_i sum_t ([y_i <= t] - F_{-i}(t | x_i))^2
+
+        over the thresholds ``t`` at ``y``'s quantiles of levels ``CV_LEVELS``, ``F_{-i}`` the
+        estimate of the fit without sample ``i`` (and its twins, as
+        :func:`~localkit.models.kernel_learning.loo_sums` leaves out): the local mean of
+        ``[y <= t]`` for ``degree=0`` (the squared leave-one-out error of a local mean of the
+        indicators), the local linear one in the continuous columns for ``method="linear_weights"``
+        and ``degree=1`` (from the local means of :func:`cdf_cv_design`'s values). The sum over
+        thresholds stands for the integral over ``t`` under ``y``'s distribution; over all ``t``
+        the summand is the continuous ranked probability score, twice the pinball loss integrated
+        over the levels, so the bandwidths are chosen for the quantiles, not for the conditional
+        mean. The search is
+        :func:`~localkit.models.kernel_learning.select_cv_bandwidths`' (kept in ``cv_results_``),
+        on exact engine passes or, with ``tolerance``, on cell sums
+        (:mod:`localkit.models.cv_scale`)."""
+        from .cv_scale import FixedGrid, takes_cells
+        from .kernel_learning import loo_sums, select_cv_bandwidths
+
+        if len(X) < 3:
+            raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
+        X = np.asarray(X, dtype=np.float64)
+        linear = self.method == "linear_weights" or self.degree == 1
+        Z = X[:, self._continuous_columns()] if linear else X[:, :0]
+        Zc = Z - Z.mean(axis=0)
+        I = (y[:, None] <= np.unique(np.quantile(y, CV_LEVELS))[None, :]).astype(np.float64)
+        V = cdf_cv_design(I, Zc)
+        if takes_cells(self.kernel_, X.shape[1], self.tolerance):
+            grid = FixedGrid(X, self.tolerance)
+
+            def means(kernel):
+                S = cell_loo_sums(kernel, X, V, grid_size=grid(kernel))
+                return S[:, :-1] / S[:, -1:] if np.all(S[:, -1] > 0) else None
+        else:
+            options = EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs)
+
+            def means(kernel):
+                sums = loo_sums(kernel, X, V, None, options)
+                return None if np.any(sums.empty) else sums.mean.reshape(len(X), -1)
+
+        def loss(kernel):
+            M = means(kernel)
+            return np.inf if M is None else cdf_cv_loss(M, I, Zc)
+
+        kernel, self.cv_results_ = select_cv_bandwidths(self.kernel_, X, loss)
+        return kernel
 
     def _continuous_columns(self):
         """The columns of ``X`` under continuous factors of ``kernel_`` (every column for a kernel
