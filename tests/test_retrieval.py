@@ -165,6 +165,7 @@ def test_omitted_weight_bound_holds(monkeypatch, profile, h, tol, n, seed, weigh
     that tolerance; on data without clusters (``centres=0``) and with them."""
     monkeypatch.setattr(planner, "TRUNCATED_MIN_SAMPLES", 0)
     monkeypatch.setattr(planner, "TRUNCATED_AUTO_FRACTION", 1.0)
+    monkeypatch.setattr(planner, "TRUNCATED_BUILD_QUERIES", 0.0)
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 4)) * rng.uniform(0.5, 2.0, 4)
     if centres:
@@ -191,12 +192,19 @@ def test_truncated_pass_visits_few_samples_of_clustered_data():
     X, Q = clustered(planner.TRUNCATED_MIN_SAMPLES, 8, 40, seed=7, centres=200, spread=10.0)
     kernel = Kernel("gaussian", bandwidth=1.0)
     bound = BoundKernel(kernel, X, options=EngineOptions(tolerance=1e-6))
+    # 40 queries < 4 sqrt(n): "auto" does not build the clusters for them (labelling the samples
+    # would cost more than the dense pass), and says so
+    plan = bound.explain(Q)
+    assert plan.path == "dense" and "sqrt(n_samples)" in plan.reasons["truncated"]
+    assert "clusters" not in bound._cache
+    bound.clusters  # a binding that holds them (built by a larger call before) is probed at any count
     plan = bound.explain(Q)
     assert plan.path == "truncated" and "LocalSums.omitted" in plan.reasons["truncated"]
     assert planner.Pass(bound, Q, None, False).truncated_visits < 0.05
     U = np.random.default_rng(8).uniform(-1, 1, (planner.TRUNCATED_MIN_SAMPLES, 8))
     wide = BoundKernel(Kernel("gaussian", bandwidth=2.0), U, options=EngineOptions(tolerance=1e-6))
-    plan = wide.explain(U[:10])
+    many = int(planner.TRUNCATED_BUILD_QUERIES * np.sqrt(len(U))) + 1  # enough queries to build them
+    plan = wide.explain(U[:many])
     assert plan.path == "dense" and "visits 100%" in plan.reasons["truncated"]
     approx = BoundKernel(Kernel("gaussian", bandwidth=2.0), U[:3000], options=EngineOptions(algorithm="approximate"))
     got = approx.sums(U[:10], U[:3000, 0])

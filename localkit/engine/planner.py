@@ -30,6 +30,7 @@ the decision, and a new path is one row.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, NamedTuple
@@ -59,6 +60,12 @@ BINNED_FEATURES = 3
 TRUNCATED_MIN_SAMPLES = 20_000
 TRUNCATED_AUTO_FRACTION = 1 / 8
 TRUNCATED_PROBES = 16
+#: "auto" builds the truncated pass's clusters (:class:`~localkit.engine.retrieval.ClusterIndex`)
+#: only for at least this many queries per ``sqrt(n_samples)``: labelling the samples alone costs
+#: a dense pass of ``CLUSTER_SCALE sqrt(n)`` queries (200,000 x 16 uniform samples, 100 queries and
+#: a tolerance: 1.25 s to find the clusters useless, against 0.09 s for the dense pass). Clusters a
+#: binding already holds are probed at any count; ``algorithm="approximate"`` builds them always.
+TRUNCATED_BUILD_QUERIES = 4.0
 #: bandwidths inside this range keep ``h^2`` a normal float for the compiled pass's raw coordinates
 COMPILED_BANDWIDTHS = (1e-100, 1e100)
 
@@ -569,6 +576,10 @@ ROWS = (
                     lambda a: f"{a.d} features: the binned pass serves a tolerance in 1 to {BINNED_FEATURES} features"),
                    (lambda a: a.bound.n_samples >= TRUNCATED_MIN_SAMPLES,
                     lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"),
+                   (lambda a: "clusters" in a.bound._cache
+                    or len(a.P) >= TRUNCATED_BUILD_QUERIES * math.sqrt(a.bound.n_samples),
+                    lambda a: f"{len(a.P):,} queries < {TRUNCATED_BUILD_QUERIES:g} sqrt(n_samples): building the "
+                              "clusters would cost more than the dense pass (algorithm='approximate' builds them)"),
                    (lambda a: a.truncated_visits <= TRUNCATED_AUTO_FRACTION,
                     lambda a: f"a probe of the queries visits {a.truncated_visits:.0%} of the samples to meet the "
                               f"tolerance, more than {TRUNCATED_AUTO_FRACTION:.0%}: the clusters do not separate "
