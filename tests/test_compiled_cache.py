@@ -95,7 +95,7 @@ m = local_mean(Q, X, y, kernel="tricube", bandwidth=0.3, algorithm="compiled")
 u = np.sqrt(((Q[:, None] - X[None]) ** 2).sum(-1)) / 0.3
 w = np.where(u < 1, (1 - np.minimum(u, 1) ** 3) ** 3, 0.0)  # tricube, in float64
 print(json.dumps({"err": float(np.abs(m - w @ y / w.sum(1)).max()),
-                  "hits": sum(compiled._window_sums.stats.cache_hits.values())}))
+                  "hits": sum(compiled._window_sums(compiled.COMPACT.index("tricube")).stats.cache_hits.values())}))
 """
 
 

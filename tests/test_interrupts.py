@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -54,7 +55,10 @@ def test_ctrl_c_stops_the_compiled_compact_pass_between_chunks(monkeypatch):
     # compiled code loaded first: Ctrl-C then lands in a compiled call, not in numba's compiler (a
     # fresh clone's quick suite compiled here, and the interrupt was lost in 2 of 4 runs)
     local_mean(X[:10], X[:1000], y[:1000], kernel="epanechnikov", bandwidth=0.2, algorithm="compiled")
-    done, timer = _spy(monkeypatch, compact, "_window_sums", lambda Q, *rest: len(Q))
+    # the pass compiled for this profile, spied on behind the module's per-profile lookup
+    chunks = SimpleNamespace(run=compact._window_sums(compact.COMPACT.index("epanechnikov")))
+    done, timer = _spy(monkeypatch, chunks, "run", lambda Q, *rest: len(Q))
+    monkeypatch.setattr(compact, "_window_sums", lambda code: chunks.run)
     _interrupted(lambda: local_mean(X, X, y, kernel="epanechnikov", bandwidth=0.2, algorithm="compiled"), timer)
     assert sum(done) < len(X)  # the code before ran the whole pass in one compiled call
 

@@ -161,6 +161,57 @@ def test_leaves_pytorchs_thread_count_as_the_user_set_it():
     assert out.stdout.split()[-1] == "1"
 
 
+_COMPILE_EVENTS = """
+import collections, json, torch
+from numba.core import event
+from localkit.nn import kernel_attention
+q = torch.randn(1, 2, 64, 8, requires_grad=True)
+with event.install_recorder("numba:compile") as recorder:
+    kernel_attention(q, q, q, "epanechnikov", bandwidth=3.0).sum().backward()
+print(json.dumps(collections.Counter(e.data["dispatcher"].py_func.__qualname__ for _, e in recorder.buffer
+                                     if e.is_start)))
+"""
+
+
+def test_a_profile_compiles_its_own_loops_once_then_loads_from_disk(tmp_path):
+    """A cold first call compiles the one profile it needs (not the switch's eleven), forward and
+    backward; a second process loads both passes from numba's disk cache (compiles nothing)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "LOCALKIT_QUIET": "1"}
+    counts = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _COMPILE_EVENTS], capture_output=True, text=True, timeout=600,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        counts.append(json.loads(out.stdout.splitlines()[-1]))
+    cold, warm = counts
+    for loop in ("weigh", "reweigh", "gradient"):
+        assert cold[f"_tile_loops.<locals>.{loop}"] == 1
+    assert cold["passes.<locals>.forward"] == cold["passes.<locals>.backward"] == 1
+    assert not any(name.startswith(("passes.", "_tile_loops.")) for name in warm), warm
+
+
+def test_one_and_two_threads_give_the_same_bits():
+    """Tasks (a batch-head and a query tile; a batch-head backward) are independent: the threads'
+    blocks change nothing."""
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=70, S=90, seed=7))
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out = kernel_attention(q, k, v, "epanechnikov", bandwidth=1.5, causal=True)
+            results.append([out.detach()] + list(torch.autograd.grad(out.square().sum(), (q, k, v))))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_vector_math_rounds_within_its_stated_ulps():
     """``exp`` within 1 float32 ulp of the exact value on [-87.3, 0] and 0 below the normal range;
     ``sin`` and ``cos`` within 3 on [0, pi/2] (relative, so near the cosine's zero at pi/2 too)."""

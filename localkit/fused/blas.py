@@ -13,7 +13,8 @@ with MKL against 0.30 s with OpenBLAS (SDPA, on MKL: 0.42-0.45 s), Epanechnikov'
 attention (d=16) 0.94 s against 0.62-0.69 s.
 
 MKL is taken only under numba's OpenMP threading layer, which it shares with PyTorch: called
-inside numba's parallel region it then runs on one thread, as the tiles need. SciPy's OpenBLAS is
+inside numba's parallel region it then runs on one thread, as the tiles need; a pass run on
+Python's threads instead holds it to one with :func:`one_mkl_thread`. SciPy's OpenBLAS is
 limited to one thread by the caller.
 
 The address is an argument of the compiled pass (an ``int``), not a constant in it, so that
@@ -22,6 +23,7 @@ which an LP64 (32-bit integers, little-endian) and an ILP64 ``sgemm`` both read 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -45,20 +47,53 @@ def dgemm_address():
     return _address("dgemm")
 
 
+@contextlib.contextmanager
+def one_mkl_thread():
+    """MKL held to one thread in the calling thread (its per-thread setting, restored on exit),
+    where the passes call PyTorch's MKL: a pass's worker threads each run their tiles' products on
+    one core, not an OpenMP team each."""
+    setter = _mkl_local_setter() if sgemm_address() == _torch_symbol("sgemm_") else None
+    if setter is None:
+        yield
+        return
+    before = setter(1)
+    try:
+        yield
+    finally:
+        setter(before)
+
+
 @functools.cache
-def _address(name):
+def _mkl_local_setter():
+    """MKL's ``MKL_Set_Num_Threads_Local`` in PyTorch's CPU library (returns the previous setting,
+    0: the global one), or None."""
+    function = _torch_symbol("MKL_Set_Num_Threads_Local", address=False)
+    if function is not None:
+        function.restype, function.argtypes = ctypes.c_int, [ctypes.c_int]
+    return function
+
+
+@functools.cache
+def _torch_symbol(name, address=True):
+    """A symbol of PyTorch's CPU library (Linux x86 wheels link MKL in): its address, or the ctypes
+    function; None where the library or the symbol is missing."""
     import torch
 
+    try:
+        function = getattr(ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")), name)
+    except (OSError, AttributeError):  # no such library or symbol: another build
+        return None
+    return ctypes.cast(function, ctypes.c_void_p).value if address else function
+
+
+@functools.cache
+def _address(name):
     with numba_threads(1):  # launches numba's threads (and keeps PyTorch's count), so that the layer is known
         layer = numba.threading_layer()
-    try:
-        if layer == "omp" and not amd_cpu():
-            lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
-            address = ctypes.cast(getattr(lib, name + "_"), ctypes.c_void_p).value
-            if _checked(address, np.float32 if name == "sgemm" else np.float64):
-                return address
-    except (OSError, AttributeError, ValueError):  # no such library or symbol: another build
-        pass
+    if layer == "omp" and not amd_cpu():
+        address = _torch_symbol(name + "_")
+        if address is not None and _checked(address, np.float32 if name == "sgemm" else np.float64):
+            return address
     return get_cython_function_address("scipy.linalg.cython_blas", name)
 
 

@@ -16,6 +16,10 @@ Measured before choosing (CPU, float32, B=1 H=8 L=4096 d=64, 2 cores shared with
 under ``torch.compile`` took 3.5-4.2 s (the two products alone, out of cache, cost 2x SDPA); this
 pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
 
+* **Compiled per profile, run on threads.** :func:`passes` compiles the forward and backward
+  passes of one profile on their first call (only that profile's loops: 2-3 s each on a cold
+  cache), each a serial function that releases the GIL, run over blocks of tasks on PyTorch's
+  thread count (:func:`_run_tasks`); numba caches them on disk.
 * **Vectorised tiles.** Each profile's weights, and in the backward pass its slopes, are formed
   by a loop compiled for that profile alone (:func:`_tile_loops`, chosen once per tile by
   :func:`_switch`), from the profiles' own statements bound to
@@ -46,15 +50,16 @@ pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 
-import numba
 import numpy as np
 import torch
 
 from .._jit import njit
 from .._threads import numba_threads, threadpools
+from ..engine.blocks import map_blocks
 from ..kernels.profiles import PROFILES
 from . import blas, vector_math
 from .vector_math import FAST
@@ -90,14 +95,15 @@ _XP = vector_math.namespace()
 
 def _switch(functions):
     """A compiled ``switch(code, ...)`` calling ``functions[code](...)`` (they share their
-    parameters): one branch per profile, each inlining its own loop (the profile is chosen once
-    per tile, not per pair)."""
+    parameters): one branch per profile (chosen once per tile, not per pair). It is inlined into
+    its caller: in a pass compiled for one profile (:func:`passes`, ``code`` a constant of the
+    closure) numba prunes the other branches, so only that profile's loops are compiled."""
     params = ", ".join(inspect.signature(functions[0].py_func).parameters)
     env = {f"f{i}": f for i, f in enumerate(functions)}
     call = lambda i: f"return f{i}({params})\n"
     branches = "".join(f"    if code == {i}:\n        {call(i)}" for i in range(len(functions) - 1))
     exec(f"def switch(code, {params}):\n{branches}    {call(len(functions) - 1)}", env)
-    return njit(env["switch"])
+    return njit(inline="always")(env["switch"])
 
 
 def _tile_loops(profile):
@@ -222,7 +228,8 @@ def _skipped(qbox, kbox, n, t, jt, c, margin):
 @njit(inline="always")
 def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
     """``out[n, i]`` and ``lse[n, i]`` over keys ``0 .. hi - 1`` summed in log space with the
-    running maximum, distances from differences: a row whose weights all underflow."""
+    running maximum, distances from differences: a row whose weights all underflow (loops, not
+    array expressions: numba compiles a costly error path for each broadcast)."""
     d, dv = Q.shape[2], V.shape[2]
     top, total = -np.inf, 0.0
     acc = np.zeros(dv)
@@ -234,121 +241,130 @@ def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
         lw = _log_k(code, np.float32(c * d2)) + kb[j]
         if lw == -np.inf:
             continue
+        scale = 1.0
         if lw > top:
             scale = math.exp(top - lw)
-            total *= scale
-            acc *= scale
             top = lw
         w = math.exp(lw - top)
-        total += w
-        acc += w * V[n, j]
-    if total > 0.0:
-        out[n, i] = acc / total
-        lse[n, i] = top + math.log(total)
-    else:
-        out[n, i] = 0.0
-        lse[n, i] = -np.inf
+        total = total * scale + w
+        for f in range(dv):
+            acc[f] = acc[f] * scale + w * V[n, j, f]
+    for f in range(dv):
+        out[n, i, f] = acc[f] / total if total > 0.0 else 0.0
+    lse[n, i] = top + math.log(total) if total > 0.0 else -np.inf
 
 
-@njit(parallel=True, cache=True)
-def attention_forward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
-                      gemm_at, out, lse):
-    """Fill ``out`` ``(N, L, dv)`` and ``lse`` ``(N, L)`` (``-inf``: no key with weight).
+@functools.cache
+def passes(code):
+    """``(forward, backward)``: the compiled passes for the profile ``NAMES[code]``, compiled on
+    their first call for that profile only (the profile's code is a constant of the closures, so
+    numba prunes the other profiles' branches; numba caches each on disk by that constant).
+    Rows of a profile in :data:`LOG_SPACE` whose sum falls below :data:`TINY` are summed again in
+    log space."""
+    log_space = NAMES[code] in LOG_SPACE
 
-    ``Q, K, V``: ``(N, L, d)``, ``(N, S, d)``, ``(N, S, dv)`` float32, C-contiguous, ``Q`` and ``K``
-    centred alike; ``qn, kn``: their squared norms; ``C``: ``(N,)`` scales; ``kb``: ``(1 or N, S)``
-    key log-weights (0, ``-inf`` for padding), ``shift`` their row maxima (0 where ``-inf``) and
-    ``kw = exp(kb - shift)``; ``code``: index in :data:`NAMES`; ``log_space``: rows below
-    :data:`TINY` are summed again in log space; ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
-    for skipping (compact profiles; empty otherwise)."""
-    N, L, d = Q.shape
-    S, dv = K.shape[1], V.shape[2]
-    n_qt = (L + tq - 1) // tq
-    skip = qbox.shape[1] > 0
-    for task in numba.prange(N * n_qt):
-        n, t = task // n_qt, task % n_qt
-        i0 = t * tq
-        i1 = min(L, i0 + tq)
-        nq = i1 - i0
-        c = C[n]
-        row = n if kb.shape[0] > 1 else 0
-        qt = Q[n, i0:i1]
-        acc = np.zeros((nq, dv), dtype=np.float32)
-        total = np.zeros(nq, dtype=np.float32)
-        cell, tile = blas.cells(), np.empty(nq * tk, dtype=np.float32)
-        hi = min(S, i1) if causal else S
-        for j0 in range(0, hi, tk):
-            j1 = min(hi, j0 + tk)
-            if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
-                continue
-            s = tile[:nq * (j1 - j0)].reshape((nq, j1 - j0))
-            blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
-            _distances(s, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
-            _weigh(code, s, kw[row, j0:j1], total)
-            blas.gemm(gemm_at, cell, s, V[n, j0:j1], acc, False, False, 1.0, 1.0)
-        for a in range(nq):
-            i = i0 + a
-            if log_space and total[a] < TINY:
-                _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], code, out, lse)
-            elif total[a] > 0.0:
-                for f in range(dv):
-                    out[n, i, f] = acc[a, f] / total[a]
-                lse[n, i] = math.log(total[a]) + shift[row]
-            else:
-                for f in range(dv):
-                    out[n, i, f] = 0.0
-                lse[n, i] = -np.inf
+    @njit(nogil=True, cache=True)
+    def forward(Q, K, V, qn, kn, C, kb, kw, shift, causal, qbox, kbox, margin, tq, tk, gemm_at, out, lse, first,
+                last):
+        """Fill ``out`` ``(N, L, dv)`` and ``lse`` ``(N, L)`` (``-inf``: no key with weight).
 
-
-@njit(parallel=True, cache=True)
-def attention_backward(Q, K, V, qn, kn, C, kb, kw, shift, code, log_space, causal, qbox, kbox, margin, tq, tk,
-                       gemm_at, dO, delta, lse, dQ, dK, dV, dC):
-    """Gradients of :func:`attention_forward` (same arguments, ``lse`` as it returned it) for the
-    output gradient ``dO`` with ``delta = rowsum(dO * out)``: fills ``dQ``, ``dK``, ``dV`` (zeroed)
-    and ``dC`` ``(N,)``, each batch-head by one thread."""
-    N, L, d = Q.shape
-    S = K.shape[1]
-    n_qt = (L + tq - 1) // tq
-    skip = qbox.shape[1] > 0
-    for task in numba.prange(N):
-        n = np.int64(task)  # not the loop's unsigned index: with an int it would unify to float
-        c = C[n]
-        row = n if kb.shape[0] > 1 else 0
-        dc = 0.0
-        cell = blas.cells()
-        tiles = np.empty((3, tq * tk), dtype=np.float32)  # u^2, P and G of a tile
-        gk = np.empty((tk, d), dtype=np.float32)
-        for t in range(n_qt):
+        ``Q, K, V``: ``(N, L, d)``, ``(N, S, d)``, ``(N, S, dv)`` float32, C-contiguous, ``Q`` and ``K``
+        centred alike; ``qn, kn``: their squared norms; ``C``: ``(N,)`` scales; ``kb``: ``(1 or N, S)``
+        key log-weights (0, ``-inf`` for padding), ``shift`` their row maxima (0 where ``-inf``) and
+        ``kw = exp(kb - shift)``; ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
+        for skipping (compact profiles; empty otherwise); ``first, last``: the range of tasks (a
+        batch-head and a tile of ``tq`` queries, ``(N, L / tq)`` in C order) to fill."""
+        N, L, d = Q.shape
+        S, dv = K.shape[1], V.shape[2]
+        n_qt = (L + tq - 1) // tq
+        skip = qbox.shape[1] > 0
+        for task in range(first, last):
+            n, t = task // n_qt, task % n_qt
             i0 = t * tq
             i1 = min(L, i0 + tq)
             nq = i1 - i0
-            qt, dot = Q[n, i0:i1], dO[n, i0:i1]
-            dq = np.zeros((nq, d), dtype=np.float32)
-            g_row = np.zeros(nq, dtype=np.float32)
+            c = C[n]
+            row = n if kb.shape[0] > 1 else 0
+            qt = Q[n, i0:i1]
+            acc = np.zeros((nq, dv), dtype=np.float32)
+            total = np.zeros(nq, dtype=np.float32)
+            cell, tile = blas.cells(), np.empty((nq, tk), dtype=np.float32)
             hi = min(S, i1) if causal else S
             for j0 in range(0, hi, tk):
                 j1 = min(hi, j0 + tk)
-                nk = j1 - j0
                 if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                     continue
-                kt, vt = K[n, j0:j1], V[n, j0:j1]
-                u2 = tiles[0, :nq * nk].reshape((nq, nk))
-                p = tiles[1, :nq * nk].reshape((nq, nk))
-                g = tiles[2, :nq * nk].reshape((nq, nk))
-                blas.gemm(gemm_at, cell, qt, kt, u2, False, True, 1.0, 0.0)
-                _distances(u2, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
-                _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row], log_space)
-                blas.gemm(gemm_at, cell, p, dot, dV[n, j0:j1], True, False, 1.0, 1.0)
-                blas.gemm(gemm_at, cell, dot, vt, g, False, True, 1.0, 0.0)  # dO V^T, then G in place
-                g_col = np.zeros(nk, dtype=np.float32)
-                dc += _gradient(code, u2, p, g, delta[n, i0:i1], g_row, g_col)
-                blas.gemm(gemm_at, cell, g, kt, dq, False, False, -1.0, 1.0)
-                blas.gemm(gemm_at, cell, g, qt, gk[:nk], True, False, 1.0, 0.0)
-                _add_key_gradient(dK[n, j0:j1], g_col, kt, gk[:nk], 2.0 * c)
+                s = tile if j1 - j0 == tk else np.empty((nq, j1 - j0), dtype=np.float32)
+                blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
+                _distances(s, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
+                _weigh(code, s, kw[row, j0:j1], total)
+                blas.gemm(gemm_at, cell, s, V[n, j0:j1], acc, False, False, 1.0, 1.0)
             for a in range(nq):
-                for f in range(d):
-                    dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a] * qt[a, f])
-        dC[n] = dc / c
+                i = i0 + a
+                if log_space and total[a] < TINY:
+                    _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], code, out, lse)
+                elif total[a] > 0.0:
+                    for f in range(dv):
+                        out[n, i, f] = acc[a, f] / total[a]
+                    lse[n, i] = math.log(total[a]) + shift[row]
+                else:
+                    for f in range(dv):
+                        out[n, i, f] = 0.0
+                    lse[n, i] = -np.inf
+
+
+    @njit(nogil=True, cache=True)
+    def backward(Q, K, V, qn, kn, C, kb, kw, shift, causal, qbox, kbox, margin, tq, tk, gemm_at, dO, delta, lse,
+                 dQ, dK, dV, dC, first, last):
+        """Gradients of ``forward`` (same arguments, ``lse`` as it returned it) for the
+        output gradient ``dO`` with ``delta = rowsum(dO * out)``: fills ``dQ``, ``dK``, ``dV`` (zeroed)
+        and ``dC`` ``(N,)`` for the batch-heads ``first .. last - 1`` (each owns its ``dK``, ``dV``)."""
+        N, L, d = Q.shape
+        S = K.shape[1]
+        n_qt = (L + tq - 1) // tq
+        skip = qbox.shape[1] > 0
+        for n in range(first, last):
+            c = C[n]
+            row = n if kb.shape[0] > 1 else 0
+            dc = 0.0
+            cell = blas.cells()
+            tiles = np.empty((3, tq, tk), dtype=np.float32)  # u^2, P and G of a full tile
+            gk = np.empty((tk, d), dtype=np.float32)
+            for t in range(n_qt):
+                i0 = t * tq
+                i1 = min(L, i0 + tq)
+                nq = i1 - i0
+                qt, dot = Q[n, i0:i1], dO[n, i0:i1]
+                dq = np.zeros((nq, d), dtype=np.float32)
+                g_row = np.zeros(nq, dtype=np.float32)
+                hi = min(S, i1) if causal else S
+                for j0 in range(0, hi, tk):
+                    j1 = min(hi, j0 + tk)
+                    nk = j1 - j0
+                    if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                        continue
+                    kt, vt = K[n, j0:j1], V[n, j0:j1]
+                    if nq == tq and nk == tk:
+                        u2, p, g = tiles[0], tiles[1], tiles[2]
+                    else:  # a partial tile (fresh arrays: numba's reshape compiles a costly error path)
+                        u2, p, g = (np.empty((nq, nk), dtype=np.float32), np.empty((nq, nk), dtype=np.float32),
+                                    np.empty((nq, nk), dtype=np.float32))
+                    blas.gemm(gemm_at, cell, qt, kt, u2, False, True, 1.0, 0.0)
+                    _distances(u2, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
+                    _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row], log_space)
+                    blas.gemm(gemm_at, cell, p, dot, dV[n, j0:j1], True, False, 1.0, 1.0)
+                    blas.gemm(gemm_at, cell, dot, vt, g, False, True, 1.0, 0.0)  # dO V^T, then G in place
+                    g_col = np.zeros(nk, dtype=np.float32)
+                    dc += _gradient(code, u2, p, g, delta[n, i0:i1], g_row, g_col)
+                    blas.gemm(gemm_at, cell, g, kt, dq, False, False, -1.0, 1.0)
+                    blas.gemm(gemm_at, cell, g, qt, gk[:nk], True, False, 1.0, 0.0)
+                    _add_key_gradient(dK[n, j0:j1], g_col, kt, gk[:nk], 2.0 * c)
+                for a in range(nq):
+                    for f in range(d):
+                        dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a] * qt[a, f])
+            dC[n] = dc / c
+
+    return forward, backward
 
 
 def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
@@ -379,6 +395,23 @@ def _run(compiled, *args):
     SDPA, so OpenBLAS is limited to one)."""
     with numba_threads(torch.get_num_threads()), threadpools().limit(limits=1, user_api="blas"):
         compiled(*args)
+
+
+def _run_tasks(compiled, n_tasks, *args):
+    """``compiled(*args, first, last)`` over blocks of ``range(n_tasks)`` on PyTorch's thread
+    count, each block's tile products on one BLAS thread. Python's threads over a serial pass
+    that releases the GIL, not numba's parallel loop: numba's parallel lowering was most of a
+    cold first call (Epanechnikov, one profile: forward 6.3 s to compile against 2.4 s serial,
+    backward 9.4 s against 3.0 s)."""
+    workers = torch.get_num_threads()
+
+    def run(tasks):
+        with blas.one_mkl_thread():
+            compiled(*args, tasks.start, tasks.stop)
+
+    # a few blocks per thread, handed out as threads free up: tiles skipped by causality or
+    # compact support make tasks uneven
+    map_blocks(run, n_tasks, max(1, -(-n_tasks // (4 * workers))), workers)
 
 
 def _boxes(t, tile):
@@ -414,7 +447,7 @@ def _arguments(q, k, v, c, key_bias, code, tiles=None):
         qbox = kbox = torch.empty(q.shape[0], 0, 2, q.shape[-1])
         margin = 0.0
     arrays = (q, k, v, qn, kn, C, kb, kw, shift)
-    return tuple(t.numpy() for t in arrays) + (code, name in LOG_SPACE), (qbox.numpy(), kbox.numpy(), margin)
+    return tuple(t.numpy() for t in arrays), (qbox.numpy(), kbox.numpy(), margin)
 
 
 @torch.library.custom_op("localkit::profile_attention", mutates_args=())
@@ -425,7 +458,8 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tenso
     arrays, skip = _arguments(q, k, v, c, key_bias, code)
     N, L, dv = q.shape[0], q.shape[1], v.shape[-1]
     out, lse = torch.empty(N, L, dv), torch.empty(N, L)
-    _run(attention_forward, *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), out.numpy(), lse.numpy())
+    _run_tasks(passes(code)[0], N * -(-L // TILE_Q), *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(),
+               out.numpy(), lse.numpy())
     return out.to(q.dtype), lse
 
 
@@ -444,7 +478,7 @@ def _attention_backward(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor
     delta = (dO * out.to(torch.float32)).sum(-1)
     dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float32) for t in (q, k, v))
     dc = torch.zeros(q.shape[0])
-    _run(attention_backward, *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), dO.numpy(), delta.numpy(),
+    _run_tasks(passes(code)[1], q.shape[0], *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), dO.numpy(), delta.numpy(),
          lse.contiguous().numpy(), dq.numpy(), dk.numpy(), dv.numpy(), dc.numpy())
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dc.to(c.dtype)
 

@@ -43,6 +43,7 @@ Forward only: gradients keep the streamed path (:func:`localkit.nn._streaming.st
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -136,98 +137,106 @@ def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal,
         _exp_row(s[a], m[a] if m[a] > -np.inf else 0.0)
 
 
-@njit(parallel=True, cache=True)
-def local_linear_forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, code, logspace, causal, qbox, kbox, margin,
-                         ridge, tq, tk, sgemm_at, dgemm_at, out):
-    """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
+@functools.cache
+def local_linear_pass(code):
+    """The compiled pass for ``code`` (:data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a profile
+    in ``NAMES``), compiled on its first call for that kernel only (a constant of the closure:
+    numba prunes the other kernels' branches, and caches each on disk by it)."""
+    logspace = code < 0 or NAMES[code] in LOG_SPACE
 
-    ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
-    :func:`localkit.fused.cpu_attention.attention_forward` takes them (``Q, K`` centred on the
-    keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
-    its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
-    ``[1, k, k_f k_g for f <= g]``; ``code``: :data:`SOFTMAX`, :data:`GAUSSIAN` or the index of a
-    profile in ``NAMES``; ``sgemm_at, dgemm_at``: :func:`~localkit.fused.blas.sgemm_address`'s and
-    :func:`~localkit.fused.blas.dgemm_address`'s."""
-    N, L, d = Q.shape
-    S, dv, width = K.shape[1], V.shape[2], M.shape[2]
-    n_qt = (L + tq - 1) // tq
-    skip = qbox.shape[1] > 0
-    for task in numba.prange(N * n_qt):
-        n, t = task // n_qt, task % n_qt
-        i0 = t * tq
-        i1 = min(L, i0 + tq)
-        nq = i1 - i0
-        c = C[n]
-        row = n if kb.shape[0] > 1 else 0
-        qt = Q[n, i0:i1].copy()
-        if code == SOFTMAX:  # <q, k - mu>: <q, k> less a constant of the row
-            for a in range(nq):
-                for f in range(d):
-                    qt[a, f] += mu[n, f]
-        hi = min(S, i1) if causal else S
-        m = np.full(nq, -np.inf if logspace else 0.0, dtype=np.float32)
-        alpha = np.ones(nq, dtype=np.float32)
-        ignored = np.empty(nq, dtype=np.float32)
-        cell = blas.cells()
-        acc = np.zeros((nq, width), dtype=np.float32)
-        # the first walk's weights, formed in place and kept for the second (tile by tile) with the
-        # row maxima they were taken at: nq x S floats, less than the streamed path's d (d + dv)
-        # per query
-        kept = np.empty(nq * hi, dtype=np.float32)
-        m_at = np.empty(((hi + tk - 1) // tk, nq), dtype=np.float32)
-        for j0 in range(0, hi, tk):  # the first walk: the moments
-            j1 = min(hi, j0 + tk)
-            if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
-                continue
-            s = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
-            blas.gemm(sgemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
-            _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
-                          alpha, ignored)
-            m_at[j0 // tk] = m
-            if logspace:
+    @njit(parallel=True, cache=True)
+    def forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, causal, qbox, kbox, margin, ridge, tq, tk, sgemm_at,
+                    dgemm_at, out):
+        """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
+
+        ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
+        :func:`localkit.fused.cpu_attention.passes` take them (``Q, K`` centred on the
+        keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
+        its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
+        ``[1, k, k_f k_g for f <= g]``; ``sgemm_at, dgemm_at``: :func:`~localkit.fused.blas.sgemm_address`'s and
+        :func:`~localkit.fused.blas.dgemm_address`'s."""
+        N, L, d = Q.shape
+        S, dv, width = K.shape[1], V.shape[2], M.shape[2]
+        n_qt = (L + tq - 1) // tq
+        skip = qbox.shape[1] > 0
+        for task in numba.prange(N * n_qt):
+            n, t = task // n_qt, task % n_qt
+            i0 = t * tq
+            i1 = min(L, i0 + tq)
+            nq = i1 - i0
+            c = C[n]
+            row = n if kb.shape[0] > 1 else 0
+            qt = Q[n, i0:i1].copy()
+            if code == SOFTMAX:  # <q, k - mu>: <q, k> less a constant of the row
                 for a in range(nq):
-                    for f in range(width):
-                        acc[a, f] *= alpha[a]
-            blas.gemm(sgemm_at, cell, s, M[n, j0:j1], acc, False, False, 1.0, 1.0)
-        Z = np.zeros((nq, d))
-        lift = np.zeros(nq)  # 1 + kbar . z
-        total = acc[:, 0].copy()
-        cov, mean = np.empty((d, d)), np.empty(d)
-        for a in range(nq):
-            if not total[a] > 0.0:
-                continue
-            # C_kk + ridge I from the moments (M's columns: the upper triangle), in float64
-            inv = 1.0 / np.float64(total[a])
-            for f in range(d):
-                mean[f] = acc[a, 1 + f] * inv
-            col = 1 + d
-            for f in range(d):
-                for g in range(f, d):
-                    cov[f, g] = acc[a, col] * inv - mean[f] * mean[g]
-                    col += 1
-                cov[f, f] += ridge
-                Z[a, f] = mean[f] - Q[n, i0 + a, f]
-            _solve(cov, Z[a], ridge)
-            beta = 0.0
-            for f in range(d):
-                beta += mean[f] * Z[a, f]
-            lift[a] = 1.0 + beta
-        acc2 = np.zeros((nq, dv), dtype=np.float32)
-        r = np.empty(nq * tk)
-        for j0 in range(0, hi, tk):  # the second walk: the equivalent kernel's local mean
-            j1 = min(hi, j0 + tk)
-            if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
-                continue
-            p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
-            R = r[:p.size].reshape(p.shape)
-            blas.gemm(dgemm_at, cell, Z, K64[n, j0:j1], R, False, True, 1.0, 0.0)
+                    for f in range(d):
+                        qt[a, f] += mu[n, f]
+            hi = min(S, i1) if causal else S
+            m = np.full(nq, -np.inf if logspace else 0.0, dtype=np.float32)
+            alpha = np.ones(nq, dtype=np.float32)
+            ignored = np.empty(nq, dtype=np.float32)
+            cell = blas.cells()
+            acc = np.zeros((nq, width), dtype=np.float32)
+            # the first walk's weights, formed in place and kept for the second (tile by tile) with the
+            # row maxima they were taken at: nq x S floats, less than the streamed path's d (d + dv)
+            # per query
+            kept = np.empty(nq * hi, dtype=np.float32)
+            m_at = np.empty(((hi + tk - 1) // tk, nq), dtype=np.float32)
+            for j0 in range(0, hi, tk):  # the first walk: the moments
+                j1 = min(hi, j0 + tk)
+                if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                    continue
+                s = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
+                blas.gemm(sgemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
+                _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
+                              alpha, ignored)
+                m_at[j0 // tk] = m
+                if logspace:
+                    for a in range(nq):
+                        for f in range(width):
+                            acc[a, f] *= alpha[a]
+                blas.gemm(sgemm_at, cell, s, M[n, j0:j1], acc, False, False, 1.0, 1.0)
+            Z = np.zeros((nq, d))
+            lift = np.zeros(nq)  # 1 + kbar . z
+            total = acc[:, 0].copy()
+            cov, mean = np.empty((d, d)), np.empty(d)
             for a in range(nq):
-                # weights taken at the maximum of their tile, rescaled to the final one
-                _times_lift(p[a], R[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
-            blas.gemm(sgemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
-        for a in range(nq):
-            for f in range(dv):
-                out[n, i0 + a, f] = v_mean[n, f] + acc2[a, f] / total[a] if total[a] > 0.0 else 0.0
+                if not total[a] > 0.0:
+                    continue
+                # C_kk + ridge I from the moments (M's columns: the upper triangle), in float64
+                inv = 1.0 / np.float64(total[a])
+                for f in range(d):
+                    mean[f] = acc[a, 1 + f] * inv
+                col = 1 + d
+                for f in range(d):
+                    for g in range(f, d):
+                        cov[f, g] = acc[a, col] * inv - mean[f] * mean[g]
+                        col += 1
+                    cov[f, f] += ridge
+                    Z[a, f] = mean[f] - Q[n, i0 + a, f]
+                _solve(cov, Z[a], ridge)
+                beta = 0.0
+                for f in range(d):
+                    beta += mean[f] * Z[a, f]
+                lift[a] = 1.0 + beta
+            acc2 = np.zeros((nq, dv), dtype=np.float32)
+            r = np.empty(nq * tk)
+            for j0 in range(0, hi, tk):  # the second walk: the equivalent kernel's local mean
+                j1 = min(hi, j0 + tk)
+                if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                    continue
+                p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
+                R = r[:p.size].reshape(p.shape)
+                blas.gemm(dgemm_at, cell, Z, K64[n, j0:j1], R, False, True, 1.0, 0.0)
+                for a in range(nq):
+                    # weights taken at the maximum of their tile, rescaled to the final one
+                    _times_lift(p[a], R[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
+                blas.gemm(sgemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
+            for a in range(nq):
+                for f in range(dv):
+                    out[n, i0 + a, f] = v_mean[n, f] + acc2[a, f] / total[a] if total[a] > 0.0 else 0.0
+
+    return forward
 
 
 @njit(inline="always")
@@ -352,10 +361,9 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     d = K.shape[-1]
     M = np.empty(K.shape[:2] + (1 + d + d * (d + 1) // 2,), np.float32)
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
-    logspace = code < 0 or NAMES[code] in LOG_SPACE
     _run(_moment_features, K, M)
-    _run(local_linear_forward, Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
-         code, logspace, causal, *skip, ridge, TILE_Q, TILE_K, blas.sgemm_address(),
+    _run(local_linear_pass(code), Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
+         causal, *skip, ridge, TILE_Q, TILE_K, blas.sgemm_address(),
          blas.dgemm_address(), out.numpy())
     return out.to(q.dtype)
 

@@ -20,6 +20,8 @@ few products, no ``log``/``exp``), and the sums equal the dense path's to round-
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..._jit import njit
@@ -68,43 +70,54 @@ PARALLEL_PAIRS = 2_000_000
 CHUNK_PAIRS = 1 << 24
 
 
-# A serial function that releases the GIL, run on chunks of queries by a thread pool, not a numba
-# ``parallel=True`` loop: parallel lowering made the first call on a cold cache compile for ~15 s
-# (5 s serial: measured 14.5 s against 4.8 s, the eight profiles inlined in both).
-@njit(nogil=True, cache=True)
-def _window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2, code):
-    """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
-    with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
-    weight ``k(u2)`` (``code`` indexes ``COMPACT``);
-    samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
-    along a segment run over contiguous memory."""
-    n_q, d = Q.shape
-    p = Vt.shape[0]
-    S = np.zeros((n_q, p), dtype=Vt.dtype)
-    for i in range(n_q):
-        acc = np.zeros(p, dtype=Vt.dtype)
-        for s in range(seg_lo.shape[1]):
-            start, m = seg_lo[i, s], seg_hi[i, s] - seg_lo[i, s]
-            if m <= 0:
-                continue
-            u2 = np.zeros(m)
-            for k in range(d):
-                qk = Q[i, k]
-                xk = Xt[k, start:start + m]
-                for j in range(m):
-                    t = qk - xk[j]
-                    u2[j] += t * t
-            w = np.empty(m)
-            for j in range(m):  # the test in raw units (ties with the edge decided as a tree does)
-                w[j] = _k(code, u2[j] / r2) if u2[j] <= r2 else 0.0
-            for c in range(p):
-                vc = Vt[c, start:start + m]
-                total = 0.0
-                for j in range(m):
-                    total += w[j] * vc[j]
-                acc[c] += total
-        S[i] = acc
-    return S
+@functools.cache
+def _window_sums(code):
+    """The compiled pass for the profile ``COMPACT[code]``, compiled on its first call for that
+    profile only (a constant of the closure: numba prunes the other profiles' branches of
+    :func:`_k`, and caches each on disk by it; measured: 3.2 s to compile against 4.8 s with the
+    eight profiles).
+
+    A serial function that releases the GIL, run on chunks of queries by a thread pool, not a
+    numba ``parallel=True`` loop: parallel lowering made the first call on a cold cache compile
+    for ~15 s (measured 14.5 s against 4.8 s serial, the eight profiles inlined in both)."""
+
+    @njit(nogil=True, cache=True)
+    def window_sums(Q, Xt, Vt, seg_lo, seg_hi, r2):
+        """Sums ``sum_j k(u_ij) v_j`` over each query's segments ``[seg_lo[i, s], seg_hi[i, s])``,
+        with ``u^2 = |q - x|^2 / r2``, the support ``|q - x|^2 <= r2`` and the profile's compiled
+        weight ``k(u2)``;
+        samples and values are stored feature-major (``Xt`` (d, n), ``Vt`` (p, n)) so that the loops
+        along a segment run over contiguous memory."""
+        n_q, d = Q.shape
+        p = Vt.shape[0]
+        S = np.zeros((n_q, p), dtype=Vt.dtype)
+        for i in range(n_q):
+            acc = np.zeros(p, dtype=Vt.dtype)
+            for s in range(seg_lo.shape[1]):
+                start, m = seg_lo[i, s], seg_hi[i, s] - seg_lo[i, s]
+                if m <= 0:
+                    continue
+                u2 = np.zeros(m)
+                for k in range(d):
+                    qk = Q[i, k]
+                    xk = Xt[k, start:start + m]
+                    for j in range(m):
+                        t = qk - xk[j]
+                        u2[j] += t * t
+                w = np.empty(m)
+                for j in range(m):  # the test in raw units (ties with the edge decided as a tree does)
+                    w[j] = _k(code, u2[j] / r2) if u2[j] <= r2 else 0.0
+                for c in range(p):
+                    vc = Vt[c, start:start + m]
+                    total = 0.0
+                    for j in range(m):
+                        total += w[j] * vc[j]
+                    acc[c] += total
+            for c in range(p):  # a loop: numba compiles a costly error path for an array assignment
+                S[i, c] = acc[c]
+        return S
+
+    return window_sums
 
 
 class CompactIndex:
@@ -191,7 +204,7 @@ class CompactIndex:
         def run(c):  # chunks of queries: Ctrl-C is seen between them
             for i in range(c.start, c.stop):
                 a, b = chunks[i]
-                parts[i] = _window_sums(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2, self.code)
+                parts[i] = _window_sums(self.code)(Qs[a:b], self.Xt, Vt, seg_lo[a:b], seg_hi[a:b], self.r2)
 
         map_blocks(run, len(chunks), 1, workers, blas=False)
         return np.concatenate(parts) if parts else np.zeros((0, len(Vt)))
