@@ -756,10 +756,14 @@ class BoundKernel:
 class Stepper:
     """``step(states) -> LocalSums``: :meth:`BoundKernel.sums` at the states of a fixed point,
     with what does not depend on them paid once (:meth:`BoundKernel.stepper`): the values laid
-    out, ``n_jobs`` resolved, the path planned at the start (a plan read off the start's states,
-    as the binned pass's grid, is kept while they move: every path gives the same sums to
-    round-off). States are taken as the iteration made them, without a second check. Sums of
-    kernels and device arrays take :meth:`BoundKernel.sums` at each step."""
+    out, the path planned at the start (a plan read off the start's states, as the binned pass's
+    grid, is kept while they move: every path gives the same sums to round-off), ``n_jobs``
+    resolved for the passes that use threads. States are taken as the iteration made them,
+    without a second check. :meth:`means` gives the local means alone, for a fixed point of means
+    (no weight sums, no result object per step). Small states on the dense path take one block of
+    log-weights (:func:`~localkit.engine.passes.dense.one_block_sums`: the steps' fixed cost was
+    10x their sums in the streamed pass). Sums of kernels and dask arrays
+    (:meth:`~localkit.engine.Binding.stepper`) take a pass at each step."""
 
     def __init__(self, bound, values, start):
         from .passes.dense import one_block_conditions, one_block_sums
@@ -767,30 +771,51 @@ class Stepper:
         from .results import finish
 
         self.values = values if isinstance(values, BoundValues) else bound.prepare(values)
-        self.direct = bound.terms is None and bound.on_host and not bound.sparse
+        self.direct = isinstance(bound, BoundKernel) and bound.terms is None and bound.on_host and not bound.sparse
+        self.one_block = False
         if self.direct:
-            options = dataclasses.replace(bound.options, n_jobs=bound.options.threads)
-            bound = bound.using(options)
             P = bound.points(start)
             check_pass(bound.kernel, len(P), bound.n_samples)
             self.path = plan(bound, P, None, False)
             self.dtype = bound.dtype
-            # small states: one block of log-weights, no streaming (the steps' fixed cost was 10x their sums)
+            # (per-row fixed points step fewer rows, never more)
             self.one_block = self.path == "dense" and one_block_conditions(bound, len(P))
-        else:
-            self.one_block = False
+            if not self.one_block:  # joblib's lookup of n_jobs=None costs ~10 us a pass
+                bound = bound.using(dataclasses.replace(bound.options, n_jobs=bound.options.threads))
+            offset = self.values.offset
+            self._offset = offset if np.any(offset) else None  # (float64 values are summed as they are)
         self.bound = bound
-        self._sums, self._finish = one_block_sums, finish  # (imported once: a step is ~30 us)
+        self._sums, self._finish = one_block_sums, finish  # (imported once: a step is ~20 us)
 
     def __call__(self, states):
+        if self.one_block:
+            out = self._one_block(states)
+            if out is not None:
+                v = self.values
+                return self._finish(self.bound, states, *out, v.V, False, v.no_values, v.squeeze, v.offset, live=True)
+        return self._pass(states)
+
+    def means(self, states):
+        """The local means of the values at ``states`` alone: ``self(states).mean``."""
+        if self.one_block:
+            out = self._one_block(states)
+            if out is not None:
+                S = out[0]
+                mean = S[:, :-1] / S[:, -1:]  # every row carries weight (S[:, -1] >= 1)
+                if self._offset is not None:
+                    mean += self._offset
+                return mean[:, 0] if self.values.squeeze else mean
+        return self._pass(states).mean
+
+    def _one_block(self, states):
+        """``(S, shift)`` of one block at ``states``, or None where the full pass decides."""
+        P = np.asarray(states, dtype=self.dtype)
+        return self._sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
+
+    def _pass(self, states):
         if not self.direct:
             return self.bound.sums(states, self.values)
         P = np.asarray(states, dtype=self.dtype)
-        if self.one_block:  # (per-row fixed points step fewer rows, never more)
-            out = self._sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
-            if out is not None:
-                v = self.values
-                return self._finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset, live=True)
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 

@@ -605,7 +605,10 @@ PATH_NAMES = ("dense", "neighbors", "compiled", "binned", "streamed", "truncated
 
 def _refusal(conditions, a):
     """The reason of the first condition that fails, or None."""
-    return next((why(a) if callable(why) else why for holds, why in conditions if not holds(a)), None)
+    for holds, why in conditions:  # (a loop: a generator per row was most of a small pass's plan)
+        if not holds(a):
+            return why(a) if callable(why) else why
+    return None
 
 
 def _verdict(row, a):
@@ -623,8 +626,12 @@ def _verdict(row, a):
 
 
 def _choose(a):
-    """The first row of :data:`ROWS` taken for the pass ``a``, or None."""
-    return next((row for row in ROWS if _verdict(row, a)[1] is None), None)
+    """The first row of :data:`ROWS` taken for the pass ``a``, or None (a row not asked for is
+    never taken: its conditions are not evaluated)."""
+    for row in ROWS:
+        if a.algorithm in row.asked and _verdict(row, a)[1] is None:
+            return row
+    return None
 
 
 def plan(bound, P, q_scale, exclude_self):

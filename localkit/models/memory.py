@@ -140,7 +140,7 @@ class HopfieldNetwork(KeptBindings, BaseEstimator):
         if self.kind == "modern":
             binding, patterns = self._kept["patterns"]
             stepper = binding.stepper(patterns, X)
-            step = lambda S, rows: stepper(S).mean
+            step = lambda S, rows: stepper.means(S)
             return iterate(step, X, tol=self._tolerance(X.dtype), max_iter=self.max_iter, per_row=True, inclusive=True,
                            change=row_max_abs_change, history=history, progress=self.verbose, name=name)
         if not np.all(np.abs(X) == 1):

@@ -336,19 +336,18 @@ def one_block_sums(bound, Q, V_aug):
     without the streaming machinery, for a fixed point of small states
     (:class:`~localkit.engine.bound.Stepper`: Hopfield retrieval of 20 patterns, 64 units, paid
     ~370 us a step in the streamed pass, ~210 us here, load ~8). Every row it sums carries weight
-    (``S[:, -1] >= 1``); None where a row has no finite log-weight (the full pass decides those)."""
-    exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
-    L, offset = QueryBlock(bound, Q, None, exponent).log_weights(bound, slice(0, bound.n_samples))
-    if bound.weight is not None:
-        L += bound.log_weight
-    m = L.max(axis=1)
-    if not math.isfinite(m.sum()):  # a row without weight (or an overflow: the full pass decides)
-        return None
-    S = np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug
-    if not exponent:
-        return S, m + offset
-    with np.errstate(over="ignore"):
-        return S, np.ldexp(m, exponent) + offset
+    (``S[:, -1] >= 1``); None where a row has no finite log-weight or a maximum beyond the float
+    range (the full pass decides those: softmax logits that overflow, which it streams divided by
+    ``2^k``, :func:`~localkit.engine.stream.logit_exponent`; finite ones are taken as they are:
+    the pass's weights to round-off)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # (~1 us: less than the pass's guard, a scan of Q)
+        L, offset = QueryBlock(bound, Q).log_weights(bound, slice(0, bound.n_samples))
+        if bound.weight is not None:
+            L += bound.log_weight
+        m = L.max(axis=1)
+        if not math.isfinite(m.sum()):  # a row without weight, or an overflow
+            return None
+    return np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug, m + offset
 
 
 class ProductBlock:
