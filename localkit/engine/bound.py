@@ -783,7 +783,7 @@ class Stepper:
             if not self.one_block:  # joblib's lookup of n_jobs=None costs ~10 us a pass
                 bound = bound.using(dataclasses.replace(bound.options, n_jobs=bound.options.threads))
             offset = self.values.offset
-            self._offset = offset if np.any(offset) else None  # (float64 values are summed as they are)
+            self._offset = offset if offset.any() else None  # (float64 values are summed as they are)
         self.bound = bound
         self._sums, self._finish = one_block_sums, finish  # (imported once: a step is ~20 us)
 

@@ -349,13 +349,23 @@ class Pass:
             return self.candidate is not None and self.candidate.kernel.n_neighbors is not None
         return self.kernel.compact and self.kernel.n_neighbors is not None
 
-    @cached_property
+    @property
     def compiled_refusals(self):
-        return compiled_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(compiled_refusals)
 
-    @cached_property
+    @property
     def binned_refusals(self):
-        return binned_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(binned_refusals)
+
+    def _refusals(self, refusals):
+        """``refusals(bound, q_scale, exclude_self)``, facts of the binding (of the queries' scales,
+        only whether they are given), derived once per binding and kept in its cache: formed
+        anew they were a third of a small pass's plan."""
+        key = ("refusals", refusals.__name__, self.q_scale is None, self.exclude_self)
+        cache = self.bound._cache
+        if key not in cache:
+            cache[key] = tuple(refusals(self.bound, self.q_scale, self.exclude_self))
+        return cache[key]
 
     @cached_property
     def grid(self):
@@ -415,9 +425,9 @@ class Pass:
         visited = cluster_sums(b, b.engine_points(self.P[rows]), ones, b.options.tolerance or TRUNCATED_TOLERANCE)[3]
         return float(visited.mean()) / b.n_samples
 
-    @cached_property
+    @property
     def truncated_refusals(self):
-        return truncated_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(truncated_refusals)
 
     def radius_ok(self):
         return self.kernel.compact and self.bound.scaled and self.q_scale is None and self.kernel.norm_metric
