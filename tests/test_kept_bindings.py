@@ -185,7 +185,7 @@ def test_operator_empty_policies():
 @pytest.mark.parametrize("dtype, weighted", [(np.float64, False), (np.float32, True)])
 def test_stepper_equals_a_pass(kernel, dtype, weighted):
     """The stepper's sums equal a pass's to round-off: small states take one block of log-weights
-    (engine.passes.dense.one_block_sums: each row's maximum factored out, where the dense pass sums
+    (engine.passes.dense.OneBlock: each row's maximum factored out, where the dense pass sums
     a distance kernel's weights directly), the others the planned pass; rows with no weight
     (epanechnikov at h = 0.5 leaves most empty) go to the pass, whose empty policy answers them."""
     X = load_digits().data[:200].astype(dtype)
@@ -216,7 +216,7 @@ def test_stepper_takes_softmax_logits_beyond_the_exponent_guard_as_a_pass_does()
     bound = BoundKernel(Kernel("softmax", bandwidth=1.0), X)
     q = np.array([[1e160, 1.0]])
     stepper = bound.stepper(X, q)
-    assert stepper.one_block
+    assert stepper.one_block is not None
     w = np.e / (1.0 + np.e)
     for got in (stepper(q).mean, stepper.means(q), bound.sums(q, X).mean):
         np.testing.assert_allclose(got, [[0.0, w]], rtol=1e-15)
@@ -225,7 +225,7 @@ def test_stepper_takes_softmax_logits_beyond_the_exponent_guard_as_a_pass_does()
     X2 = np.array([[2.0, 2.0], [0.0, 0.0]])
     q2 = np.array([[1e308, 1e308]])
     stepper = BoundKernel(Kernel("softmax", bandwidth=1.0), X2).stepper(X2, q2)
-    assert stepper.one_block
+    assert stepper.one_block is not None
     np.testing.assert_array_equal(stepper.means(q2), [[2.0, 2.0]])
 
 

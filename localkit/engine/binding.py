@@ -66,10 +66,10 @@ class Binding:
                                sample_weight=self.sample_weight, sample_scale=self.sample_scale,
                                query_scale=query_scale, options=self.options)
 
-    def stepper(self, values, start):
+    def stepper(self, values, start, *, checked=False):
         """:meth:`BoundKernel.stepper <localkit.engine.BoundKernel.stepper>` (one pass per step on dask)."""
         if self.bound is not None and not is_dask_collection(start):
-            return self.bound.stepper(values, start)
+            return self.bound.stepper(values, start, checked=checked)
         return Stepper(self, values, start)
 
     def operator(self, *, exclude_self=False):
