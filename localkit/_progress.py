@@ -49,9 +49,38 @@ def progress(total, desc, verbose=None, *, unit="it", name="verbose"):
     """
     check_verbose(verbose, name)
     auto = verbose is None
+    if not verbose and not (auto and _on_terminal()):  # never shown: no bar to build (~10 us a call)
+        return _HIDDEN
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
-                disable=None if auto else not verbose,  # None: tqdm disables it off a terminal
+                disable=False,
                 delay=AUTO_DELAY if auto else 0.0, leave=not auto)
+
+
+def _on_terminal():
+    """Whether stderr is a terminal (where tqdm shows an automatic bar)."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return isatty is not None and isatty()
+
+
+class _HiddenBar:
+    """A bar that is never shown: the part of tqdm's interface the library calls, doing nothing."""
+
+    disable = True
+    n = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def _nothing(self, *args, **kwargs):
+        pass
+
+    update = set_postfix = set_postfix_str = clear = refresh = close = _nothing
+
+
+_HIDDEN = _HiddenBar()
 
 
 def optimizer_progress(desc, max_iter, verbose=None):

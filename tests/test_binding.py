@@ -196,6 +196,18 @@ def test_explain_says_why_the_compiled_pass_is_refused():
     assert "compact" in plan.reasons["compiled"] and "manhattan" in plan.reasons["compiled"]
 
 
+def test_the_refusals_kept_per_binding_follow_each_pass():
+    """A binding keeps its kernel's refusals of a path once derived, one set per (query scales
+    given or not, exclude_self): a pass that leaves one out, or takes per-query scales, does not
+    refuse the compiled pass to the plain pass after it, nor the other way round."""
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    bound = BoundKernel(Kernel("epanechnikov", bandwidth=0.1), X)
+    for _ in range(2):
+        assert "exclude_self" in bound.explain(exclude_self=True).reasons["compiled"]
+        assert "per-query scales" in bound.explain(X[:5], query_scale=np.ones(5)).reasons["compiled"]
+        assert bound.explain(X[:5]).path == "compiled"
+
+
 @pytest.mark.parametrize("d, path", [(24, "compiled"), (40, "dense")])
 def test_a_compact_kernel_in_many_features_takes_the_compiled_pass_up_to_its_limit(d, path):
     # diabetes' 10 features side by side with noise columns: both passes give the same local means

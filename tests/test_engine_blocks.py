@@ -29,3 +29,25 @@ def test_the_memory_budget_caps_the_blocks_of_all_workers(budget, workers):
 def test_blocks_never_exceed_the_data():
     assert block_sizes(3, 7, 8) == (3, 7)
     assert block_sizes(100, 50, 4, block_size=(64, 200)) == (64, 50)
+
+
+@pytest.mark.parametrize("outer", [1, 2])
+def test_one_blas_thread_holds_one_and_restores_the_count(outer):
+    """Inside, every BLAS library runs one thread (nested: still one); after, each has the count it
+    had before, whether that was 1 (nothing to set) or more."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from localkit.engine.blocks import one_blas_thread
+
+    def counts():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    with threadpool_limits(limits=outer, user_api="blas"):
+        before = counts()
+        assert before == [outer] * len(before) and before  # numpy's BLAS is loaded
+        with one_blas_thread():
+            assert set(counts()) <= {1}
+            with one_blas_thread():
+                assert set(counts()) <= {1}
+            assert set(counts()) <= {1}
+        assert counts() == before

@@ -185,7 +185,7 @@ def test_operator_empty_policies():
 @pytest.mark.parametrize("dtype, weighted", [(np.float64, False), (np.float32, True)])
 def test_stepper_equals_a_pass(kernel, dtype, weighted):
     """The stepper's sums equal a pass's to round-off: small states take one block of log-weights
-    (engine.passes.dense.one_block_sums: each row's maximum factored out, where the dense pass sums
+    (engine.passes.dense.OneBlock: each row's maximum factored out, where the dense pass sums
     a distance kernel's weights directly), the others the planned pass; rows with no weight
     (epanechnikov at h = 0.5 leaves most empty) go to the pass, whose empty policy answers them."""
     X = load_digits().data[:200].astype(dtype)
@@ -201,9 +201,32 @@ def test_stepper_equals_a_pass(kernel, dtype, weighted):
             expected = bound.sums(state, X)
             got = stepper(state)
             np.testing.assert_allclose(got.mean, expected.mean, rtol=rtol, atol=rtol * np.abs(X).max())
+            np.testing.assert_array_equal(stepper.means(state), got.mean)  # the means alone: the same arithmetic
             np.testing.assert_allclose(got.log_weight_sum, expected.log_weight_sum, rtol=0, atol=rtol)  # log: relative
             np.testing.assert_array_equal(got.empty, expected.empty)
             state = np.where(np.isnan(got.mean), state, got.mean).astype(dtype)
+
+
+def test_stepper_takes_softmax_logits_beyond_the_exponent_guard_as_a_pass_does():
+    """Logits whose bound exceeds 2^512 (a pass streams them divided by 2^k) yet differ by O(1):
+    q = (1e160, 1) against x = (0, 1) and (0, 0) has logits 1 and 0, so the weights are
+    softmax(1, 0) = (e, 1) / (1 + e) and the weight sum 1 + e. The one block once divided the
+    logits by 2^k without multiplying their differences back (weights (1/2, 1/2))."""
+    X = np.array([[0.0, 1.0], [0.0, 0.0]])
+    bound = BoundKernel(Kernel("softmax", bandwidth=1.0), X)
+    q = np.array([[1e160, 1.0]])
+    stepper = bound.stepper(X, q)
+    assert stepper.one_block is not None
+    w = np.e / (1.0 + np.e)
+    for got in (stepper(q).mean, stepper.means(q), bound.sums(q, X).mean):
+        np.testing.assert_allclose(got, [[0.0, w]], rtol=1e-15)
+    np.testing.assert_allclose(stepper(q).log_weight_sum, [np.log1p(np.e)], rtol=1e-15)
+    # logits beyond the float range (4e308) go to the full pass: all the weight on the first sample
+    X2 = np.array([[2.0, 2.0], [0.0, 0.0]])
+    q2 = np.array([[1e308, 1e308]])
+    stepper = BoundKernel(Kernel("softmax", bandwidth=1.0), X2).stepper(X2, q2)
+    assert stepper.one_block is not None
+    np.testing.assert_array_equal(stepper.means(q2), [[2.0, 2.0]])
 
 
 def test_relaxation_labeling_kept_operator_equals_scikit_learn():

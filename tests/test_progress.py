@@ -109,3 +109,16 @@ def test_automatic_mode_shows_only_on_a_terminal_and_after_a_delay(monkeypatch):
 def test_check_verbose(value):
     with pytest.raises(ValueError, match="verbose must be None"):
         check_verbose(value)
+
+
+def test_a_bar_never_shown_takes_every_call_the_library_makes(capsys):
+    with progress(10, "run", False) as bar:
+        assert bar.disable
+        bar.update()
+        bar.update(3 - bar.n)
+        bar.set_postfix(change="1e-3", refresh=False)
+        bar.set_postfix_str("loss 1.0", refresh=False)
+        bar.clear()
+        bar.refresh()
+    bar.close()
+    assert capsys.readouterr().err == ""

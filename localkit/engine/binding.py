@@ -13,7 +13,7 @@ import copy
 
 
 from .backends import backend_of
-from .bound import BoundKernel, BoundValues, WeightOperator
+from .bound import BoundKernel, BoundValues, Stepper, WeightOperator
 from .backends.dask import dask_local_sums, is_dask_collection
 from .options import EngineOptions
 from .results import LocalSums
@@ -66,12 +66,11 @@ class Binding:
                                sample_weight=self.sample_weight, sample_scale=self.sample_scale,
                                query_scale=query_scale, options=self.options)
 
-    def stepper(self, values, start):
+    def stepper(self, values, start, *, checked=False):
         """:meth:`BoundKernel.stepper <localkit.engine.BoundKernel.stepper>` (one pass per step on dask)."""
         if self.bound is not None and not is_dask_collection(start):
-            return self.bound.stepper(values, start)
-        prepared = self.prepare(values)
-        return lambda states: self.sums(states, prepared)
+            return self.bound.stepper(values, start, checked=checked)
+        return Stepper(self, values, start)
 
     def operator(self, *, exclude_self=False):
         """The local mean at the samples as a linear map: :meth:`BoundKernel.operator

@@ -71,10 +71,10 @@ def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budge
 
 
 @functools.cache
-def _blas_controller():
-    """One controller for the process: ``threadpool_limits`` re-scans the loaded libraries on
+def _blas_libraries():
+    """The BLAS libraries loaded in the process, found once: ``threadpool_limits`` re-scans them on
     every call (~20 ms), longer than a small engine pass."""
-    return ThreadpoolController()
+    return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
 _held = threading.local()
@@ -83,16 +83,26 @@ _held = threading.local()
 @contextlib.contextmanager
 def one_blas_thread():
     """BLAS held to one thread inside, the limit entered once: the passes inside skip their own
-    (:func:`map_blocks`), so that a fixed point or a public call pays it once, not once per pass."""
+    (:func:`map_blocks`), so that a fixed point or a public call pays it once, not once per pass.
+    Each library's count is read and only one above 1 is set and restored (~1 us where the caller
+    already holds one thread, as ``threadpool_limits(1)`` does, ~8 us where BLAS runs two;
+    threadpoolctl's ``limit`` took ~15 us and ~20 us: a tenth of a small Hopfield retrieval)."""
     if getattr(_held, "on", False):
         yield
         return
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        _held.on = True
-        try:
-            yield
-        finally:
-            _held.on = False
+    libraries = _blas_libraries()
+    before = [lib.num_threads for lib in libraries]
+    for lib, n in zip(libraries, before):
+        if n != 1:
+            lib.set_num_threads(1)
+    _held.on = True
+    try:
+        yield
+    finally:
+        _held.on = False
+        for lib, n in zip(libraries, before):
+            if n != 1:
+                lib.set_num_threads(n)
 
 
 def map_blocks(func, n, block, n_jobs, *, blas=True):
@@ -103,7 +113,8 @@ def map_blocks(func, n, block, n_jobs, *, blas=True):
     products are skinny (``d + 2`` columns), and on a busy machine BLAS's own threads made a
     one-job pass 13x slower (relaxation labeling, 400 points: 1.2 s -> 15.7 s). ``blas=False``
     (work that calls no BLAS, e.g. tree queries) skips that limit, whose setting and resetting
-    cost ~0.1 ms: a third of a fitted kNN regressor's prediction of 10 points.
+    cost ~8 us where BLAS runs more threads (:func:`one_blas_thread`; ~0.1 ms once, a third of a
+    fitted kNN regressor's prediction of 10 points, by threadpoolctl's ``threadpool_limits``).
 
     Ctrl-C is seen between blocks (a compiled block may turn it into numba's ``SystemError``:
     :func:`interruptible` turns it back).

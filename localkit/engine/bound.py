@@ -601,12 +601,13 @@ class BoundKernel:
         return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
                       prepared.offset)
 
-    def stepper(self, values: ArrayLike | None, start: ArrayLike) -> "Stepper":
+    def stepper(self, values: ArrayLike | None, start: ArrayLike, *, checked: bool = False) -> "Stepper":
         """:meth:`sums` prepared for a fixed point whose states are the queries: the values laid
         out, the threads resolved and the path planned once, at the ``start`` states (checked
-        here); each step then takes states the iteration made (points of the samples' dtype, no
-        second check). See :class:`Stepper`."""
-        return Stepper(self, values, start)
+        here, unless ``checked`` says an estimator's ``check_queries`` did: finite, 2-D, the
+        samples' features); each step then takes states the iteration made (points of the
+        samples' dtype, no second check). See :class:`Stepper`."""
+        return Stepper(self, values, start, checked)
 
     def explain(self, queries: ArrayLike | None = None, *, exclude_self: bool = False,
                 query_scale: ArrayLike | None = None):
@@ -756,41 +757,65 @@ class BoundKernel:
 class Stepper:
     """``step(states) -> LocalSums``: :meth:`BoundKernel.sums` at the states of a fixed point,
     with what does not depend on them paid once (:meth:`BoundKernel.stepper`): the values laid
-    out, ``n_jobs`` resolved, the path planned at the start (a plan read off the start's states,
-    as the binned pass's grid, is kept while they move: every path gives the same sums to
-    round-off). States are taken as the iteration made them, without a second check. Sums of
-    kernels and device arrays take :meth:`BoundKernel.sums` at each step."""
+    out, the path planned at the start (a plan read off the start's states, as the binned pass's
+    grid, is kept while they move: every path gives the same sums to round-off), ``n_jobs``
+    resolved for the passes that use threads. States are taken as the iteration made them,
+    without a second check. :meth:`means` gives the local means alone, for a fixed point of means
+    (no weight sums, no result object per step). Small states on the dense path take one block of
+    log-weights (:class:`~localkit.engine.passes.dense.OneBlock`: the steps' fixed cost was
+    10x their sums in the streamed pass). Sums of kernels and dask arrays
+    (:meth:`~localkit.engine.Binding.stepper`) take a pass at each step."""
 
-    def __init__(self, bound, values, start):
-        from .passes.dense import one_block_conditions, one_block_sums
+    def __init__(self, bound, values, start, checked=False):
+        from .passes.dense import OneBlock, one_block_conditions
         from .planner import plan
         from .results import finish
 
         self.values = values if isinstance(values, BoundValues) else bound.prepare(values)
-        self.direct = bound.terms is None and bound.on_host and not bound.sparse
+        self.direct = isinstance(bound, BoundKernel) and bound.terms is None and bound.on_host and not bound.sparse
+        self.one_block = None
         if self.direct:
-            options = dataclasses.replace(bound.options, n_jobs=bound.options.threads)
-            bound = bound.using(options)
-            P = bound.points(start)
+            P = np.asarray(start, dtype=bound.dtype) if checked else bound.points(start)
             check_pass(bound.kernel, len(P), bound.n_samples)
             self.path = plan(bound, P, None, False)
             self.dtype = bound.dtype
-            # small states: one block of log-weights, no streaming (the steps' fixed cost was 10x their sums)
-            self.one_block = self.path == "dense" and one_block_conditions(bound, len(P))
-        else:
-            self.one_block = False
+            # (per-row fixed points step fewer rows, never more)
+            if self.path == "dense" and one_block_conditions(bound, len(P)):
+                self.one_block = OneBlock(bound, self.values.V_aug)
+            else:  # joblib's lookup of n_jobs=None costs ~10 us a pass
+                bound = bound.using(dataclasses.replace(bound.options, n_jobs=bound.options.threads))
+            offset = self.values.offset
+            self._offset = offset if offset.any() else None  # (float64 values are summed as they are)
         self.bound = bound
-        self._sums, self._finish = one_block_sums, finish  # (imported once: a step is ~30 us)
+        self._finish = finish  # (imported once: a step is ~20 us)
 
     def __call__(self, states):
+        if self.one_block is not None:
+            P = np.asarray(states, dtype=self.dtype)
+            out = self.one_block(self.bound.engine_points(P))
+            if out is not None:
+                S, m, offset = out
+                v = self.values
+                return self._finish(self.bound, P, S, m if offset is None else m + offset, v.V, False, v.no_values,
+                                    v.squeeze, v.offset, live=True)
+        return self._pass(states)
+
+    def means(self, states):
+        """The local means of the values at ``states`` alone: ``self(states).mean``."""
+        if self.one_block is not None:
+            out = self.one_block(self.bound.engine_points(np.asarray(states, dtype=self.dtype)))
+            if out is not None:
+                S = out[0]
+                mean = S[:, :-1] / S[:, -1:]  # every row carries weight (S[:, -1] >= 1)
+                if self._offset is not None:
+                    mean += self._offset
+                return mean[:, 0] if self.values.squeeze else mean
+        return self._pass(states).mean
+
+    def _pass(self, states):
         if not self.direct:
             return self.bound.sums(states, self.values)
         P = np.asarray(states, dtype=self.dtype)
-        if self.one_block:  # (per-row fixed points step fewer rows, never more)
-            out = self._sums(self.bound, self.bound.engine_points(P), self.values.V_aug)
-            if out is not None:
-                v = self.values
-                return self._finish(self.bound, P, *out, v.V, False, v.no_values, v.squeeze, v.offset, live=True)
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 

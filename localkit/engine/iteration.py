@@ -21,6 +21,7 @@ once per step.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Callable
@@ -73,7 +74,7 @@ class FixedPoint:
 
 
 def _check_params(tol, max_iter, progress):
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol) or tol < 0:
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
@@ -177,8 +178,9 @@ def _iterate_rows(step, x, tol, max_iter, change, below, trail, bar):
         else:
             x[moving] = new
         if stopped.any():
-            row_iter[moving[stopped]] = n_iter
-            done[moving[stopped]] = True
+            rows = moving[stopped]
+            row_iter[rows] = n_iter
+            done[rows] = True
             moving = moving[~stopped]
         if trail is not None:
             trail.append(x.copy())

@@ -349,13 +349,23 @@ class Pass:
             return self.candidate is not None and self.candidate.kernel.n_neighbors is not None
         return self.kernel.compact and self.kernel.n_neighbors is not None
 
-    @cached_property
+    @property
     def compiled_refusals(self):
-        return compiled_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(compiled_refusals)
 
-    @cached_property
+    @property
     def binned_refusals(self):
-        return binned_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(binned_refusals)
+
+    def _refusals(self, refusals):
+        """``refusals(bound, q_scale, exclude_self)``, facts of the binding (of the queries' scales,
+        only whether they are given), derived once per binding and kept in its cache: formed
+        anew they were a third of a small pass's plan."""
+        key = ("refusals", refusals.__name__, self.q_scale is None, self.exclude_self)
+        cache = self.bound._cache
+        if key not in cache:
+            cache[key] = tuple(refusals(self.bound, self.q_scale, self.exclude_self))
+        return cache[key]
 
     @cached_property
     def grid(self):
@@ -415,9 +425,9 @@ class Pass:
         visited = cluster_sums(b, b.engine_points(self.P[rows]), ones, b.options.tolerance or TRUNCATED_TOLERANCE)[3]
         return float(visited.mean()) / b.n_samples
 
-    @cached_property
+    @property
     def truncated_refusals(self):
-        return truncated_refusals(self.bound, self.q_scale, self.exclude_self)
+        return self._refusals(truncated_refusals)
 
     def radius_ok(self):
         return self.kernel.compact and self.bound.scaled and self.q_scale is None and self.kernel.norm_metric
@@ -605,7 +615,10 @@ PATH_NAMES = ("dense", "neighbors", "compiled", "binned", "streamed", "truncated
 
 def _refusal(conditions, a):
     """The reason of the first condition that fails, or None."""
-    return next((why(a) if callable(why) else why for holds, why in conditions if not holds(a)), None)
+    for holds, why in conditions:  # (a loop: a generator per row was most of a small pass's plan)
+        if not holds(a):
+            return why(a) if callable(why) else why
+    return None
 
 
 def _verdict(row, a):
@@ -623,8 +636,12 @@ def _verdict(row, a):
 
 
 def _choose(a):
-    """The first row of :data:`ROWS` taken for the pass ``a``, or None."""
-    return next((row for row in ROWS if _verdict(row, a)[1] is None), None)
+    """The first row of :data:`ROWS` taken for the pass ``a``, or None (a row not asked for is
+    never taken: its conditions are not evaluated)."""
+    for row in ROWS:
+        if a.algorithm in row.asked and _verdict(row, a)[1] is None:
+            return row
+    return None
 
 
 def plan(bound, P, q_scale, exclude_self):

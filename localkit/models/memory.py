@@ -139,8 +139,8 @@ class HopfieldNetwork(KeptBindings, BaseEstimator):
         name = f"{self.kind} Hopfield retrieval"
         if self.kind == "modern":
             binding, patterns = self._kept["patterns"]
-            stepper = binding.stepper(patterns, X)
-            step = lambda S, rows: stepper(S).mean
+            stepper = binding.stepper(patterns, X, checked=True)  # X checked above: validated once
+            step = lambda S, rows: stepper.means(S)
             return iterate(step, X, tol=self._tolerance(X.dtype), max_iter=self.max_iter, per_row=True, inclusive=True,
                            change=row_max_abs_change, history=history, progress=self.verbose, name=name)
         if not np.all(np.abs(X) == 1):

@@ -319,7 +319,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
 
 
 def one_block_conditions(bound, n_queries):
-    """Whether :func:`one_block_sums` can serve ``n_queries`` queries: a plain kernel (no product
+    """Whether :class:`OneBlock` can serve ``n_queries`` queries: a plain kernel (no product
     factors, kNN or per-sample bandwidths, no exact edge test) on dense host samples, the
     ``n_queries x n_samples`` block within the memory budget."""
     from ..blocks import DEFAULT_MEMORY_BUDGET
@@ -330,25 +330,48 @@ def one_block_conditions(bound, n_queries):
             and n_queries * bound.n_samples * np.dtype(bound.dtype).itemsize <= budget)
 
 
-def one_block_sums(bound, Q, V_aug):
-    """The dense pass's ``(S, shift)`` at queries ``Q`` (engine coordinates) in one block of all
-    the samples, its row maxima factored out (what the online log-sum-exp does for one block),
-    without the streaming machinery, for a fixed point of small states
-    (:class:`~localkit.engine.bound.Stepper`: Hopfield retrieval of 20 patterns, 64 units, paid
-    ~370 us a step in the streamed pass, ~210 us here, load ~8). Every row it sums carries weight
-    (``S[:, -1] >= 1``); None where a row has no finite log-weight (the full pass decides those)."""
-    exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
-    L, offset = QueryBlock(bound, Q, None, exponent).log_weights(bound, slice(0, bound.n_samples))
-    if bound.weight is not None:
-        L += bound.log_weight
-    m = L.max(axis=1)
-    if not math.isfinite(m.sum()):  # a row without weight (or an overflow: the full pass decides)
-        return None
-    S = np.exp(np.subtract(L, m[:, None], out=L), out=L) @ V_aug
-    if not exponent:
-        return S, m + offset
-    with np.errstate(over="ignore"):
-        return S, np.ldexp(m, exponent) + offset
+class OneBlock:
+    """The dense pass's sums at small query blocks, in one block of all the samples, its row maxima
+    factored out (what the online log-sum-exp does for one block), without the streaming
+    machinery, for the steps of a fixed point (:class:`~localkit.engine.bound.Stepper`), where
+    :func:`one_block_conditions` hold. What does not depend on the queries is kept: the values
+    with their column of ones and, for the softmax kernel, its logit matrix ``X^T / T`` (the
+    samples over the temperature, formed once per binding where it fits the memory budget), so
+    that a step is one BLAS product, a stable softmax and one product (the pass forms
+    ``(q / T) x^T``: the same logits to round-off). Other kernels form their block as the dense
+    pass does (:class:`QueryBlock`)."""
+
+    def __init__(self, bound, V_aug):
+        from ..blocks import DEFAULT_MEMORY_BUDGET
+
+        self.bound, self.V_aug, self.cols = bound, V_aug, slice(0, bound.n_samples)
+        self.log_weight = None if bound.weight is None else bound.log_weight
+        self.logits = None
+        X = bound.X
+        if bound.kernel.is_softmax and X.nbytes <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET):
+            if "softmax logits" not in bound._cache:
+                bound._cache["softmax logits"] = (X / X.dtype.type(bound.h)).T
+            self.logits = bound._cache["softmax logits"]
+
+    def __call__(self, Q):
+        """``(S, m, offset)`` at queries ``Q`` (engine coordinates): ``S = exp(L - m) [V, 1]`` with
+        ``L + offset`` the log-weights (``offset`` per query, or None for none) and ``m`` their
+        row maxima, so that ``m + offset + log S[:, -1]`` is the log weight sum and every row carries
+        weight (``S[:, -1] >= 1``). None where a row has no finite log-weight or a maximum beyond
+        the float range: the full pass decides those (softmax logits that overflow, which it
+        streams divided by ``2^k``, :func:`~localkit.engine.stream.logit_exponent`; finite ones
+        are taken as they are: the pass's weights to round-off)."""
+        with np.errstate(over="ignore", invalid="ignore"):  # (~1 us: less than the pass's guard, a scan of Q)
+            if self.logits is not None:
+                L, offset = Q @ self.logits, None
+            else:
+                L, offset = QueryBlock(self.bound, Q).log_weights(self.bound, self.cols)
+            if self.log_weight is not None:
+                L += self.log_weight
+            m = L.max(axis=1)
+            if not math.isfinite(m.sum()):  # a row without weight, or an overflow
+                return None
+        return np.exp(np.subtract(L, m[:, None], out=L), out=L) @ self.V_aug, m, offset
 
 
 class ProductBlock:
