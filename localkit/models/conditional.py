@@ -120,17 +120,20 @@ def block_rows(n_samples):
     return int(max(1, DEFAULT_MEMORY_BUDGET // (8 * 4 * max(1, n_samples))))
 
 
-def weight_blocks(bound, X):
+def weight_blocks(bound, X, exclude_self=False):
     """``(rows, W)`` over blocks of the queries ``X``: the normalised weights ``w_i(x)`` of the
     bound kernel (an empty neighbourhood: all on the nearest sample, the engine's "nearest"
-    policy, the limit of a growing bandwidth)."""
+    policy, the limit of a growing bandwidth). ``exclude_self``: ``X`` are the bound samples, each
+    query's own weight (and its twins') left out (the leave-one-out weights; an empty one on the
+    nearest other sample)."""
     step = block_rows(bound.n_samples)
     for start in range(0, len(X), step):
         rows = slice(start, min(start + step, len(X)))
-        W = bound.weights(X[rows])
+        W = bound.weights(X[rows], exclude_self=exclude_self, row_offset=start)
         empty = ~(W.sum(axis=1) > 0)
         if np.any(empty):
-            W[np.flatnonzero(empty), bound.nearest(X[rows][empty])] = 1.0
+            self_rows = np.flatnonzero(empty) + start if exclude_self else None
+            W[np.flatnonzero(empty), bound.nearest(X[rows][empty], self_rows=self_rows)] = 1.0
         yield rows, W
 
 

@@ -37,7 +37,9 @@ window is not widened by it, as the weighted quantile of degree 0 is (Yu and Jon
 with an indicator in ``y``). With ``S_0 = sum w``, ``S_1 = sum w (z - z*)``, ``S_2 = sum w (z -
 z*)(z - z*)^T`` and ``C = S_2 - S_1 S_1^T / S_0``: ``b = C^-1 S_1`` and ``a = 1 + S_1^T b / S_0``.
 Some ``l_i`` are negative, so ``F`` is made non-decreasing by its running maximum along the sorted
-``y_i``; the quantile is the smallest ``y_(k)`` where it reaches ``tau``. A query whose window does
+``y_i``, from ``F(-inf) = 0``; the quantile is the smallest ``y_(k)`` where it reaches ``tau``
+(``interpolation="hazen"``: where the line through the middles of its steps does,
+:func:`step_quantiles`). A query whose window does
 not determine a slope (``C`` singular) takes the weights of degree 0. One engine pass of weights
 per block of queries, as degree 0.
 
@@ -73,6 +75,12 @@ NEGLIGIBLE = 1e-14
 #: the levels of ``y``'s quantiles that are the thresholds of the ``"cv"`` criterion (the deciles)
 #: (:meth:`KernelQuantileRegressor._select_cv`), as R's ``npcdistbw`` takes a grid of ``y``'s quantiles
 CV_LEVELS = np.arange(1, 10) / 10
+#: ``cv_target="quantile"`` (:meth:`KernelQuantileRegressor._select_level_scales`): the steps of its
+#: search on ``log2 s`` (the factor of the ``"cv"`` bandwidths), the largest ``|log2 s|`` it goes to, and
+#: the most samples at which its leave-one-out criterion is evaluated
+LEVEL_STEPS = (0.5, 0.25, 0.125)
+LEVEL_RANGE = 4.0
+LEVEL_QUERIES = 8192
 
 
 def pinball_loss(y, q, tau):
@@ -86,8 +94,50 @@ def weighted_quantile(y_sorted, W_sorted, tau):
     cumulative weight reaches ``tau`` times the row's total, the lower end of the argmin of
     ``sum_i w_i rho_tau(y_i - b)``."""
     C = np.cumsum(W_sorted, axis=1)
-    k = np.sum(C < tau * C[:, -1:] * (1 - 1e-13), axis=1)
-    return y_sorted[np.minimum(k, len(y_sorted) - 1)]
+    return step_quantiles(C / C[:, -1:], y_sorted, [tau])[:, 0]
+
+
+#: the least rise of a distribution function (of total 1) that ``interpolation="hazen"`` takes for a
+#: step: smaller rises are the round-off of the cumulative sums (a local linear F back at its running
+#: maximum after a negative weight), or samples whose weight is as negligible
+LEAST_STEP = 1e-12
+
+
+def step_quantiles(F, y_sorted, taus, interpolation="lower"):
+    """Quantiles (n_rows, len(taus)) of the step distribution functions ``F`` (n_rows, n): row
+    ``r`` is ``F_r(y_(k))`` at the sorted samples ``y_sorted`` (non-decreasing along the row).
+
+    ``"lower"``: the smallest ``y_(k)`` where ``F`` reaches ``tau``. ``"hazen"``: the inverse of
+    the piecewise linear function through the middles of the steps, ``(u_k, (F(u_k-) + F(u_k)) /
+    2)`` at the values ``u_k`` of ``y`` where ``F`` steps up (by more than ``LEAST_STEP``; ties
+    one step; samples of no weight none), flat beyond the first and last: a step's mass split evenly either side of its value
+    (Parzen's mid-distribution function of discrete data; for equal weights and distinct values
+    Hazen's plotting positions ``(k - 1/2) / n``, numpy's ``quantile(method="hazen")``, R's
+    ``type = 5``), so that the level ``tau`` lies below the quantile, not ``tau`` less up to a
+    step."""
+    n = len(y_sorted)
+    out = np.empty((len(F), len(taus)))
+    if interpolation == "lower":
+        for j, tau in enumerate(taus):
+            out[:, j] = y_sorted[np.minimum(np.sum(F < tau * (1 - 1e-13), axis=1), n - 1)]
+        return out
+    last = np.flatnonzero(np.r_[np.diff(y_sorted) > 0, True])  # the last sample of each distinct value
+    u, G = y_sorted[last], F[:, last]
+    before = np.hstack([np.zeros((len(G), 1)), G[:, :-1]])
+    steps = G > before + LEAST_STEP
+    P = 0.5 * (G + before)
+    rows, m = np.arange(len(P)), len(u)
+    first, final = np.argmax(steps, axis=1), m - 1 - np.argmax(steps[:, ::-1], axis=1)
+    for j, tau in enumerate(taus):
+        above = steps & (P >= tau)
+        below = steps & (P < tau)
+        hi = np.where(above.any(axis=1), np.argmax(above, axis=1), final)  # the first knot at or above tau
+        lo = np.where(below.any(axis=1), m - 1 - np.argmax(below[:, ::-1], axis=1), first)  # the last below
+        gap = P[rows, hi] - P[rows, lo]
+        frac = np.divide(tau - P[rows, lo], gap, out=np.zeros(len(P)), where=gap > 0)
+        frac = np.clip(frac, 0.0, 1.0)
+        out[:, j] = (1.0 - frac) * u[lo] + frac * u[hi]  # (no difference of values near the float range)
+    return out
 
 
 def linear_correction(M1, M2, D):
@@ -120,9 +170,11 @@ def local_linear_weights(W, Z, Zq):
         return L
     centre = Z.mean(axis=0)
     Zc, Qc = Z - centre, Zq - centre
-    M1 = L @ Zc  # weighted means of z
-    a, v, _ = linear_correction(M1, np.einsum("qn,ni,nj->qij", L, Zc, Zc), M1 - Qc)
-    return L * (a[:, None] - (Zc @ v.T).T + np.einsum("qi,qi->q", v, Qc)[:, None])
+    n, p = Zc.shape
+    M1 = L @ Zc  # weighted means of z and of z z^T (products of BLAS)
+    M2 = (L @ (Zc[:, :, None] * Zc[:, None, :]).reshape(n, p * p)).reshape(len(L), p, p)
+    a, v, _ = linear_correction(M1, M2, M1 - Qc)
+    return L * ((a + np.einsum("qi,qi->q", v, Qc))[:, None] - v @ Zc.T)
 
 
 def cdf_cv_design(I, Zc):
@@ -240,6 +292,22 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         search evaluate its criterion by categorical cells and binned Gaussian sums
         (:mod:`localkit.models.cv_scale`; Gaussian factors on at most three continuous columns);
         None: the exact engine passes. The quantiles themselves are always exact.
+    cv_target : {"distribution", "quantile"}, default="distribution"
+        With ``"cv"`` bandwidths: ``"distribution"``, one set for every level, chosen for the
+        whole of ``F(y | x)`` (above); ``"quantile"``, then one set per level of ``quantile``:
+        those bandwidths times a factor ``s`` (``h s``, categorical ``lam s^2``) chosen for the
+        level by the leave-one-out pinball loss ``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))``
+        of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"`` or
+        ``"linear_weights"``; one exact engine pass per factor tried, on at most
+        ``LEVEL_QUERIES`` of the samples). Levels outside ``quantile`` (:meth:`predict_quantiles`)
+        take ``kernel_``; crossing levels are rearranged.
+    interpolation : {"lower", "hazen"}, default="lower"
+        The quantile of the step function ``F(y | x)`` of degree 0 and ``"linear_weights"``:
+        ``"lower"``, the smallest ``y_i`` where it reaches ``tau``; ``"hazen"``, the inverse of
+        the line through the middles of its steps (numpy's ``quantile(method="hazen")`` for equal
+        weights; see :func:`step_quantiles`), a value between the ``y_i`` that leaves ``tau``
+        below it rather than up to ``tau`` less one step. Ignored by the check-loss fit of
+        degree 1 and the inversion.
 
     Attributes
     ----------
@@ -252,7 +320,12 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
     cv_results_ : dict
         With ``"cv"`` bandwidths: every point of the search, ``"bandwidths"`` (one row per point,
         the ``"cv"`` columns in the order of the factors) and ``"loo_loss"`` (the criterion; with
-        ``method="inversion"`` the negative leave-one-out log-likelihood).
+        ``method="inversion"`` the negative leave-one-out log-likelihood). With
+        ``cv_target="quantile"`` also ``"level_scales"`` (the factors ``s`` tried, increasing),
+        ``"level_loo_loss"`` (n_scales, n_quantiles: the leave-one-out pinball loss of each
+        level) and ``"level_bandwidths"`` (n_quantiles, n_cv: each level's chosen bandwidths).
+    level_kernels_ : list of Kernel
+        With ``cv_target="quantile"``: the kernel of each level of ``quantiles_``.
     X_fit_, y_fit_ : the training data.
 
     Examples
@@ -276,13 +349,16 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
         "tolerance": [Interval(Real, 0, 1, closed="neither"), None],
+        "cv_target": [StrOptions({"distribution", "quantile"})],
+        "interpolation": [StrOptions({"lower", "hazen"})],
     }
 
     #: "cv" bandwidths are chosen by the leave-one-out error of F(y | x) (:meth:`_select_cv`)
     _takes_cv = True
 
     def __init__(self, quantile=0.5, degree=1, kernel="gaussian", bandwidth="scott", method="check", y_kernel=None,
-                 algorithm="auto", n_jobs=None, tolerance=None):
+                 algorithm="auto", n_jobs=None, tolerance=None, cv_target="distribution",
+                 interpolation="lower"):
         self.quantile = quantile
         self.degree = degree
         self.kernel = kernel
@@ -292,6 +368,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         self.algorithm = algorithm
         self.n_jobs = n_jobs
         self.tolerance = tolerance
+        self.cv_target = cv_target
+        self.interpolation = interpolation
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike):
@@ -300,6 +378,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         self.quantiles_ = np.atleast_1d(check_probabilities(self.quantile, "quantile"))
         self.X_fit_, self.y_fit_ = X, np.asarray(y, dtype=np.float64)
         if self.method == "inversion":
+            if self.cv_target == "quantile":
+                raise ValueError("cv_target='quantile' chooses the bandwidths of method='check' or 'linear_weights' "
+                                 "by their leave-one-out pinball loss; method='inversion' takes "
+                                 "cv_target='distribution'")
             self.conditional_ = ConditionalDensity(kernel=self.kernel, bandwidth=self.bandwidth,
                                                    y_kernel=self.y_kernel, algorithm=self.algorithm,
                                                    n_jobs=self.n_jobs, tolerance=self.tolerance).fit(X, y)
@@ -309,19 +391,33 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                 if hasattr(self.conditional_, name):
                     setattr(self, name, getattr(self.conditional_, name))
             return self
-        self.__dict__.pop("cv_results_", None)
-        self.kernel_ = fit_x_kernel(self, X)
+        for name in ("cv_results_", "level_kernels_", "_level_bounds"):
+            self.__dict__.pop(name, None)
+        self.kernel_ = base = fit_x_kernel(self, X)
         if self.degree == 1 and self.method == "check" and any(f.is_categorical for f in self.kernel_.factors):
             raise ValueError(f"degree=1 fits a slope on every column of X, which kernel={self.kernel_!r} holds as "
                              "levels; take degree=0 or method='inversion'")
-        if has_cv(self.kernel_):
+        if self.cv_target == "quantile" and not has_cv(base):
+            raise ValueError("cv_target='quantile' scales the bandwidths of bandwidth='cv' per level, and "
+                             f"kernel={base!r} has no 'cv' bandwidth; give bandwidth='cv' or cv_target='distribution'")
+        if has_cv(base):
             self.kernel_ = self._select_cv(X, self.y_fit_)
         self._levels = categorical_levels(self.kernel_, X)
-        self._X_bound = mapped_x(self, X)  # the coordinates of the x kernel (H^-1/2 under a bandwidth matrix)
-        self._bound = BoundKernel(self.kernel_, self._X_bound,
-                                  options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
-        self._order = np.argsort(self.y_fit_, kind="stable")
+        order = np.argsort(self.y_fit_, kind="stable")
+        # the samples in the order of y, so that a row of weights cumulates to F(y | x) as it stands;
+        # the coordinates those of the x kernel (H^-1/2 under a bandwidth matrix)
+        self._X_sorted, self._y_sorted = mapped_x(self, X)[order], self.y_fit_[order]
+        self._bound = self._bind(self.kernel_)
+        if self.cv_target == "quantile":
+            self.level_kernels_ = self._select_level_scales(base, X)
+            bounds = {}
+            self._level_bounds = [bounds.setdefault(repr(k), self._bind(k)) for k in self.level_kernels_]
         return self
+
+    def _bind(self, kernel, twins=None):
+        """``kernel`` bound to the samples in the order of ``y``."""
+        return BoundKernel(kernel, self._X_sorted, options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs),
+                           twins=twins)
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """The fitted quantiles at ``quantile``: (n_queries,) for one level, else
@@ -342,30 +438,41 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         check_levels(X, self._levels, "X")
         X = mapped_x(self, X)
         out = np.empty((len(X), len(taus)))
-        y_sorted = self.y_fit_[self._order]
-        linear = self.method == "linear_weights"
-        if linear:
-            Z = self._X_bound[:, self._continuous_columns()]
-        for rows, W in weight_blocks(self._bound, X):
-            if linear:
-                Ws = local_linear_weights(W, Z, X[rows][:, self._continuous_columns()])[:, self._order]
-                F = np.maximum.accumulate(np.cumsum(Ws, axis=1), axis=1)
-                for j, tau in enumerate(taus):
-                    k = np.sum(F < tau * (1 - 1e-13), axis=1)
-                    out[rows, j] = y_sorted[np.minimum(k, len(y_sorted) - 1)]
-                continue
-            if self.degree == 0:
-                Ws = W[:, self._order]
-                for j, tau in enumerate(taus):
-                    out[rows, j] = weighted_quantile(y_sorted, Ws, tau)
-                continue
-            for t, w in zip(range(rows.start, rows.stop), W):
-                keep = np.flatnonzero(w > NEGLIGIBLE * w.max())
-                D = np.column_stack([np.ones(len(keep)), self._X_bound[keep] - X[t]]).astype(np.float64)
-                for j, tau in enumerate(taus):
-                    out[t, j] = self._local_linear(D, self.y_fit_[keep], w[keep], tau)
+        for bound, columns in self._bounds_of(taus):
+            for rows, W in weight_blocks(bound, X):
+                out[rows, columns] = self._quantiles_of(W, X[rows], taus[columns])
         order = np.argsort(taus, kind="stable")
         out[:, order] = np.sort(out[:, order], axis=1)  # rearrangement: no crossing
+        return out
+
+    def _bounds_of(self, taus):
+        """``(bound kernel, indices into taus)``: with ``cv_target="quantile"`` a level of
+        ``quantile`` takes its own bandwidths (``level_kernels_``), any other ``kernel_``'s."""
+        groups = {}
+        for j, tau in enumerate(taus):
+            hit = np.flatnonzero(self.quantiles_ == tau) if hasattr(self, "level_kernels_") else ()
+            bound = self._level_bounds[hit[0]] if len(hit) else self._bound
+            groups.setdefault(id(bound), (bound, []))[1].append(j)
+        return [(bound, np.array(columns)) for bound, columns in groups.values()]
+
+    def _quantiles_of(self, W, Q, taus):
+        """The fitted quantiles (len(W), len(taus)) at the (mapped) queries ``Q`` from their
+        normalised weights ``W`` on the samples in the order of ``y`` (``_X_sorted``)."""
+        y = self._y_sorted
+        if self.method == "linear_weights":
+            cols = self._continuous_columns()
+            F = np.cumsum(local_linear_weights(W, self._X_sorted[:, cols], Q[:, cols]), axis=1)
+            F = np.maximum.accumulate(np.maximum(F, 0.0), axis=1)  # the running maximum from F(-inf) = 0
+            return step_quantiles(F, y, taus, self.interpolation)
+        if self.degree == 0:
+            F = np.cumsum(W, axis=1)
+            return step_quantiles(F / F[:, -1:], y, taus, self.interpolation)
+        out = np.empty((len(W), len(taus)))
+        for t, w in enumerate(W):
+            keep = np.flatnonzero(w > NEGLIGIBLE * w.max())
+            D = np.column_stack([np.ones(len(keep)), self._X_sorted[keep] - Q[t]]).astype(np.float64)
+            for j, tau in enumerate(taus):
+                out[t, j] = self._local_linear(D, y[keep], w[keep], tau)
         return out
 
     def _select_cv(self, X, y):
@@ -418,6 +525,77 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
 
         kernel, self.cv_results_ = select_cv_bandwidths(self.kernel_, X, loss)
         return kernel
+
+    def _select_level_scales(self, base, X):
+        """One kernel per level ``tau`` of ``quantile``: the ``"cv"`` bandwidths ``h*, lam*`` of
+        :meth:`_select_cv` moved along ``h_c = s h*_c``, ``lam_c = s^2 lam*_c`` (clipped to the
+        search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007), ``s``
+        chosen per level by the leave-one-out pinball loss of the fit's own quantile::
+
+            CV_tau(s) = (1 / m) sum_(i in I) rho_tau(y_i - q_{-i}(tau | x_i; s))
+
+        ``q_{-i}`` the prediction (``method``, ``degree``, ``interpolation``) from the samples
+        without sample ``i`` (and its twins, as :func:`~localkit.models.kernel_learning.loo_groups`
+        leaves out), ``I`` every sample, or ``LEVEL_QUERIES`` of them evenly spaced in the order of
+        ``y`` where there are more (each still weighs all the others). The F(y | x) criterion of
+        :meth:`_select_cv` weighs every threshold alike; a tail level is decided by the thresholds
+        near its own quantile, where the best smoothing may differ (Yu and Jones, 1998, give
+        ``h_tau`` as ``h`` times a factor of ``tau`` for one feature; here the factor is chosen by
+        the criterion itself). The search is a pattern search on ``log2 s`` with steps
+        ``LEVEL_STEPS``, level after level from the best ``s`` evaluated so far (0 first): a level
+        moves to a neighbour ``+-step`` while that is better, else takes the next step; one pass of
+        the engine per ``s`` gives every level's loss, and each level keeps the best ``s``
+        evaluated (ties: the ``s`` nearest 1). Kept in ``cv_results_``: ``"level_scales"``,
+        ``"level_loo_loss"`` (one column per level) and ``"level_bandwidths"``."""
+        from .kernel_learning import CVSlots, loo_groups
+
+        slots = CVSlots(base, X)
+        best = self.cv_results_["bandwidths"][np.argmin(self.cv_results_["loo_loss"])]
+        theta = np.where(slots.categorical, best, np.log(best))
+        low, high = np.array(slots.bounds).T
+        taus = self.quantiles_
+        n = len(X)
+        queries = np.unique(np.linspace(0, n - 1, min(n, LEVEL_QUERIES)).round().astype(np.intp))
+        # the queries first among the samples, so that each one's own row is its position
+        perm = np.r_[queries, np.setdiff1d(np.arange(n), queries)]
+        back = np.argsort(perm)  # the columns of a weight row back to the order of y
+        y_q = self._y_sorted[queries]
+
+        def theta_at(s):
+            return np.clip(np.where(slots.categorical, theta * s ** 2, theta + np.log(s)), low, high)
+
+        losses = {}  # log2 s -> the loss of each level
+
+        def loss(e, j):
+            if e not in losses:
+                kernel = slots.kernel(theta_at(2.0 ** e))
+                bound = BoundKernel(kernel, self._X_sorted[perm], twins=loo_groups(kernel, n),
+                                    options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
+                Q = np.empty((len(queries), len(taus)))
+                for rows, W in weight_blocks(bound, self._X_sorted[queries], exclude_self=True):
+                    Q[rows] = self._quantiles_of(W[:, back], self._X_sorted[queries[rows]], taus)
+                losses[e] = [pinball_loss(y_q, Q[:, j], tau) for j, tau in enumerate(taus)]
+            return (losses[e][j], abs(e))  # ties: the s nearest 1
+
+        loss(0.0, 0)
+
+        def best(j):
+            return min(losses, key=lambda e: loss(e, j))
+
+        for j in range(len(taus)):
+            e = best(j)
+            for step in LEVEL_STEPS:
+                while True:
+                    e_next = min((f for f in (e - step, e, e + step) if abs(f) <= LEVEL_RANGE), key=lambda f: loss(f, j))
+                    if e_next == e:
+                        break
+                    e = e_next
+        picks = [best(j) for j in range(len(taus))]
+        exponents = np.array(sorted(losses))
+        self.cv_results_.update(level_scales=2.0 ** exponents,
+                                level_loo_loss=np.array([losses[e] for e in exponents]),
+                                level_bandwidths=np.array([slots.bandwidths(theta_at(2.0 ** e)) for e in picks]))
+        return [slots.kernel(theta_at(2.0 ** e)) for e in picks]
 
     def _continuous_columns(self):
         """The columns of ``X`` under continuous factors of ``kernel_`` (every column for a kernel
