@@ -146,7 +146,7 @@ def local_linear_pass(code):
 
     @njit(parallel=True, cache=True)
     def forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, causal, qbox, kbox, margin, ridge, tq, tk, sgemm_at,
-                    dgemm_at, out):
+                dgemm_at, out):
         """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
 
         ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
