@@ -278,9 +278,9 @@ def test_gemm_through_its_address_for_every_transposition(which, dtype):
 
 
 def test_the_passes_take_openblas_on_amd_cpus(monkeypatch):
-    """On AMD CPUs the passes call SciPy's OpenBLAS, elsewhere MKL inside PyTorch where it exports it."""
-    import numba
-
+    """On AMD CPUs the passes call SciPy's OpenBLAS, elsewhere MKL inside PyTorch where it exports
+    it with its per-thread setting (held to one thread in each worker: a product then runs on the
+    calling thread alone)."""
     from localkit.fused import blas
 
     scipy_s = blas.get_cython_function_address("scipy.linalg.cython_blas", "sgemm")
@@ -290,8 +290,14 @@ def test_the_passes_take_openblas_on_amd_cpus(monkeypatch):
         assert blas.sgemm_address() == scipy_s
         monkeypatch.setattr(blas, "amd_cpu", lambda: False)
         blas._address.cache_clear()
-        if numba.threading_layer() == "omp" and hasattr(torch._C, "_has_mkl") and torch._C._has_mkl:
-            assert blas.sgemm_address() != scipy_s
+        if blas._mkl_local_setter() is not None and blas._torch_symbol("sgemm_") is not None:
+            assert blas.sgemm_address() == blas._torch_symbol("sgemm_") != scipy_s
+            setter = blas._mkl_local_setter()  # returns the setting it replaces
+            before = setter(1)
+            setter(before)  # read (PyTorch's set_num_threads sets it)
+            with blas.one_mkl_thread():
+                inside = setter(1)
+            assert inside == 1 and setter(before) == before  # held to one inside, given back after
     finally:
         blas._address.cache_clear()
 

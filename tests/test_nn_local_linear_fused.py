@@ -171,6 +171,6 @@ def test_solve_by_cholesky_or_pivoted_elimination(case):
 def test_moment_features():
     K = np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)
     M = np.empty((2, 5, 1 + 3 + 6), np.float32)
-    cpu_local_linear._moment_features(K, M)
+    cpu_local_linear._moment_features(K, M, 0, 2)
     f, g = np.triu_indices(3)
     np.testing.assert_array_equal(M, np.concatenate([np.ones((2, 5, 1), np.float32), K, K[..., f] * K[..., g]], -1))

@@ -12,10 +12,9 @@ with MKL against 0.30 s with OpenBLAS (SDPA, on MKL: 0.42-0.45 s), Epanechnikov'
 0.27 s, their forward and backward 1.78 and 1.62 s against 1.17 and 1.01 s, and local linear
 attention (d=16) 0.94 s against 0.62-0.69 s.
 
-MKL is taken only under numba's OpenMP threading layer, which it shares with PyTorch: called
-inside numba's parallel region it then runs on one thread, as the tiles need; a pass run on
-Python's threads instead holds it to one with :func:`one_mkl_thread`. SciPy's OpenBLAS is
-limited to one thread by the caller.
+The passes run on Python's threads, each holding MKL to one thread with :func:`one_mkl_thread`
+(MKL's per-thread setting; MKL is taken only where PyTorch's library has it), as the tiles
+need. SciPy's OpenBLAS is limited to one thread by the caller.
 
 The address is an argument of the compiled pass (an ``int``), not a constant in it, so that
 numba caches the pass on disk. Integer arguments are passed in 64-bit cells holding the value,
@@ -34,7 +33,6 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import get_cython_function_address, intrinsic
 
-from .._threads import numba_threads
 
 
 def sgemm_address():
@@ -88,9 +86,7 @@ def _torch_symbol(name, address=True):
 
 @functools.cache
 def _address(name):
-    with numba_threads(1):  # launches numba's threads (and keeps PyTorch's count), so that the layer is known
-        layer = numba.threading_layer()
-    if layer == "omp" and not amd_cpu():
+    if not amd_cpu() and _mkl_local_setter() is not None:
         address = _torch_symbol(name + "_")
         if address is not None and _checked(address, np.float32 if name == "sgemm" else np.float64):
             return address

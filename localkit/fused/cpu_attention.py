@@ -58,7 +58,6 @@ import numpy as np
 import torch
 
 from .._jit import njit
-from .._threads import numba_threads, threadpools
 from ..engine.blocks import map_blocks
 from ..kernels.profiles import PROFILES
 from . import blas, vector_math
@@ -386,15 +385,6 @@ def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
     out, _ = _attention(flat(q), flat(k), flat(v), c.expand(batch + (1, 1)).reshape(N), key_bias,
                         NAMES.index(kernel), bool(causal))
     return out.reshape(batch + (L, dv))
-
-
-def _run(compiled, *args):
-    """``compiled(*args)`` on PyTorch's thread count, its tiles' products on one BLAS thread each
-    inside numba's threads (MKL does so by itself inside an OpenMP region; OpenBLAS threads
-    nested in numba's loop serialised on a lock: B=1 H=8 L=2048 d=64, 40 s against 0.35 s for
-    SDPA, so OpenBLAS is limited to one)."""
-    with numba_threads(torch.get_num_threads()), threadpools().limit(limits=1, user_api="blas"):
-        compiled(*args)
 
 
 def _run_tasks(compiled, n_tasks, *args):

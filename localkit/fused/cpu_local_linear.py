@@ -46,13 +46,12 @@ from __future__ import annotations
 import functools
 import math
 
-import numba
 import numpy as np
 import torch
 
 from .._jit import njit
 from . import blas, vector_math
-from .cpu_attention import LOG_SPACE, NAMES, _arguments, _distances, _log_k, _loop, _run, _skipped, _weigh
+from .cpu_attention import LOG_SPACE, NAMES, _arguments, _distances, _log_k, _loop, _run_tasks, _skipped, _weigh
 
 #: the kernels of inner products (codes below 0 in the pass): ``c <q, k>`` and the Gaussian's
 #: ``c (<q, k> - |k|^2 / 2)``; the other profiles take their index in ``cpu_attention.NAMES``
@@ -144,9 +143,9 @@ def local_linear_pass(code):
     numba prunes the other kernels' branches, and caches each on disk by it)."""
     logspace = code < 0 or NAMES[code] in LOG_SPACE
 
-    @njit(parallel=True, cache=True)
+    @njit(nogil=True, cache=True)
     def forward(Q, K, K64, V, v_mean, M, mu, qn, kn, C, kb, kw, causal, qbox, kbox, margin, ridge, tq, tk, sgemm_at,
-                dgemm_at, out):
+                dgemm_at, out, first, last):
         """Fill ``out`` ``(N, L, dv)`` with the intercepts (0 for a query without a key of weight).
 
         ``Q, K, qn, kn, C, kb, kw, qbox, kbox, margin``: as
@@ -154,12 +153,13 @@ def local_linear_pass(code):
         keys' mean ``mu`` ``(N, d)``; ``K64``: ``K`` in float64); ``V``: ``(N, S, dv)`` centred on
         its mean ``v_mean`` ``(N, dv)``; ``M``: ``(N, S, 1 + d + d (d + 1) / 2)``, per key
         ``[1, k, k_f k_g for f <= g]``; ``sgemm_at, dgemm_at``: :func:`~localkit.fused.blas.sgemm_address`'s and
-        :func:`~localkit.fused.blas.dgemm_address`'s."""
+        :func:`~localkit.fused.blas.dgemm_address`'s; ``first, last``: the range of tasks (a batch-head and a
+        tile of ``tq`` queries, ``(N, L / tq)`` in C order) to fill."""
         N, L, d = Q.shape
         S, dv, width = K.shape[1], V.shape[2], M.shape[2]
         n_qt = (L + tq - 1) // tq
         skip = qbox.shape[1] > 0
-        for task in numba.prange(N * n_qt):
+        for task in range(first, last):
             n, t = task // n_qt, task % n_qt
             i0 = t * tq
             i1 = min(L, i0 + tq)
@@ -179,18 +179,23 @@ def local_linear_pass(code):
             acc = np.zeros((nq, width), dtype=np.float32)
             # the first walk's weights, formed in place and kept for the second (tile by tile) with the
             # row maxima they were taken at: nq x S floats, less than the streamed path's d (d + dv)
-            # per query
-            kept = np.empty(nq * hi, dtype=np.float32)
+            # per query; the full tiles and the last, partial one apart (numba's reshape would
+            # compile a costly error path)
+            full = hi // tk
+            kept = np.empty((full, nq, tk), dtype=np.float32)
+            partial = np.empty((nq, hi - full * tk), dtype=np.float32)
             m_at = np.empty(((hi + tk - 1) // tk, nq), dtype=np.float32)
             for j0 in range(0, hi, tk):  # the first walk: the moments
                 j1 = min(hi, j0 + tk)
-                if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                jt = j0 // tk
+                if skip and _skipped(qbox, kbox, n, t, jt, c, margin):
                     continue
-                s = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
+                s = kept[jt] if jt < full else partial
                 blas.gemm(sgemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
                 _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
                               alpha, ignored)
-                m_at[j0 // tk] = m
+                for a in range(nq):
+                    m_at[jt, a] = m[a]
                 if logspace:
                     for a in range(nq):
                         for f in range(width):
@@ -220,17 +225,17 @@ def local_linear_pass(code):
                     beta += mean[f] * Z[a, f]
                 lift[a] = 1.0 + beta
             acc2 = np.zeros((nq, dv), dtype=np.float32)
-            r = np.empty(nq * tk)
+            r, r_partial = np.empty((nq, tk)), np.empty((nq, hi - full * tk))
             for j0 in range(0, hi, tk):  # the second walk: the equivalent kernel's local mean
                 j1 = min(hi, j0 + tk)
-                if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
+                jt = j0 // tk
+                if skip and _skipped(qbox, kbox, n, t, jt, c, margin):
                     continue
-                p = kept[nq * j0:nq * j1].reshape((nq, j1 - j0))
-                R = r[:p.size].reshape(p.shape)
+                p, R = (kept[jt], r) if jt < full else (partial, r_partial)
                 blas.gemm(dgemm_at, cell, Z, K64[n, j0:j1], R, False, True, 1.0, 0.0)
                 for a in range(nq):
                     # weights taken at the maximum of their tile, rescaled to the final one
-                    _times_lift(p[a], R[a], lift[a], math.exp(m_at[j0 // tk, a] - m[a]) if m[a] > -np.inf else 0.0)
+                    _times_lift(p[a], R[a], lift[a], math.exp(m_at[jt, a] - m[a]) if m[a] > -np.inf else 0.0)
                 blas.gemm(sgemm_at, cell, p, V[n, j0:j1], acc2, False, False, 1.0, 1.0)
             for a in range(nq):
                 for f in range(dv):
@@ -307,11 +312,12 @@ def _eliminate(A, b):
         b[f] = x / A[f, f]
 
 
-@njit(parallel=True, cache=True)
-def _moment_features(K, M):
-    """``M[n, j] = [1, k, k_f k_g for f <= g]`` of the keys ``K[n, j]`` (the upper triangle row by row)."""
-    N, S, d = K.shape
-    for n in numba.prange(N):
+@njit(nogil=True, cache=True)
+def _moment_features(K, M, first, last):
+    """``M[n, j] = [1, k, k_f k_g for f <= g]`` of the keys ``K[n, j]`` (the upper triangle row by
+    row) for the batch-heads ``first .. last - 1``."""
+    S, d = K.shape[1], K.shape[2]
+    for n in range(first, last):
         for j in range(S):
             M[n, j, 0] = 1.0
             col = 1 + d
@@ -361,8 +367,8 @@ def _local_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     d = K.shape[-1]
     M = np.empty(K.shape[:2] + (1 + d + d * (d + 1) // 2,), np.float32)
     out = torch.empty(q.shape[0], q.shape[1], v.shape[-1])
-    _run(_moment_features, K, M)
-    _run(local_linear_pass(code), Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
+    _run_tasks(_moment_features, len(K), K, M)
+    _run_tasks(local_linear_pass(code), len(Q) * -(-Q.shape[1] // TILE_Q), Q, K, K.astype(np.float64), V - v_mean[:, None], v_mean, M, mu, qn, kn, C, kb, kw,
          causal, *skip, ridge, TILE_Q, TILE_K, blas.sgemm_address(),
          blas.dgemm_address(), out.numpy())
     return out.to(q.dtype)
