@@ -324,3 +324,28 @@ def test_small_neighbour_indexes_measure_differences():
     L = -0.5 * D2 / np.sort(D2, axis=1)[:, 4:5]
     W = np.exp(L - L.max(axis=1, keepdims=True))
     np.testing.assert_allclose(small, W @ y[:20] / W.sum(axis=1), rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_refined_squared_distances_keep_a_relative_error_bound_near_duplicates_included(dtype):
+    """The product ``|q|^2 + |x|^2 - 2 q.x`` with the near pairs formed again from differences: every
+    pair within a few units of round-off over ``REFINE`` of the float64 distance from differences,
+    coinciding points 0 exactly; a block of mostly near pairs goes to the differences whole."""
+    from localkit.kernels import Kernel
+    from localkit.kernels.kernel import REFINE, refined_sq_distances
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 7)).astype(dtype)
+    Q = np.vstack([X[:40], X[40:80] + dtype(1e-3) * rng.normal(size=(40, 7)).astype(dtype),
+                   rng.normal(size=(60, 7)).astype(dtype)])
+    kernel = Kernel("laplacian", bandwidth=1.0)
+    sq = lambda A: np.einsum("ij,ij->i", A, A)
+    got = refined_sq_distances(Q, X, sq(Q), sq(X), kernel)
+    exact = cdist(Q.astype(np.float64), X.astype(np.float64), "sqeuclidean")
+    assert got.dtype == dtype
+    assert np.all(np.diagonal(got[:40, :40]) == 0.0)
+    eps = np.finfo(dtype).eps
+    assert np.max(np.abs(got - exact) / np.maximum(exact, np.finfo(dtype).tiny)) <= 8 * eps / REFINE
+    far = Q + dtype(1e3)  # every pair near relative to the norms: differences for the whole block
+    np.testing.assert_array_equal(refined_sq_distances(far, X + dtype(1e3), sq(far), sq(X + dtype(1e3)), kernel),
+                                  cdist(far, X + dtype(1e3), "sqeuclidean").astype(dtype))

@@ -454,7 +454,7 @@ class Kernel:
             return L, zero
         # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
         degenerate = any(s is not None and not np.all(s > 0) for s in (q_scale, s_scale))
-        if exact or degenerate or self.metric != "euclidean" or self.profile.exact_distance:
+        if exact or degenerate or self.metric != "euclidean":
             u2 = exact_sq_distances(Q, X, self)
             self._rescale(u2, q_scale, s_scale)
             L, c = self.profile.log_k_scaled(u2, u2_exponent)
@@ -463,6 +463,11 @@ class Kernel:
             q_sq = np.einsum("ij,ij->i", Q, Q)
         if x_sq is None:
             x_sq = np.einsum("ij,ij->i", X, X)
+        if self.profile.exact_distance:
+            u2 = refined_sq_distances(Q, X, q_sq, x_sq, self)
+            self._rescale(u2, q_scale, s_scale)
+            L, c = self.profile.log_k_scaled(u2, u2_exponent)
+            return L, zero + Q.dtype.type(c)
         if self.profile.log_linear and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
             # one matrix product: [q, -1/2] / h_q^2 . [x, |x|^2]  =  (q.x - |x|^2 / 2) / h_q^2
             # (folded: [q, -1/2, -|q|^2/2] / h_q^2 . [x, |x|^2, 1] = -|q - x|^2 / (2 h_q^2))
@@ -776,6 +781,35 @@ class SumKernel(Kernel):
 
     def __reduce__(self):
         return SumKernel, (self.terms,)
+
+
+#: :func:`refined_sq_distances` forms again from differences the pairs whose expanded squared
+#: distance is below this share of ``|q|^2 + |x|^2`` (the expansion's round-off is a few units of
+#: it), and takes :func:`exact_sq_distances` for a block where more than ``REFINE_SHARE`` of the
+#: pairs are such (points far from their centre)
+REFINE, REFINE_SHARE = 2.0 ** -6, 1.0 / 8
+
+
+def refined_sq_distances(Q, X, q_sq, x_sq, kernel):
+    """Squared euclidean distances ``|q|^2 + |x|^2 - 2 q.x`` by one matrix product, the pairs where
+    that is below ``REFINE (|q|^2 + |x|^2)`` (near-duplicates, whose expansion is mostly round-off)
+    formed again from differences: every pair then has a relative error within a few units of
+    round-off over ``REFINE`` (64x those of :func:`exact_sq_distances`; ~1e-14 in float64), at the
+    speed of the product. For the profiles with a kink at ``u = 0`` (Laplacian: measured 0.07 G
+    pairs/s through SciPy's ``cdist`` against 0.64 for the Gaussian's product, d = 32, float32);
+    ``kernel`` (euclidean) for the blocks left to :func:`exact_sq_distances`."""
+    norms = q_sq[:, None] + x_sq
+    u2 = Q @ X.T
+    u2 *= -2.0
+    u2 += norms
+    norms *= REFINE
+    i, j = np.nonzero(u2 < norms)
+    if len(i) > REFINE_SHARE * u2.size:
+        return exact_sq_distances(Q, X, kernel)
+    if len(i):
+        diff = Q[i] - X[j]
+        u2[i, j] = np.einsum("ij,ij->i", diff, diff)
+    return np.maximum(u2, 0.0, out=u2)
 
 
 def exact_sq_distances(Q, X, kernel):
