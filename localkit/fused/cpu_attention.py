@@ -59,6 +59,7 @@ import torch
 
 from .._jit import njit
 from ..engine.blocks import map_blocks
+from ..kernels.kernel import REFINE  # the engine's dense pass refines the same near pairs
 from ..kernels.profiles import PROFILES
 from . import blas, vector_math
 from .vector_math import FAST
@@ -73,9 +74,6 @@ ROUTED = tuple(name for name in NAMES if not PROFILES[name].log_linear)
 LOG_SPACE = tuple(name for name in NAMES if not (PROFILES[name].compact or PROFILES[name].polynomial_tail))
 #: queries and keys per tile: a tile of weights is 128 KiB (L2-sized), the key tile 512 x d
 TILE_Q, TILE_K = 64, 512
-#: pairs whose expanded squared distance is below this share of ``|q|^2 + |k|^2`` are recomputed
-#: from differences (the expansion's round-off is ~1e-7 of it in float32)
-REFINE = 2.0 ** -6
 #: a row's weight sum (in units of ``k(0) = 1``) below this is summed again in log space: above it,
 #: the weights flushed to 0 (below float32's smallest normal number) weigh less than
 #: ``S^2 1e-26`` of the sum
