@@ -37,12 +37,14 @@ def _frame(n=120, seed=0):
 @pytest.mark.parametrize("kernel", ["laplacian", "gaussian", "cauchy"])
 @pytest.mark.parametrize("kind", ["squared", "log"])
 def test_loo_gradient_matches_finite_differences(kernel, kind):
-    """The leave-one-out loss through the embedding and the bandwidth: autograd against central
-    differences (torch.autograd.gradcheck, float64), for every parameter of a tiny model."""
+    """The leave-one-out loss through the embedding, the bandwidth, the local-linear slope
+    (squared) and the Li-Racine factors (log): autograd against central differences
+    (torch.autograd.gradcheck, float64), for every parameter of a tiny model."""
     torch.manual_seed(0)
     emb = net.Embedding(3, [3], embedding="plr", n_components=4, n_frequencies=2, frequency_scale=0.5,
                         d_embedding=3, n_blocks=1, d_block=5, dropout=0.0)
-    model = net.LearnedKernel(emb, 0.7, 2 if kind == "log" else 1, kind == "squared", 4).double()
+    model = net.LearnedKernel(emb, 0.7, 2 if kind == "log" else 1, kind == "squared", 4,
+                              n_levels=[3] if kind == "log" else None).double()
     x = torch.randn(9, 3, dtype=torch.float64)
     codes = torch.randint(1, 4, (9, 1))  # seen levels (the unseen row 0 is fixed at zero: no gradient)
     rows = torch.arange(9)
@@ -61,7 +63,10 @@ def test_loo_gradient_matches_finite_differences(kernel, kind):
         state = dict(zip(names, flat))
         z = torch.func.functional_call(model.embedding, {k[len("embedding."):]: v for k, v in state.items()
                                                          if k.startswith("embedding.")}, (x, codes))
-        logits = net.loo_logits(z[q], z[cand], state["log_h"], log_k, same)
+        factors = None
+        if "mismatch" in state:
+            factors = (codes[q], codes[cand], -torch.nn.functional.softplus(state["mismatch"]))
+        logits = net.loo_logits(z[q], z[cand], state["log_h"], log_k, same, factors)
         return net.local_mean_loss(logits, values[cand], targets[q], kind, z[q], z[cand], state.get("slope"))
 
     assert torch.autograd.gradcheck(loss, params, eps=1e-6, atol=1e-6, rtol=1e-4)
@@ -301,12 +306,23 @@ def test_without_torch_the_error_names_the_extra():
     assert "nn" in out.stdout and "pip install" in out.stdout
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_training_matches_the_cpu_protocol():
-    X, y = _diabetes(200)
-    gpu = LearnedKernelRegressor(**SMALL, device="cuda").fit(X, y)
-    assert np.all(np.isfinite(gpu.predict(X[:10])))
-    assert gpu.bandwidth_[0] > 0
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_device_trains_and_predicts_there(device):
+    """With ``device`` the rows are bound there as tensors and predictions pass over them there:
+    equal to the host's passes over the same model (the same training on the CPU)."""
+    X, y = _frame()
+    est = LearnedKernelRegressor(**SMALL, categorical_factors=True, local_linear=True, device=device).fit(X, y)
+    Q = X.iloc[:15]
+    assert np.all(np.isfinite(est.predict(Q))) and est.bandwidth_[0] > 0
+    if device == "cpu":  # the same training as device=None: the passes alone differ
+        host = LearnedKernelRegressor(**SMALL, categorical_factors=True, local_linear=True).fit(X, y)
+        np.testing.assert_allclose(est.predict(Q), host.predict(Q), rtol=1e-12)
+        np.testing.assert_allclose(est.loo_predict(), host.loo_predict(), rtol=1e-12)
+        for a, b in zip(est.explain(Q, n_rows=4), host.explain(Q, n_rows=4)):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    clf = LearnedKernelClassifier(**SMALL, device=device).fit(X, y > np.median(y))
+    np.testing.assert_allclose(clf.predict_proba(Q).sum(1), 1.0, rtol=1e-12)
 
 
 def test_check_estimator_regressor():
@@ -317,3 +333,60 @@ def test_check_estimator_regressor():
 def test_check_estimator_classifier():
     check_estimator(LearnedKernelClassifier(n_components=4, d_embedding=2, n_frequencies=2, d_block=4, batch_size=32, n_ensembles=1,
                                             lr=1e-2, max_epochs=10, random_state=0))
+
+
+def test_refit_bandwidth_minimises_the_held_out_loss():
+    """With nothing held out the refit minimises the leave-one-out error of the local mean over all
+    training rows at the trained embedding, and never raises it above the trained ``h``'s."""
+    from localkit.engine import bind
+    from localkit.kernels import Kernel
+
+    X, y = _diabetes(200)
+    kw = {**SMALL, "max_epochs": 8, "validation_fraction": 0.0}
+    trained = LearnedKernelRegressor(**kw, refit_bandwidth=False).fit(X, y)
+    refit = LearnedKernelRegressor(**kw).fit(X, y)
+    np.testing.assert_array_equal(trained.embedding_[0], refit.embedding_[0])  # the same training
+    Z = refit.embedding_[0].astype(np.float64)
+
+    def loo_mse(h):
+        mean = bind(Kernel("laplacian", bandwidth=h), Z).sums(None, y[:, None], exclude_self=True).mean
+        return np.mean((mean.ravel() - y) ** 2)
+
+    h0, h1 = trained.bandwidth_[0], refit.bandwidth_[0]
+    assert h1 < h0 / 4  # briefly trained: h far too wide, the search moved past its first bracket
+    assert loo_mse(h1) < loo_mse(h0)
+    assert loo_mse(h1) < min(loo_mse(h1 * 1.1), loo_mse(h1 / 1.1))
+    np.testing.assert_allclose(np.mean((refit.loo_predict() - y) ** 2), loo_mse(h1), rtol=1e-6)
+
+
+def test_categorical_factors_weigh_a_mismatch_by_the_learned_factor():
+    """With Li-Racine factors the bound kernel is ``exp(-|f(x*) - f(x)| / h) prod_l r_l^[x*_l !=
+    x_l]``: predict and loo_predict against that local mean written out, a level unseen at fit
+    (code 0) mismatching every row."""
+    from scipy.spatial.distance import cdist
+    from scipy.special import softmax
+
+    X, y = _frame()
+    est = LearnedKernelRegressor(**{**SMALL, "max_epochs": 5}, categorical_factors=True).fit(X, y)
+    log_r = est.members_[0].factors
+    assert log_r.shape == (2,) and np.all(log_r < 0)
+    Q = X.iloc[:12].copy()
+    Q.loc[Q.index[:4], "d"] = "w"  # unseen at fit
+
+    def codes(frame):  # level l of a column: code l + 1; unseen: 0
+        return np.stack([(frame[c].astype(str).to_numpy()[:, None] == levels[None]) @ np.arange(1, len(levels) + 1)
+                         for c, levels in zip(["c", "d"], est.categories_)], axis=1)
+
+    Z, h, cx = est.embedding_[0], est.bandwidth_[0], codes(X)
+
+    def local_mean(Zq, cq, exclude_self=False):
+        L = -cdist(Zq, Z) / h + ((cq[:, None, :] != cx[None, :, :]) * log_r).sum(-1)
+        if exclude_self:
+            np.fill_diagonal(L, -np.inf)
+        return softmax(L, axis=1) @ y
+
+    assert np.all(codes(Q)[:4, 1] == 0)
+    np.testing.assert_allclose(est.predict(Q), local_mean(est.embed(Q), codes(Q)), rtol=1e-10)
+    np.testing.assert_allclose(est.loo_predict(), local_mean(Z, cx, exclude_self=True), rtol=1e-10)
+    with pytest.raises(ValueError, match="categorical_factors=True learns"):
+        LearnedKernelRegressor(embedding="identity", categorical_factors=True).fit(X, y)

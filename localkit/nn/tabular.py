@@ -15,7 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..engine import bind
+from ..kernels import Kernel
 from ..kernels.profiles import get_profile
+
+#: the bandwidth's refit after training searches ``[h / REFIT_SPAN, h * REFIT_SPAN]`` to
+#: REFIT_XATOL in ``log h``, moved on at most REFIT_ROUNDS times while the minimiser lies at an end
+REFIT_SPAN, REFIT_XATOL, REFIT_ROUNDS = 4.0, 0.02, 4
 
 
 class PeriodicEmbedding(nn.Module):
@@ -70,22 +76,55 @@ class Embedding(nn.Module):
 
 
 class LearnedKernel(nn.Module):
-    """The embedding, the bandwidth ``h = exp(log_h)`` (positive by construction) and, with
-    ``local_linear``, the slope ``t`` of the local-linear head ``y_i + (f(x*) - f(x_i)) t``."""
+    """The embedding, the bandwidth ``h = exp(log_h)`` (positive by construction), with
+    ``local_linear`` the slope ``t`` of the local-linear head ``y_i + (f(x*) - f(x_i)) t``, and with
+    ``n_levels`` (the levels of each categorical column) a Li-Racine factor per categorical
+    column: a mismatch of levels multiplies the weight by ``r_j = exp(-softplus(a_j))`` in (0, 1)."""
 
-    def __init__(self, embedding, bandwidth, n_outputs, local_linear, n_components):
+    def __init__(self, embedding, bandwidth, n_outputs, local_linear, n_components, n_levels=None):
         super().__init__()
         self.embedding = embedding
         self.log_h = nn.Parameter(torch.tensor(float(math.log(bandwidth))))
         self.slope = nn.Parameter(torch.zeros(n_components, n_outputs)) if local_linear else None
+        self.n_levels = None if not n_levels else list(n_levels)
+        # a_j = 0: r_j = 1/2 at the start, halfway between ignoring the column and splitting on it
+        self.mismatch = nn.Parameter(torch.zeros(len(n_levels))) if self.n_levels else None
+
+    def log_factors(self):
+        """``log r_j = -softplus(a_j)`` of each categorical column (None without factors)."""
+        return None if self.mismatch is None else -nn.functional.softplus(self.mismatch)
 
 
-def loo_logits(zq, zc, log_h, log_k, same):
+def loo_logits(zq, zc, log_h, log_k, same, factors=None):
     """Log-weights ``log k(|zq_i - zc_j|^2 / h^2)`` of queries against candidates, a query's own
-    row (``same[i, j]``: candidate ``j`` is query ``i``) left out."""
+    row (``same[i, j]``: candidate ``j`` is query ``i``) left out; with ``factors = (cq, cc,
+    log_r)`` (the codes of queries and candidates, the log Li-Racine factors) plus
+    ``sum_l [cq_il != cc_jl] log r_l``."""
     d2 = (zq * zq).sum(1, keepdim=True) + (zc * zc).sum(1)[None] - 2.0 * zq @ zc.T
     u2 = d2.clamp_min(0.0) * torch.exp(-2.0 * log_h)
-    return log_k(u2).masked_fill(same, -math.inf)
+    out = log_k(u2)
+    if factors is not None:
+        cq, cc, log_r = factors
+        for col in range(len(log_r)):
+            out = out + (cq[:, col, None] != cc[None, :, col]).to(out.dtype) * log_r[col]
+    return out.masked_fill(same, -math.inf)
+
+
+def product_kernel(profile, h, d, log_factors, n_levels):
+    """``(kernel, columns)``: the learned kernel as the engine binds it, on rows laid out
+    ``[f(x), codes[:, columns]]``: ``k(|f(x*) - f(x)| / h)`` on the first ``d`` columns and, with
+    factors (``log_factors`` not None), times an Aitchison-Aitken factor for each categorical
+    column of two levels or more. Its smoothing ``lam_j = r_j (c_j - 1) / (1 + r_j (c_j - 1))``
+    (``c_j`` levels, fixed) weighs a mismatch ``lam_j / (c_j - 1) = r_j (1 - lam_j)``: ``r_j``
+    times a match, the factor trained; a level unseen at fit (code 0) mismatches every row
+    alike, which a local mean does not see. A column of one level tells no row from another."""
+    columns = [] if log_factors is None else [j for j, c in enumerate(n_levels) if c >= 2]
+    if not columns:
+        return Kernel(profile, bandwidth=h), columns
+    r, c = np.exp(np.asarray(log_factors, dtype=np.float64)[columns]), np.asarray(n_levels)[columns]
+    factor = Kernel("aitchison_aitken", bandwidth=r * (c - 1) / (1 + r * (c - 1)),
+                    features=list(range(d, d + len(columns)))).with_levels([np.arange(1, k + 1) for k in c])
+    return Kernel(profile, bandwidth=h, features=list(range(d))) * factor, columns
 
 
 def local_mean_loss(logits, values, targets, kind, zq=None, zc=None, slope=None):
@@ -114,24 +153,19 @@ def torch_threads(n):
         torch.set_num_threads(old)
 
 
-def embed(model, Xn, codes, device, batch=8192, dtype=torch.float32):
-    """``f`` of the rows (no gradient, eval mode) as a NumPy array of the model's dtype (float32: the
-    engine keeps it, and its passes over the embedded rows run in float32)."""
-    model.eval()
-    out = []
-    with torch.no_grad():
-        for s in range(0, len(Xn), batch):
-            x = torch.as_tensor(Xn[s:s + batch], dtype=dtype, device=device)
-            c = torch.as_tensor(codes[s:s + batch], dtype=torch.long, device=device)
-            out.append(model.embedding(x, c).cpu().numpy())
-    return np.concatenate(out) if out else np.zeros((0, model.log_h.numel()))
+def embed(model, Xn, codes, device, dtype=torch.float64):
+    """``f`` of the rows (no gradient, eval mode) as a NumPy array of ``dtype``, the model's."""
+    x = torch.as_tensor(Xn, dtype=dtype, device=device)
+    c = torch.as_tensor(codes, dtype=torch.long, device=device)
+    return _embed_rows(model, x, c, torch.arange(len(x)))
 
 
 def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_rows, candidate_ratio, max_candidates, batch_size,
-          lr, weight_decay, max_epochs, patience, seed, device, bar):
+          lr, weight_decay, max_epochs, patience, refit_bandwidth, seed, device, bar):
     """AdamW on the leave-one-out loss: each batch of training rows against a random fraction of
     the training rows as candidates; after each epoch the loss of the held-out rows against all
-    training rows; the best state kept (early stopping after ``patience`` epochs without progress).
+    training rows; the best state kept (early stopping after ``patience`` epochs without progress),
+    and with ``refit_bandwidth`` its ``h`` chosen again on that loss (:meth:`HeldOut.refit_bandwidth`).
     Returns ``(best_epoch, n_epochs, history)``."""
     log_k = get_profile(kernel).log_k_for(torch)
     gen = torch.Generator().manual_seed(seed)
@@ -145,6 +179,7 @@ def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_ro
     if max_candidates is not None:
         n_cand = min(n_cand, max_candidates)
     n_cand = min(n_tr, max(n_cand, 64))
+    held_out = HeldOut(x_all, c_all, t_all, v_all, train_rows, val_rows, kind, kernel)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_state, best_epoch, history = math.inf, copy.deepcopy(model.state_dict()), 0, []
     epoch = 0
@@ -158,12 +193,14 @@ def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_ro
             z = model.embedding(x_all[rows], c_all[rows])
             zq, zc = z[:len(q)], z[len(q):]
             same = (q[:, None] == cand[None]).to(device)
-            logits = loo_logits(zq, zc, model.log_h, log_k, same)
+            factors = None if model.mismatch is None else (c_all[q.to(device)], c_all[cand.to(device)],
+                                                           model.log_factors())
+            logits = loo_logits(zq, zc, model.log_h, log_k, same, factors)
             loss = local_mean_loss(logits, v_all[cand.to(device)], t_all[q.to(device)], kind, zq, zc, model.slope)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        val = evaluate(model, x_all, c_all, t_all, v_all, tr, val_rows, kind, log_k, device)
+        val = held_out.loss(model)
         history.append(val)
         bar.update()
         bar.set_postfix(val_loss=f"{val:.4g}", refresh=False)
@@ -173,22 +210,91 @@ def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_ro
             break
     model.load_state_dict(best_state)
     model.eval()
+    if refit_bandwidth and max_epochs:
+        held_out.refit_bandwidth(model)
     return best_epoch, epoch, history
 
 
-def evaluate(model, x_all, c_all, t_all, v_all, tr, val_rows, kind, log_k, device, batch=1024):
-    """The loss of the held-out rows (the training rows themselves, left out one at a time, when
-    nothing is held out) against all training rows."""
+class HeldOut:
+    """The held-out loss that early stopping and the bandwidth's refit read: the local mean of the
+    held-out rows (the training rows themselves, each left out of its own mean, when nothing is
+    held out) over **all** training rows, one engine pass over the embedded training rows, as
+    ``predict`` will run it."""
+
+    def __init__(self, x_all, c_all, t_all, v_all, train_rows, val_rows, kind, kernel):
+        self.x_all, self.c_all, self.t_all, self.v_all = x_all, c_all, t_all, v_all
+        self.tr = torch.as_tensor(train_rows, dtype=torch.long)
+        self.held = torch.as_tensor(val_rows, dtype=torch.long) if len(val_rows) else None
+        self.kind, self.kernel = kind, kernel
+
+    def embedded(self, model):
+        """``(zc, zq, values, target, slope, factors)`` of the model as it is: the embedded training
+        and held-out rows (``zq`` None: leave-one-out at the training rows), the values the local
+        mean averages (``y_i - f(x_i) t`` with a local-linear slope ``t``), the held-out targets,
+        the slope and the log Li-Racine factors (None without them)."""
+        zc = _embed_rows(model, self.x_all, self.c_all, self.tr)
+        zq = None if self.held is None else _embed_rows(model, self.x_all, self.c_all, self.held)
+        log_r = model.log_factors()
+        factors = None if log_r is None else log_r.detach().cpu().numpy()
+        slope = None if model.slope is None else model.slope.detach().cpu().numpy()
+        values = self.v_all[self.tr.to(self.v_all.device)].cpu().numpy()
+        if slope is not None:  # y_i + (f(x*) - f(x_i)) t = f(x*) t + (y_i - f(x_i) t)
+            values = values - zc @ slope
+        target = self.t_all[(self.tr if self.held is None else self.held).to(self.t_all.device)].cpu().numpy()
+        return zc, zq, values, target, slope, factors
+
+    def loss(self, model, embedded=None, bandwidth=None):
+        """The held-out loss at bandwidth ``h`` (the model's own for None)."""
+        zc, zq, values, target, slope, factors = self.embedded(model) if embedded is None else embedded
+        h = float(torch.exp(model.log_h.detach())) if bandwidth is None else float(bandwidth)
+        kernel, columns = product_kernel(self.kernel, h, zc.shape[1], factors, model.n_levels)
+        bound = bind(kernel, self._with_codes(zc, self.tr, columns))
+        sums = (bound.sums(None, values, exclude_self=True) if zq is None
+                else bound.sums(self._with_codes(zq, self.held, columns), values))
+        mean = np.asarray(sums.mean, dtype=np.float64).reshape(len(target), -1)
+        if self.kind == "squared":
+            if slope is not None:
+                mean = mean + (zc if zq is None else zq) @ slope
+            return float(np.mean((mean - target.reshape(mean.shape)) ** 2))
+        p = np.take_along_axis(mean, target.reshape(-1, 1).astype(np.intp), axis=1)
+        return float(-np.mean(np.log(np.maximum(p, 1e-12))))
+
+    def _with_codes(self, z, rows, columns):
+        """``[z, codes of rows[, columns]]``: the layout :func:`product_kernel` binds."""
+        if not columns:
+            return z
+        return np.hstack([z, self.c_all[rows.to(self.c_all.device)][:, columns].cpu().numpy().astype(z.dtype)])
+
+    def refit_bandwidth(self, model, span=REFIT_SPAN):
+        """Set ``h`` to the minimiser of the held-out loss at the model's embedding: a bounded Brent
+        search in ``log h`` over ``[h / span, h * span]``, moved on (at most ``REFIT_ROUNDS`` times)
+        while the minimiser lies at an end. Training drew a fraction of the rows as candidates;
+        over all of them, as ``predict`` averages, a local mean wants a smaller ``h``. The trained
+        ``h`` is kept where no other does better."""
+        from scipy.optimize import minimize_scalar
+
+        embedded = self.embedded(model)
+        log_h, best = float(model.log_h.detach()), self.loss(model, embedded)
+        for _ in range(REFIT_ROUNDS):
+            lo, hi = log_h - math.log(span), log_h + math.log(span)
+            found = minimize_scalar(lambda t: self.loss(model, embedded, math.exp(t)), method="bounded",
+                                    bounds=(lo, hi), options={"xatol": REFIT_XATOL})
+            if not found.fun < best:
+                break
+            best, log_h = float(found.fun), float(found.x)
+            if lo + 2 * REFIT_XATOL < log_h < hi - 2 * REFIT_XATOL:  # inside the bracket: a minimum
+                break
+        with torch.no_grad():
+            model.log_h.fill_(log_h)
+        return best
+
+
+def _embed_rows(model, x_all, c_all, rows, batch=8192):
+    """``f`` of ``x_all[rows]`` (eval mode, no gradient) as a NumPy array, in batches of rows."""
     model.eval()
-    held = torch.as_tensor(val_rows, dtype=torch.long) if len(val_rows) else tr
+    blocks = []
     with torch.no_grad():
-        zc = model.embedding(x_all[tr.to(device)], c_all[tr.to(device)])
-        vc = v_all[tr.to(device)]
-        total = 0.0
-        for s in range(0, len(held), batch):
-            q = held[s:s + batch]
-            zq = model.embedding(x_all[q.to(device)], c_all[q.to(device)])
-            same = (q[:, None] == tr[None]).to(device)
-            logits = loo_logits(zq, zc, model.log_h, log_k, same)
-            total += float(local_mean_loss(logits, vc, t_all[q.to(device)], kind, zq, zc, model.slope)) * len(q)
-    return total / len(held)
+        for s in range(0, max(len(rows), 1), batch):  # no rows: one empty (0, n_components) block
+            r = rows[s:s + batch].to(x_all.device)
+            blocks.append(model.embedding(x_all[r], c_all[r]).cpu().numpy())
+    return np.concatenate(blocks)
