@@ -399,7 +399,7 @@ class _Member:
 
     def rows(self, Z, codes):
         """The rows the member's bound kernel takes: ``[f(x), codes[:, columns]]``."""
-        return np.hstack([Z, codes[:, self.columns].astype(Z.dtype)]) if self.columns else Z
+        return _torch_net().kernel_rows(Z, codes, self.columns)
 
     def __getstate__(self):
         return {"state": self.state, "slope": self.slope, "factors": self.factors, "columns": self.columns}

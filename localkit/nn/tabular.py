@@ -127,6 +127,12 @@ def product_kernel(profile, h, d, log_factors, n_levels):
     return Kernel(profile, bandwidth=h, features=list(range(d))) * factor, columns
 
 
+def kernel_rows(z, codes, columns):
+    """The rows :func:`product_kernel`'s kernel takes: ``[z, codes[:, columns]]`` (``z`` alone
+    without columns)."""
+    return np.hstack([z, np.asarray(codes)[:, columns].astype(z.dtype)]) if columns else z
+
+
 def local_mean_loss(logits, values, targets, kind, zq=None, zc=None, slope=None):
     """The local mean of ``values`` under ``softmax(logits)`` against ``targets``: mean squared error
     (``kind="squared"``, with the local-linear correction when ``slope`` is given) or the log-loss
@@ -248,9 +254,9 @@ class HeldOut:
         zc, zq, values, target, slope, factors = self.embedded(model) if embedded is None else embedded
         h = float(torch.exp(model.log_h.detach())) if bandwidth is None else float(bandwidth)
         kernel, columns = product_kernel(self.kernel, h, zc.shape[1], factors, model.n_levels)
-        bound = bind(kernel, self._with_codes(zc, self.tr, columns))
+        bound = bind(kernel, kernel_rows(zc, self._codes(self.tr), columns))
         sums = (bound.sums(None, values, exclude_self=True) if zq is None
-                else bound.sums(self._with_codes(zq, self.held, columns), values))
+                else bound.sums(kernel_rows(zq, self._codes(self.held), columns), values))
         mean = np.asarray(sums.mean, dtype=np.float64).reshape(len(target), -1)
         if self.kind == "squared":
             if slope is not None:
@@ -259,11 +265,8 @@ class HeldOut:
         p = np.take_along_axis(mean, target.reshape(-1, 1).astype(np.intp), axis=1)
         return float(-np.mean(np.log(np.maximum(p, 1e-12))))
 
-    def _with_codes(self, z, rows, columns):
-        """``[z, codes of rows[, columns]]``: the layout :func:`product_kernel` binds."""
-        if not columns:
-            return z
-        return np.hstack([z, self.c_all[rows.to(self.c_all.device)][:, columns].cpu().numpy().astype(z.dtype)])
+    def _codes(self, rows):
+        return self.c_all[rows.to(self.c_all.device)].cpu().numpy()
 
     def refit_bandwidth(self, model, span=REFIT_SPAN):
         """Set ``h`` to the minimiser of the held-out loss at the model's embedding: a bounded Brent
