@@ -482,9 +482,9 @@ _DOC_PARAMS = """
         After training, choose ``h`` again at the kept embedding: the minimiser of the held-out
         loss of the local mean over all training rows (a bounded search in ``log h`` over
         ``[h / 4, 4 h]``, moved on while the minimiser lies at an end; kept only where it lowers
-        that loss). Training averages over a random
-        fraction of the rows; ``predict`` averages over all of them, where a smaller ``h`` does
-        better (on diamonds: the held-out RMSE 549.8 at the trained ``h``, 545.6 at ``0.8 h``).
+        that loss). Training averages over a random fraction of the rows; ``predict`` averages
+        over all of them, where a smaller ``h`` does better (on diamonds, one member trained with
+        a residual block: test RMSE 549.8 at the trained ``h``, 545.6 at ``0.8 h``).
     validation_fraction : float in [0, 1), default=0.15
         The part of the training data held out for early stopping (not below 20 rows: none; 0:
         the leave-one-out loss of the training rows against all training rows decides). Held-out
