@@ -462,6 +462,7 @@ _DOC_PARAMS = """
     d_block : int, default=256
         The blocks' hidden width.
     dropout : float in [0, 1), default=0.1
+        Dropout inside the residual blocks (none with ``n_blocks=0``).
     candidate_ratio : float in (0, 1], default=0.3
         The fraction of the training rows drawn anew for each batch as the candidates of its
         local means (ModernNCA's sample rate; at least 64 rows).
