@@ -450,15 +450,14 @@ _DOC_PARAMS = """
         The dimension of ``f``.
     bandwidth : float, default=1.0
         The initial ``h`` (learned with ``f``, as ``h = exp(log h)``: positive by construction).
-    n_frequencies : int, default=77
+    n_frequencies : int, default=48
         Periodic features per numeric column.
-    frequency_scale : float, default=0.0443
+    frequency_scale : float, default=0.05
         Standard deviation of the frequencies' initialisation (on columns scaled to unit spread).
-    d_embedding : int, default=34
+    d_embedding : int, default=32
         The dimension of each numeric column's embedding.
-    n_blocks : int, default=0
-        Residual blocks ``z + W_2 dropout(ReLU(W_1 z))`` after the linear map (none: ``f`` is the
-        PLR embeddings and one linear map, ModernNCA's default).
+    n_blocks : int, default=1
+        Residual blocks ``z + W_2 dropout(ReLU(W_1 z))`` after the linear map.
     d_block : int, default=256
         The blocks' hidden width.
     dropout : float in [0, 1), default=0.1
@@ -469,10 +468,10 @@ _DOC_PARAMS = """
     max_candidates : int or None, default=2048
         At most this many candidates per batch (None: no limit). The cost of a batch grows as
         ``batch_size x candidates``; the cap keeps an epoch linear in ``n_samples``.
-    batch_size : int, default=512
+    batch_size : int, default=1024
     lr : float, default=2e-3
         AdamW's learning rate.
-    weight_decay : float, default=2e-4
+    weight_decay : float, default=1e-5
         AdamW's decoupled weight decay.
     max_epochs : int, default=100
         The most passes over the training rows (0: no training, the initial embedding).
@@ -612,9 +611,9 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
 
     _parameter_constraints: dict = {**_LearnedKernelBase._parameter_constraints, "local_linear": ["boolean"]}
 
-    def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=77,
-                 frequency_scale=0.0443, d_embedding=34, n_blocks=0, d_block=256, dropout=0.1, candidate_ratio=0.3,
-                 max_candidates=2048, batch_size=512, lr=2e-3, weight_decay=2e-4, max_epochs=100, patience=16,
+    def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
+                 frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
+                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16,
                  refit_bandwidth=True, validation_fraction=0.15,
                  scaling="quantile", categorical_features=None, handle_unknown="ignore", categorical_factors=False,
                  n_ensembles="auto",
@@ -727,9 +726,9 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
     (2, 3)
     """
 
-    def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=77,
-                 frequency_scale=0.0443, d_embedding=34, n_blocks=0, d_block=256, dropout=0.1, candidate_ratio=0.3,
-                 max_candidates=2048, batch_size=512, lr=2e-3, weight_decay=2e-4, max_epochs=100, patience=16,
+    def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
+                 frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
+                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16,
                  refit_bandwidth=True, validation_fraction=0.15,
                  scaling="quantile", categorical_features=None, handle_unknown="ignore", categorical_factors=False,
                  n_ensembles="auto",
