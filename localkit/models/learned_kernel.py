@@ -530,8 +530,8 @@ _DOC_PARAMS = """
         Torch threads while fitting and embedding, restored after (None: 1, the project's
         convention for ``n_jobs``; -1: every core). A ``random_state`` gives the same model
         again at the same ``n_jobs``; other thread counts sum in other orders, and the rounding
-        leads training elsewhere (on diamonds, one member: test RMSE 527.5 with one thread,
-        539.2 with two; the spread of seeds is alike).
+        leads training elsewhere, as another seed would (on diamonds, one member of ModernNCA's
+        published settings: test RMSE 527.5 with one thread, 539.2 with two).
     random_state : int, RandomState or None, default=None
         Seeds the members' initialisation, held-out split, batches and candidates.
     verbose : None, bool or int, default=None
