@@ -209,10 +209,13 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
     # the engine excludes it at that query alone (its row comes back empty).
     from ..bound import BoundKernel, make_kernel  # here: engine.bound imports this package (a cycle)
 
+    # empty="nearest": a chunk's empty rows pass without a warning (their means weigh 0 in the
+    # merge, which decides; their nearest sample is taken below). Filtering an "nan" warning away
+    # raced: dask runs chunks on threads, and catch_warnings restores the filters of every thread
     with _native_threads(threads), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # empty rows: the merge decides
+        warnings.simplefilter("ignore", RuntimeWarning)
         bound = BoundKernel(make_kernel(kernel), s, sample_weight=c, sample_scale=ssc,
-                            options=EngineOptions(empty="nan", n_jobs=threads, **options))
+                            options=EngineOptions(empty="nearest", n_jobs=threads, **options))
         out = bound.sums(q, v, exclude_self=exclude, query_scale=qsc)
     if p:
         state[:, 0, :p] = out.mean.reshape(len(q), p)
