@@ -14,6 +14,7 @@ from localkit import Kernel
 from localkit.exceptions import EmptyNeighbourhoodWarning
 from localkit.engine import BoundKernel, EngineOptions, bind, twin_groups
 from localkit.engine import bound as bound_module
+from localkit.engine.options import DEFERRED
 from localkit.engine.passes.dense import LOG_WEIGHT_TOL
 
 
@@ -178,6 +179,27 @@ def test_operator_empty_policies():
         BoundKernel(kernel, X, options=EngineOptions(empty="raise")).operator(exclude_self=True)
     nearest = BoundKernel(kernel, X).operator(exclude_self=True)(V)
     np.testing.assert_array_equal(nearest[:, 0], [2.0, 1.0, 2.0])  # sample 2's nearest other sample is 1
+
+
+def test_deferred_empty_policy_flags_rows_without_filling_or_warning():
+    """The internal policy of callers that apply the public one themselves (dask chunks): empty
+    rows flagged, their means NaN, no warning, no nearest-sample search; not a public choice."""
+    X = np.array([[0.0], [0.1], [5.0]])
+    V = np.array([1.0, 2.0, 3.0])
+    kernel = Kernel("epanechnikov", bandwidth=0.5)
+    deferred = BoundKernel(kernel, X, options=EngineOptions(empty=DEFERRED))
+    deferred.nearest = None  # a search for the nearest sample would fail here
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = deferred.sums(np.array([[0.05], [9.0]]), V)
+        W = deferred.operator(exclude_self=True)(V[:, None])
+    np.testing.assert_array_equal(out.empty, [False, True])
+    assert np.isfinite(out.mean[0]) and np.isnan(out.mean[1]) and out.log_weight_sum[1] == -np.inf
+    assert np.isnan(W[2]).all() and np.isfinite(W[:2]).all()
+    with pytest.raises(ValueError, match=r"empty must be one of \['nan', 'nearest', 'raise'\]"):
+        EngineOptions(empty="bogus")
+    with pytest.raises(ValueError, match="empty"):
+        localkit.LocalMeanRegressor(kernel="epanechnikov", empty=DEFERRED).fit(X, V)
 
 
 @pytest.mark.parametrize("kernel", [Kernel("softmax", bandwidth=8.0), Kernel("gaussian", bandwidth=3.0),

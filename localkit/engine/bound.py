@@ -850,6 +850,7 @@ class WeightOperator:
 
     def __init__(self, bound, exclude_self):
         from .blocks import DEFAULT_MEMORY_BUDGET
+        from .options import DEFERRED
         from .results import check_empty
 
         if isinstance(bound, BoundKernel) and bound._given_twins is None:  # the groups as bound, not refined
@@ -864,7 +865,7 @@ class WeightOperator:
             if empty.any():
                 rows = np.flatnonzero(empty)
                 check_empty(bound.options.empty, len(rows), stacklevel=3)
-                if bound.options.empty == "nan":
+                if bound.options.empty in ("nan", DEFERRED):
                     W[rows] = np.nan
                 else:
                     W[rows, bound.nearest(None, rows=rows, self_rows=rows if exclude_self else None)] = 1.0

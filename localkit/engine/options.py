@@ -10,6 +10,9 @@ from .._validation import check_choice
 from .blocks import resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
+#: the policy of engine callers that apply the public one themselves (a dask chunk, whose merge
+#: decides): empty rows are flagged in ``LocalSums.empty``, their means left NaN, nothing warned
+DEFERRED = "defer"
 ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate")
 #: the paths of local polynomials (binned through binned moments; no streamed form) and of local
 #: covariances (exact paths only)
@@ -25,7 +28,8 @@ class EngineOptions:
         Policy for a query whose neighbourhood is empty (outside every compact support, or all
         weights zero): "nearest" gives the value of the nearest sample (the limit of growing
         the bandwidth until one sample enters) with a weight sum of 0; "nan" gives NaN and a
-        warning; "raise" raises a ``ValueError``.
+        warning; "raise" raises a ``ValueError``. (Internally also ``DEFERRED``: the rows
+        flagged and left NaN, for callers that apply the policy themselves.)
     algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
         The path (see :mod:`localkit.engine.planner`); "auto" lets the planner choose, and takes
         "binned", the one path that approximates (:mod:`localkit.engine.passes.binned`), only
@@ -74,7 +78,8 @@ class EngineOptions:
     tolerance: float | None = None
 
     def __post_init__(self):
-        check_choice(self.empty, "empty", EMPTY_POLICIES)
+        if self.empty != DEFERRED:  # internal; the message names the public policies
+            check_choice(self.empty, "empty", EMPTY_POLICIES)
         check_choice(self.algorithm, "algorithm", ALGORITHMS)
         if self.block_size is not None:
             sizes = (self.block_size,) if np.isscalar(self.block_size) else tuple(self.block_size)

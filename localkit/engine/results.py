@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exceptions import EmptyNeighbourhoodWarning, warn
+from .options import DEFERRED
 
 
 @dataclass
@@ -68,7 +69,8 @@ def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset
     empty = np.zeros(len(log_sum), dtype=bool) if live else ~(log_sum > -math.inf)  # NaN (0 / 0) counts as empty
     if not live and bool(xp.any(empty)):
         log_sum = xp.where(empty, -math.inf, log_sum)
-        mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
+        if bound.options.empty != DEFERRED:
+            mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
     cast = (lambda a, t: a.astype(t, copy=False)) if xp is np else xp.astype
     if no_values:
         return LocalSums(None, cast(log_sum, bound.dtype), empty)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-import warnings
 from contextlib import contextmanager
 from functools import partial
 
@@ -50,7 +49,7 @@ from ..._validation import (FLOAT_DTYPES, empty_input, not_finite, not_numbers, 
 from ...kernels.bandwidth import resolve_bandwidth
 from ...kernels.categorical import check_codes, check_smoothing
 from ...kernels.kernel import ProductKernel, SumKernel
-from ..options import EngineOptions
+from ..options import DEFERRED, EngineOptions
 from ..results import LocalSums, check_empty
 from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
@@ -209,13 +208,12 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
     # the engine excludes it at that query alone (its row comes back empty).
     from ..bound import BoundKernel, make_kernel  # here: engine.bound imports this package (a cycle)
 
-    # empty="nearest": a chunk's empty rows pass without a warning (their means weigh 0 in the
-    # merge, which decides; their nearest sample is taken below). Filtering an "nan" warning away
-    # raced: dask runs chunks on threads, and catch_warnings restores the filters of every thread
-    with _native_threads(threads), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    # the policy deferred: a chunk's empty rows are flagged, unfilled and unwarned (their means weigh
+    # 0 in the merge, which decides; their nearest sample is taken below). No catch_warnings here:
+    # dask runs chunks on threads, and it restores the warning filters of every thread
+    with _native_threads(threads):
         bound = BoundKernel(make_kernel(kernel), s, sample_weight=c, sample_scale=ssc,
-                            options=EngineOptions(empty="nearest", n_jobs=threads, **options))
+                            options=EngineOptions(empty=DEFERRED, n_jobs=threads, **options))
         out = bound.sums(q, v, exclude_self=exclude, query_scale=qsc)
     if p:
         state[:, 0, :p] = out.mean.reshape(len(q), p)
@@ -239,10 +237,8 @@ def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
         return dist, values
     from ..bound import BoundKernel, make_kernel
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        u, near = BoundKernel(kernel, s, sample_weight=c).nearest(q, self_rows=rows if exclude else None,
-                                                                  return_distance=True)
+    u, near = BoundKernel(kernel, s, sample_weight=c).nearest(q, self_rows=rows if exclude else None,
+                                                              return_distance=True)
     dist[:] = u
     if exclude:
         dist[near == rows] = _self_only(dtype)
