@@ -9,8 +9,10 @@ states combine exactly as the online log-sum-exp of :mod:`localkit.engine.stream
 
     l = \\log(e^{l_1} + e^{l_2}), \\qquad m = (e^{l_1 - l} m_1 + e^{l_2 - l} m_2)
 
-so a tree reduction over sample chunks (:func:`dask.array.reduction`) gives the in-memory
-result to round-off, and no kernel loop is written twice. Query chunks are independent. A
+so merging a query chunk's states over the sample chunks (one task: a state is a row per query)
+gives the in-memory result to round-off, and no kernel loop is written twice. Every layer of a
+dask graph is a task per chunk, each costing milliseconds on a distributed scheduler, so a pair's
+task also checks its chunks (:func:`_checked_pair`) and the merge is one contraction. Query chunks are independent. A
 state also carries, for queries whose neighbourhood is empty in its chunk, the distance to and
 the value of the chunk's nearest sample that carries weight (with ``exclude_self``, another than
 the query's own), so the empty-neighbourhood policy merges to the global nearest such sample.
@@ -89,10 +91,11 @@ def _check_nonnegative(block, param):
     return block
 
 
-def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
+def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None, checked=True):
     """``x`` as a dask float array (float32 kept, anything else float64), shape checked now
-    (``n_rows`` rows, if given) and finiteness checked lazily in every chunk; ``rows`` re-chunks
-    axis 0, columns form one chunk."""
+    (``n_rows`` rows, if given) and finiteness checked lazily in every chunk (``checked=False``:
+    by the caller's tasks, see :func:`_checked_pair`); ``rows`` re-chunks axis 0, columns form
+    one chunk."""
     da = _require_dask()
     if x is None:
         raise ValueError(f"{name} must be an array, got None")
@@ -112,12 +115,16 @@ def as_dask_array(x, name, *, ndim=(1, 2), dtype=None, n_rows=None, rows=None):
         raise ValueError(f"{name} has {x.shape[0]} rows, but {n_rows} are needed (one per point)")
     dtype = dtype or (x.dtype if x.dtype in FLOAT_DTYPES else np.float64)
     x = x.astype(dtype).rechunk((rows or x.chunks[0],) + (-1,) * (x.ndim - 1))
-    return x.map_blocks(partial(_check_finite, param=name), dtype=dtype)
+    return _finite(x, name) if checked else x
 
 
-def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None):
+def _finite(x, name):
+    return x.map_blocks(partial(_check_finite, param=name), dtype=x.dtype)
+
+
+def as_dask_points(x, name, *, n_features=None, dtype=None, rows=None, checked=True):
     """A 2-D ``(n, d)`` dask float array of points (1-D input: ``n`` points in 1-D)."""
-    x = as_dask_array(x, name, dtype=dtype, rows=rows)
+    x = as_dask_array(x, name, dtype=dtype, rows=rows, checked=checked)
     if x.ndim == 1:
         x = x[:, None]
     if n_features is not None and x.shape[1] != n_features:
@@ -370,26 +377,37 @@ def _kth_distance(x, *, k):
 
 
 # -- the reduction ----------------------------------------------------------------------------
-def _tree(x, axis, keepdims, merge):
-    out = merge(x)
-    return out if keepdims else out[:, 0, :]
+def _merged(x, merge):
+    """The states ``x`` (n, m, w) of a query chunk's m pairs merged into (n, w)."""
+    return merge(x)[:, 0, :]
 
 
-def _keep(x, axis, keepdims):
-    return x
+def _checked_pair(block, q, s, v, *rest):
+    """``block`` of one (query chunk, sample chunk) pair, on the chunks as given: their finiteness
+    checked here and 1-D values made a column, not by layers of their own (on a distributed
+    scheduler every layer costs a task per chunk, ~3 ms each: 2 queries against 8 sample chunks
+    were 63 tasks)."""
+    for x, name in ((q, "queries"), (s, "samples"), (v, "values")):
+        if x is not None:
+            _check_finite(x, name)
+    return block(q, s, v if v is None or v.ndim == 2 else v[:, None], *rest)
 
 
-def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype):
-    """States of every (query chunk, sample chunk) pair by ``block``, merged along sample chunks
-    by a tree of ``merge``: a dask array (n_queries, width)."""
+def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, exclude_self):
+    """States of every (query chunk, sample chunk) pair by ``block`` (on unchecked chunks,
+    :func:`_checked_pair`), merged along sample chunks by ``merge``: a dask array
+    (n_queries, width). The chunks' first rows go with ``exclude_self`` only (to recognise
+    diagonal pairs)."""
     da = _require_dask()
-    args = [Q, "iz", S, "jz", V, None if V is None else "jp", _offsets(Q.chunks[0]), "i", _offsets(S.chunks[0]), "j"]
+    args = [Q, "iz", S, "jz", V, None if V is None else ("jp" if V.ndim == 2 else "j")]
+    args += [_offsets(Q.chunks[0]), "i", _offsets(S.chunks[0]), "j"] if exclude_self else [None, None, None, None]
     for arr, ind in [(a, "i") for a in per_query] + [(a, "j") for a in per_sample]:
         args += [arr, None if arr is None else ind]
-    pairs = da.blockwise(block, "ijw", *args, new_axes={"w": width}, adjust_chunks={"j": 1},
+    pairs = da.blockwise(partial(_checked_pair, block), "ijw", *args, new_axes={"w": width}, adjust_chunks={"j": 1},
                          align_arrays=False, concatenate=True, dtype=dtype, meta=np.empty((0, 0, 0), dtype))
-    tree = partial(_tree, merge=merge)
-    return da.reduction(pairs, _keep, tree, combine=tree, axis=1, keepdims=False, concatenate=True,
+    # one merge of a query chunk's states (small: a row per query and sample chunk), contracting j:
+    # dask.array.reduction's tree adds an identity task per pair and a task per level
+    return da.blockwise(partial(_merged, merge=merge), "iw", pairs, "ijw", concatenate=True,
                         dtype=dtype, meta=np.empty((0, 0), dtype))
 
 
@@ -402,7 +420,7 @@ def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sam
     them; ``options`` an :class:`~localkit.engine.EngineOptions` for every chunk's pass (default
     ``EngineOptions()``), whose ``n_jobs`` is the number of native threads of one task (default
     1: a worker runs ``threads_per_worker`` tasks at once). Sample chunks define the reduction
-    (a tree of dask's default fan-in); ``values``, ``sample_weight`` and ``sample_scale`` are
+    (each query chunk's states merged by one task); ``values``, ``sample_weight`` and ``sample_scale`` are
     re-chunked to them, and with ``exclude_self`` so are the queries (only diagonal pairs then
     drop a weight).
 
@@ -422,18 +440,19 @@ def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sam
         return _dask_sum(kern, queries, samples, values, exclude_self, options,
                          dict(sample_weight=sample_weight, query_scale=query_scale, sample_scale=sample_scale))
     threads = 1 if options.n_jobs is None else resolve_n_jobs(options.n_jobs)
-    S = as_dask_points(samples, "samples")
+    # the pairs' chunks are checked in their tasks (_checked_pair), the rules' by a layer
+    S = as_dask_points(samples, "samples", checked=False)
     dtype, (n_s, d), rows = S.dtype, S.shape, S.chunks[0]
     if queries is None:
         Q = S
     else:
-        Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype)
+        Q = as_dask_points(queries, "queries", n_features=d, dtype=dtype, checked=False)
     p, squeeze, V = 0, False, None
     if values is not None:
-        V = as_dask_array(values, "values", n_rows=n_s, rows=rows)
+        V = as_dask_array(values, "values", n_rows=n_s, rows=rows, checked=False)
         squeeze = V.ndim == 1
-        V = V.reshape(n_s, -1).astype(np.result_type(dtype, V.dtype))
-        p = V.shape[1]
+        V = V.astype(np.result_type(dtype, V.dtype))
+        p = 1 if squeeze else V.shape[1]
     out_dtype = dtype if V is None else V.dtype
     c = _per_point(sample_weight, "sample_weight", n_s, rows)
     if callable(kern.metric) or kern.metric == "precomputed":
@@ -446,15 +465,16 @@ def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sam
     q_scale = _per_point(query_scale, "query_scale", Q.shape[0], Q.chunks[0])
     s_scale = _per_point(sample_scale, "sample_scale", n_s, rows)
     if kern.composite:  # rules and levels of all the samples, not of each chunk
-        bound = dask_resolved(kern, S, c)
+        bound = dask_resolved(kern, _finite(S, "samples"), c)
     else:
-        bound = kern.at_bandwidth(dask_bandwidth(kern.bandwidth, S, sample_weight=c))  # fixed from here on
+        bound = kern.at_bandwidth(dask_bandwidth(kern.bandwidth, _finite(S, "samples"), sample_weight=c))  # fixed from here on
     if k is not None:
         knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
                       threads=threads, nearest=kern.compact)
         width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge + (p + 1) if kern.compact else 2 * k
         nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0, nearest=kern.compact), width,
-                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype)
+                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype,
+                          exclude_self)
         if kern.compact:
             final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile, empty=empty),
                                        chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
@@ -463,7 +483,8 @@ def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sam
     block = partial(_pair_state, kernel=bound, p=p, exclude_self=exclude_self, threads=threads,
                     options=dict(algorithm=options.algorithm, block_size=options.block_size,
                                  memory_budget=options.memory_budget, exact_edge=options.exact_edge))
-    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale], out_dtype)
+    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale], out_dtype,
+                     exclude_self)
     final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
                               chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
     return _result(final, p, values is None, squeeze, dtype, out_dtype)
