@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localkit import Kernel, KernelQuantileRegressor
-from localkit.models.quantile import CV_LEVELS
+from localkit.models.quantile import CV_LEVELS, local_linear_weights, local_quadratic_weights
 
 
 def mixed_data(n=60, seed=0):
@@ -22,8 +22,8 @@ def mixed_data(n=60, seed=0):
 def brute_loo_weights(X, i, h, lam, linear):
     """``(keep, l)``: the samples but ``i`` and their weights at ``x_i``: Gaussian in the first
     ``len(h)`` columns, Aitchison-Aitken in the rest (``lam`` None: no categorical column); the
-    intercept row of the weighted least squares on ``(1, z - z_i)`` (linear) or the normalised
-    kernel weights."""
+    intercept row of the weighted least squares on ``(1, z - z_i)`` (``linear`` true), also on the
+    products ``(z - z_i)_a (z - z_i)_b``, ``a <= b`` (``linear=2``), or the normalised kernel weights."""
     n, p = len(X), len(h)
     keep = np.arange(n) != i
     dz = X[keep, :p] - X[i, :p]
@@ -33,6 +33,9 @@ def brute_loo_weights(X, i, h, lam, linear):
         w = w * np.where(X[keep, col] == X[i, col], 1 - lam, lam / (levels - 1))
     if linear:
         D = np.column_stack([np.ones(n - 1), dz])
+        if linear == 2:
+            a, b = np.triu_indices(p)
+            D = np.column_stack([D, dz[:, a] * dz[:, b]])
         return keep, np.linalg.solve(D.T @ (w[:, None] * D), (D * w[:, None]).T)[0]
     return keep, w / w.sum()
 
@@ -302,3 +305,61 @@ def test_level_bad_input():
         KernelQuantileRegressor(bandwidth=0.5, cv_target="quantile").fit(X[:, :2], y)
     with pytest.raises(ValueError, match="method='inversion'"):
         KernelQuantileRegressor(method="inversion", bandwidth="cv", cv_target="quantile").fit(X[:, :2], y)
+
+
+# -- method="quadratic_weights": the local quadratic F(y | x) -------------------------------------------------
+def test_quadratic_weights_fit_quadratics_and_fall_back_to_linear():
+    """``sum_i l_i phi(z_i) = phi(z*)`` for ``phi`` every monomial of degree <= 2 (the fit of a
+    quadratic at ``z*``); samples on a line determine no curvature across it: the local linear weights."""
+    rng = np.random.default_rng(3)
+    Z, Zq = rng.uniform(-2, 5, (200, 2)), rng.uniform(-1, 4, (7, 2))
+    W = np.exp(-0.5 * np.sum((Zq[:, None, :] - Z[None, :, :]) ** 2, axis=2))
+    L = local_quadratic_weights(W, Z, Zq)
+    for f in (lambda z: np.ones(len(z)), lambda z: z[:, 0], lambda z: z[:, 1], lambda z: z[:, 0] ** 2,
+              lambda z: z[:, 0] * z[:, 1], lambda z: z[:, 1] ** 2):
+        np.testing.assert_allclose(L @ f(Z), f(Zq), rtol=1e-10, atol=1e-10)
+    line = np.column_stack([Z[:, 0], 2 * Z[:, 0] + 1])
+    np.testing.assert_allclose(local_quadratic_weights(W, line, Zq), local_linear_weights(W, line, Zq), rtol=1e-10,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("interpolation", ["hazen", "lower"])
+def test_quadratic_predictions_equal_the_written_out_fit(interpolation):
+    X, y = mixed_data(n=120, seed=5)
+    taus = [0.1, 0.5, 0.9]
+    h, lam = np.array([1.2, 0.6]), 0.2
+    K = Kernel("gaussian", bandwidth=list(h), features=[0, 1]) * Kernel("aitchison_aitken", bandwidth=lam, features=[2])
+    reg = KernelQuantileRegressor(quantile=taus, method="quadratic_weights", kernel=K,
+                                  interpolation=interpolation).fit(X, y)
+    Xq = X[:8] + [0.1, -0.05, 0]
+    for q, row in zip(Xq, reg.predict(Xq)):
+        _, l = brute_loo_weights(np.vstack([X, q]), len(X), h, lam, 2)  # every sample, weighed at q
+        np.testing.assert_allclose(row, [brute_quantile(y, l, tau, interpolation) for tau in taus], rtol=1e-10)
+
+
+def test_quadratic_level_search_scales_the_continuous_bandwidths_only():
+    """``cv_target="quantile"``: each factor's criterion is the brute-force leave-one-out pinball loss
+    of the quadratic fit at ``h s`` and the categorical smoothing as chosen; ``"distribution"``: one
+    factor for every level, the least summed loss."""
+    X, y = mixed_data(n=80, seed=1)
+    taus = [0.1, 0.5, 0.9]
+    K = Kernel("gaussian", bandwidth="cv", features=[0, 1]) * Kernel("aitchison_aitken", bandwidth="cv", features=[2])
+    reg = KernelQuantileRegressor(quantile=taus, method="quadratic_weights", kernel=K, cv_target="quantile",
+                                  interpolation="hazen").fit(X, y)
+    res = reg.cv_results_
+    best = res["bandwidths"][np.argmin(res["loo_loss"])]
+    compared = 0
+    for s, losses in zip(res["level_scales"], res["level_loo_loss"]):
+        if s >= 1:  # windows wide enough for every leave-one-out fit to determine a quadratic
+            np.testing.assert_allclose(losses, brute_level_loss(X, y, best[:2] * s, best[2], taus, 2, "hazen"),
+                                       rtol=1e-9)
+            compared += 1
+    assert compared >= 2
+    np.testing.assert_array_equal(res["level_bandwidths"][:, 2], best[2])
+    one = KernelQuantileRegressor(quantile=taus, method="quadratic_weights", kernel=K, interpolation="hazen").fit(X, y)
+    summed = one.cv_results_["level_loo_loss"].sum(axis=1)
+    scales = one.cv_results_["level_scales"]
+    s = scales[min(range(len(scales)), key=lambda k: (summed[k], abs(np.log(scales[k]))))]
+    np.testing.assert_allclose(one.kernel_.factors[0].bandwidth, best[:2] * s, rtol=1e-12)
+    assert one.kernel_.factors[1].bandwidth == pytest.approx(best[2], rel=1e-12)
+    assert not hasattr(one, "level_kernels_")

@@ -43,6 +43,17 @@ Some ``l_i`` are negative, so ``F`` is made non-decreasing by its running maximu
 not determine a slope (``C`` singular) takes the weights of degree 0. One engine pass of weights
 per block of queries, as degree 0.
 
+**Local quadratic distribution function** (``method="quadratic_weights"``): the same with the
+local quadratic smoother's weights, ``l_i = w_i phi(z*)^T M^-1 phi(z_i)``, ``phi(z) = (1, z,
+z z^T's upper triangle)`` and ``M = sum_j w_j phi(z_j) phi(z_j)^T / sum_j w_j``: the fit of a
+quadratic in ``z`` at ``z*`` (the basis in the samples' standardised coordinates, which leaves the
+fit unchanged and ``M`` well scaled), so that a location that bends across the window (log wages
+over experience) widens ``F`` neither; ``sum_i l_i phi(z_i) = phi(z*)``. Its bias is of a higher
+order in ``h``, so it takes wider continuous bandwidths than the local linear weights: with
+``"cv"``, the criterion's (local linear) continuous bandwidths times a factor chosen by the
+leave-one-out pinball loss (:meth:`KernelQuantileRegressor._select_level_scales`). A query
+whose ``M`` is singular takes the local linear weights.
+
 **Several quantiles** (``quantile`` an array): inversion and degree 0 are monotone in ``tau``
 by construction; degree-1 fits may cross, and are repaired by rearrangement (Chernozhukov,
 Fernandez-Val and Galichon, 2010: the fitted quantiles of each query sorted, which never
@@ -177,6 +188,37 @@ def local_linear_weights(W, Z, Zq):
     return L * ((a + np.einsum("qi,qi->q", v, Qc))[:, None] - v @ Zc.T)
 
 
+def quadratic_basis(Z):
+    """``phi(z) = (1, z, z z^T's upper triangle)`` per row of ``Z`` (n, p): (n, 1 + p + p (p + 1) / 2)."""
+    upper = np.triu_indices(Z.shape[1])
+    return np.hstack([np.ones((len(Z), 1)), Z, (Z[:, :, None] * Z[:, None, :])[:, upper[0], upper[1]]])
+
+
+def local_quadratic_weights(W, Z, Zq):
+    """The local quadratic smoother's weights (rows summing to 1) from the kernel weights ``W``
+    (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``:
+    ``l_i = w_i phi(z*)^T M^-1 phi(z_i) / S_0`` (:func:`quadratic_basis` in the samples'
+    standardised coordinates, ``M`` the normalised moments ``sum_j w_j phi_j phi_j^T / S_0``); the
+    local linear weights (:func:`local_linear_weights`) where ``M`` is ill conditioned."""
+    W = np.asarray(W, dtype=np.float64)
+    if Z.shape[1] == 0:
+        return W / W.sum(axis=1)[:, None]
+    centre, scale = Z.mean(axis=0), Z.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    Phi, phi_q = quadratic_basis((Z - centre) / scale), quadratic_basis((Zq - centre) / scale)
+    n, m = Phi.shape
+    L = W / W.sum(axis=1)[:, None]
+    M = (L @ (Phi[:, :, None] * Phi[:, None, :]).reshape(n, m * m)).reshape(len(L), m, m)
+    well = np.linalg.cond(M) < 1e10 if len(M) else np.zeros(0, dtype=bool)
+    out = np.empty_like(L)
+    if np.any(well):
+        coef = np.linalg.solve(M[well], phi_q[well][:, :, None])[:, :, 0]
+        out[well] = L[well] * (coef @ Phi.T)
+    if not np.all(well):
+        out[~well] = local_linear_weights(W[~well], Z, Zq[~well])
+    return out
+
+
 def cdf_cv_design(I, Zc):
     """The values whose leave-one-out local means give ``F_{-i}(t | x_i)`` (see
     :meth:`KernelQuantileRegressor._select_cv`): the indicators ``I`` (n, m), ``I_it = [y_i <= t]``,
@@ -259,7 +301,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``tau``. An array gives :meth:`predict` one column per level.
     degree : {0, 1}, default=1
         The local model of the check-loss fit: a constant (the weighted quantile) or a linear
-        function of ``x - x*``. Ignored with ``method="inversion"`` and ``"linear_weights"``.
+        function of ``x - x*``. Ignored with ``method="inversion"``, ``"linear_weights"`` and
+        ``"quadratic_weights"``.
     kernel : str or Kernel, default="gaussian"
         The kernel in ``x``: a profile name (with ``bandwidth``) or a :class:`~localkit.Kernel`
         (a product with categorical factors; degree 1 fits the slope on every column of ``X``, so
@@ -271,15 +314,18 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         :class:`~localkit.ConditionalDensity`; otherwise by the leave-one-out integrated squared
         error of the fit's own estimate of ``F(y | x)`` over 9 thresholds at ``y``'s deciles
         (R's ``npcdistbw``; local constant for ``degree=0``, local linear for ``degree=1`` and
-        ``"linear_weights"``; see :meth:`_select_cv`).
+        ``"linear_weights"``; see :meth:`_select_cv`); for ``"quadratic_weights"`` the local linear
+        criterion's bandwidths with the continuous ones times a factor chosen by the leave-one-out
+        pinball loss (one for every level, or one per level with ``cv_target="quantile"``).
         A full bandwidth matrix ``H`` (2 to 6 features, a symmetric positive definite (d, d)
         array, or "hpi" / "hscv": R's ``ks::Hpi`` / ``ks::Hscv`` on the samples): the kernel
         ``k(sqrt(dx^T H^-1 dx))``, the samples mapped once by ``H^-1/2``; ``bandwidth_matrix_ = H``
         (see :doc:`/user_guide/conditional`).
-    method : {"check", "inversion", "linear_weights"}, default="check"
+    method : {"check", "inversion", "linear_weights", "quadratic_weights"}, default="check"
         The local check-loss fit, the inversion of ``F(y | x)`` (R's ``npqreg``), or the quantile
-        of the local linear estimate of ``F(y | x)`` with an indicator in ``y`` (see
-        :mod:`localkit.models.quantile`; ``degree`` ignored).
+        of the local linear (local quadratic) estimate of ``F(y | x)`` with an indicator in ``y``,
+        linear (quadratic) in the continuous columns (see :mod:`localkit.models.quantile`;
+        ``degree`` ignored).
     y_kernel : Kernel or None, default=None
         The kernel in ``y`` of the inversion (:class:`~localkit.ConditionalDensity`'s); None:
         Gaussian, Scott's rule.
@@ -295,14 +341,16 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
     cv_target : {"distribution", "quantile"}, default="distribution"
         With ``"cv"`` bandwidths: ``"distribution"``, one set for every level, chosen for the
         whole of ``F(y | x)`` (above); ``"quantile"``, then one set per level of ``quantile``:
-        those bandwidths times a factor ``s`` (``h s``, categorical ``lam s^2``) chosen for the
+        those bandwidths times a factor ``s`` (``h s``, categorical ``lam s^2``; with
+        ``"quadratic_weights"`` the continuous ``h s`` only) chosen for the
         level by the leave-one-out pinball loss ``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))``
-        of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"`` or
-        ``"linear_weights"``; one exact engine pass per factor tried, on at most
+        of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"``,
+        ``"linear_weights"`` or ``"quadratic_weights"``; one exact engine pass per factor tried, on at most
         ``LEVEL_QUERIES`` of the samples). Levels outside ``quantile`` (:meth:`predict_quantiles`)
         take ``kernel_``; crossing levels are rearranged.
     interpolation : {"lower", "hazen"}, default="lower"
-        The quantile of the step function ``F(y | x)`` of degree 0 and ``"linear_weights"``:
+        The quantile of the step function ``F(y | x)`` of degree 0, ``"linear_weights"`` and
+        ``"quadratic_weights"``:
         ``"lower"``, the smallest ``y_i`` where it reaches ``tau``; ``"hazen"``, the inverse of
         the line through the middles of its steps (numpy's ``quantile(method="hazen")`` for equal
         weights; see :func:`step_quantiles`), a value between the ``y_i`` that leaves ``tau``
@@ -321,9 +369,11 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         With ``"cv"`` bandwidths: every point of the search, ``"bandwidths"`` (one row per point,
         the ``"cv"`` columns in the order of the factors) and ``"loo_loss"`` (the criterion; with
         ``method="inversion"`` the negative leave-one-out log-likelihood). With
-        ``cv_target="quantile"`` also ``"level_scales"`` (the factors ``s`` tried, increasing),
-        ``"level_loo_loss"`` (n_scales, n_quantiles: the leave-one-out pinball loss of each
-        level) and ``"level_bandwidths"`` (n_quantiles, n_cv: each level's chosen bandwidths).
+        ``cv_target="quantile"`` (or ``method="quadratic_weights"``) also ``"level_scales"`` (the
+        factors ``s`` tried, increasing), ``"level_loo_loss"`` (n_scales, n_quantiles: the
+        leave-one-out pinball loss of each level) and ``"level_bandwidths"`` (n_quantiles, n_cv:
+        each level's chosen bandwidths; one row, that of ``kernel_``, with
+        ``cv_target="distribution"``).
     level_kernels_ : list of Kernel
         With ``cv_target="quantile"``: the kernel of each level of ``quantiles_``.
     X_fit_, y_fit_ : the training data.
@@ -344,7 +394,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         "degree": [Interval(Integral, 0, 1, closed="both")],
         "kernel": PROFILE_CONSTRAINT + [Kernel],
         "bandwidth": BANDWIDTH_CV_CONSTRAINT,
-        "method": [StrOptions({"check", "inversion", "linear_weights"})],
+        "method": [StrOptions({"check", "inversion", "linear_weights", "quadratic_weights"})],
         "y_kernel": [Kernel, None],
         "algorithm": ALGORITHM_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
@@ -379,7 +429,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         self.X_fit_, self.y_fit_ = X, np.asarray(y, dtype=np.float64)
         if self.method == "inversion":
             if self.cv_target == "quantile":
-                raise ValueError("cv_target='quantile' chooses the bandwidths of method='check' or 'linear_weights' "
+                raise ValueError("cv_target='quantile' chooses the bandwidths of method='check', 'linear_weights' or "
+                                 "'quadratic_weights' "
                                  "by their leave-one-out pinball loss; method='inversion' takes "
                                  "cv_target='distribution'")
             self.conditional_ = ConditionalDensity(kernel=self.kernel, bandwidth=self.bandwidth,
@@ -408,6 +459,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         # the coordinates those of the x kernel (H^-1/2 under a bandwidth matrix)
         self._X_sorted, self._y_sorted = mapped_x(self, X)[order], self.y_fit_[order]
         self._bound = self._bind(self.kernel_)
+        if has_cv(base) and self.method == "quadratic_weights" and self.cv_target == "distribution":
+            # the criterion's bandwidths are the local linear fit's: one factor on the continuous ones
+            (self.kernel_,) = self._select_level_scales(base, X, common=True)
+            self._bound = self._bind(self.kernel_)
         if self.cv_target == "quantile":
             self.level_kernels_ = self._select_level_scales(base, X)
             bounds = {}
@@ -459,9 +514,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         """The fitted quantiles (len(W), len(taus)) at the (mapped) queries ``Q`` from their
         normalised weights ``W`` on the samples in the order of ``y`` (``_X_sorted``)."""
         y = self._y_sorted
-        if self.method == "linear_weights":
+        if self.method in ("linear_weights", "quadratic_weights"):
             cols = self._continuous_columns()
-            F = np.cumsum(local_linear_weights(W, self._X_sorted[:, cols], Q[:, cols]), axis=1)
+            weights = local_linear_weights if self.method == "linear_weights" else local_quadratic_weights
+            F = np.cumsum(weights(W, self._X_sorted[:, cols], Q[:, cols]), axis=1)
             F = np.maximum.accumulate(np.maximum(F, 0.0), axis=1)  # the running maximum from F(-inf) = 0
             return step_quantiles(F, y, taus, self.interpolation)
         if self.degree == 0:
@@ -487,7 +543,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         :func:`~localkit.models.kernel_learning.loo_sums` leaves out): the local mean of
         ``[y <= t]`` for ``degree=0`` (the squared leave-one-out error of a local mean of the
         indicators), the local linear one in the continuous columns for ``method="linear_weights"``
-        and ``degree=1`` (from the local means of :func:`cdf_cv_design`'s values). The sum over
+        (and, as the pilot of :meth:`_select_level_scales`, ``"quadratic_weights"``) and
+        ``degree=1`` (from the local means of :func:`cdf_cv_design`'s values). The sum over
         thresholds stands for the integral over ``t`` under ``y``'s distribution; over all ``t``
         the summand is the continuous ranked probability score, twice the pinball loss integrated
         over the levels, so the bandwidths are chosen for the quantiles, not for the conditional
@@ -501,7 +558,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         if len(X) < 3:
             raise ValueError(f"bandwidth='cv' needs at least 3 samples, got n_samples={len(X)}")
         X = np.asarray(X, dtype=np.float64)
-        linear = self.method == "linear_weights" or self.degree == 1
+        linear = self.method in ("linear_weights", "quadratic_weights") or self.degree == 1
         Z = X[:, self._continuous_columns()] if linear else X[:, :0]
         Zc = Z - Z.mean(axis=0)
         I = (y[:, None] <= np.unique(np.quantile(y, CV_LEVELS))[None, :]).astype(np.float64)
@@ -526,10 +583,14 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         kernel, self.cv_results_ = select_cv_bandwidths(self.kernel_, X, loss)
         return kernel
 
-    def _select_level_scales(self, base, X):
-        """One kernel per level ``tau`` of ``quantile``: the ``"cv"`` bandwidths ``h*, lam*`` of
+    def _select_level_scales(self, base, X, common=False):
+        """One kernel per level ``tau`` of ``quantile`` (``common``: one for all, by the loss summed
+        over the levels): the ``"cv"`` bandwidths ``h*, lam*`` of
         :meth:`_select_cv` moved along ``h_c = s h*_c``, ``lam_c = s^2 lam*_c`` (clipped to the
-        search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007), ``s``
+        search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007; with
+        ``method="quadratic_weights"`` ``lam*`` is kept: its criterion's bandwidths are the local
+        linear fit's, and the quadratic fit's lower bias in ``h`` asks for wider continuous
+        bandwidths alone, measured on CPS1988: scaling ``lam`` with them lost 1% at every level), ``s``
         chosen per level by the leave-one-out pinball loss of the fit's own quantile::
 
             CV_tau(s) = (1 / m) sum_(i in I) rho_tau(y_i - q_{-i}(tau | x_i; s))
@@ -546,7 +607,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         moves to a neighbour ``+-step`` while that is better, else takes the next step; one pass of
         the engine per ``s`` gives every level's loss, and each level keeps the best ``s``
         evaluated (ties: the ``s`` nearest 1). Kept in ``cv_results_``: ``"level_scales"``,
-        ``"level_loo_loss"`` (one column per level) and ``"level_bandwidths"``."""
+        ``"level_loo_loss"`` (one column per level) and ``"level_bandwidths"`` (one row per kernel
+        returned)."""
         from .kernel_learning import CVSlots, loo_groups
 
         slots = CVSlots(base, X)
@@ -561,8 +623,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         back = np.argsort(perm)  # the columns of a weight row back to the order of y
         y_q = self._y_sorted[queries]
 
+        lam_power = 0 if self.method == "quadratic_weights" else 2
+
         def theta_at(s):
-            return np.clip(np.where(slots.categorical, theta * s ** 2, theta + np.log(s)), low, high)
+            return np.clip(np.where(slots.categorical, theta * s ** lam_power, theta + np.log(s)), low, high)
 
         losses = {}  # log2 s -> the loss of each level
 
@@ -575,14 +639,15 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                 for rows, W in weight_blocks(bound, self._X_sorted[queries], exclude_self=True):
                     Q[rows] = self._quantiles_of(W[:, back], self._X_sorted[queries[rows]], taus)
                 losses[e] = [pinball_loss(y_q, Q[:, j], tau) for j, tau in enumerate(taus)]
-            return (losses[e][j], abs(e))  # ties: the s nearest 1
+            return (sum(losses[e]) if j is None else losses[e][j], abs(e))  # ties: the s nearest 1
 
         loss(0.0, 0)
 
         def best(j):
             return min(losses, key=lambda e: loss(e, j))
 
-        for j in range(len(taus)):
+        objectives = [None] if common else range(len(taus))
+        for j in objectives:
             e = best(j)
             for step in LEVEL_STEPS:
                 while True:
@@ -590,7 +655,7 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
                     if e_next == e:
                         break
                     e = e_next
-        picks = [best(j) for j in range(len(taus))]
+        picks = [best(j) for j in objectives]
         exponents = np.array(sorted(losses))
         self.cv_results_.update(level_scales=2.0 ** exponents,
                                 level_loo_loss=np.array([losses[e] for e in exponents]),
