@@ -39,6 +39,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from functools import partial
 
@@ -172,6 +174,40 @@ def dask_resolved(kernel, samples, sample_weight=None):
     return ProductKernel(factors)
 
 
+# -- what a worker keeps between tasks ------------------------------------------------------------
+#: The bytes of sample chunks under the indexes that one worker process keeps (least recently used
+#: dropped first): each query chunk after the first, and each later call on persisted samples,
+#: searches a sample chunk with the index built for it once (one index per chunk and worker).
+INDEX_CACHE_BYTES = 256 * 2**20
+_kept, _kept_lock = OrderedDict(), threading.Lock()
+
+
+def _kept_index(key, build, nbytes):
+    """``build()``'s index, kept under ``key`` (a tuple of arrays and settings) by this process.
+    The key is dask's ``tokenize``, which hashes the arrays' contents (~5 ms for a chunk of 250,000 x
+    3, against ~300 ms to build its k-d tree), so that changed samples never meet a stale index."""
+    from dask.base import tokenize
+
+    token = tokenize(*key)
+    with _kept_lock:
+        if token in _kept:
+            _kept.move_to_end(token)
+            return _kept[token][0]
+    index = build()  # outside the lock: two tasks may build one twice, never wait on each other
+    with _kept_lock:
+        _kept[token] = (index, nbytes)
+        while len(_kept) > 1 and sum(b for _, b in _kept.values()) > INDEX_CACHE_BYTES:
+            _kept.popitem(last=False)
+    return index
+
+
+def _indexed(kernel, options):
+    """Whether a chunk's pass builds a neighbour index (a compact profile, kNN, the approximate
+    graph): then its binding is kept (:func:`_kept_index`); a dense pass's binding costs less
+    than hashing the chunk."""
+    return kernel.compact or kernel.n_neighbors is not None or options.get("algorithm") == "approximate"
+
+
 # -- per-task settings ----------------------------------------------------------------------------
 @contextmanager
 def _native_threads(n):
@@ -218,9 +254,15 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, 
     # the policy deferred: a chunk's empty rows are flagged, unfilled and unwarned (their means weigh
     # 0 in the merge, which decides; their nearest sample is taken below). No catch_warnings here:
     # dask runs chunks on threads, and it restores the warning filters of every thread
+    kern = make_kernel(kernel)
+
+    def bind():
+        return BoundKernel(kern, s, sample_weight=c, sample_scale=ssc,
+                           options=EngineOptions(empty=DEFERRED, n_jobs=threads, **options))
+
     with _native_threads(threads):
-        bound = BoundKernel(make_kernel(kernel), s, sample_weight=c, sample_scale=ssc,
-                            options=EngineOptions(empty=DEFERRED, n_jobs=threads, **options))
+        bound = (_kept_index(("binding", kern, s, c, ssc, threads, sorted(options.items())), bind, 3 * s.nbytes)
+                 if _indexed(kern, options) else bind())
         out = bound.sums(q, v, exclude_self=exclude, query_scale=qsc)
     if p:
         state[:, 0, :p] = out.mean.reshape(len(q), p)
@@ -244,8 +286,11 @@ def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
         return dist, values
     from ..bound import BoundKernel, make_kernel
 
-    u, near = BoundKernel(kernel, s, sample_weight=c).nearest(q, self_rows=rows if exclude else None,
-                                                              return_distance=True)
+    def bind():
+        return BoundKernel(kernel, s, sample_weight=c)
+
+    bound = _kept_index(("nearest", kernel, s, c), bind, 3 * s.nbytes) if _indexed(kernel, {}) else bind()
+    u, near = bound.nearest(q, self_rows=rows if exclude else None, return_distance=True)
     dist[:] = u
     if exclude:
         dist[near == rows] = _self_only(dtype)
@@ -312,7 +357,9 @@ def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads,
         aug = augment(np.zeros((len(s), 0), dtype=dtype) if v is None else v.reshape(len(s), p))
         aug = aug if c is None else aug * c[:, None]
         with _native_threads(threads):
-            index = nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p, exact=True)
+            index = _kept_index(("kNN index", s, h, kernel.metric, kernel.p),
+                                lambda: nb.make_index(kernel.scale(s, h), kernel.metric, kernel.p, exact=True),
+                                2 * s.nbytes)
             dist[:, :kk], idx = nb.kneighbors(index, kernel.scale(q, h), kk, exclude_self=exclude)
             # the nearest at distance 0: this chunk's samples at the query's point
             rows, found = nb.coincident(index, kernel.scale(q, h), dist[:, :1], kernel.profile, exclude_self=exclude)

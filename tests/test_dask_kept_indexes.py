@@ -1,0 +1,72 @@
+"""A worker keeps the neighbour index of each sample chunk (issue 37): query chunks after the first,
+and later calls on the same samples, search it again instead of building it anew; the key is the
+chunk's content, so changed samples are indexed afresh. The synchronous scheduler (one process)."""
+import dask
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+
+da = pytest.importorskip("dask.array")
+
+from localkit import local_mean  # noqa: E402
+from localkit.engine import bound as bound_module  # noqa: E402
+from localkit.engine.backends import dask as backend  # noqa: E402
+from localkit.engine.passes import neighbors as nb  # noqa: E402
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts of kNN index builds and of bindings, from an empty cache."""
+    backend._kept.clear()
+    counts = {"index": 0, "bind": 0}
+    make_index, init = nb.make_index, bound_module.BoundKernel.__init__
+
+    def counted_index(*args, **kwargs):
+        counts["index"] += 1
+        return make_index(*args, **kwargs)
+
+    def counted_init(self, *args, **kwargs):
+        counts["bind"] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(nb, "make_index", counted_index)
+    monkeypatch.setattr(bound_module.BoundKernel, "__init__", counted_init)
+    with dask.config.set(scheduler="synchronous"):
+        yield counts
+    backend._kept.clear()
+
+
+def _calls(builds, X, y, Q, **kw):
+    """The builds of one call on three query chunks against two sample chunks, and its error."""
+    want = local_mean(Q, X, y, **kw)  # (in memory: before the count)
+    before = dict(builds)
+    got = local_mean(da.from_array(Q, chunks=17), da.from_array(X, chunks=75), da.from_array(y, chunks=75),
+                     **kw).compute()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    return {key: builds[key] - before[key] for key in builds}
+
+
+def test_knn_chunks_are_indexed_once(builds):
+    X = load_iris().data
+    y, Q = X[:, 0] * 2.0, X[::3] + 0.01
+    assert _calls(builds, X, y, Q, kernel="uniform", n_neighbors=5)["index"] == 2  # not 3 x 2
+    assert _calls(builds, X, y, Q, kernel="uniform", n_neighbors=5)["index"] == 0  # the same samples again
+    assert _calls(builds, X + 1.0, y, Q, kernel="uniform", n_neighbors=5)["index"] == 2  # new contents
+
+
+def test_compact_chunks_are_bound_once(builds):
+    X = load_iris().data
+    y, Q = X[:, 0] * 2.0, X[::3] + 0.01
+    kw = dict(kernel="epanechnikov", bandwidth=2.0)  # some queries are empty in a chunk (its nearest searched)
+    assert _calls(builds, X, y, Q, **kw)["bind"] >= 2  # the two chunks (and where a query is empty, their nearest)
+    assert _calls(builds, X, y, Q, **kw)["bind"] == 0
+    kept = len(backend._kept)
+    gaussian = _calls(builds, X, y, Q, kernel="gaussian", bandwidth=0.5)  # a dense pass: bound per pair, not kept
+    assert gaussian["bind"] == 3 * 2 and len(backend._kept) == kept
+
+
+def test_the_cache_keeps_its_budget(builds, monkeypatch):
+    monkeypatch.setattr(backend, "INDEX_CACHE_BYTES", 1)
+    X = load_iris().data
+    _calls(builds, X, X[:, 0], X[::3] + 0.01, kernel="uniform", n_neighbors=5)
+    assert len(backend._kept) == 1  # the newest alone
