@@ -2,16 +2,15 @@
 and later calls on the same samples, search it again instead of building it anew; the key is the
 chunk's content, so changed samples are indexed afresh. The synchronous scheduler (one process)."""
 import dask
+import dask.array as da
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 
-da = pytest.importorskip("dask.array")
-
-from localkit import local_mean  # noqa: E402
-from localkit.engine import bound as bound_module  # noqa: E402
-from localkit.engine.backends import dask as backend  # noqa: E402
-from localkit.engine.passes import neighbors as nb  # noqa: E402
+from localkit import local_mean
+from localkit.engine import bound as bound_module
+from localkit.engine.backends import dask as backend
+from localkit.engine.passes import neighbors as nb
 
 
 @pytest.fixture
