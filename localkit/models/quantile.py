@@ -345,8 +345,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``"quadratic_weights"`` the continuous ``h s`` only) chosen for the
         level by the leave-one-out pinball loss ``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))``
         of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"``,
-        ``"linear_weights"`` or ``"quadratic_weights"``; one exact engine pass per factor tried, on at most
-        ``LEVEL_QUERIES`` of the samples). Levels outside ``quantile`` (:meth:`predict_quantiles`)
+        ``"linear_weights"`` or ``"quadratic_weights"``; one exact engine pass per factor tried,
+        on at most ``LEVEL_QUERIES`` of the samples). Levels outside ``quantile`` (:meth:`predict_quantiles`)
         take ``kernel_``; crossing levels are rearranged.
     interpolation : {"lower", "hazen"}, default="lower"
         The quantile of the step function ``F(y | x)`` of degree 0, ``"linear_weights"`` and
@@ -458,11 +458,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         # the samples in the order of y, so that a row of weights cumulates to F(y | x) as it stands;
         # the coordinates those of the x kernel (H^-1/2 under a bandwidth matrix)
         self._X_sorted, self._y_sorted = mapped_x(self, X)[order], self.y_fit_[order]
-        self._bound = self._bind(self.kernel_)
         if has_cv(base) and self.method == "quadratic_weights" and self.cv_target == "distribution":
             # the criterion's bandwidths are the local linear fit's: one factor on the continuous ones
             (self.kernel_,) = self._select_level_scales(base, X, common=True)
-            self._bound = self._bind(self.kernel_)
+        self._bound = self._bind(self.kernel_)
         if self.cv_target == "quantile":
             self.level_kernels_ = self._select_level_scales(base, X)
             bounds = {}
