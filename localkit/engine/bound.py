@@ -592,14 +592,12 @@ class BoundKernel:
             S, shift = run(self, queries, P, prepared.V_aug, q_scale, exclude_self)
         elif path == "truncated":  # the clusters that carry the weight, the weight left out bounded
             S, shift, omitted = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
-            result = finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
-                            prepared.offset)
+            result = finish(self, queries, S, shift, prepared, exclude_self)
             result.omitted = omitted
             return result
         else:
             S, shift = run(self, queries, self.engine_points(P), prepared.V_aug, q_scale, exclude_self)
-        return finish(self, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
-                      prepared.offset)
+        return finish(self, queries, S, shift, prepared, exclude_self)
 
     def stepper(self, values: ArrayLike | None, start: ArrayLike, *, checked: bool = False) -> "Stepper":
         """:meth:`sums` prepared for a fixed point whose states are the queries: the values laid
@@ -795,9 +793,8 @@ class Stepper:
             out = self.one_block(self.bound.engine_points(P))
             if out is not None:
                 S, m, offset = out
-                v = self.values
-                return self._finish(self.bound, P, S, m if offset is None else m + offset, v.V, False, v.no_values,
-                                    v.squeeze, v.offset, live=True)
+                return self._finish(self.bound, P, S, m if offset is None else m + offset, self.values, False,
+                                    live=True)
         return self._pass(states)
 
     def means(self, states):

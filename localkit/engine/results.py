@@ -57,25 +57,26 @@ def value_offset(xp, V):
     return xp.where(xp.abs(c) > xp.max(xp.abs(centred), axis=0), c, xp.zeros_like(c))
 
 
-def finish(bound, queries, S, shift, V, exclude_self, no_values, squeeze, offset=0.0, live=False):
-    """Normalise the sums ``S * exp(shift)`` of a path (of the values less ``offset``), apply the
+def finish(bound, queries, S, shift, values, exclude_self, live=False):
+    """Normalise the sums ``S * exp(shift)`` of a path (of ``values``, a
+    :class:`~localkit.engine.bound.BoundValues`, less its ``offset``), apply the
     empty-neighbourhood policy and shape the result, in the bound kernel's namespace. ``live``:
     the path knows every row carries weight (``S[:, -1] >= 1``: one block, its row maxima
     factored out), so that no row is looked for empty ones (a small fixed point's steps)."""
     xp = bound.xp
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = S[:, :-1] / S[:, -1:] + offset
+        mean = S[:, :-1] / S[:, -1:] + values.offset
         log_sum = shift + xp.log(S[:, -1]) + bound.log_weight_max
     empty = np.zeros(len(log_sum), dtype=bool) if live else ~(log_sum > -math.inf)  # NaN (0 / 0) counts as empty
     if not live and bool(xp.any(empty)):
         log_sum = xp.where(empty, -math.inf, log_sum)
         if bound.options.empty != DEFERRED:
-            mean = _apply_empty_policy(bound, queries, mean, V, empty, exclude_self)
+            mean = _apply_empty_policy(bound, queries, mean, values.V, empty, exclude_self)
     cast = (lambda a, t: a.astype(t, copy=False)) if xp is np else xp.astype
-    if no_values:
+    if values.no_values:
         return LocalSums(None, cast(log_sum, bound.dtype), empty)
-    mean = cast(mean, V.dtype)
-    return LocalSums(mean[:, 0] if squeeze else mean, cast(log_sum, bound.dtype), empty)
+    mean = cast(mean, values.V.dtype)
+    return LocalSums(mean[:, 0] if values.squeeze else mean, cast(log_sum, bound.dtype), empty)
 
 
 def check_empty(policy, count, stacklevel, what="local means", n_queries=None):

@@ -519,8 +519,7 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
         S[rows], shift[rows] = csr_sums(bound.kernel.profile.log_k(u2), idx, indptr, V_aug, g)
 
     map_blocks(run, n_q, block, bound.options.threads, blas=False)
-    return finish(bound, queries, S, shift, prepared.V, exclude_self, prepared.no_values, prepared.squeeze,
-                  prepared.offset)
+    return finish(bound, queries, S, shift, prepared, exclude_self)
 
 
 # -- the truncated pass: a smooth profile summed over the clusters that carry it, the weight left out bounded --
