@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import comb
@@ -44,6 +45,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from ..._jit import njit
 from ..._constraints import non_negative, positive
 from ..._validation import check_array, check_points
+from ...kernels import Kernel
 from ..passes import neighbors as nb
 from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
 from ..bound import BoundKernel
@@ -172,8 +174,9 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     range for a smooth profile (``tests/test_binned_polynomial.py`` pins the bound).
     """
     _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
-    queries, samples, Y, sw, kern = _prepare(queries, samples if bound is None else bound, targets, sample_weight,
-                                             kernel, bandwidth, n_neighbors, exclude_self)
+    data = _prepare(queries, samples if bound is None else bound, targets, sample_weight, kernel, bandwidth,
+                    n_neighbors, exclude_self)
+    queries, samples, Y, sw, kern = data
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1] if design is None else int(design), Y.shape[1]
     if not 1 <= d <= samples.shape[1]:
@@ -188,7 +191,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
             refused.append("design: columns outside the local design are taken on the dense path")
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
-        fit, far = _binned(queries, samples, Y, None if sample_weight is None else sw, kern, degree, ridge,
+        fit, far = _binned(data if sample_weight is not None else data._replace(sw=None), degree, ridge,
                            max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
         if far.any():  # beyond the binned sums' resolution (a profile without a support): the exact fit there
             exact = local_polynomial(queries[far], samples, Y, degree, kern, sample_weight=sample_weight, ridge=ridge,
@@ -198,8 +201,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
             if slopes:
                 fit.slopes[far] = exact.slopes
         return fit
-    block, row_bytes, found = _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge,
-                                      balls, algorithm, d, bound)
+    block, row_bytes, found = _blocks(data, degree, exclude_self, sample_scale, ridge, balls, algorithm, d, bound)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
     workers = resolve_n_jobs(n_jobs)
@@ -243,9 +245,11 @@ def binned_polynomial_refusals(kern, n_features, degree, sample_scale, exclude_s
     return [reason for ok, reason in checks if not ok]
 
 
-def _binned(queries, samples, Y, sw, kern, degree, ridge, rcond, slopes, grid_size, tolerance):
-    """The binned local polynomial (see :func:`local_polynomial`), in float64, returned in the
-    samples' float type, and the queries it cannot resolve (:func:`~localkit.engine.passes.binned.unresolved`)."""
+def _binned(data, degree, ridge, rcond, slopes, grid_size, tolerance):
+    """The binned local polynomial (see :func:`local_polynomial`) of :class:`LocalData` ``data``
+    (``sw`` None: unweighted), in float64, returned in the samples' float type, and the queries
+    it cannot resolve (:func:`~localkit.engine.passes.binned.unresolved`)."""
+    queries, samples, Y, sw, kern = data
     dtype = samples.dtype
     n_q, d, t = len(queries), samples.shape[1], Y.shape[1]
     h = np.broadcast_to(np.asarray(kern.resolve_bandwidth(samples, sw), dtype=np.float64), (d,))
@@ -306,8 +310,19 @@ def _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight):
                          "here, not as bound; bind the kernel at its resolved bandwidth")
 
 
+class LocalData(NamedTuple):
+    """The checked arrays of a local fit, in the samples' float type: the queries, the samples,
+    the targets ``Y`` (n_samples, t), the sample weights ``sw`` and the kernel."""
+
+    queries: np.ndarray
+    samples: np.ndarray
+    Y: np.ndarray
+    sw: np.ndarray
+    kern: Kernel
+
+
 def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neighbors, exclude_self):
-    """Checked ``(queries, samples, Y, sw, kern)`` in the samples' float type (``targets`` None:
+    """The :class:`LocalData` in the samples' float type (``targets`` None:
     no columns); a bandwidth rule weighted by the sample weights. ``samples`` may be a
     :class:`~localkit.engine.BoundKernel`, whose samples were checked when it bound them."""
     samples = samples.samples if isinstance(samples, BoundKernel) else check_points(samples, "samples")
@@ -328,21 +343,21 @@ def _prepare(queries, samples, targets, sample_weight, kernel, bandwidth, n_neig
     kern = make_kernel(kernel, bandwidth, n_neighbors)
     if sample_weight is not None and isinstance(kern.bandwidth, str):  # a rule, weighted as the weights are
         kern = kern._with(bandwidth=kern.resolve_bandwidth(samples, sw))
-    return queries, samples, Y, sw, kern
+    return LocalData(queries, samples, Y, sw, kern)
 
 
-def _blocks(queries, samples, Y, sw, kern, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None,
-            bound=None):
+def _blocks(data, degree, exclude_self, sample_scale, ridge, balls, algorithm, design=None, bound=None):
     """``(block, row_bytes, found)``: the path's ``block(rows) -> (G, b, weight sums, scale,
     nearest)`` (see :func:`_gathered`, :func:`_dense`) for monomials up to ``degree`` of the first
-    ``design`` columns (None: every column); ``bound``: the caller's kernel bound to the samples."""
+    ``design`` columns (None: every column) of :class:`LocalData` ``data``; ``bound``: the
+    caller's kernel bound to the samples."""
+    samples, kern = data.samples, data.kern
     design = samples.shape[1] if design is None else design
     E = monomial_exponents(design, degree)
     if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
             and design == samples.shape[1]):
-        return _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls,
-                         None if bound is None else bound._cache)
-    return (*_dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design, bound), None)
+        return _gathered(data, E, exclude_self, balls, None if bound is None else bound._cache)
+    return (*_dense(data, E, exclude_self, sample_scale, ridge, design, bound), None)
 
 
 @validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
@@ -361,16 +376,16 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
     their nearest sample (elsewhere 0), their mean and covariance 0.
     """
     _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
-    queries, samples, Y, sw, kern = _prepare(queries, samples if bound is None else bound, None, sample_weight,
-                                             kernel, bandwidth, n_neighbors, exclude_self)
+    data = _prepare(queries, samples if bound is None else bound, None, sample_weight, kernel, bandwidth,
+                    n_neighbors, exclude_self)
+    queries, samples = data.queries, data.samples
     dtype = samples.dtype
     n_q, d = queries.shape
     P = d + 1
     _check_budget(P, itemsize=dtype.itemsize, memory_budget=memory_budget,
                   what=f"n_features={d}: one query's local covariance (a {P:,} x {P:,} system of moments) needs",
                   remedy="reduce the number of features first (e.g. with PCA)")
-    block, row_bytes, _ = _blocks(queries, samples, Y, sw, kern, 1, exclude_self, None, 0.0, None, algorithm,
-                                  bound=bound)
+    block, row_bytes, _ = _blocks(data, 1, exclude_self, None, 0.0, None, algorithm, bound=bound)
     workers = resolve_n_jobs(n_jobs)
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     bq = int(block_size or max(1, min(1024, budget // ((3 * P * P * dtype.itemsize + row_bytes) * workers))))
@@ -418,12 +433,14 @@ def _solve(G, b, ridge, rcond):
     return beta, ~ok
 
 
-def _gathered(queries, samples, Y, sw, kern, E, exclude_self, balls, cache=None):
+def _gathered(data, E, exclude_self, balls, cache=None):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
     design centred at each query and scaled by its radius; the extra bytes per query; and the
     array the grid path fills with the squared radii (None on the other paths). ``cache``: the
     caller's binding's (a kept :class:`~localkit.engine.BoundKernel`'s ``_cache``), where the
     samples' grid index and sorted order are kept from one call to the next."""
+    queries, samples, Y, sw, kern = data
+
     def kept(key, build):
         if cache is None:
             return build()
@@ -629,11 +646,12 @@ def _window_accumulate(x, Y, sw, lo, hi, q, degree, a, p):
     return S, T
 
 
-def _dense(queries, samples, Y, sw, kern, E, exclude_self, sample_scale, ridge, design, bound=None):
+def _dense(data, E, exclude_self, sample_scale, ridge, design, bound=None):
     """``block(rows)`` from the engine's log-weights of a query block against every sample, the
     design centred at each query and scaled by the bandwidth ``s`` (the features' spread for kNN
     and softmax kernels); and the extra bytes per query (its row of weights and temporaries).
     ``bound``: the kernel already bound to the samples (else bound here)."""
+    queries, samples, Y, sw, kern = data
     s_scale = None if sample_scale is None else check_array(sample_scale, "sample_scale", ndim=(1,))
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
