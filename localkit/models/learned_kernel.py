@@ -215,6 +215,11 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
 
         device = torch.device(self.device or "cpu")
         n_val = int(round(self.validation_fraction * n)) if n >= 20 else 0
+        table = net.Table(numeric, codes, targets, values)
+        schedule = net.Schedule(kind=kind, kernel=self.kernel, candidate_ratio=self.candidate_ratio,
+                                max_candidates=self.max_candidates, batch_size=self.batch_size, lr=self.lr,
+                                weight_decay=self.weight_decay, max_epochs=self.max_epochs, patience=self.patience,
+                                refit_bandwidth=self.refit_bandwidth)
         bandwidths, embedded = [], []
         with net.torch_threads(self._threads()), torch.random.fork_rng(devices=[]):
             for e in range(E):
@@ -231,13 +236,8 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                     n_levels=self._factor_levels()).to(device)
                 desc = f"{type(self).__name__}" + (f" {e + 1}/{E}" if E > 1 else "")
                 with progress(self.max_epochs, desc, self.verbose, unit="epoch") as bar:
-                    best_epoch, n_epochs, history = net.train(
-                        model, numeric, codes, targets, values, kind=kind, kernel=self.kernel, train_rows=train_rows,
-                        val_rows=val_rows, candidate_ratio=self.candidate_ratio,
-                        max_candidates=self.max_candidates, batch_size=self.batch_size,
-                        lr=self.lr, weight_decay=self.weight_decay, max_epochs=self.max_epochs,
-                        patience=self.patience, refit_bandwidth=self.refit_bandwidth, seed=seed, device=device,
-                        bar=bar)
+                    best_epoch, n_epochs, history = net.train(model, table, schedule, train_rows=train_rows,
+                                                              val_rows=val_rows, seed=seed, device=device, bar=bar)
                 self.best_epoch_.append(best_epoch)
                 self.n_epochs_.append(n_epochs)
                 self.loss_curves_.append(np.asarray(history))

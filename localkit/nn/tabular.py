@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import math
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -166,30 +168,58 @@ def embed(model, Xn, codes, device, dtype=torch.float64):
     return _embed_rows(model, x, c, torch.arange(len(x)))
 
 
-def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_rows, candidate_ratio, max_candidates, batch_size,
-          lr, weight_decay, max_epochs, patience, refit_bandwidth, seed, device, bar):
-    """AdamW on the leave-one-out loss: each batch of training rows against a random fraction of
-    the training rows as candidates; after each epoch the loss of the held-out rows against all
-    training rows; the best state kept (early stopping after ``patience`` epochs without progress),
-    and with ``refit_bandwidth`` its ``h`` chosen again on that loss (:meth:`HeldOut.refit_bandwidth`).
+class Table(NamedTuple):
+    """The rows :func:`train` learns from: the standardised numeric columns ``Xn``, the category
+    codes, the targets and the values the local mean averages (n_rows, n_outputs)."""
+
+    Xn: np.ndarray
+    codes: np.ndarray
+    targets: np.ndarray
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How :func:`train` runs: the loss (``kind`` "regression" or "classification", the profile
+    named ``kernel``) and the estimator's training parameters of the same names."""
+
+    kind: str
+    kernel: str
+    candidate_ratio: float
+    max_candidates: int | None
+    batch_size: int
+    lr: float
+    weight_decay: float
+    max_epochs: int
+    patience: int
+    refit_bandwidth: bool
+
+
+def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
+    """AdamW on the leave-one-out loss of the :class:`Table` ``table`` (:class:`Schedule`
+    ``schedule``): each batch of training rows against a random fraction of the training rows as
+    candidates; after each epoch the loss of the held-out rows against all training rows; the best
+    state kept (early stopping after ``patience`` epochs without progress), and with
+    ``refit_bandwidth`` its ``h`` chosen again on that loss (:meth:`HeldOut.refit_bandwidth`).
     Returns ``(best_epoch, n_epochs, history)``."""
+    kind, kernel, batch_size, patience = schedule.kind, schedule.kernel, schedule.batch_size, schedule.patience
     log_k = get_profile(kernel).log_k_for(torch)
     gen = torch.Generator().manual_seed(seed)
-    x_all = torch.as_tensor(Xn, dtype=torch.float32, device=device)
-    c_all = torch.as_tensor(codes, dtype=torch.long, device=device)
-    t_all = torch.as_tensor(targets, device=device)
-    v_all = torch.as_tensor(values, dtype=torch.float32, device=device)
+    x_all = torch.as_tensor(table.Xn, dtype=torch.float32, device=device)
+    c_all = torch.as_tensor(table.codes, dtype=torch.long, device=device)
+    t_all = torch.as_tensor(table.targets, device=device)
+    v_all = torch.as_tensor(table.values, dtype=torch.float32, device=device)
     tr = torch.as_tensor(train_rows, dtype=torch.long)
     n_tr = len(tr)
-    n_cand = int(math.ceil(candidate_ratio * n_tr))
-    if max_candidates is not None:
-        n_cand = min(n_cand, max_candidates)
+    n_cand = int(math.ceil(schedule.candidate_ratio * n_tr))
+    if schedule.max_candidates is not None:
+        n_cand = min(n_cand, schedule.max_candidates)
     n_cand = min(n_tr, max(n_cand, 64))
     held_out = HeldOut(x_all, c_all, t_all, v_all, train_rows, val_rows, kind, kernel)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=schedule.lr, weight_decay=schedule.weight_decay)
     best, best_state, best_epoch, history = math.inf, copy.deepcopy(model.state_dict()), 0, []
     epoch = 0
-    for epoch in range(1, max_epochs + 1):
+    for epoch in range(1, schedule.max_epochs + 1):
         model.train()
         order = tr[torch.randperm(n_tr, generator=gen)]
         for s in range(0, n_tr, batch_size):
@@ -216,7 +246,7 @@ def train(model, Xn, codes, targets, values, *, kind, kernel, train_rows, val_ro
             break
     model.load_state_dict(best_state)
     model.eval()
-    if refit_bandwidth and max_epochs:
+    if schedule.refit_bandwidth and schedule.max_epochs:
         held_out.refit_bandwidth(model)
     return best_epoch, epoch, history
 
