@@ -11,7 +11,7 @@
   ``KernelQuantileRegressor(method="quadratic_weights", cv_target="quantile",
   interpolation="hazen")`` with ``bandwidth="cv"`` in every factor of the product kernel (the
   leave-one-out integrated squared error of the local linear estimate of F(y | x), on cell sums
-  with ``tolerance=TOLERANCE``, then per level a factor of the continuous bandwidths by the
+  with ``tolerance=TOLERANCE``, then per level a factor of each continuous bandwidth by the
   leave-one-out pinball loss of the local quadratic fit); ``method="linear_weights"`` at the
   F(y | x) bandwidths with either interpolation; quantile-forest's
   ``RandomForestQuantileRegressor`` and LightGBM's quantile objective at their defaults (one
@@ -105,7 +105,7 @@ def bench_cps(folds=(0, 1, 2)):
         seconds[main] = time.perf_counter() - t
         res = reg.cv_results_
         print(f"fold {fold}: F(y | x) bandwidths {reg.kernel_!r} ({len(res['loo_loss'])} evaluations); per level "
-              f"factors {[float(res['level_scales'][np.argmin(res['level_loo_loss'][:, j])]) for j in range(3)]} "
+              f"factors {[res['level_scales'][np.argmin(res['level_loo_loss'][:, j])].round(3).tolist() for j in range(3)]} "
               f"({len(res['level_scales'])} passes); fit {t_fit:.1f} s", flush=True)
         for interpolation in ("lower", "hazen"):  # the F(y | x) bandwidths alone, local linear
             name = f"localkit, linear, cv, {interpolation}"

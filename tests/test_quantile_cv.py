@@ -192,8 +192,10 @@ def brute_level_loss(X, y, h, lam, taus, linear, interpolation):
 
 
 def scaled(reg, s):
-    """The "cv" bandwidths of ``reg`` moved to the factor ``s``: ``h s`` and ``lam s^2`` (in [0, 1])."""
+    """The "cv" bandwidths of ``reg`` moved to the factor ``s`` (a row of ``level_scales``, one
+    factor): ``h s`` and ``lam s^2`` (in [0, 1])."""
     res = reg.cv_results_
+    (s,) = s
     best = res["bandwidths"][np.argmin(res["loo_loss"])].copy()
     best[:-1] *= s
     best[-1] = min(best[-1] * s ** 2, 1.0)
@@ -209,7 +211,7 @@ def test_level_criterion_equals_the_leave_one_out_loop(method, interpolation):
     reg = KernelQuantileRegressor(quantile=taus, method=method, degree=0, kernel=K, cv_target="quantile",
                                   interpolation=interpolation).fit(X, y)
     res = reg.cv_results_
-    assert res["level_loo_loss"].shape == (len(res["level_scales"]), 3)
+    assert res["level_scales"].shape[1] == 1 and res["level_loo_loss"].shape == (len(res["level_scales"]), 3)
     linear = method == "linear_weights"
     # the factors whose smoothing stays in Aitchison-Aitken's range lam <= (c - 1) / c (beyond it, other
     # levels weigh more than a row's own, and the linear weights' tiny steps leave the interpolation
@@ -223,7 +225,8 @@ def test_level_criterion_equals_the_leave_one_out_loop(method, interpolation):
             compared += 1
     assert compared >= 5
     for j in range(3):  # each level's bandwidths: the least loss of its column, the factor nearest 1 among equals
-        k = min(range(len(res["level_scales"])), key=lambda k: (res["level_loo_loss"][k, j], abs(np.log(res["level_scales"][k]))))
+        k = min(range(len(res["level_scales"])),
+                key=lambda k: (res["level_loo_loss"][k, j], abs(np.log(res["level_scales"][k, 0]))))
         expected = scaled(reg, res["level_scales"][k])  # (the second bandwidth is clipped at the search's bound)
         np.testing.assert_allclose(res["level_bandwidths"][j][[0, 2]], expected[[0, 2]], rtol=1e-12)
 
@@ -254,7 +257,8 @@ def test_level_kernels_predict_their_levels():
     res = reg.cv_results_
     assert set(res) == {"bandwidths", "loo_loss", "level_scales", "level_loo_loss", "level_bandwidths"}
     assert res["level_bandwidths"].shape == (3, 3) and len(reg.level_kernels_) == 3
-    assert np.all(np.diff(res["level_scales"]) > 0) and 1.0 in res["level_scales"]
+    assert res["level_scales"].shape[1] == 1  # one factor, on every bandwidth
+    assert np.all(np.diff(res["level_scales"][:, 0]) > 0) and 1.0 in res["level_scales"]
     for b, k in zip(res["level_bandwidths"], reg.level_kernels_):
         np.testing.assert_allclose(k.factors[0].bandwidth, b[:2], rtol=1e-12)
         assert k.factors[1].bandwidth == pytest.approx(b[2], rel=1e-12)
@@ -338,9 +342,9 @@ def test_quadratic_predictions_equal_the_written_out_fit(interpolation):
 
 
 def test_quadratic_level_search_scales_the_continuous_bandwidths_only():
-    """``cv_target="quantile"``: each factor's criterion is the brute-force leave-one-out pinball loss
-    of the quadratic fit at ``h s`` and the categorical smoothing as chosen; ``"distribution"``: one
-    factor for every level, the least summed loss."""
+    """``cv_target="quantile"``: each point's criterion is the brute-force leave-one-out pinball loss
+    of the quadratic fit at ``h_c s_c`` (a factor per continuous column) and the categorical
+    smoothing as chosen; ``"distribution"``: one point for every level, the least summed loss."""
     X, y = mixed_data(n=80, seed=1)
     taus = [0.1, 0.5, 0.9]
     K = Kernel("gaussian", bandwidth="cv", features=[0, 1]) * Kernel("aitchison_aitken", bandwidth="cv", features=[2])
@@ -348,18 +352,26 @@ def test_quadratic_level_search_scales_the_continuous_bandwidths_only():
                                   interpolation="hazen").fit(X, y)
     res = reg.cv_results_
     best = res["bandwidths"][np.argmin(res["loo_loss"])]
-    compared = 0
+    assert res["level_scales"].shape[1] == 2
+    compared = unequal = 0
     for s, losses in zip(res["level_scales"], res["level_loo_loss"]):
-        if s >= 1:  # windows wide enough for every leave-one-out fit to determine a quadratic
+        # windows wider than the criterion's along both columns: every leave-one-out fit's moments well
+        # conditioned (at the criterion's own, narrow for a quadratic, their round-off reaches 1e-9)
+        if np.all(s > 1):
             np.testing.assert_allclose(losses, brute_level_loss(X, y, best[:2] * s, best[2], taus, 2, "hazen"),
                                        rtol=1e-9)
             compared += 1
-    assert compared >= 2
+            unequal += s[0] != s[1]
+    assert compared >= 3 and unequal >= 2
+    for j in range(3):  # each level: the least loss of its column, the factors nearest 1 among equals
+        k = min(range(len(res["level_scales"])),
+                key=lambda k: (res["level_loo_loss"][k, j], np.abs(np.log2(res["level_scales"][k])).sum()))
+        np.testing.assert_allclose(res["level_bandwidths"][j][:2], best[:2] * res["level_scales"][k], rtol=1e-12)
     np.testing.assert_array_equal(res["level_bandwidths"][:, 2], best[2])
     one = KernelQuantileRegressor(quantile=taus, method="quadratic_weights", kernel=K, interpolation="hazen").fit(X, y)
     summed = one.cv_results_["level_loo_loss"].sum(axis=1)
     scales = one.cv_results_["level_scales"]
-    s = scales[min(range(len(scales)), key=lambda k: (summed[k], abs(np.log(scales[k]))))]
+    s = scales[min(range(len(scales)), key=lambda k: (summed[k], np.abs(np.log2(scales[k])).sum()))]
     np.testing.assert_allclose(one.kernel_.factors[0].bandwidth, best[:2] * s, rtol=1e-12)
     assert one.kernel_.factors[1].bandwidth == pytest.approx(best[2], rel=1e-12)
     assert not hasattr(one, "level_kernels_")

@@ -50,8 +50,9 @@ quadratic in ``z`` at ``z*`` (the basis in the samples' standardised coordinates
 fit unchanged and ``M`` well scaled), so that a location that bends across the window (log wages
 over experience) widens ``F`` neither; ``sum_i l_i phi(z_i) = phi(z*)``. Its bias is of a higher
 order in ``h``, so it takes wider continuous bandwidths than the local linear weights: with
-``"cv"``, the criterion's (local linear) continuous bandwidths times a factor chosen by the
-leave-one-out pinball loss (:meth:`KernelQuantileRegressor._select_level_scales`). A query
+``"cv"``, the criterion's (local linear) continuous bandwidths, each times its own factor,
+chosen by the leave-one-out pinball loss (:meth:`KernelQuantileRegressor._select_level_scales`):
+the fit bends along some columns more than along others (experience against education). A query
 whose ``M`` is singular takes the local linear weights.
 
 **Several quantiles** (``quantile`` an array): inversion and degree 0 are monotone in ``tau``
@@ -87,7 +88,7 @@ NEGLIGIBLE = 1e-14
 #: (:meth:`KernelQuantileRegressor._select_cv`), as R's ``npcdistbw`` takes a grid of ``y``'s quantiles
 CV_LEVELS = np.arange(1, 10) / 10
 #: ``cv_target="quantile"`` (:meth:`KernelQuantileRegressor._select_level_scales`): the steps of its
-#: search on ``log2 s`` (the factor of the ``"cv"`` bandwidths), the largest ``|log2 s|`` it goes to, and
+#: search on each ``log2 s`` (the factors of the ``"cv"`` bandwidths), the largest ``|log2 s|`` it goes to, and
 #: the most samples at which its leave-one-out criterion is evaluated
 LEVEL_STEPS = (0.5, 0.25, 0.125)
 LEVEL_RANGE = 4.0
@@ -342,7 +343,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         With ``"cv"`` bandwidths: ``"distribution"``, one set for every level, chosen for the
         whole of ``F(y | x)`` (above); ``"quantile"``, then one set per level of ``quantile``:
         those bandwidths times a factor ``s`` (``h s``, categorical ``lam s^2``; with
-        ``"quadratic_weights"`` the continuous ``h s`` only) chosen for the
+        ``"quadratic_weights"`` a factor per continuous bandwidth, ``h_c s_c``, and ``lam``
+        kept) chosen for the
         level by the leave-one-out pinball loss ``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))``
         of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"``,
         ``"linear_weights"`` or ``"quadratic_weights"``; one exact engine pass per factor tried,
@@ -369,8 +371,10 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         With ``"cv"`` bandwidths: every point of the search, ``"bandwidths"`` (one row per point,
         the ``"cv"`` columns in the order of the factors) and ``"loo_loss"`` (the criterion; with
         ``method="inversion"`` the negative leave-one-out log-likelihood). With
-        ``cv_target="quantile"`` (or ``method="quadratic_weights"``) also ``"level_scales"`` (the
-        factors ``s`` tried, increasing), ``"level_loo_loss"`` (n_scales, n_quantiles: the
+        ``cv_target="quantile"`` (or ``method="quadratic_weights"``) also ``"level_scales"`` (n_scales,
+        n_factors: the factors ``s`` tried, in increasing order of their first column; one
+        column, or with ``"quadratic_weights"`` one per continuous ``"cv"`` bandwidth),
+        ``"level_loo_loss"`` (n_scales, n_quantiles: the
         leave-one-out pinball loss of each level) and ``"level_bandwidths"`` (n_quantiles, n_cv:
         each level's chosen bandwidths; one row, that of ``kernel_``, with
         ``cv_target="distribution"``).
@@ -586,11 +590,13 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         """One kernel per level ``tau`` of ``quantile`` (``common``: one for all, by the loss summed
         over the levels): the ``"cv"`` bandwidths ``h*, lam*`` of
         :meth:`_select_cv` moved along ``h_c = s h*_c``, ``lam_c = s^2 lam*_c`` (clipped to the
-        search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007; with
-        ``method="quadratic_weights"`` ``lam*`` is kept: its criterion's bandwidths are the local
-        linear fit's, and the quadratic fit's lower bias in ``h`` asks for wider continuous
-        bandwidths alone, measured on CPS1988: scaling ``lam`` with them lost 1% at every level), ``s``
-        chosen per level by the leave-one-out pinball loss of the fit's own quantile::
+        search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007). With
+        ``method="quadratic_weights"`` each continuous bandwidth has its own factor,
+        ``h_c = s_c h*_c``, and ``lam*`` is kept: the criterion's bandwidths are the local linear
+        fit's, and the quadratic fit's lower bias asks for wider continuous bandwidths alone, by
+        how much its column bends the fit (measured on CPS1988: scaling ``lam`` with them lost 1%
+        at every level; one factor for both continuous columns 0.1-0.3% at the lower decile). The
+        factors are chosen per level by the leave-one-out pinball loss of the fit's own quantile::
 
             CV_tau(s) = (1 / m) sum_(i in I) rho_tau(y_i - q_{-i}(tau | x_i; s))
 
@@ -601,11 +607,11 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         :meth:`_select_cv` weighs every threshold alike; a tail level is decided by the thresholds
         near its own quantile, where the best smoothing may differ (Yu and Jones, 1998, give
         ``h_tau`` as ``h`` times a factor of ``tau`` for one feature; here the factor is chosen by
-        the criterion itself). The search is a pattern search on ``log2 s`` with steps
-        ``LEVEL_STEPS``, level after level from the best ``s`` evaluated so far (0 first): a level
-        moves to a neighbour ``+-step`` while that is better, else takes the next step; one pass of
-        the engine per ``s`` gives every level's loss, and each level keeps the best ``s``
-        evaluated (ties: the ``s`` nearest 1). Kept in ``cv_results_``: ``"level_scales"``,
+        the criterion itself). The search is a compass search on the ``log2 s`` with steps
+        ``LEVEL_STEPS``, level after level from the best factors evaluated so far (0 first): a level
+        moves to the best of its neighbours ``+-step`` along each coordinate while that is better,
+        else takes the next step; one pass of the engine per point gives every level's loss, and
+        each level keeps the best point evaluated (ties: the least ``sum |log2 s|``). Kept in ``cv_results_``: ``"level_scales"``,
         ``"level_loo_loss"`` (one column per level) and ``"level_bandwidths"`` (one row per kernel
         returned)."""
         from .kernel_learning import CVSlots, loo_groups
@@ -622,25 +628,43 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         back = np.argsort(perm)  # the columns of a weight row back to the order of y
         y_q = self._y_sorted[queries]
 
-        lam_power = 0 if self.method == "quadratic_weights" else 2
+        # the search's coordinates: log2 of one factor for every bandwidth or, for the quadratic
+        # weights, of one per continuous column (categorical smoothings kept)
+        quadratic = self.method == "quadratic_weights"
+        continuous = np.flatnonzero(~slots.categorical)
+        size = len(continuous) if quadratic else 1
 
-        def theta_at(s):
-            return np.clip(np.where(slots.categorical, theta * s ** lam_power, theta + np.log(s)), low, high)
+        def theta_at(e):
+            log_s = np.zeros(len(theta))
+            log_s[continuous] = np.asarray(e) * np.log(2.0)
+            lam = theta if quadratic else theta * 4.0 ** e[0]
+            return np.clip(np.where(slots.categorical, lam, theta + log_s), low, high)
 
-        losses = {}  # log2 s -> the loss of each level
+        losses = {}  # the exponents (log2 s) -> the loss of each level
 
         def loss(e, j):
             if e not in losses:
-                kernel = slots.kernel(theta_at(2.0 ** e))
+                kernel = slots.kernel(theta_at(e))
                 bound = BoundKernel(kernel, self._X_sorted[perm], twins=loo_groups(kernel, n),
                                     options=EngineOptions(algorithm=self.algorithm, n_jobs=self.n_jobs))
                 Q = np.empty((len(queries), len(taus)))
                 for rows, W in weight_blocks(bound, self._X_sorted[queries], exclude_self=True):
                     Q[rows] = self._quantiles_of(W[:, back], self._X_sorted[queries[rows]], taus)
                 losses[e] = [pinball_loss(y_q, Q[:, j], tau) for j, tau in enumerate(taus)]
-            return (sum(losses[e]) if j is None else losses[e][j], abs(e))  # ties: the s nearest 1
+            # ties: the factors nearest 1
+            return (sum(losses[e]) if j is None else losses[e][j], float(np.abs(e).sum()))
 
-        loss(0.0, 0)
+        def moves(e, step):
+            """``e`` and its neighbours one ``step`` along each coordinate, within the range."""
+            out = [e]
+            for k in range(size):
+                for sign in (-1.0, 1.0):
+                    f = e[:k] + (e[k] + sign * step,) + e[k + 1:]
+                    if abs(f[k]) <= LEVEL_RANGE:
+                        out.append(f)
+            return out
+
+        loss((0.0,) * size, 0)
 
         def best(j):
             return min(losses, key=lambda e: loss(e, j))
@@ -650,16 +674,16 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
             e = best(j)
             for step in LEVEL_STEPS:
                 while True:
-                    e_next = min((f for f in (e - step, e, e + step) if abs(f) <= LEVEL_RANGE), key=lambda f: loss(f, j))
+                    e_next = min(moves(e, step), key=lambda f: loss(f, j))
                     if e_next == e:
                         break
                     e = e_next
         picks = [best(j) for j in objectives]
-        exponents = np.array(sorted(losses))
-        self.cv_results_.update(level_scales=2.0 ** exponents,
+        exponents = sorted(losses)
+        self.cv_results_.update(level_scales=2.0 ** np.array(exponents),
                                 level_loo_loss=np.array([losses[e] for e in exponents]),
-                                level_bandwidths=np.array([slots.bandwidths(theta_at(2.0 ** e)) for e in picks]))
-        return [slots.kernel(theta_at(2.0 ** e)) for e in picks]
+                                level_bandwidths=np.array([slots.bandwidths(theta_at(e)) for e in picks]))
+        return [slots.kernel(theta_at(e)) for e in picks]
 
     def _continuous_columns(self):
         """The columns of ``X`` under continuous factors of ``kernel_`` (every column for a kernel
