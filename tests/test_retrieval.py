@@ -114,6 +114,40 @@ def test_reported_recall_matches_measured_recall(d, centres, spread):
 
 
 @needs_faiss
+def test_tolerance_takes_the_least_breadth_whose_recall_bound_meets_it():
+    """``tolerance=0.01``: the breadth is the first of the ladder whose recall on the probes (against
+    scikit-learn's exact neighbours here), less two standard errors, reaches 0.99; every query's
+    recall then meets it; explain() and pickles keep the breadth."""
+    X, Q = clustered(12_000, 32, 3000, seed=4, centres=50, spread=3.0)
+    tolerance = 0.01
+    model = LocalMeanRegressor(kernel="uniform", n_neighbors=10, algorithm="approximate",
+                               tolerance=tolerance).fit(X, X[:, 0])
+    bound = model._kept[next(iter(model._kept))][0].bound
+    index = bound.index
+    _, found = model.kneighbors(Q)
+    chosen = index.breadths_[(10, tolerance)]
+    exact = NearestNeighbors(algorithm="brute").fit(X)
+    rows, _ = index._probes(Q, 10)
+    truth = exact.kneighbors(Q[rows], 10)[1]
+
+    def meets(breadth):
+        hits = np.array([len(np.intersect1d(f, t)) for f, t in zip(index._search(Q[rows], 10, breadth), truth)]) / 10
+        r = hits.mean()
+        error = np.sqrt(max(hits.var(ddof=1), r * (1 - r) / 10, 1 / (10 * len(rows))) / len(rows))
+        return r - 2 * error >= 1 - tolerance
+
+    ladder = [b for b in retrieval.BREADTHS if b >= 10]
+    assert chosen in ladder and chosen > ladder[0]  # the default floor (16) did not meet it here
+    assert meets(chosen) and not any(meets(b) for b in ladder[:ladder.index(chosen)])
+    per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found, exact.kneighbors(Q, 10)[1])]) / 10
+    assert per_query.mean() >= 1 - tolerance
+    assert f"(k=10: {chosen})" in str(planner.index_plan(bound))
+    loaded = pickle.loads(pickle.dumps(model))
+    assert loaded._kept[next(iter(loaded._kept))][0].bound.index.breadths_ == {(10, tolerance): chosen}
+    np.testing.assert_array_equal(loaded.kneighbors(Q[:50])[1], found[:50])
+
+
+@needs_faiss
 def test_approximate_pickles_and_clones():
     X, Q = clustered(3000, 20, 200, seed=5)
     y = X[:, 0] ** 2

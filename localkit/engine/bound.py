@@ -394,6 +394,8 @@ class BoundKernel:
         index = self._cache[key]
         if kind in ("faiss", "tiled", "hnsw"):
             index.threads = self.options.threads
+        if kind == "hnsw":
+            index.tolerance = self.options.tolerance  # the share of the k nearest a search may miss
         return index
 
     def _build_index(self, kind):

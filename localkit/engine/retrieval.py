@@ -22,7 +22,9 @@ serve it here, both kept in the bound kernel (built once, on first use):
   distance passes the radius.
   Its recall@k is measured on ``RECALL_PROBES`` of the first queries it answers against the exact
   scan of the graph's own storage: ``recall_`` with its standard error ``recall_error_``
-  (:class:`HNSWIndex`).
+  (:class:`HNSWIndex`). With a ``tolerance`` (the share of the true k nearest a search may miss)
+  the breadth is instead the least of ``BREADTHS`` whose measured recall, less two standard
+  errors, is at least ``1 - tolerance``: a bound that holds with ~97.5% confidence.
 
 Why faiss: it is the maintained library whose exact scan is the one to beat (``IndexFlatL2``),
 whose HNSW graph keeps its vectors in a flat storage that also answers the exact recall probes,
@@ -56,6 +58,9 @@ SCAN_WITH_FAISS = False
 #: HNSW graph degree (faiss's M) and the queries of the recall probe
 HNSW_M = 32
 RECALL_PROBES = 1000
+#: the search breadths (faiss's efSearch) tried under a ``tolerance``, from faiss's default up; each
+#: at least k (the search keeps k), the last the whole graph
+BREADTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 #: tiles of the own scan: queries x samples per matrix product
 TILE_QUERIES, TILE_SAMPLES = 512, 4096
 
@@ -292,7 +297,15 @@ class HNSWIndex(_ScanBase):
     trials, so the binomial error ``sqrt(r (1 - r) / (k p))`` of ``k p`` trials, the floor here,
     would understate it; the last floor keeps a recall measured as 1 from claiming no error).
     The graph is built in one ``add`` (one grown by a second measured worse: recall 0.98 against
-    0.997 on the same points); ``ids`` maps its numbers to the samples'."""
+    0.997 on the same points); ``ids`` maps its numbers to the samples'.
+
+    ``tolerance`` (set by the bound kernel from its options; None: the breadth ``CANDIDATES k +
+    1``): the share of the true k nearest a query may miss. The first queries of each ``k`` then
+    choose the breadth (:meth:`_calibrate`): the least of ``BREADTHS`` (at least ``k``) whose
+    recall on the probes, less two standard errors, is at least ``1 - tolerance``, kept in
+    ``breadths_`` by ``(k, tolerance)``; ``recall_`` is then that breadth's."""
+
+    tolerance = None
 
     def __init__(self, rows, n, d, faiss, ef_search=None):
         super().__init__(rows, n, d, faiss)
@@ -302,6 +315,7 @@ class HNSWIndex(_ScanBase):
         self.ids = np.arange(n)
         self.index.add(self._all_float32())  # in one call: a graph grown by a second add measured worse
         self.recall_k_ = self.recall_ = self.recall_error_ = None  # measured on the first queries
+        self.breadths_ = {}  # (k, tolerance) -> the search breadth chosen
 
     backend = "faiss HNSW (IndexHNSWFlat, M=32)"
 
@@ -317,18 +331,36 @@ class HNSWIndex(_ScanBase):
 
     def kneighbors(self, Q, n_neighbors):
         """``(distances, indices)``: the k nearest the graph finds in a search of breadth
-        ``CANDIDATES * k + 1``, re-ranked by exact distances (approximate: the true k nearest are
-        found at the rate ``recall_``, measured on the first queries). Only the k are re-ranked:
-        the graph's float32 order differs from the exact one only at near ties, and the breadth, not
-        the candidates kept, sets the recall."""
+        ``CANDIDATES * k + 1`` (or the one a ``tolerance`` chose), re-ranked by exact distances
+        (approximate: the true k nearest are found at the rate ``recall_``, measured on the first
+        queries). Only the k are re-ranked: the graph's float32 order differs from the exact one
+        only at near ties, and the breadth, not the candidates kept, sets the recall."""
         Q = np.asarray(Q, dtype=np.float64)
         k = int(n_neighbors)
         if k > self.n_samples_fit_:
             raise ValueError(f"n_neighbors={k} > n_samples={self.n_samples_fit_}")
-        d2, idx = self._rerank(Q, self._search(Q, k, CANDIDATES * k + 1), k)
+        key = (k, self.tolerance)
+        if key not in self.breadths_ and self.tolerance is not None and len(Q):
+            self.breadths_[key] = self._calibrate(Q, k)
+        breadth = self.breadths_.get(key, CANDIDATES * k + 1)
+        d2, idx = self._rerank(Q, self._search(Q, k, breadth), k)
         if self.recall_ is None and len(Q):
             self._measure_recall(Q, idx[:, :k])
         return np.sqrt(d2[:, :k]), idx[:, :k]
+
+    def _calibrate(self, Q, k):
+        """The least breadth of ``BREADTHS`` (at least ``k``; the graph's size last) whose recall@k on
+        the probes among ``Q``, less two standard errors, is at least ``1 - tolerance``; ``recall_``
+        that breadth's."""
+        rows, truth = self._probes(Q, k)
+        n = self.n_samples_fit_
+        ladder = sorted({min(max(b, k), n) for b in BREADTHS} | {n})
+        for breadth in ladder:
+            found = self._rerank(Q[rows], self._search(Q[rows], k, breadth), k)[1][:, :k]
+            self._set_recall(found, truth)
+            if self.recall_ - 2.0 * self.recall_error_ >= 1.0 - self.tolerance:
+                break
+        return breadth
 
     def radius_neighbors(self, Q, radius, return_distance=True, sort_results=False):
         """The samples within ``radius``, by kNN queries doubled (from 32) until the k-th distance
@@ -347,20 +379,29 @@ class HNSWIndex(_ScanBase):
         return (out_d, out_i) if return_distance else out_i
 
     def _measure_recall(self, Q, found):
-        """``recall_`` (with ``recall_k_`` and ``recall_error_``): the share of the exact k nearest
-        among the answers ``found`` to the queries ``Q``, on ``RECALL_PROBES`` of them drawn at random,
-        the exact ones from the graph's flat storage (``CANDIDATES k + 1`` by the own float32 scan,
-        :func:`_tiled_candidates`, re-ranked by exact distances), with its standard error (see the
-        class)."""
-        k, n = found.shape[1], self.n_samples_fit_
+        """``recall_`` (with ``recall_k_`` and ``recall_error_``) of the answers ``found`` to the
+        queries ``Q``, on the probes of :meth:`_probes`."""
+        rows, truth = self._probes(Q, found.shape[1])
+        self._set_recall(found[rows], truth)
+
+    def _probes(self, Q, k):
+        """``(rows, truth)``: ``RECALL_PROBES`` of the queries ``Q`` drawn at random and their exact k
+        nearest, from the graph's flat storage (``CANDIDATES k + 1`` by the own float32 scan,
+        :func:`_tiled_candidates`, re-ranked by exact distances)."""
+        n = self.n_samples_fit_
         rows = np.sort(np.random.default_rng(0).choice(len(Q), size=min(RECALL_PROBES, len(Q)), replace=False))
         storage = self._faiss.downcast_index(self.index.storage)
         X32 = self._faiss.rev_swig_ptr(storage.get_xb(), n * self.d).reshape(n, self.d)  # a view, no copy
         truth, _ = _tiled_candidates(np.ascontiguousarray(Q[rows], dtype=np.float32), X32,
                                      np.einsum("ij,ij->i", X32, X32), min(CANDIDATES * k + 1, n), self.threads)
-        truth = self._rerank(Q[rows], truth, k)[1][:, :k]
-        per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found[rows], truth)]) / k
-        p, r = len(rows), float(per_query.mean())
+        return rows, self._rerank(Q[rows], truth, k)[1][:, :k]
+
+    def _set_recall(self, found, truth):
+        """``recall_``: the share of the exact k nearest ``truth`` among the answers ``found`` (one row
+        per probe), with its standard error (see the class)."""
+        k = truth.shape[1]
+        per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(found, truth)]) / k
+        p, r = len(per_query), float(per_query.mean())
         spread = max(float(per_query.var(ddof=1)) if p > 1 else 0.0, r * (1.0 - r) / k, 1.0 / (k * p))
         self.recall_k_, self.recall_, self.recall_error_ = k, r, math.sqrt(spread / p)
 

@@ -192,7 +192,10 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         given, ``algorithm="auto"`` also takes the binned pass where its bound on that grid meets
         it (never otherwise). With ``bandwidth="cv"`` inside a ``Kernel`` of Gaussian factors (at
         most three continuous columns) and categorical factors, the search evaluates its
-        leave-one-out loss on cell sums within it (:mod:`localkit.models.cv_scale`).
+        leave-one-out loss on cell sums within it (:mod:`localkit.models.cv_scale`). With
+        ``algorithm="approximate"`` and a kNN or compact kernel: the share of the true nearest
+        samples the graph's search may miss, its breadth the least whose recall measured on the
+        first queries, less two standard errors, is at least ``1 - tolerance``.
 
     Attributes
     ----------
