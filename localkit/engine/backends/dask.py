@@ -43,6 +43,7 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -234,8 +235,25 @@ def _self_only(dtype):
     return np.finfo(dtype).max
 
 
-def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, kernel, p, exclude_self, threads, options):
-    """The partial state of one (query chunk, sample chunk) pair, from the in-memory engine."""
+class _Pass(NamedTuple):
+    """What the pair tasks of one reduction share: the kernel (its bandwidth fixed), the number of
+    value columns ``p``, ``exclude_self``, the native threads of a task, and the engine options of
+    a pair's pass (:func:`_pair_state`) or the ``k`` of a kNN kernel (:func:`_knn_state`; with
+    ``nearest``, also each chunk's nearest sample that carries weight)."""
+
+    kernel: object
+    p: int
+    exclude_self: bool
+    threads: int
+    options: dict | None = None
+    k: int | None = None
+    nearest: bool = False
+
+
+def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, spec):
+    """The partial state of one (query chunk, sample chunk) pair, from the in-memory engine
+    (:class:`_Pass` ``spec``)."""
+    kernel, p, exclude_self, threads, options = spec.kernel, spec.p, spec.exclude_self, spec.threads, spec.options
     exclude = bool(exclude_self and q_off[0] == s_off[0])  # aligned chunks: only diagonal pairs overlap
     if exclude_self:
         refuse_twins(s if exclude else np.concatenate([q, s]), "the dask path")
@@ -340,8 +358,11 @@ def _apply_empty(mean, rows, empty, nearest):
 # nearest sample that carries weight (another than the query's own with exclude_self, which
 # counts only as a last resort, as in _nearest), for the empty-neighbourhood policy, since all
 # k nearest may have zero weight.
-def _knn_state(q, s, v, q_off, s_off, c, *, kernel, k, p, exclude_self, threads, nearest=False):
-    """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``)."""
+def _knn_state(q, s, v, q_off, s_off, c, *, spec):
+    """The ``k`` nearest samples of each query within one sample chunk (padded with ``inf``;
+    :class:`_Pass` ``spec``)."""
+    kernel, k, p, exclude_self, threads, nearest = (spec.kernel, spec.k, spec.p, spec.exclude_self, spec.threads,
+                                                    spec.nearest)
     exclude = bool(exclude_self and q_off[0] == s_off[0])
     if exclude_self:
         refuse_twins(s if exclude else np.concatenate([q, s]), "the dask path")
@@ -440,15 +461,16 @@ def _checked_pair(block, q, s, v, *rest):
     return block(q, s, v if v is None or v.ndim == 2 else v[:, None], *rest)
 
 
-def _reduce(block, merge, width, Q, S, V, per_query, per_sample, dtype, exclude_self):
+def _reduce(block, merge, width, dtype, Q, S, V, per_point, exclude_self):
     """States of every (query chunk, sample chunk) pair by ``block`` (on unchecked chunks,
     :func:`_checked_pair`), merged along sample chunks by ``merge``: a dask array
-    (n_queries, width). The chunks' first rows go with ``exclude_self`` only (to recognise
-    diagonal pairs)."""
+    (n_queries, width). ``per_point``: ``(array or None, "i" or "j")`` pairs, the arrays a pair
+    also takes, one value per query (``"i"``) or per sample (``"j"``). The chunks' first rows go
+    with ``exclude_self`` only (to recognise diagonal pairs)."""
     da = _require_dask()
     args = [Q, "iz", S, "jz", V, None if V is None else ("jp" if V.ndim == 2 else "j")]
     args += [_offsets(Q.chunks[0]), "i", _offsets(S.chunks[0]), "j"] if exclude_self else [None, None, None, None]
-    for arr, ind in [(a, "i") for a in per_query] + [(a, "j") for a in per_sample]:
+    for arr, ind in per_point:
         args += [arr, None if arr is None else ind]
     pairs = da.blockwise(partial(_checked_pair, block), "ijw", *args, new_axes={"w": width}, adjust_chunks={"j": 1},
                          align_arrays=False, concatenate=True, dtype=dtype, meta=np.empty((0, 0, 0), dtype))
@@ -517,22 +539,23 @@ def dask_local_sums(queries, samples, values, kernel, *, exclude_self=False, sam
         # fixed from here on
         bound = kern.at_bandwidth(dask_bandwidth(kern.bandwidth, _finite(S, "samples"), sample_weight=c))
     if k is not None:
-        knn = partial(_knn_state, kernel=bound, k=k, p=p if kern.compact else 0, exclude_self=exclude_self,
-                      threads=threads, nearest=kern.compact)
+        knn = partial(_knn_state, spec=_Pass(bound, p if kern.compact else 0, exclude_self, threads, k=k,
+                                             nearest=kern.compact))
         width = k * (p + 2) + (p + 1) * kern.profile.vanishes_at_edge + (p + 1) if kern.compact else 2 * k
         nearest = _reduce(knn, partial(_merge_knn, k=k, p=p if kern.compact else 0, nearest=kern.compact), width,
-                          Q, S, V if kern.compact else None, [], [c if kern.compact else None], out_dtype,
+                          out_dtype, Q, S, V if kern.compact else None, [(c if kern.compact else None, "j")],
                           exclude_self)
         if kern.compact:
             final = nearest.map_blocks(partial(_finish_knn, k=k, p=p, profile=kern.profile, empty=empty),
                                        chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
             return _result(final, p, values is None, squeeze, dtype, out_dtype)
         q_scale = nearest.map_blocks(partial(_kth_distance, k=k), drop_axis=1, dtype=out_dtype)
-    block = partial(_pair_state, kernel=bound, p=p, exclude_self=exclude_self, threads=threads,
-                    options=dict(algorithm=options.algorithm, block_size=options.block_size,
-                                 memory_budget=options.memory_budget, exact_edge=options.exact_edge))
-    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, Q, S, V, [q_scale], [c, s_scale], out_dtype,
-                     exclude_self)
+    block = partial(_pair_state, spec=_Pass(bound, p, exclude_self, threads,
+                                            options=dict(algorithm=options.algorithm, block_size=options.block_size,
+                                                         memory_budget=options.memory_budget,
+                                                         exact_edge=options.exact_edge)))
+    merged = _reduce(block, partial(_merge_states, p=p), 2 * p + 2, out_dtype, Q, S, V,
+                     [(q_scale, "i"), (c, "j"), (s_scale, "j")], exclude_self)
     final = merged.map_blocks(partial(_finish_states, p=p, empty=empty),
                               chunks=(Q.chunks[0], (p + 1,)), dtype=out_dtype)
     return _result(final, p, values is None, squeeze, dtype, out_dtype)
