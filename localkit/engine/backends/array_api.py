@@ -22,6 +22,7 @@ queries at a time.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,8 +116,8 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         refuse_twins(bound.host(X), "the array-API path")
     if bound.factors is not None:  # a product: its factors' log-weights added block by block
 
-        return _stream(xp, Q, X, V_aug, kernel, exclude_self, options, log_weight=bound.log_weight,
-                       log_weight_blocks=streamed_log_weights(xp, bound, Q, X))
+        return _stream(xp, Q, X, V_aug, kernel, exclude_self, options,
+                       _Weighting(log_weight=bound.log_weight, log_weight_blocks=streamed_log_weights(xp, bound, Q, X)))
     k = kernel.n_neighbors
     logit_exponent = _logit_exponent(xp, Q, X, float(h)) if kernel.is_softmax else 0
     support = None
@@ -146,8 +147,8 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
                              V_aug if weight is None else V_aug * weight[:, None], kernel, exclude_self)
         if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
             q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
-        return _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, support=support, q_scale=q_scale,
-                       s_scale=s_scale, logit_exponent=logit_exponent, log_weight=bound.log_weight)
+        return _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
+                       _Weighting(support, q_scale, s_scale, bound.log_weight, logit_exponent))
     fused = None
     if _flex_fits(xp, Qs, Xs, kernel, options):
         from ...fused.flex import fused_or_none
@@ -155,7 +156,7 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
                               lambda: flex_sums(Qs, Xs, V_aug[:, :-1], weight, kernel, exclude_self))
     return fused if fused is not None else _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
-                                                   log_weight=bound.log_weight)
+                                                   _Weighting(log_weight=bound.log_weight))
 
 
 def array_namespace(bound):
@@ -257,9 +258,20 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     return torch.cat([mean, torch.ones_like(mean[:, :1])], dim=1), lse.to(Qs.dtype)
 
 
-def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q_scale=None, s_scale=None,
-            log_weight=None, logit_exponent=0, log_weight_blocks=None):
-    """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp.
+class _Weighting(NamedTuple):
+    """How :func:`_stream` forms a block's log-weights beyond the kernel's profile of ``u``."""
+
+    support: float | None = None
+    q_scale: object = None
+    s_scale: object = None
+    log_weight: object = None
+    logit_exponent: int = 0
+    log_weight_blocks: object = None
+
+
+def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighting()):
+    """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp;
+    the :class:`_Weighting` ``weighting``:
 
     ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted).
 
@@ -270,6 +282,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, *, support=None, q
     ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
     (:func:`streamed_log_weights`), in place of ``kernel``'s.
     """
+    support, q_scale, s_scale, log_weight, logit_exponent, log_weight_blocks = weighting
     n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
     on_cpu = "cpu" in str(_device(xp, Qs))
     if options.block_size is not None or on_cpu:
