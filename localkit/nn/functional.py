@@ -285,12 +285,13 @@ def _dense_path(mask, dropout_p):
     return dropout_p > 0 or (mask is not None and mask.requires_grad)
 
 
-def _streamed_plan(kernel, q, k, c, causal, window, mask, state_width, shrink, top_k):
-    """The streamed path's :class:`~localkit.nn._streaming.Plan` (``q, k, c`` in the compute dtype),
-    with a kNN kernel's per-query threshold from a first streamed pass when ``top_k`` is given."""
-    plan = make_plan(kernel, q, k, causal, window, mask, state_width, shrink, top_k)
-    if top_k is not None:
-        plan.kth = knn_threshold(plan, q, k, c, top_k)
+def _streamed_plan(a, q, k, c, state_width):
+    """The streamed path's :class:`~localkit.nn._streaming.Plan` of the :class:`_Call` ``a`` (``q, k, c``
+    in the compute dtype), with a kNN kernel's per-query threshold from a first streamed pass when
+    ``top_k`` is given."""
+    plan = make_plan(a.kernel, q, k, a.causal, a.window, a.mask, state_width, a.shrink, a.top_k)
+    if a.top_k is not None:
+        plan.kth = knn_threshold(plan, q, k, c, a.top_k)
     return plan
 
 
@@ -606,7 +607,7 @@ def _compiled_profile(a):
 
 def _streamed(a):
     q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
-    plan = _streamed_plan(a.kernel, q, k, c, a.causal, a.window, a.mask, a.v.shape[-1], a.shrink, a.top_k)
+    plan = _streamed_plan(a, q, k, c, a.v.shape[-1])
     return StreamedAttention.apply(q, k, v, c, plan).to(a.q.dtype)
 
 
@@ -1032,21 +1033,19 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     """
     if isinstance(ridge, bool) or not isinstance(ridge, numbers.Real) or not (math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
-    _check_dropout(dropout_p)
-    kernel, c, _, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
-    top_k = top_k if top_k is not None and top_k < k.shape[-2] else None
-    shrink = _logit_shrink(kernel, q, k, c)
-    q_, k_, v_, c_ = _to_compute(q, k, v, c)
-    if _compiled_local_linear_fits(q, k, v, c, kernel, mask, window, top_k, dropout_p, shrink):
+    a = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p)
+    q_, k_, v_, c_ = _to_compute(q, k, v, a.c)
+    if _compiled_local_linear_fits(a):
         from ..fused.cpu_local_linear import cpu_local_linear
 
-        return cpu_local_linear(kernel, q_, k_, v_, c_, causal, _key_log_weights(mask, q_.dtype), ridge).to(q.dtype)
-    if not _dense_path(mask, dropout_p):
+        return cpu_local_linear(a.kernel, q_, k_, v_, c_, a.causal, _key_log_weights(a.mask, q_.dtype),
+                                ridge).to(q.dtype)
+    if not a.dense:
         d, dv = k.shape[-1], v.shape[-1]
-        plan = _streamed_plan(kernel, q_, k_, c_, causal, window, mask, d * (d + dv), shrink, top_k)
+        plan = _streamed_plan(a, q_, k_, c_, d * (d + dv))
         return streamed_local_linear(plan, q_, k_, v_, c_, float(ridge)).to(q.dtype)
-    allowed, bias = _position_terms(q, k, mask, bool(causal), window)
-    w, empty = _weights(q_, k_, kernel, c_, allowed, bias, top_k, shrink)
+    allowed, bias = _position_terms(q, k, a.mask, a.causal, a.window)
+    w, empty = _weights(q_, k_, a.kernel, c_, allowed, bias, a.top_k, a.shrink)
     if dropout_p > 0:  # a random kernel: drop weights, then renormalise
         w = F.dropout(w, dropout_p)
         w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
@@ -1067,14 +1066,17 @@ def local_linear_attention(q, k, v, kernel="softmax", ridge=1e-3, bandwidth=None
     return out.masked_fill(empty, 0.0).to(q.dtype)
 
 
-def _compiled_local_linear_fits(q, k, v, c, kernel, mask, window, top_k, dropout_p, shrink):
+def _compiled_local_linear_fits(a):
     """Whether :func:`local_linear_attention` takes the compiled forward pass
-    (:mod:`localkit.fused.cpu_local_linear`): CPU tensors in float32, bfloat16 or float16, a
-    built-in kernel, no window, ``top_k`` or dropout, at most a key mask (no gradient), logits in
-    the float range, and no gradient asked of any input (the pass has no backward pass)."""
+    (:mod:`localkit.fused.cpu_local_linear`) for the :class:`_Call` ``a``: CPU tensors in float32,
+    bfloat16 or float16, a built-in kernel, no window, ``top_k`` or dropout, at most a key mask
+    (no gradient), logits in the float range, and no gradient asked of any input (the pass has no
+    backward pass)."""
     from ..fused.cpu_local_linear import supports
 
-    wants_grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c))
-    return (q.device.type == "cpu" and q.dtype != torch.float64 and supports(kernel) and window is None
-            and top_k is None and dropout_p == 0 and not shrink and not wants_grad
-            and (mask is None or (mask.shape[-2] == 1 and not mask.requires_grad)))
+    wants_grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                                 for t in (a.q, a.k, a.v, a.c))
+    mask = a.mask
+    return (a.q.device.type == "cpu" and a.q.dtype != torch.float64 and supports(a.kernel) and a.window is None
+            and a.top_k is None and a.dropout_p == 0 and not wants_grad
+            and (mask is None or (mask.shape[-2] == 1 and not mask.requires_grad)) and not a.shrink)
