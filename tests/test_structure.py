@@ -167,3 +167,56 @@ def test_every_module_imports_on_its_own():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+#: decorators whose compilers take flat arguments (numba, Triton, torch custom operators): exempt
+COMPILED = {"njit", "jit", "intrinsic", "custom_op", "register_fake"}
+#: private signatures that are a public one's arguments as given: kernel_attention's ten (SDPA's)
+PUBLIC_ARGUMENTS = {"localkit.nn.functional._checked_call", "localkit.nn.functional._Call.__init__"}
+
+
+def long_private_signatures(source, module, limit=10):
+    """``module.[Class.]function`` of every private function (or method of a private class) in
+    ``source`` with ``limit`` parameters or more (``self`` and ``cls`` not counted), compiled kernels
+    aside."""
+    found = []
+
+    def visit(node, prefix, private_owner):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", child.name.startswith("_"))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                count = len(names) + (a.vararg is not None) + (a.kwarg is not None) - (names[:1] in (["self"], ["cls"]))
+                decorators = set()
+                for d in child.decorator_list:
+                    d = d.func if isinstance(d, ast.Call) else d
+                    while isinstance(d, ast.Attribute):
+                        decorators.add(d.attr)
+                        d = d.value
+                    decorators.add(getattr(d, "id", ""))
+                private = (child.name.startswith("_") and not child.name.startswith("__")) or private_owner
+                if private and count >= limit and not decorators & COMPILED:
+                    found.append(f"{module}.{prefix}{child.name}")
+                visit(child, f"{prefix}{child.name}.", private_owner)
+
+    visit(ast.parse(source), "", False)
+    return found
+
+
+def test_no_private_function_takes_ten_parameters():
+    """Options travel as objects (EngineOptions, the bound values, a pass's spec), not as argument
+    lists: no private function takes ten parameters or more (issue 36)."""
+    long = [name for module, path in MODULES.items() for name in long_private_signatures(path.read_text(), module)]
+    assert sorted(set(long) - PUBLIC_ARGUMENTS) == []
+    assert PUBLIC_ARGUMENTS <= set(long)  # the exemptions still exist (else drop them)
+
+
+def test_the_signature_check_can_fail():
+    source = ("def _f(a, b, c, d, e, f, g, h, i, j):\n    pass\n"
+              "class _C:\n    def __init__(self, a, b, c, d, e, f, g, h, i, j):\n        pass\n"
+              "@njit\ndef _g(a, b, c, d, e, f, g, h, i, j):\n    pass\n"
+              "def public(a, b, c, d, e, f, g, h, i, j):\n    def _inner(a, b, c, d, e, f, g, h, i, j, *k):\n"
+              "        pass\n")
+    assert long_private_signatures(source, "m") == ["m._f", "m._C.__init__", "m.public._inner"]
