@@ -104,9 +104,9 @@ def bench_cps(folds=(0, 1, 2)):
         fits[main] = reg.predict(X[test])
         seconds[main] = time.perf_counter() - t
         res = reg.cv_results_
+        factors = [res["level_scales"][np.argmin(res["level_loo_loss"][:, j])].round(3).tolist() for j in range(3)]
         print(f"fold {fold}: F(y | x) bandwidths {reg.kernel_!r} ({len(res['loo_loss'])} evaluations); per level "
-              f"factors {[res['level_scales'][np.argmin(res['level_loo_loss'][:, j])].round(3).tolist() for j in range(3)]} "
-              f"({len(res['level_scales'])} passes); fit {t_fit:.1f} s", flush=True)
+              f"factors {factors} ({len(res['level_scales'])} passes); fit {t_fit:.1f} s", flush=True)
         for interpolation in ("lower", "hazen"):  # the F(y | x) bandwidths alone, local linear
             name = f"localkit, linear, cv, {interpolation}"
             t = time.perf_counter()

@@ -238,10 +238,12 @@ def _hnsw_why(bound):
                 f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
                 "a sample of the first queries against the exact scan")
     tolerance = bound.options.tolerance
-    breadth = ("of breadth 2k + 1" if tolerance is None else
-               f"of the least breadth whose recall, less two standard errors, is at least 1 - tolerance = {1 - tolerance:g}"
-               + ("" if index is None or not index.breadths_ else
-                  " (" + ", ".join(f"k={k}: {b}" for (k, t), b in index.breadths_.items() if t == tolerance) + ")"))
+    if tolerance is None:
+        breadth = "of breadth 2k + 1"
+    else:
+        chosen = [] if index is None else [f"k={k}: {b}" for (k, t), b in index.breadths_.items() if t == tolerance]
+        breadth = ("of the least breadth whose recall, less two standard errors, is at least 1 - tolerance = "
+                   f"{1 - tolerance:g}" + (f" ({', '.join(chosen)})" if chosen else ""))
     return ("algorithm='approximate': faiss HNSW graph (IndexHNSWFlat, M=32) built once, the k nearest of a search "
             f"{breadth} re-ranked exactly" + measured)
 

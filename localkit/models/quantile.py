@@ -611,9 +611,9 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``LEVEL_STEPS``, level after level from the best factors evaluated so far (0 first): a level
         moves to the best of its neighbours ``+-step`` along each coordinate while that is better,
         else takes the next step; one pass of the engine per point gives every level's loss, and
-        each level keeps the best point evaluated (ties: the least ``sum |log2 s|``). Kept in ``cv_results_``: ``"level_scales"``,
-        ``"level_loo_loss"`` (one column per level) and ``"level_bandwidths"`` (one row per kernel
-        returned)."""
+        each level keeps the best point evaluated (ties: the least ``sum |log2 s|``). Kept in
+        ``cv_results_``: ``"level_scales"``, ``"level_loo_loss"`` (one column per level) and
+        ``"level_bandwidths"`` (one row per kernel returned)."""
         from .kernel_learning import CVSlots, loo_groups
 
         slots = CVSlots(base, X)
