@@ -49,6 +49,9 @@ def clustered(n, d, n_queries, seed=0, centres=50, spread=3.0, noise=1.0):
     return X, Q
 
 
+SLICE = 100_000  # rows of digits-like data drawn at once (the data of n <= SLICE as before slicing)
+
+
 def digits_like(n, n_queries, seed=0):
     """Ten smooth 16 x 8 prototypes (sums of Gaussian blobs), each sample one of them plus three random
     strokes (a blob at a random place of random weight), pixel noise, clipped to [0, 16]."""
@@ -67,7 +70,10 @@ def digits_like(n, n_queries, seed=0):
         strokes = blobs(rng.uniform([0, 0], [16, 8], (m, 3, 2)), rng.normal(0, 3, (m, 3)))
         return np.clip(base + strokes + rng.normal(0, 0.5, base.shape), 0, 16)
 
-    return draw(n), draw(n_queries)
+    def draw_all(m):  # in slices: a blob sum over the whole of a million rows would take gigabytes
+        return np.concatenate([draw(min(SLICE, m - start)) for start in range(0, m, SLICE)])
+
+    return draw_all(n), draw_all(n_queries)
 
 
 def _threads(n):
@@ -331,7 +337,12 @@ def run(quick=False):
     for name, (X, Q) in sets.items():
         rows, truths[name] = _exact_rows(name, X, Q, k, threads)
         out += rows
-    out += ["", f"**Approximate kNN**, the same data: build + {n_queries:,} queries, recall@{k} against the exact "
+    n_large = 200_000 if quick else 1_000_000
+    out += ["", f"**Exact kNN**, {n_large:,} samples, {n_queries:,} queries, k = {k}:", "", out[4], out[5]]
+    for name, make in (("clustered, d = 32", lambda: clustered(n_large, 32, n_queries)),
+                       ("digits-like, d = 128", lambda: digits_like(n_large, n_queries))):
+        out += _exact_rows(name, *make(), k, threads)[0]  # one data set in memory at a time
+    out += ["", f"**Approximate kNN**, the {n:,}-sample data: build + {n_queries:,} queries, recall@{k} against the exact "
                 "neighbours:", "",
             "| data | threads | tolerance (search breadth) | localkit algorithm='approximate': build + queries (a "
             "later call) | localkit recall measured on all queries; reported (on 1,000 of the first call's) | faiss "

@@ -413,7 +413,7 @@ class BoundKernel:
         """Rows ``rows`` of :meth:`index_points` (``None``), formed from the samples without the whole
         copy (the exact scan's re-ranking gathers its candidates' rows: the same bits)."""
         if self._raw_index:
-            return self._to_index(self.samples[rows])
+            return self._to_index(self.samples[rows], fresh=True)
         return np.asarray(self.coordinates(None)[rows], dtype=np.float64)
 
     def index_points(self, queries, rows=None):
@@ -445,8 +445,14 @@ class BoundKernel:
             P = self._to_index(as_points(np, queries, "queries", n_features=self.n_features, dtype=self.dtype))
         return P if rows is None else P[rows]
 
-    def _to_index(self, points):
-        points = np.asarray(points, dtype=np.float64) - self._index_centre
+    def _to_index(self, points, fresh=False):
+        """``points`` in the index's coordinates (``fresh``: a copy of the caller's, shifted in place:
+        the re-ranking gathers its candidates' rows on every search)."""
+        points = np.asarray(points, dtype=np.float64)
+        if fresh:
+            points -= self._index_centre
+        else:
+            points = points - self._index_centre
         return points if np.ndim(self.h) == 0 else self.kernel.scale(points, self.h)
 
     @property
