@@ -230,7 +230,7 @@ def test_truncated_pass_visits_few_samples_of_clustered_data():
     # would cost more than the dense pass), and says so
     plan = bound.explain(Q)
     assert plan.path == "dense" and "sqrt(n_samples)" in plan.reasons["truncated"]
-    assert "clusters" not in bound._cache
+    assert bound.built("clusters") is None
     bound.clusters  # a binding that holds them (built by a larger call before) is probed at any count
     plan = bound.explain(Q)
     assert plan.path == "truncated" and "LocalSums.omitted" in plan.reasons["truncated"]

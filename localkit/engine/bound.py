@@ -85,7 +85,7 @@ class BoundValues:
 
 class _Layout:
     """An attribute of :class:`BoundKernel` built on first use by ``build(bound)`` and kept in its
-    ``_cache`` (shared by the copies of :meth:`BoundKernel.using`, left out of pickles); a value
+    :meth:`BoundKernel.memo` (shared by the copies of :meth:`BoundKernel.using`, left out of pickles); a value
     assigned on the instance (another layout: softmax, sparse, product kernels) takes precedence."""
 
     def __init__(self, build):
@@ -97,10 +97,7 @@ class _Layout:
     def __get__(self, bound, owner=None):
         if bound is None:
             return self
-        cache = bound._cache
-        if self.key not in cache:
-            cache[self.key] = self.build(bound)
-        return cache[self.key]
+        return bound.memo(self.key, lambda: self.build(bound))
 
 
 def _centring(bound):
@@ -259,8 +256,8 @@ class BoundKernel:
     scaled = _Layout(lambda bound: bound._centring[3])
     X = _Layout(lambda bound: bound._transform(bound.samples))
     x_sq = _Layout(lambda bound: np.einsum("ij,ij->i", bound.X, bound.X))
-    _raw_index = _Layout(_raw_index)
-    _index_centre = _Layout(lambda bound: _index_centre(bound.samples) if bound._raw_index else 0.0)
+    raw_index = _Layout(_raw_index)
+    _index_centre = _Layout(lambda bound: _index_centre(bound.samples) if bound.raw_index else 0.0)
 
     def _bind_sparse(self, samples, sample_weight, sample_scale, twins):
         """Sparse samples, kept as CSR: no centring, no scaling, no dense copy (the neighbour path only)."""
@@ -286,7 +283,7 @@ class BoundKernel:
         self.h = 1.0 if isinstance(kernel.bandwidth, str) else float(kernel.bandwidth)
         self.centre, self.exponent, self.scaled, self.raw_h, self.X, self.x_sq = None, 0, True, None, samples, None
         # the index takes the samples as they are, and u = d / h (index_unit)
-        self._raw_index, self._index_centre = True, 0.0
+        self.raw_index, self._index_centre = True, 0.0
 
     def _require_dense(self, what):
         if self.sparse:
@@ -300,7 +297,7 @@ class BoundKernel:
         self.h, self.centre, self.exponent, self.scaled, self.raw_h, self.X = None, None, 0, True, None, samples
         self.factors = bind_factors(self, self.kernel, samples)
         if self.on_host:
-            self._raw_index, self._index_centre = False, 0.0
+            self.raw_index, self._index_centre = False, 0.0
 
     def host(self, a):
         """A NumPy copy of an array of this kernel's namespace."""
@@ -309,14 +306,27 @@ class BoundKernel:
     def on(self, xp, like):
         """This kernel bound to the same samples in the namespace ``xp`` on ``like``'s device
         (queries that live there: the pass runs there), built once and kept."""
-        key = ("on", xp.__name__, str(device_of(like)), self.options)  # the copies of using() share the cache
-        if key not in self._cache:
+        def build():
             move = (lambda a: None if a is None else xp.asarray(a, device=device_of(like)))
             other = BoundKernel(self.kernel, move(self.samples), sample_weight=move(self.weight),
                                 sample_scale=move(self.sample_scale), options=self.options, twins=self._given_twins)
             other.log_weight_max = self.log_weight_max  # the weights moved are c / max c
-            self._cache[key] = other
-        return self._cache[key]
+            return other
+
+        return self.memo(("on", xp.__name__, str(device_of(like)), self.options), build)
+
+    def memo(self, key, build):
+        """``build()``, built on first use and kept under ``key`` for the life of this binding (shared
+        by the copies of :meth:`using`; left out of pickles, except the HNSW graph): indexes, layouts
+        of the samples, and the facts of the binding that passes and the planner derive from it."""
+        cache = self._cache
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
+
+    def built(self, key):
+        """What :meth:`memo` keeps under ``key``, or None where it has not been built."""
+        return self._cache.get(key)
 
     # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
     def __getstate__(self):
@@ -388,10 +398,7 @@ class BoundKernel:
         from .planner import index_kind
 
         kind = index_kind(self)
-        key = ("index", kind)
-        if key not in self._cache:
-            self._cache[key] = self._build_index(kind)
-        index = self._cache[key]
+        index = self.memo(("index", kind), lambda: self._build_index(kind))
         if kind in ("faiss", "tiled", "hnsw"):
             index.threads = self.options.threads
         if kind == "hnsw":
@@ -412,7 +419,7 @@ class BoundKernel:
     def _index_rows(self, rows):
         """Rows ``rows`` of :meth:`index_points` (``None``), formed from the samples without the whole
         copy (the exact scan's re-ranking gathers its candidates' rows: the same bits)."""
-        if self._raw_index:
+        if self.raw_index:
             return self._to_index(self.samples[rows], fresh=True)
         return np.asarray(self.coordinates(None)[rows], dtype=np.float64)
 
@@ -430,17 +437,13 @@ class BoundKernel:
             P = self.samples if queries is None else self.coordinates(queries)
         elif self.factors is not None:
             if queries is None:
-                if "index_samples" not in self._cache:
-                    self._cache["index_samples"] = nearest_points(self, self.samples)
-                P = self._cache["index_samples"]
+                P = self.memo("index_samples", lambda: nearest_points(self, self.samples))
             else:
                 P = nearest_points(self, self.coordinates(queries))
-        elif not self._raw_index:
+        elif not self.raw_index:
             P = self.coordinates(queries)
         elif queries is None:
-            if "index_samples" not in self._cache:
-                self._cache["index_samples"] = self._to_index(self.samples)
-            P = self._cache["index_samples"]
+            P = self.memo("index_samples", lambda: self._to_index(self.samples))
         else:
             P = self._to_index(as_points(np, queries, "queries", n_features=self.n_features, dtype=self.dtype))
         return P if rows is None else P[rows]
@@ -462,43 +465,36 @@ class BoundKernel:
         compiled and radius paths keep them)."""
         kern = self.kernel
         return (self.factors is None and kern.compact and kern.profile.flat
-                and kern.n_neighbors is None and self._raw_index
+                and kern.n_neighbors is None and self.raw_index
                 and kern.metric == "euclidean" and self.sample_scale is None)
 
     @property
     def index_unit(self):
         """Distances in the index's coordinates divided by this are the engine's distances."""
-        return float(self.h) if self._raw_index and np.ndim(self.h) == 0 else 1.0
+        return float(self.h) if self.raw_index and np.ndim(self.h) == 0 else 1.0
 
     @property
     def compact_index(self):
         """The samples sorted into strips for the compiled pass, built on first use."""
-        if "compact" not in self._cache:
-            from .passes.compiled import CompactIndex
+        from .passes.compiled import CompactIndex
 
-            self._cache["compact"] = CompactIndex(self.samples, self.kernel, self.h)
-        return self._cache["compact"]
+        return self.memo("compact", lambda: CompactIndex(self.samples, self.kernel, self.h))
 
     @property
     def clusters(self):
         """The samples partitioned into clusters in the engine's coordinates, for the truncated pass
         (:class:`~localkit.engine.retrieval.ClusterIndex`), built on first use and kept."""
-        if "clusters" not in self._cache:
-            from .retrieval import ClusterIndex
+        from .retrieval import ClusterIndex
 
-            self._cache["clusters"] = ClusterIndex(self.X, self.weight, threads=self.options.threads)
-        return self._cache["clusters"]
+        return self.memo("clusters", lambda: ClusterIndex(self.X, self.weight, threads=self.options.threads))
 
     def sample_leaves(self, leaf):
         """``(cols, lo, hi)``: the samples as leaves of ``leaf`` samples of a k-d tree in the
         engine's coordinates, with their bounding boxes, for the dense path's pruned blocks
         (:func:`~localkit.engine.passes.dense.kd_order`), built once per leaf size."""
-        key = ("leaves", leaf)
-        if key not in self._cache:
-            from .passes.dense import kd_order, leaf_boxes
+        from .passes.dense import kd_order, leaf_boxes
 
-            self._cache[key] = leaf_boxes(self.X, kd_order(self.X, leaf), leaf)
-        return self._cache[key]
+        return self.memo(("leaves", leaf), lambda: leaf_boxes(self.X, kd_order(self.X, leaf), leaf))
 
     @cached_property
     def twins(self):

@@ -233,7 +233,7 @@ def _scan_with_faiss():
 
 
 def _hnsw_why(bound):
-    index = bound._cache.get(("index", "hnsw"))
+    index = bound.built(("index", "hnsw"))
     measured = ("; recall measured on the first queries it answers" if index is None or index.recall_ is None else
                 f"; recall@{index.recall_k_} {index.recall_:.3f} +- {index.recall_error_:.3f} measured on "
                 "a sample of the first queries against the exact scan")
@@ -369,10 +369,7 @@ class Pass:
         only whether they are given), derived once per binding and kept in its cache: formed
         anew they were a third of a small pass's plan."""
         key = ("refusals", refusals.__name__, self.q_scale is None, self.exclude_self)
-        cache = self.bound._cache
-        if key not in cache:
-            cache[key] = tuple(refusals(self.bound, self.q_scale, self.exclude_self))
-        return cache[key]
+        return self.bound.memo(key, lambda: tuple(refusals(self.bound, self.q_scale, self.exclude_self)))
 
     @cached_property
     def grid(self):
@@ -593,7 +590,7 @@ ROWS = (
                     lambda a: f"{a.d} features: the binned pass serves a tolerance in 1 to {BINNED_FEATURES} features"),
                    (lambda a: a.bound.n_samples >= TRUNCATED_MIN_SAMPLES,
                     lambda a: f"{a.bound.n_samples:,} samples < {TRUNCATED_MIN_SAMPLES:,}: the dense pass costs as little"),
-                   (lambda a: "clusters" in a.bound._cache
+                   (lambda a: a.bound.built("clusters") is not None
                     or len(a.P) >= TRUNCATED_BUILD_QUERIES * math.sqrt(a.bound.n_samples),
                     lambda a: f"{len(a.P):,} queries < {TRUNCATED_BUILD_QUERIES:g} sqrt(n_samples): building the "
                               "clusters would cost more than the dense pass (algorithm='approximate' builds them)"),

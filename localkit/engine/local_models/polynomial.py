@@ -356,7 +356,7 @@ def _blocks(data, degree, exclude_self, sample_scale, ridge, balls, algorithm, d
     E = monomial_exponents(design, degree)
     if (kern.n_neighbors is not None and kern.compact and algorithm != "dense" and sample_scale is None
             and design == samples.shape[1]):
-        return _gathered(data, E, exclude_self, balls, None if bound is None else bound._cache)
+        return _gathered(data, E, exclude_self, balls, None if bound is None else bound.memo)
     return (*_dense(data, E, exclude_self, sample_scale, ridge, design, bound), None)
 
 
@@ -433,20 +433,16 @@ def _solve(G, b, ridge, rcond):
     return beta, ~ok
 
 
-def _gathered(data, E, exclude_self, balls, cache=None):
+def _gathered(data, E, exclude_self, balls, memo=None):
     """``block(rows) -> (G, b, weight sums, scale, nearest)`` over the k nearest samples, the
     design centred at each query and scaled by its radius; the extra bytes per query; and the
-    array the grid path fills with the squared radii (None on the other paths). ``cache``: the
-    caller's binding's (a kept :class:`~localkit.engine.BoundKernel`'s ``_cache``), where the
-    samples' grid index and sorted order are kept from one call to the next."""
+    array the grid path fills with the squared radii (None on the other paths). ``memo``: the
+    caller's binding's (a kept :class:`~localkit.engine.BoundKernel`'s :meth:`~localkit.engine.BoundKernel.memo`),
+    where the samples' grid index and sorted order are kept from one call to the next."""
     queries, samples, Y, sw, kern = data
 
     def kept(key, build):
-        if cache is None:
-            return build()
-        if key not in cache:
-            cache[key] = build()
-        return cache[key]
+        return build() if memo is None else memo(key, build)
 
     k = kern.n_neighbors
     if k + int(exclude_self) > len(samples):

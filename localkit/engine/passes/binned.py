@@ -528,7 +528,7 @@ def binned_path(bound, queries, P, V, q_scale, exclude_self):
             far = far_sums(bound.samples, Pr, grid.h, bound.kernel.profile, V_aug, tol)
         if far is not None:
             S[rows], shift[rows] = far
-        elif bound.weight is None and bound._raw_index:  # the samples that carry them, the rest bounded
+        elif bound.weight is None and bound.raw_index:  # the samples that carry them, the rest bounded
             S[rows], shift[rows] = truncated_sums(bound, Pr, V_aug, tol, exact)
         else:
             S[rows], shift[rows] = exact(slice(None))

@@ -119,9 +119,8 @@ def _logit_exponent(bound, Q):
     """:func:`~localkit.engine.stream.logit_exponent` of the queries ``Q`` against the samples."""
     if len(Q) == 0:
         return 0
-    if "abs_max" not in bound._cache:  # the samples' largest coordinate, once per binding
-        bound._cache["abs_max"] = float(np.abs(bound.X).max())
-    return logit_exponent(float(np.abs(Q).max()), bound._cache["abs_max"], bound.n_features, float(bound.h),
+    top_x = bound.memo("abs_max", lambda: float(np.abs(bound.X).max()))  # the samples' largest coordinate
+    return logit_exponent(float(np.abs(Q).max()), top_x, bound.n_features, float(bound.h),
                           np.finfo(Q.dtype).maxexp)
 
 
@@ -349,9 +348,7 @@ class OneBlock:
         self.logits = None
         X = bound.X
         if bound.kernel.is_softmax and X.nbytes <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET):
-            if "softmax logits" not in bound._cache:
-                bound._cache["softmax logits"] = (X / X.dtype.type(bound.h)).T
-            self.logits = bound._cache["softmax logits"]
+            self.logits = bound.memo("softmax logits", lambda: (X / X.dtype.type(bound.h)).T)
 
     def __call__(self, Q):
         """``(S, m, offset)`` at queries ``Q`` (engine coordinates): ``S = exp(L - m) [V, 1]`` with
@@ -391,7 +388,7 @@ class ProductBlock:
                     raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
                 # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
                 points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
-                self.parts.append(QueryBlock(f.bound, f.bound._transform(Q[:, f.cols]), scale, points=points))
+                self.parts.append(QueryBlock(f.bound, f.bound.engine_points(Q[:, f.cols]), scale, points=points))
 
     def log_weights(self, bound, cols, fold_offset=False):
         """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""

@@ -335,10 +335,10 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
 # separate functions, so that the planner's paths above stay as they are)
 def metric_distances(bound, dist):
     """Distances of ``bound``'s neighbour index in the kernel's metric: raw units for a scalar
-    bandwidth (the index's own coordinates are raw where that is safe, ``_raw_index``), the
+    bandwidth (the index's own coordinates are raw where that is safe, ``raw_index``), the
     coordinates divided by the bandwidth per feature for an array of bandwidths; distances that
     are not norms (cosine, callables, precomputed) are the index's as they are."""
-    if not bound.kernel.norm_metric or bound._raw_index:
+    if not bound.kernel.norm_metric or bound.raw_index:
         return dist
     u = dist if bound.scaled else np.ldexp(dist, bound.exponent)  # the engine's coordinates: u = d / h
     return u * float(bound.h) if np.ndim(bound.h) == 0 else u
@@ -346,7 +346,7 @@ def metric_distances(bound, dist):
 
 def index_radius(bound, radius):
     """``radius`` (in the units of :func:`metric_distances`) in the index's units."""
-    if not bound.kernel.norm_metric or bound._raw_index:
+    if not bound.kernel.norm_metric or bound.raw_index:
         return radius
     u = radius / float(bound.h) if np.ndim(bound.h) == 0 else radius
     return u if bound.scaled else np.ldexp(u, -bound.exponent)
