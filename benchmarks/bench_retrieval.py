@@ -342,8 +342,8 @@ def run(quick=False):
     for name, make in (("clustered, d = 32", lambda: clustered(n_large, 32, n_queries)),
                        ("digits-like, d = 128", lambda: digits_like(n_large, n_queries))):
         out += _exact_rows(name, *make(), k, threads)[0]  # one data set in memory at a time
-    out += ["", f"**Approximate kNN**, the {n:,}-sample data: build + {n_queries:,} queries, recall@{k} against the exact "
-                "neighbours:", "",
+    out += ["", f"**Approximate kNN**, the {n:,}-sample data: build + {n_queries:,} queries, recall@{k} against "
+                "the exact neighbours:", "",
             "| data | threads | tolerance (search breadth) | localkit algorithm='approximate': build + queries (a "
             "later call) | localkit recall measured on all queries; reported (on 1,000 of the first call's) | faiss "
             "HNSW32 at recall >= 0.95 | faiss query time / localkit |", "|---|---|---|---|---|---|---|"]

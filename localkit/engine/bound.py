@@ -420,7 +420,8 @@ class BoundKernel:
         """Rows ``rows`` of :meth:`index_points` (``None``), formed from the samples without the whole
         copy (the exact scan's re-ranking gathers its candidates' rows: the same bits)."""
         if self.raw_index:
-            return self._to_index(self.samples[rows], fresh=True)
+            P = self.samples[rows]  # a copy for the integer arrays the indexes pass, shifted in place
+            return self._to_index(P, fresh=not np.may_share_memory(P, self.samples))
         return np.asarray(self.coordinates(None)[rows], dtype=np.float64)
 
     def index_points(self, queries, rows=None):
