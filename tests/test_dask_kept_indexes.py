@@ -1,6 +1,7 @@
-"""A worker keeps the neighbour index of each sample chunk (issue 37): query chunks after the first,
-and later calls on the same samples, search it again instead of building it anew; the key is the
-chunk's content, so changed samples are indexed afresh. The synchronous scheduler (one process)."""
+"""A worker keeps the binding (and neighbour index) of each sample chunk (issues 36, 37): query
+chunks after the first, and later calls on the same samples, pass over it again instead of making
+it anew; the key is the chunk's content, so changed samples are bound afresh. The synchronous
+scheduler (one process)."""
 import dask
 import dask.array as da
 import numpy as np
@@ -59,9 +60,31 @@ def test_compact_chunks_are_bound_once(builds):
     kw = dict(kernel="epanechnikov", bandwidth=2.0)  # some queries are empty in a chunk (its nearest searched)
     assert _calls(builds, X, y, Q, **kw)["bind"] >= 2  # the two chunks (and where a query is empty, their nearest)
     assert _calls(builds, X, y, Q, **kw)["bind"] == 0
-    kept = len(backend._kept)
-    gaussian = _calls(builds, X, y, Q, kernel="gaussian", bandwidth=0.5)  # a dense pass: bound per pair, not kept
-    assert gaussian["bind"] == 3 * 2 and len(backend._kept) == kept
+
+
+def test_dense_chunks_are_bound_once(builds):
+    """A dense pass keeps its binding too (binding a chunk costs about twice hashing it)."""
+    X = load_iris().data
+    y, Q = X[:, 0] * 2.0, X[::3] + 0.01
+    kw = dict(kernel="gaussian", bandwidth=0.5)
+    assert _calls(builds, X, y, Q, **kw)["bind"] == 2  # one per sample chunk, not 3 x 2
+    assert _calls(builds, X, y, Q, **kw)["bind"] == 0
+    assert _calls(builds, X, y * 2.0, Q, **kw)["bind"] == 0  # new values, the same binding
+    assert _calls(builds, X + 1.0, y, Q, **kw)["bind"] == 2  # new samples
+
+
+def test_a_worker_keeps_at_most_its_share_of_its_memory_limit(monkeypatch):
+    import distributed
+
+    class Worker:
+        class memory_manager:
+            memory_limit = 600 * 2**20
+
+    assert backend._kept_bytes() == backend.INDEX_CACHE_BYTES  # not on a worker
+    monkeypatch.setattr(distributed, "get_worker", lambda: Worker)
+    assert backend._kept_bytes() == int(backend.KEPT_SHARE * 600 * 2**20) < backend.INDEX_CACHE_BYTES
+    Worker.memory_manager.memory_limit = None  # a worker without a limit
+    assert backend._kept_bytes() == backend.INDEX_CACHE_BYTES
 
 
 def test_the_cache_keeps_its_budget(builds, monkeypatch):

@@ -26,6 +26,21 @@ def test_the_memory_budget_caps_the_blocks_of_all_workers(budget, workers):
     assert workers * bq * bs * 2 * 8 <= budget  # each worker's block and one temporary
 
 
+@pytest.mark.parametrize("n_queries", [1, 2, 37, 255])
+def test_few_queries_take_longer_sample_blocks_within_the_cache_target(n_queries):
+    """Queries that fill a fraction of a block of MAX_SAMPLE_BLOCK samples widen the sample blocks
+    by whole multiples, to the cache target and never past it or the budget."""
+    from localkit.engine.blocks import MAX_SAMPLE_BLOCK
+
+    bq, bs = block_sizes(n_queries, 10**7, 8, n_features=3)
+    assert bq == n_queries and bs % MAX_SAMPLE_BLOCK == 0
+    assert CACHE_BYTES / 2 < bq * bs * 8 <= CACHE_BYTES
+    bq, bs = block_sizes(n_queries, 10**7, 8, memory_budget=2**16, n_features=3)
+    assert bs == MAX_SAMPLE_BLOCK * max(1, 2**16 // 16 // (MAX_SAMPLE_BLOCK * n_queries))
+    assert bq * bs * 2 * 8 <= 2**16
+    assert block_sizes(2, 3_000, 8) == (2, 3_000)  # never past the samples
+
+
 def test_blocks_never_exceed_the_data():
     assert block_sizes(3, 7, 8) == (3, 7)
     assert block_sizes(100, 50, 4, block_size=(64, 200)) == (64, 50)

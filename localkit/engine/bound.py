@@ -385,7 +385,7 @@ class BoundKernel:
     def _transform(self, points):
         centred = points - self.centre
         if self.scaled:
-            return self.kernel.scale(centred, self.h).astype(self.dtype, copy=False)
+            return self.kernel.scale(centred, self.h, overwrite=True).astype(self.dtype, copy=False)
         with np.errstate(over="ignore", under="ignore"):  # far queries may leave the range: inf, no NaN
             return (centred.astype(np.float64) * self._factor).astype(self.dtype)
 

@@ -123,8 +123,10 @@ def safe_mean(X, extremes=None):
     d = X.shape[1]
     m = 64 // d if 0 < d < NARROW else 1
     total = np.zeros(d)  # float64 partial sums, float32 samples too
+    buffer = np.empty((MEAN_SLICE, d), dtype=np.result_type(X.dtype, scale.dtype))  # one, for every slice
     for a in range(0, len(X), MEAN_SLICE):
-        part = X[a:a + MEAN_SLICE] / scale
+        rows = X[a:a + MEAN_SLICE]
+        part = np.divide(rows, scale, out=buffer[:len(rows)])
         head = len(part) - len(part) % m
         total += part[:head].reshape(-1, m * d).sum(axis=0, dtype=np.float64).reshape(m, d).sum(axis=0)
         total += part[head:].sum(axis=0, dtype=np.float64)

@@ -422,13 +422,15 @@ class Kernel:
             raise ValueError(f"{self!r} has a bandwidth per factor, on its own columns: see Kernel.resolved")
         return resolve_bandwidth(self.bandwidth, samples, sample_weight=sample_weight)
 
-    def scale(self, points, h):
-        """Points in the kernel's coordinates: divided by ``h`` (distance kernels)."""
+    def scale(self, points, h, overwrite=False):
+        """Points in the kernel's coordinates: divided by ``h`` (distance kernels); ``overwrite``:
+        in place where ``points`` is float64 (a temporary of the caller's: no second copy)."""
         if self.is_softmax:
             return points
         # in float64: a bandwidth beyond float32's range must not become 0 or inf first
         with np.errstate(over="ignore", under="ignore"):
-            return (points / np.asarray(h, dtype=np.float64)).astype(points.dtype, copy=False)
+            out = points if overwrite and points.dtype == np.float64 else None
+            return np.divide(points, np.asarray(h, dtype=np.float64), out=out).astype(points.dtype, copy=False)
 
     def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0,
                     exact=False, u2_exponent=0, fold_offset=False):

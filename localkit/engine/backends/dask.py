@@ -49,7 +49,7 @@ import numpy as np
 
 from ..._extras import install_extra
 from ..._threads import numba_threads, threadpools
-from ..._validation import (FLOAT_DTYPES, empty_input, not_finite, not_numbers, wrong_features,
+from ..._validation import (FLOAT_DTYPES, all_finite, empty_input, not_finite, not_numbers, wrong_features,
                            wrong_ndim)
 from ...kernels.bandwidth import resolve_bandwidth
 from ...kernels.categorical import check_codes, check_smoothing
@@ -83,7 +83,7 @@ def _require_dask():
 
 # -- validation of dask inputs (lazy: values are checked inside the tasks) -------------------
 def _check_finite(block, param):
-    if not np.all(np.isfinite(block)):
+    if not all_finite(block):
         raise ValueError(not_finite(param))
     return block
 
@@ -176,17 +176,33 @@ def dask_resolved(kernel, samples, sample_weight=None):
 
 
 # -- what a worker keeps between tasks ------------------------------------------------------------
-#: The bytes of sample chunks under the indexes that one worker process keeps (least recently used
-#: dropped first): each query chunk after the first, and each later call on persisted samples,
-#: searches a sample chunk with the index built for it once (one index per chunk and worker).
+#: The bytes of sample chunks under the bindings that one process keeps (least recently used
+#: dropped first), and at most ``KEPT_SHARE`` of a dask worker's memory limit: each query chunk
+#: after the first, and each later call on persisted samples, passes over a sample chunk with the
+#: binding (and neighbour index) made for it once, per chunk and worker.
 INDEX_CACHE_BYTES = 256 * 2**20
+KEPT_SHARE = 0.125
 _kept, _kept_lock = OrderedDict(), threading.Lock()
 
 
+def _kept_bytes():
+    """What :func:`_kept_index` may hold here: ``INDEX_CACHE_BYTES``, and on a dask worker with a
+    memory limit at most ``KEPT_SHARE`` of it (its spilling and pausing count this memory too)."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):  # not on a worker (or no distributed)
+        limit = None
+    return INDEX_CACHE_BYTES if not limit else min(INDEX_CACHE_BYTES, int(KEPT_SHARE * limit))
+
+
 def _kept_index(key, build, nbytes):
-    """``build()``'s index, kept under ``key`` (a tuple of arrays and settings) by this process.
-    The key is dask's ``tokenize``, which hashes the arrays' contents (~5 ms for a chunk of 250,000 x
-    3, against ~300 ms to build its k-d tree), so that changed samples never meet a stale index."""
+    """``build()``'s binding or index, kept under ``key`` (a tuple of arrays and settings) by this
+    process. The key is dask's ``tokenize``, which hashes the arrays' contents, so that changed
+    samples never meet a stale binding: for a chunk of 250,000 x 3 ~6 ms, against ~300 ms to build
+    its k-d tree and ~12 ms to bind it for a dense pass (its centred, scaled copy and squared norms;
+    a kept binding made a 2-query Gaussian pass over it 24 -> 9 ms)."""
     from dask.base import tokenize
 
     token = tokenize(*key)
@@ -195,18 +211,12 @@ def _kept_index(key, build, nbytes):
             _kept.move_to_end(token)
             return _kept[token][0]
     index = build()  # outside the lock: two tasks may build one twice, never wait on each other
+    budget = _kept_bytes()
     with _kept_lock:
         _kept[token] = (index, nbytes)
-        while len(_kept) > 1 and sum(b for _, b in _kept.values()) > INDEX_CACHE_BYTES:
+        while len(_kept) > 1 and sum(b for _, b in _kept.values()) > budget:
             _kept.popitem(last=False)
     return index
-
-
-def _indexed(kernel, options):
-    """Whether a chunk's pass builds a neighbour index (a compact profile, kNN, the approximate
-    graph): then its binding is kept (:func:`_kept_index`); a dense pass's binding costs less
-    than hashing the chunk."""
-    return kernel.compact or kernel.n_neighbors is not None or options.get("algorithm") == "approximate"
 
 
 # -- per-task settings ----------------------------------------------------------------------------
@@ -279,8 +289,7 @@ def _pair_state(q, s, v, q_off, s_off, qsc, c, ssc, *, spec):
                            options=EngineOptions(empty=DEFERRED, n_jobs=threads, **options))
 
     with _native_threads(threads):
-        bound = (_kept_index(("binding", kern, s, c, ssc, threads, sorted(options.items())), bind, 3 * s.nbytes)
-                 if _indexed(kern, options) else bind())
+        bound = _kept_index(("binding", kern, s, c, ssc, threads, sorted(options.items())), bind, 3 * s.nbytes)
         out = bound.sums(q, v, exclude_self=exclude, query_scale=qsc)
     if p:
         state[:, 0, :p] = out.mean.reshape(len(q), p)
@@ -307,7 +316,7 @@ def _nearest(q, rows, s, v, c, kernel, exclude, p, dtype):
     def bind():
         return BoundKernel(kernel, s, sample_weight=c)
 
-    bound = _kept_index(("nearest", kernel, s, c), bind, 3 * s.nbytes) if _indexed(kernel, {}) else bind()
+    bound = _kept_index(("nearest", kernel, s, c), bind, 3 * s.nbytes)
     u, near = bound.nearest(q, self_rows=rows if exclude else None, return_distance=True)
     dist[:] = u
     if exclude:
