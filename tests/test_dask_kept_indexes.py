@@ -74,15 +74,30 @@ def test_dense_chunks_are_bound_once(builds):
 
 
 def test_a_worker_keeps_at_most_its_share_of_its_memory_limit(monkeypatch):
+    """On a worker: an eighth of its memory limit, and nothing (the cache emptied) while the process
+    holds more than half of it; no limit, or no worker: the fixed budget."""
     import distributed
 
     class Worker:
         class memory_manager:
             memory_limit = 600 * 2**20
 
+        class monitor:
+            rss = 100 * 2**20
+
+            @classmethod
+            def get_process_memory(cls):
+                return cls.rss
+
     assert backend._kept_bytes() == backend.INDEX_CACHE_BYTES  # not on a worker
     monkeypatch.setattr(distributed, "get_worker", lambda: Worker)
     assert backend._kept_bytes() == int(backend.KEPT_SHARE * 600 * 2**20) < backend.INDEX_CACHE_BYTES
+    backend._kept.clear()
+    backend._kept_index(("a",), lambda: "kept", 10)
+    assert list(backend._kept.values()) == [("kept", 10)]
+    Worker.monitor.rss = 400 * 2**20  # more than KEPT_ROOM of the limit
+    assert backend._kept_bytes() == 0
+    assert backend._kept_index(("b",), lambda: "built", 10) == "built" and not backend._kept
     Worker.memory_manager.memory_limit = None  # a worker without a limit
     assert backend._kept_bytes() == backend.INDEX_CACHE_BYTES
 

@@ -30,7 +30,7 @@ from ..blocks import block_sizes
 from ..checks import as_points
 from ..passes.dense import LOG_WEIGHT_TOL
 from ..planner import COMPILED_BANDWIDTHS
-from ..stream import OnlineLogSumExp, logit_exponent, times_power_of_two
+from ..stream import OnlineLogSumExp, logit_exponent, merge_states, times_power_of_two
 from ..twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -234,9 +234,11 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     means and log-sum-exp, merged here as the streamed path merges its blocks; sample weights enter
     as log weights added to the scores. Torch tensors, scaled coordinates."""
     import torch
+    from sklearn.externals import array_api_compat
 
     from ...fused.flex import flex_kernel_attention
 
+    xp = array_api_compat.array_namespace(Qs)
     one = torch.ones((1, 1, 1), dtype=Qs.dtype, device=Qs.device)
     log_weight = None if weight is None else torch.log(weight)
     name = "softmax" if kernel.is_softmax else kernel.profile.name
@@ -250,11 +252,8 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
         if mean is None:
             mean, lse = out, part
             continue
-        top = torch.maximum(lse, part)
-        top = torch.where(top > -math.inf, top, 0.0)  # rows without a neighbour so far
-        a, b = torch.exp(lse - top), torch.exp(part - top)
-        mean = (mean * a[:, None] + out * b[:, None]) / torch.where(a + b > 0, a + b, 1.0)[:, None]
-        lse = top + torch.log(a + b)
+        # the engine's one merge of two states (a row without weight in both: lse -inf, its mean unread)
+        lse, mean = merge_states(torch.stack([lse, part], dim=1), torch.stack([mean, out], dim=1), xp)
     return torch.cat([mean, torch.ones_like(mean[:, :1])], dim=1), lse.to(Qs.dtype)
 
 

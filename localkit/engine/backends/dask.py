@@ -177,24 +177,30 @@ def dask_resolved(kernel, samples, sample_weight=None):
 
 # -- what a worker keeps between tasks ------------------------------------------------------------
 #: The bytes of sample chunks under the bindings that one process keeps (least recently used
-#: dropped first), and at most ``KEPT_SHARE`` of a dask worker's memory limit: each query chunk
-#: after the first, and each later call on persisted samples, passes over a sample chunk with the
-#: binding (and neighbour index) made for it once, per chunk and worker.
+#: dropped first): each query chunk after the first, and each later call on persisted samples,
+#: passes over a sample chunk with the binding (and neighbour index) made for it once, per chunk and
+#: worker. On a dask worker with a memory limit, at most ``KEPT_SHARE`` of it, and nothing while the
+#: process holds more than ``KEPT_ROOM`` of it (its spilling and pausing count this memory too).
 INDEX_CACHE_BYTES = 256 * 2**20
-KEPT_SHARE = 0.125
+KEPT_SHARE, KEPT_ROOM = 0.125, 0.5
 _kept, _kept_lock = OrderedDict(), threading.Lock()
 
 
 def _kept_bytes():
-    """What :func:`_kept_index` may hold here: ``INDEX_CACHE_BYTES``, and on a dask worker with a
-    memory limit at most ``KEPT_SHARE`` of it (its spilling and pausing count this memory too)."""
+    """What :func:`_kept_index` may hold now (see ``INDEX_CACHE_BYTES``): 0 on a worker short of
+    memory (a sample set larger than the workers, streamed through them, must not be held back)."""
     try:
         from distributed import get_worker
 
-        limit = get_worker().memory_manager.memory_limit
+        worker = get_worker()
+        limit = worker.memory_manager.memory_limit
     except (ImportError, ValueError, AttributeError):  # not on a worker (or no distributed)
-        limit = None
-    return INDEX_CACHE_BYTES if not limit else min(INDEX_CACHE_BYTES, int(KEPT_SHARE * limit))
+        return INDEX_CACHE_BYTES
+    if not limit:
+        return INDEX_CACHE_BYTES
+    if worker.monitor.get_process_memory() > KEPT_ROOM * limit:
+        return 0
+    return min(INDEX_CACHE_BYTES, int(KEPT_SHARE * limit))
 
 
 def _kept_index(key, build, nbytes):
@@ -213,8 +219,11 @@ def _kept_index(key, build, nbytes):
     index = build()  # outside the lock: two tasks may build one twice, never wait on each other
     budget = _kept_bytes()
     with _kept_lock:
-        _kept[token] = (index, nbytes)
-        while len(_kept) > 1 and sum(b for _, b in _kept.values()) > budget:
+        if budget:
+            _kept[token] = (index, nbytes)
+        # beyond the budget the oldest go; the newest stays (a chunk's index may be larger than it),
+        # unless the worker is short of memory: then nothing stays
+        while _kept and sum(b for _, b in _kept.values()) > budget and (len(_kept) > 1 or not budget):
             _kept.popitem(last=False)
     return index
 
