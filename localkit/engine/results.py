@@ -71,7 +71,11 @@ def finish(bound, queries, S, shift, values, exclude_self, live=False):
     if not live and bool(xp.any(empty)):
         log_sum = xp.where(empty, -math.inf, log_sum)
         if bound.options.empty != DEFERRED:
-            mean = _apply_empty_policy(bound, queries, mean, values.V, empty, exclude_self)
+            def nearest(idx):  # the values of the nearest samples that carry weight
+                return xp.take(values.V, bound.nearest(queries, rows=idx, self_rows=idx if exclude_self else None),
+                               axis=0)
+
+            mean = apply_empty(xp, bound.options.empty, mean, empty, nearest, stacklevel=3)
     cast = (lambda a, t: a.astype(t, copy=False)) if xp is np else xp.astype
     if values.no_values:
         return LocalSums(None, cast(log_sum, bound.dtype), empty)
@@ -94,19 +98,24 @@ def check_empty(policy, count, stacklevel, what="local means", n_queries=None):
                                        "(empty='nan'); the warning's n_empty says how many", n_empty=count, **extra))
 
 
-def _apply_empty_policy(bound, queries, mean, V, rows, exclude_self):
-    xp, policy = bound.xp, bound.options.empty
+def apply_empty(xp, policy, mean, rows, nearest, stacklevel):
+    """The empty-neighbourhood policy on the empty ``rows`` (booleans) of ``mean`` (n, p), for every
+    path and backend: :func:`check_empty`'s verdict, then NaN there (``"nan"``) or ``nearest(idx)``,
+    the values of the nearest samples that carry weight for the empty rows ``idx`` (``"nearest"``).
+    ``mean`` is not changed; arrays of the namespace ``xp``."""
     count = int(rows.sum()) if xp is np else int(xp.sum(xp.astype(rows, xp.int64)))
-    check_empty(policy, count, stacklevel=4)
+    if count == 0:
+        return mean
+    check_empty(policy, count, stacklevel=stacklevel + 1)
     if mean.shape[1] == 0:  # no values (a density): nothing to fill, no nearest sample to look for
         return mean
     if policy == "nan":
         return xp.where(rows[:, None], math.nan, mean)
     idx = xp.nonzero(rows)[0]
-    nearest = xp.take(V, bound.nearest(queries, rows=idx, self_rows=idx if exclude_self else None), axis=0)
+    values = nearest(idx)
     if xp is np:
         mean = mean.copy()
-        mean[idx] = nearest
+        mean[idx] = values
         return mean
     at = xp.cumulative_sum(xp.astype(rows, xp.int64)) - 1  # row i's place among the empty ones
-    return xp.where(rows[:, None], xp.take(nearest, xp.clip(at, min=0), axis=0), mean)
+    return xp.where(rows[:, None], xp.take(values, xp.clip(at, min=0), axis=0), mean)

@@ -55,7 +55,7 @@ from ...kernels.bandwidth import resolve_bandwidth
 from ...kernels.categorical import check_codes, check_smoothing
 from ...kernels.kernel import ProductKernel, SumKernel
 from ..options import DEFERRED, EngineOptions
-from ..results import LocalSums, check_empty
+from ..results import LocalSums, apply_empty
 from ..passes import neighbors as nb
 from ..blocks import resolve_n_jobs
 from ..checks import check_exclude_self, check_pass
@@ -353,22 +353,10 @@ def _finish_states(x, *, p, empty):
             raise ValueError("sample_weight is zero everywhere; at least one sample must carry weight")
         return x[rows, p + 2:]
 
-    mean, ls = x[:, :p].copy(), x[:, p]
-    _apply_empty(mean, ~(ls > -np.inf), empty, nearest)
+    # (the warning is raised where the chunk is computed: a worker, on a cluster)
+    mean, ls = x[:, :p], x[:, p]
+    mean = apply_empty(np, empty, mean, ~(ls > -np.inf), nearest, stacklevel=2)
     return np.concatenate([mean, ls[:, None]], axis=1)
-
-
-def _apply_empty(mean, rows, empty, nearest):
-    """The empty-neighbourhood policy on the boolean ``rows`` of ``mean`` (in place);
-    ``nearest(rows)`` gives the values of their nearest samples that carry weight."""
-    if not rows.any():
-        return
-    # the warning is raised where the chunk is computed (a worker, on a cluster)
-    check_empty(empty, int(rows.sum()), stacklevel=3)
-    if empty == "nan":
-        mean[rows] = np.nan
-    else:
-        mean[rows] = nearest(rows)
 
 
 # A kNN state row is [k distances, k rows of (c v, c)], nearest first, and for a profile that
@@ -455,7 +443,7 @@ def _finish_knn(x, *, k, p, profile, empty):
 
     with np.errstate(divide="ignore", invalid="ignore"):
         mean, ls = S[:, :-1] / S[:, -1:], shift + np.log(S[:, -1])
-    _apply_empty(mean, ~(ls > -np.inf), empty, nearest)
+    mean = apply_empty(np, empty, mean, ~(ls > -np.inf), nearest, stacklevel=2)
     return np.concatenate([mean, ls[:, None]], axis=1)
 
 
