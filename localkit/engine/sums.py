@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .backends.array_api import namespace_of
-from .results import LocalSums, check_empty
+from .results import LocalSums, apply_empty
 from .stream import merge_states
 
 
@@ -47,16 +47,12 @@ def combine_terms(outs, empty_policy, no_values):
     log_sum, mean = merge_states(log_sums, means, xp)
     empty = ~(log_sum > -math.inf)
     log_sum = xp.where(empty, -math.inf, log_sum)
-    count = int(xp.sum(xp.astype(empty, xp.int64))) if xp is not np else int(empty.sum())
-    if count:
-        check_empty(empty_policy, count, stacklevel=4)
+    # empty everywhere: the first term's mean (its nearest sample's value, by the "nearest" policy)
+    mean = apply_empty(xp, empty_policy, mean, empty, lambda idx: xp.take(means[:, 0, :], idx, axis=0),
+                       stacklevel=3)
     if no_values:
         return LocalSums(None, log_sum, empty)
-    first = outs[0][1].mean  # empty everywhere: the first term's (its nearest sample's value)
-    mean = mean if first.ndim == 2 else mean[:, 0]
-    mask = empty if first.ndim == 1 else empty[:, None]
-    mean = xp.where(mask, xp.full_like(first, math.nan) if empty_policy == "nan" else first, mean)
-    return LocalSums(mean, log_sum, empty)
+    return LocalSums(mean if outs[0][1].mean.ndim == 2 else mean[:, 0], log_sum, empty)
 
 
 __all__ = ["combine_terms", "sum_sums"]
