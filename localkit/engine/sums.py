@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from .backends.array_api import namespace_of
 from .results import LocalSums, apply_empty
 from .stream import merge_states
