@@ -29,16 +29,29 @@ def test_the_memory_budget_caps_the_blocks_of_all_workers(budget, workers):
 @pytest.mark.parametrize("n_queries", [1, 2, 37, 255])
 def test_few_queries_take_longer_sample_blocks_within_the_cache_target(n_queries):
     """Queries that fill a fraction of a block of MAX_SAMPLE_BLOCK samples widen the sample blocks
-    by whole multiples, to the cache target and never past it or the budget."""
+    by whole multiples, until the block and the samples' coordinates (which a pass may copy) fill
+    the cache target, never past it or the budget."""
     from localkit.engine.blocks import MAX_SAMPLE_BLOCK
 
-    bq, bs = block_sizes(n_queries, 10**7, 8, n_features=3)
+    d = 3
+    bq, bs = block_sizes(n_queries, 10**7, 8, n_features=d)
     assert bq == n_queries and bs % MAX_SAMPLE_BLOCK == 0
-    assert CACHE_BYTES / 2 < bq * bs * 8 <= CACHE_BYTES
-    bq, bs = block_sizes(n_queries, 10**7, 8, memory_budget=2**16, n_features=3)
-    assert bs == MAX_SAMPLE_BLOCK * max(1, 2**16 // 16 // (MAX_SAMPLE_BLOCK * n_queries))
+    assert (bs > MAX_SAMPLE_BLOCK) == (n_queries < 100)
+    if bs > MAX_SAMPLE_BLOCK:
+        assert CACHE_BYTES / 2 < (bq + d + 2) * bs * 8 <= CACHE_BYTES
+    bq, bs = block_sizes(n_queries, 10**7, 8, memory_budget=2**16, n_features=d)
+    assert bs == MAX_SAMPLE_BLOCK * max(1, 2**16 // 16 // (MAX_SAMPLE_BLOCK * (n_queries + d + 2)))
     assert bq * bs * 2 * 8 <= 2**16
     assert block_sizes(2, 3_000, 8) == (2, 3_000)  # never past the samples
+
+
+def test_wide_samples_widen_the_blocks_less():
+    """Many features: a widened block's copy of its samples stays within the (grown) cache target."""
+    from localkit.engine.blocks import MAX_SAMPLE_BLOCK
+
+    d = 784
+    bq, bs = block_sizes(2, 10**6, 4, n_features=d)
+    assert MAX_SAMPLE_BLOCK < bs and (2 + d + 2) * bs * 4 <= CACHE_BYTES * d / CACHE_FEATURES
 
 
 def test_blocks_never_exceed_the_data():

@@ -48,7 +48,8 @@ def resolve_n_jobs(n_jobs):
 def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budget=None, n_workers=1,
                 row_bytes=0, n_features=0):
     """``(block_q, block_s)``: sample blocks of ``MAX_SAMPLE_BLOCK``, and as many queries as the cache
-    target and the budget allow; where the queries are fewer, longer sample blocks in their place.
+    target and the budget allow; where the queries are fewer, longer sample blocks in their place
+    (the block and the samples' coordinates within the cache target).
 
     ``block_size`` (an int or a pair) overrides the budget; ``row_bytes`` is extra memory per
     query row and sample column (e.g. gathered values); ``n_features`` the inner dimension of the
@@ -69,8 +70,9 @@ def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budge
     # few queries leave a block of MAX_SAMPLE_BLOCK samples far below the cache target: its sample
     # blocks then grow (in whole multiples) to fill it, so that a call's Python cost per block is
     # paid ~n_samples / cells times, not n_samples / 512 times (2 queries against 2,000,000 x 3
-    # samples: 3,907 blocks of ~50 us each were two thirds of the call)
-    widen = max(1, int(cells // (MAX_SAMPLE_BLOCK * max(n_queries, 1))))
+    # samples: 3,907 blocks of ~50 us each were two thirds of the call); each sample of a block
+    # counts its n_features + 2 coordinates too, which a pass may copy (recentred, augmented)
+    widen = max(1, int(cells // (MAX_SAMPLE_BLOCK * (max(n_queries, 1) + n_features + 2))))
     bs = int(min(n_samples, MAX_SAMPLE_BLOCK * widen))
     bq = int(min(n_queries, max(1, cells // bs)))
     return bq, bs

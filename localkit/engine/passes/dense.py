@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ..blocks import block_sizes, map_blocks
+from ..blocks import MAX_SAMPLE_BLOCK, block_sizes, map_blocks
 from ..factors import candidate_factor, knn_scales
 from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent
 from ..twins import mask_twins
@@ -187,6 +187,13 @@ def boxes_in_reach(lo, hi, Qb):
     return np.einsum("ij,ij->i", gap, gap) <= 1.0 + PRUNE_MARGIN
 
 
+def prune_leaf(bound, bs):
+    """Samples per leaf of the pruned path: the dense path's sample block ``bs``, but not widened past
+    ``MAX_SAMPLE_BLOCK`` for few queries (wider leaves have looser boxes, and the leaves are built
+    once per size: one size, whatever the number of queries)."""
+    return bs if bound.options.block_size is not None else min(bs, MAX_SAMPLE_BLOCK)
+
+
 def dense_blocks(bound, Q):
     """``(block_q, block_s)`` of the dense path for the queries ``Q`` (:func:`block_sizes`)."""
     opts = bound.options
@@ -228,7 +235,7 @@ def kept_fraction(bound, Q, probe=4096):
     P = Q[np.sort(rng.choice(len(Q), size=min(probe, len(Q)), replace=False))]
     leaf = max(1, bq * len(P) // len(Q))
     order = kd_order(P, leaf)
-    _, lo, hi = bound.sample_leaves(bs)
+    _, lo, hi = bound.sample_leaves(prune_leaf(bound, bs))
     kept = [boxes_in_reach(lo, hi, P[order[a:a + leaf]]).mean() for a in range(0, len(P), leaf)]
     return float(np.mean(kept))
 
@@ -257,7 +264,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     if pruned:  # compact leaves of queries (also what the recentring needs) and of samples
         bq = min(bq, PRUNE_QUERY_LEAF)
         order = kd_order(Q, bq)
-        leaves, lo, hi = bound.sample_leaves(bs)
+        leaves, lo, hi = bound.sample_leaves(prune_leaf(bound, bs))
     twins = bound.twins if exclude_self else None
     # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
     # and give the rows whose weights all underflow to the online log-sum-exp
