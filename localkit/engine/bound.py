@@ -821,11 +821,13 @@ class Stepper:
         return self.bound._run(self.path, P, P, self.values, None, False)
 
 
-def normalise(L):
+def normalise(L, overwrite=False):
     """``(W, log_sum)`` of a block of log-weights: ``W = exp(L) / sum_j exp(L_j)`` per row (rows
-    without weight all zero) and ``log_sum = log sum_j exp(L_j)`` (``-inf`` there)."""
+    without weight all zero) and ``log_sum = log sum_j exp(L_j)`` (``-inf`` there); ``overwrite``:
+    ``W`` in ``L``'s memory (a temporary of the caller's: no second n x m block)."""
     top = L.max(axis=1, keepdims=True)
-    W = np.exp(L - np.where(np.isfinite(top), top, 0.0))  # a row without weight: all exp(-inf) = 0
+    W = np.subtract(L, np.where(np.isfinite(top), top, 0.0), out=L if overwrite else None)
+    np.exp(W, out=W)  # a row without weight: all exp(-inf) = 0
     total = W.sum(axis=1, keepdims=True)
     live = total > 0
     W /= np.where(live, total, 1.0)
@@ -862,7 +864,7 @@ class WeightOperator:
         if (isinstance(bound, BoundKernel) and bound.on_host and not bound.sparse
                 and 2 * bound.n_samples ** 2 * np.dtype(bound.dtype).itemsize
                 <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET)):
-            W, log_sum = normalise(bound.log_weights(None, exclude_self=exclude_self))
+            W, log_sum = normalise(bound.log_weights(None, exclude_self=exclude_self), overwrite=True)
             empty = ~(log_sum > -np.inf)
             if empty.any():
                 rows = np.flatnonzero(empty)
