@@ -357,6 +357,18 @@ def test_softmax_logits_beyond_float32s_range_on_float32_tensors(dispatch):
     same(got.mean, ref.mean, "cpu", 0)
 
 
+
+def test_softmax_logits_beyond_bfloat16s_range_on_bfloat16_tensors(dispatch):
+    """bfloat16 logits past its range (~3.4e38, float32's): the exponent is taken from the tensor's
+    own float range. It was float64's for every dtype but float32, so that these logits overflowed
+    to inf and a mean came out NaN."""
+    torch.manual_seed(0)
+    X = torch.randn(50, 3, dtype=torch.bfloat16) * 1e19
+    y = torch.arange(50, dtype=torch.bfloat16)  # integers below 256: exact in bfloat16
+    got = local_sums(X[:4], X, y, "softmax", 1.0)
+    top = np.argmax(X[:4].double().numpy() @ X.double().numpy().T, axis=1)  # the limit: the largest logit's sample
+    np.testing.assert_array_equal(got.mean.float().numpy(), top.astype(np.float32))
+
 @pytest.mark.parametrize("metric, h", [("euclidean", 0.04), ("manhattan", 0.1)])
 def test_empty_neighbourhoods_leave_one_out_on_tensors_equal_numpy(dispatch, diabetes, metric, h):
     """Many queries with no other sample in the support: each takes its nearest other sample

@@ -118,6 +118,20 @@ def test_softmax_kernel_with_overflowing_logits():
     np.testing.assert_allclose(out, [1.0])
 
 
+@pytest.mark.parametrize("algorithm", ["dense", "streamed"])
+def test_softmax_kernel_sample_weights_with_logits_streamed_over_two_to_the_k(algorithm):
+    """Sample weights under logits streamed as ``logits / 2^k``: ``log c_j`` is divided by ``2^k``
+    with them. The NumPy pass added it undivided, so that it came back multiplied by ``2^k`` (the
+    weight 3 below counted as ``3^(2^k)``: mean 1.0, not 1.2888). A huge sample orthogonal to the
+    query sets ``k``; the logits of the others are 0, 1, 1, 0."""
+    X = np.array([[0.0, 1e160, 0.0], [1e-160, 0.0, 0.0], [1e-160, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    w, v = np.array([1.0, 3.0, 1.0, 1.0]), np.array([0.0, 1.0, 2.0, 3.0])
+    W = w * np.exp([0.0, 1.0, 1.0, 0.0])  # the direct formula, in float64
+    out = local_sums([[1e160, 0.0, 0.0]], X, v, "softmax", 1.0, sample_weight=w, algorithm=algorithm)
+    np.testing.assert_allclose(out.mean, [(W * v).sum() / W.sum()], rtol=1e-14)
+    np.testing.assert_allclose(out.log_weight_sum, [np.log(W.sum())], rtol=1e-14)
+
+
 @settings(max_examples=examples())
 @given(seed=st.integers(0, 100), n_jobs=st.sampled_from([0, "two", 1.5, True, -1, 1, 2, None]),
        kernel=st.sampled_from(SMOOTH + COMPACT))

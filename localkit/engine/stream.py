@@ -104,18 +104,22 @@ def augment(values, xp=np):
 
 
 class OnlineLogSumExp:
-    """Running ``max`` and rescaled weighted sums for ``n_rows`` rows of width ``width + 1``.
+    """Running ``max`` and rescaled weighted sums for ``n_rows`` rows of width ``width + 1``, on
+    arrays of the namespace ``xp`` (on ``device``): NumPy's in place, any other library's as new
+    arrays, with the same arithmetic.
 
     ``exponent``: the log-weights arrive divided by ``2^exponent`` (logits that would overflow the
     float range are streamed as ``L / 2^k``); differences from the running maximum are multiplied
-    back (``ldexp``: exact, for any ``k``) before ``exp``, so that the weights are exact and the
-    sum's logarithm is ``2^k m + log S``.
+    back (exactly, for any ``k``) before ``exp``, so that the weights are exact and the sum's
+    logarithm is ``2^k m + log S``.
     """
 
-    def __init__(self, n_rows, width, dtype=np.float64, exponent=0):
-        self.m = np.full(n_rows, -np.inf, dtype=dtype)
-        self.S = np.zeros((n_rows, width + 1), dtype=dtype)
-        self.exponent = exponent
+    def __init__(self, n_rows, width, dtype=np.float64, exponent=0, xp=np, device=None):
+        kw = {} if device is None else {"device": device}
+        self.xp, self.exponent = xp, exponent
+        self.m = xp.full((n_rows,), -math.inf, dtype=dtype, **kw)
+        self.S = xp.zeros((n_rows, width + 1), dtype=dtype, **kw)
+        self.in_place = isinstance(self.S, np.ndarray)
 
     @staticmethod
     def step(m, block_max, exponent=0, xp=np):
@@ -133,15 +137,18 @@ class OnlineLogSumExp:
         shift = xp.where(xp.isfinite(new), new, 0.0)
         return new, shift, xp.exp(times_power_of_two(m - shift, exponent))
 
-    def _shift(self, block_max):
-        with np.errstate(invalid="ignore", over="ignore"):
-            self.m, shift, alpha = self.step(self.m, block_max, self.exponent)
-        self.S *= alpha[:, None]
-        return shift
-
     def update(self, L, V_aug):
-        """Add a block: ``L`` (rows, b) log-weights (overwritten), ``V_aug`` (b, width + 1)."""
-        shift = self._shift(L.max(axis=1))
+        """Add a block: ``L`` (rows, b) log-weights (overwritten on NumPy), ``V_aug`` (b, width + 1)."""
+        if not self.in_place:
+            self.m, shift, alpha = self.step(self.m, self.xp.max(L, axis=1), self.exponent, xp=self.xp)
+            D = times_power_of_two(L - shift[:, None], self.exponent)
+            floor = math.log(float(self.xp.finfo(D.dtype).smallest_normal))  # UNDERFLOW, of any float type
+            D = self.xp.where(D < floor, -math.inf, D)
+            self.S = self.S * alpha[:, None] + self.xp.exp(D) @ V_aug
+            return
+        with np.errstate(invalid="ignore", over="ignore"):
+            self.m, shift, alpha = self.step(self.m, L.max(axis=1), self.exponent)
+        self.S *= alpha[:, None]
         L -= shift[:, None]
         if self.exponent:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -150,6 +157,13 @@ class OnlineLogSumExp:
             flush_underflow(L, UNDERFLOW[L.dtype])
         np.exp(L, out=L)
         self.S += L @ V_aug
+
+    def log_shift(self, offset=None):
+        """The rows' ``log`` scale of ``S``: ``2^k m`` (plus a per-row ``offset`` of the log-weights,
+        ``log K = L + offset``), ``-inf`` (or beyond the float range, ``+-inf``) where a row has none."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            shift = times_power_of_two(self.m, self.exponent)
+            return shift if offset is None else shift + offset
 
     def result(self):
         """``(mean, log_weight_sum)``; rows without weight get NaN means and ``-inf`` sums."""

@@ -13,8 +13,9 @@ once for every namespace.
 
 The streamed pass is the engine's streaming local mean: blocks of queries against blocks of
 samples, the log-weights of each block from one matrix product (queries recentred per block, so
-that float32 keeps its digits far from the origin), an online log-sum-exp across sample blocks
-(as flash attention does). Memory is one block, never ``n_queries x n_samples``. The kernel's
+that float32 keeps its digits far from the origin), summed across sample blocks by the online
+log-sum-exp (as flash attention does) of the loop that the host's dense path runs too
+(:func:`~localkit.engine.passes.streamed.stream_sums`). Memory is one block, never ``n_queries x n_samples``. The kernel's
 profile is the very statement of :mod:`localkit.kernels.profiles`, bound to the namespace.
 kNN bandwidths sort whole rows of distances (the array API has no partial sort), a block of
 queries at a time.
@@ -29,8 +30,9 @@ import numpy as np
 from ..blocks import block_sizes
 from ..checks import as_points
 from ..passes.dense import LOG_WEIGHT_TOL
+from ..passes.streamed import softmax_exponent
 from ..planner import COMPILED_BANDWIDTHS
-from ..stream import OnlineLogSumExp, logit_exponent, merge_states, times_power_of_two
+from ..stream import merge_states, times_power_of_two
 from ..twins import refuse_twins
 
 #: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -119,7 +121,7 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         return _stream(xp, Q, X, V_aug, kernel, exclude_self, options,
                        _Weighting(log_weight=bound.log_weight, log_weight_blocks=streamed_log_weights(xp, bound, Q, X)))
     k = kernel.n_neighbors
-    logit_exponent = _logit_exponent(xp, Q, X, float(h)) if kernel.is_softmax else 0
+    logit_exponent = softmax_exponent(xp, bound, Q) if kernel.is_softmax else 0
     support = None
     if device_compiled_fits(bound, q_scale, exclude_self) and (options.algorithm == "compiled" or options.exact_edge):
         Qs, Xs, support = Q, X, float(h) ** 2
@@ -190,12 +192,6 @@ def _h_array(xp, h, like):
 
 #: Metrics of the array-API path (callables and precomputed distances need NumPy arrays)
 XP_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
-
-
-def _logit_exponent(xp, Q, X, h):
-    """:func:`~localkit.engine.stream.logit_exponent` of ``Q`` against ``X`` (the NumPy engine's rule)."""
-    maxexp = np.finfo(np.float32 if Q.dtype == xp.float32 else np.float64).maxexp
-    return logit_exponent(float(xp.max(xp.abs(Q))), float(xp.max(xp.abs(X))), Q.shape[1], h, maxexp)
 
 
 def _flex_fits(xp, Qs, Xs, kernel, options):
@@ -269,21 +265,24 @@ class _Weighting(NamedTuple):
 
 
 def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighting()):
-    """``(S, shift)``: weighted sums ``S * exp(shift)`` over sample blocks, online log-sum-exp;
-    the :class:`_Weighting` ``weighting``:
+    """``(S, shift)``: the one streamed pass (:func:`~localkit.engine.passes.streamed.stream_sums`)
+    over blocks formed here, in the namespace ``xp``; the :class:`_Weighting` ``weighting``:
 
     ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted).
 
     ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample. ``support`` (raw coordinates):
     ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
-    ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k``; differences from the
-    running maximum are multiplied back before ``exp``, so the weights are exact.
+    ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k`` (so do the ``log c_j`` added
+    to them); the pass multiplies differences from the running maximum back before ``exp``.
     ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
     (:func:`streamed_log_weights`), in place of ``kernel``'s.
     """
+    from ..passes.streamed import stream_sums
+
     support, q_scale, s_scale, log_weight, logit_exponent, log_weight_blocks = weighting
-    n_q, n_s, width = Qs.shape[0], Xs.shape[0], V_aug.shape[1]
-    on_cpu = "cpu" in str(_device(xp, Qs))
+    n_q, n_s = Qs.shape[0], Xs.shape[0]
+    dev = _device(xp, Qs)
+    on_cpu = "cpu" in str(dev)
     if options.block_size is not None or on_cpu:
         bq, bs = block_sizes(n_q, n_s, 4 if Qs.dtype == xp.float32 else 8, block_size=options.block_size,
                              memory_budget=options.memory_budget, n_features=Qs.shape[1])
@@ -300,15 +299,17 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
                     and (kernel.profile.exact_distance or kernel.metric != "euclidean" or support is not None
                          or degenerate))
     recentre = not kernel.is_softmax and not product and kernel.norm_metric and support is None
-    order = xp.arange(n_q, device=_device(xp, Qs))
+    order = None
     if recentre:  # compact query blocks (sorted along the widest coordinate)
         widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
         order = xp.argsort(Qs[:, widest])
         Qs = xp.take(Qs, order, axis=0)
         q_scale = None if q_scale is None else xp.take(q_scale, order)
-    S_blocks, shift_blocks = [], []
-    for r0 in range(0, n_q, bq):
-        Q = Qs[r0:min(r0 + bq, n_q), ...]  # the array API leaves out-of-bounds stops unspecified
+    if log_weight is not None:
+        log_weight = times_power_of_two(log_weight, -logit_exponent)
+
+    def blocks(rows, fold_offset):
+        Q = Qs[rows, ...]
         exact, centre = always_exact, None
         if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
@@ -318,17 +319,15 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
             tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
             size = xp.sum(Q * Q, axis=1)
             if q_scale is not None:
-                scale = q_scale[r0:r0 + Q.shape[0]]
+                scale = q_scale[rows]
                 size = size / xp.where(scale > 0, scale * scale, xp.ones_like(scale))
             exact = exact or 2 * eps * float(xp.max(size)) > tol
         q_sq = xp.sum(Q * Q, axis=1)
-        m = xp.full((Q.shape[0],), -math.inf, dtype=Qs.dtype, device=_device(xp, Qs))
-        floor = math.log(float(xp.finfo(Qs.dtype).smallest_normal))
-        S = xp.zeros((Q.shape[0], width), dtype=Qs.dtype, device=_device(xp, Qs))
         for c0 in range(0, n_s, bs):
-            X = Xs[c0:min(c0 + bs, n_s), ...]
+            cols = slice(c0, min(c0 + bs, n_s))
+            X = Xs[cols, ...]
             if product:
-                L = log_weight_blocks(slice(r0, r0 + Q.shape[0]), slice(c0, c0 + X.shape[0]))
+                L = log_weight_blocks(rows, cols)
             elif kernel.is_softmax:
                 L = Q @ xp.permute_dims(X, (1, 0))
             else:
@@ -339,23 +338,18 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
                     inside = u2 <= support
                     L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
                 else:
-                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[r0:r0 + Q.shape[0], None],
-                                  None if s_scale is None else s_scale[None, c0:c0 + X.shape[0]])
+                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[rows, None],
+                                  None if s_scale is None else s_scale[None, cols])
                     L = -0.5 * u2 if gaussian else log_k(u2)
-            if log_weight is not None:  # log c_j inside the shift's maximum (see localkit.engine.passes)
-                L = L + times_power_of_two(log_weight[None, c0:c0 + X.shape[0]], -logit_exponent)
+            if log_weight is not None:  # log c_j inside the shift's maximum (see localkit.engine.passes.streamed)
+                L = L + log_weight[None, cols]
             if exclude_self:
-                rows = order[r0:r0 + Q.shape[0]]
-                cols = xp.arange(c0, c0 + X.shape[0], device=_device(xp, Qs))
-                L = xp.where(rows[:, None] == cols[None, :], -math.inf, L)
-            m, safe, alpha = OnlineLogSumExp.step(m, xp.max(L, axis=1), logit_exponent, xp=xp)
-            D = times_power_of_two(L - safe[:, None], logit_exponent)
-            D = xp.where(D < floor, -math.inf, D)  # below tiny of the row's largest: 0 (stream.UNDERFLOW)
-            S = S * alpha[:, None] + xp.exp(D) @ V_aug[c0:c0 + X.shape[0], ...]
-        S_blocks.append(S)
-        shift_blocks.append(xp.where(m > -math.inf, times_power_of_two(m, logit_exponent), xp.zeros_like(m)))
-    inverse = xp.argsort(order)
-    return xp.take(xp.concat(S_blocks, axis=0), inverse, axis=0), xp.take(xp.concat(shift_blocks, axis=0), inverse)
+                ids = xp.arange(rows.start, rows.stop, device=dev) if order is None else order[rows]
+                L = xp.where(ids[:, None] == xp.arange(c0, cols.stop, device=dev)[None, :], -math.inf, L)
+            yield L, None, V_aug[cols, ...]
+
+    return stream_sums(xp, n_q, bq, blocks, V_aug, order=order, exponent=logit_exponent,
+                       threads=options.threads, device=dev)
 
 
 def _rescale(xp, u2, q_scale, s_scale):

@@ -22,6 +22,9 @@ weighted sums are ``S * exp(shift[:, None])``: ``S[:, -1]`` is the weight sum,
   over the k-means clusters of samples that carry each query's weight, visited until the weight
   the others can hold, bounded by ``sum_c W_c k(max(0, |q - c| - r_c) / h)``, is at most
   ``tolerance`` of the weight kept (returns that bound too).
+
+The dense path and the device's pass form their blocks of log-weights each in its own way and sum
+them by one loop, :func:`~localkit.engine.passes.streamed.stream_sums`.
 """
 from .binned import binned_path
 from .compiled import compiled_path
@@ -30,8 +33,7 @@ from .neighbors import neighbor_path, truncated_path
 
 #: The planner's host paths by name (a device runs :func:`localkit.engine.backends.array_api.streamed_path`).
 #: ``V_aug`` are the values and a column of ones; the paths apply the sample weights: the dense
-#: path adds their logs to the log-weights, so that the shift of its log-sum-exp is taken over
-#: ``log c_j K`` (a zero-weight sample nearest a far query must not set it: every live sample would
-#: underflow against it), the others multiply.
+#: path adds their logs to the log-weights (:mod:`~localkit.engine.passes.streamed` says why), the
+#: others multiply.
 PATHS = {"dense": dense_path, "neighbors": neighbor_path, "compiled": compiled_path, "binned": binned_path,
          "truncated": truncated_path}

@@ -1,7 +1,8 @@
 """The dense path: blocks of queries against blocks of samples (sized to stay in cache,
-:func:`~localkit.engine.block_sizes`), log-weights from one matrix product; distance kernels
-sum the weights directly (``log K <= 0``) and hand rows whose weights underflow to the online
-log-sum-exp (:mod:`localkit.engine.stream`); threads over query blocks.
+:func:`~localkit.engine.block_sizes`), log-weights from one matrix product, summed by the one
+streamed pass (:mod:`localkit.engine.passes.streamed`: distance kernels sum their weights
+directly, ``log K <= 0``, and hand rows whose weights underflow to the online log-sum-exp;
+threads over query blocks).
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
@@ -17,10 +18,11 @@ import math
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from ..blocks import MAX_SAMPLE_BLOCK, block_sizes, map_blocks
+from ..blocks import MAX_SAMPLE_BLOCK, block_sizes
 from ..factors import candidate_factor, knn_scales
-from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent
+from ..stream import times_power_of_two
 from ..twins import mask_twins
+from .streamed import softmax_exponent, stream_sums
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
 #: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
@@ -115,15 +117,6 @@ def product_log_weights(bound, Q, exclude_self, row_offset):
     return L
 
 
-def _logit_exponent(bound, Q):
-    """:func:`~localkit.engine.stream.logit_exponent` of the queries ``Q`` against the samples."""
-    if len(Q) == 0:
-        return 0
-    top_x = bound.memo("abs_max", lambda: float(np.abs(bound.X).max()))  # the samples' largest coordinate
-    return logit_exponent(float(np.abs(Q).max()), top_x, bound.n_features, float(bound.h),
-                          np.finfo(Q.dtype).maxexp)
-
-
 def _spatial_order(Q):
     """A permutation that makes query blocks compact (sorted along the widest coordinate), or
     ``None`` when the queries are close enough to the centre not to need it."""
@@ -132,11 +125,6 @@ def _spatial_order(Q):
     with np.errstate(over="ignore", invalid="ignore"):  # an extent beyond the float range is inf
         widest = int(np.argmax(np.ptp(Q, axis=0)))
     return np.argsort(Q[:, widest], kind="stable")
-
-
-#: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
-#: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
-BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
 
 
 #: Blocks pruned by bounding boxes: a sample block is skipped for a query block when the squared
@@ -250,8 +238,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     """The dense pass (see the module's docstring); where :func:`prune_blocks` says so, over the
     leaves of k-d trees of the queries and of the samples, skipping the sample leaves that no
     query of a leaf reaches."""
-    threads = bound.options.threads
-    n_q, n_s, width = len(Q), bound.n_samples, V_aug.shape[1]
+    n_q, n_s = len(Q), bound.n_samples
     bq, bs = dense_blocks(bound, Q)
     if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
         q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
@@ -266,62 +253,37 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         order = kd_order(Q, bq)
         leaves, lo, hi = bound.sample_leaves(prune_leaf(bound, bs))
     twins = bound.twins if exclude_self else None
-    # a distance kernel has log K <= 0: sum exp(log K) directly (no row maximum, no rescaling),
-    # and give the rows whose weights all underflow to the online log-sum-exp
-    bounded = bound.scaled and not bound.kernel.is_softmax
-    floor = BOUNDED_FLOOR[np.dtype(V_aug.dtype)]
-    S = np.empty((n_q, width), dtype=V_aug.dtype)
-    shift = np.zeros(n_q, dtype=V_aug.dtype)
-
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
-    logit_exponent = _logit_exponent(bound, Q) if bound.kernel.is_softmax else 0
-
-    # log K <= 0 = log k(0): weights below tiny relative to that are flushed (stream.UNDERFLOW; the
-    # rows kept here have sums >= BOUNDED_FLOOR, so they change by < n tiny / floor, 2^-46 at n = 2^20)
-    underflow = UNDERFLOW[np.dtype(V_aug.dtype)]
-
+    exponent = softmax_exponent(np, bound, Q) if bound.kernel.is_softmax else 0
+    log_weight = None if bound.weight is None else times_power_of_two(bound.log_weight, -exponent)  # log c_j / 2^k
     P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
+    rank = np.arange(n_q) if order is None else order  # the query at each position of the pass
 
     def block_of(idx):
         if bound.factors is not None:  # a product: the sum of its factors' log-weights
             return ProductBlock(bound, Q[idx], [None if s is None else s[idx] for s in scales])
         return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx],
-                          logit_exponent, None if P is None else P[idx])
+                          exponent, None if P is None else P[idx])
 
     def column_blocks(idx):
         if pruned:
             return [c for c, keep in zip(leaves, boxes_in_reach(lo, hi, Q[idx])) if keep]
         return [slice(c0, min(c0 + bs, n_s)) for c0 in range(0, n_s, bs)]
 
-    def blocks(block, idx, fold_offset):
+    def blocks(pos, fold_offset):
+        idx = rank[pos]
+        block = block_of(idx)
         for cols in column_blocks(idx):
             L, offset = block.log_weights(bound, cols, fold_offset)
-            if bound.weight is not None:  # log c_j
-                L += bound.log_weight[cols]
+            if log_weight is not None:
+                L += log_weight[cols]
             if exclude_self:
                 mask_twins(L, idx, cols, twins)
             yield L, offset, V_aug[cols]
 
-    def run(rows):
-        idx = np.arange(rows.start, rows.stop) if order is None else order[rows]
-        if bounded:
-            sums = np.zeros((len(idx), width), dtype=V_aug.dtype)
-            for L, _, V in blocks(block_of(idx), idx, True):
-                sums += np.exp(flush_underflow(L, underflow), out=L) @ V
-            S[idx] = sums
-            idx = idx[~(sums[:, -1] >= floor)]
-            if len(idx) == 0:
-                return
-        acc = OnlineLogSumExp(len(idx), width - 1, V_aug.dtype, exponent=logit_exponent)
-        offset = 0.0
-        for L, offset, V in blocks(block_of(idx), idx, False):
-            acc.update(L, V)
-        S[idx] = acc.S
-        with np.errstate(over="ignore"):
-            shift[idx] = np.ldexp(acc.m, logit_exponent) + offset  # beyond the float range: +-inf
-
-    map_blocks(run, n_q, bq, threads)
-    return S, shift
+    # a distance kernel has log K <= 0: its weights are summed directly (passes.streamed)
+    return stream_sums(np, n_q, bq, blocks, V_aug, order=order, exponent=exponent,
+                       bounded=bound.scaled and not bound.kernel.is_softmax, threads=bound.options.threads)
 
 
 def one_block_conditions(bound, n_queries):

@@ -1,0 +1,108 @@
+"""The one streamed pass: blocks of queries against blocks of samples, summed by the online
+log-sum-exp (:class:`~localkit.engine.stream.OnlineLogSumExp`), for every array library.
+
+A path says how to form a block of log-weights, the pass does the rest. The host's dense path
+(:mod:`localkit.engine.passes.dense`) and the pass on a device
+(:func:`localkit.engine.backends.array_api.streamed_path`) both run :func:`stream_sums`; what
+differs between them is how they form their blocks, not how the blocks are summed.
+
+``blocks(pos, fold_offset)`` yields ``(L, offset, V)`` for the queries at positions ``pos`` (a
+slice, or an index array on the host) of the pass's order: ``log K = L + offset`` against one
+block of samples (``offset`` per query, or None for 0; ``fold_offset``: ``offset`` already in
+``L``), ``V`` those samples' rows of the values with a column of ones. ``L`` is the path's own
+temporary: the pass overwrites it. The log-weights include the sample weights' ``log c_j``, so
+that the running maximum is taken over ``log c_j K`` (a zero-weight sample nearest a far query
+must not set it: every live sample would underflow against it).
+
+Options of the pass (each a flag, not a second loop):
+
+* ``exponent`` ``k``: softmax logits beyond the float range arrive divided by ``2^k``
+  (:func:`~localkit.engine.stream.logit_exponent`) and are multiplied back before ``exp``;
+* ``bounded`` (NumPy): a distance kernel has ``log K <= 0``, so its weights are summed directly,
+  ``exp(log K) @ V`` per block (no row maximum, no rescaling); the rows whose weight sum falls
+  below ``BOUNDED_FLOOR`` (where the weights that carry them may be subnormal) are summed again by
+  the log-sum-exp;
+* ``threads``: threads over query blocks (NumPy and BLAS release the GIL).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..blocks import map_blocks
+from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent
+
+#: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
+#: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
+BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
+
+
+def softmax_exponent(xp, bound, Q):
+    """The ``exponent`` of the softmax kernel's pass over the queries ``Q`` (raw coordinates, arrays
+    of ``xp``) against ``bound``'s samples: :func:`~localkit.engine.stream.logit_exponent` at the
+    largest entries of both (the samples' kept with the binding), the temperature ``h`` and the
+    float range of ``Q``'s dtype (``maxexp``, from the array API's ``finfo``)."""
+    if Q.shape[0] == 0:
+        return 0
+    top_x = bound.memo("abs_max", lambda: float(xp.max(xp.abs(bound.samples))))
+    maxexp = math.ceil(math.log2(float(xp.finfo(Q.dtype).max)))  # 128 (float32, bfloat16), 1024 (float64)
+    return logit_exponent(float(xp.max(xp.abs(Q))), top_x, bound.n_features, float(bound.h), maxexp)
+
+
+def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponent=0, bounded=False, threads=1,
+                device=None):
+    """``(S, shift)`` as every path returns them (:mod:`localkit.engine.passes`): the weighted sums
+    ``S * exp(shift[:, None])`` of the ``n_queries`` queries, in their given order, from the
+    ``blocks`` of ``block_rows`` queries at a time (see the module's docstring). ``order``: the
+    permutation of the queries that the blocks follow (compact blocks), or None; arrays of the
+    namespace ``xp`` (``device``: where to create them)."""
+    width = V_aug.shape[1]
+    dtype = V_aug.dtype
+    host = isinstance(V_aug, np.ndarray)
+    if host:  # written block by block, by the threads, at the queries' own rows
+        S = np.empty((n_queries, width), dtype=dtype)
+        shift = np.empty(n_queries, dtype=dtype)
+    else:
+        parts = {}
+
+    def store(rows, S_block, shift_block):
+        if host:
+            at = rows if order is None else order[rows]
+            S[at], shift[at] = S_block, shift_block
+        else:
+            parts[rows.start] = S_block, shift_block
+
+    def run(rows):
+        need = None
+        if bounded:  # log K <= 0: the direct sum, the rows it cannot carry handed on
+            sums = np.zeros((rows.stop - rows.start, width), dtype=dtype)
+            for L, _, V in blocks(rows, True):
+                sums += np.exp(flush_underflow(L, UNDERFLOW[np.dtype(dtype)]), out=L) @ V
+            need = ~(sums[:, -1] >= BOUNDED_FLOOR[np.dtype(dtype)])
+            if not need.any():
+                store(rows, sums, np.zeros(len(sums), dtype=dtype))
+                return
+        pos = rows if need is None else np.arange(rows.start, rows.stop)[need]
+        n = (rows.stop - rows.start) if need is None else len(pos)
+        acc = OnlineLogSumExp(n, width - 1, dtype, exponent, xp=xp, device=device)
+        offset = None
+        for L, offset, V in blocks(pos, False):
+            acc.update(L, V)
+        if need is None:
+            store(rows, acc.S, acc.log_shift(offset))
+            return
+        shift_block = np.zeros(len(sums), dtype=dtype)
+        sums[need], shift_block[need] = acc.S, acc.log_shift(offset)
+        store(rows, sums, shift_block)
+
+    map_blocks(run, n_queries, block_rows, threads if host else 1, blas=host)
+    if host:
+        return S, shift
+    starts = sorted(parts)
+    S = xp.concat([parts[a][0] for a in starts], axis=0) if starts else xp.zeros((0, width), dtype=dtype, device=device)
+    shift = xp.concat([parts[a][1] for a in starts], axis=0) if starts else xp.zeros((0,), dtype=dtype, device=device)
+    if order is None:
+        return S, shift
+    inverse = xp.argsort(order)
+    return xp.take(S, inverse, axis=0), xp.take(shift, inverse)
