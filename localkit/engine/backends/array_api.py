@@ -348,8 +348,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
                 L = xp.where(ids[:, None] == xp.arange(c0, cols.stop, device=dev)[None, :], -math.inf, L)
             yield L, None, V_aug[cols, ...]
 
-    return stream_sums(xp, n_q, bq, blocks, V_aug, order=order, exponent=logit_exponent,
-                       threads=options.threads, device=dev)
+    return stream_sums(xp, n_q, bq, blocks, V_aug, order=order, exponent=logit_exponent, threads=options.threads)
 
 
 def _rescale(xp, u2, q_scale, s_scale):

@@ -50,21 +50,23 @@ def softmax_exponent(xp, bound, Q):
     return logit_exponent(float(xp.max(xp.abs(Q))), top_x, bound.n_features, float(bound.h), maxexp)
 
 
-def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponent=0, bounded=False, threads=1,
-                device=None):
+def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponent=0, bounded=False, threads=1):
     """``(S, shift)`` as every path returns them (:mod:`localkit.engine.passes`): the weighted sums
     ``S * exp(shift[:, None])`` of the ``n_queries`` queries, in their given order, from the
     ``blocks`` of ``block_rows`` queries at a time (see the module's docstring). ``order``: the
     permutation of the queries that the blocks follow (compact blocks), or None; arrays of the
-    namespace ``xp`` (``device``: where to create them)."""
+    namespace ``xp``, on the device of ``V_aug``."""
     width = V_aug.shape[1]
     dtype = V_aug.dtype
     host = isinstance(V_aug, np.ndarray)
     if host:  # written block by block, by the threads, at the queries' own rows
+        device = None
         S = np.empty((n_queries, width), dtype=dtype)
         shift = np.empty(n_queries, dtype=dtype)
-    else:
-        parts = {}
+    else:  # gathered, then put in the queries' order
+        from sklearn.utils._array_api import device as device_of
+
+        device, parts = device_of(V_aug), {}
 
     def store(rows, S_block, shift_block):
         if host:
@@ -100,8 +102,10 @@ def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponen
     if host:
         return S, shift
     starts = sorted(parts)
-    S = xp.concat([parts[a][0] for a in starts], axis=0) if starts else xp.zeros((0, width), dtype=dtype, device=device)
-    shift = xp.concat([parts[a][1] for a in starts], axis=0) if starts else xp.zeros((0,), dtype=dtype, device=device)
+    if not starts:
+        return xp.zeros((0, width), dtype=dtype, device=device), xp.zeros((0,), dtype=dtype, device=device)
+    S = xp.concat([parts[a][0] for a in starts], axis=0)
+    shift = xp.concat([parts[a][1] for a in starts], axis=0)
     if order is None:
         return S, shift
     inverse = xp.argsort(order)
