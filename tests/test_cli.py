@@ -4,12 +4,13 @@ import importlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import localkit
 from localkit.cli import build_parser, main, write_section
 from localkit.tour import format_table, run_tour
-from localkit.tour._core import Row
+from localkit.tour._core import WARM_UP_SECONDS, Row, TourContext
 
 
 def test_import_localkit_does_not_import_torch():
@@ -27,6 +28,22 @@ def test_tour_foundation_section_runs_within_tolerance(tmp_path):
     assert not failures
     assert len(rows) >= 5 and all(r.ok for r in rows)
     assert (tmp_path / "kernel_profiles.png").stat().st_size > 10_000
+
+
+def test_tour_times_a_quick_row_after_one_untimed_run(monkeypatch):
+    """A first call pays what a process pays once (numba's cache, imports): a quick row is run once
+    untimed, then timed; a slow one (WARM_UP_SECONDS or more) is timed on its first run alone."""
+    import localkit.tour._core as core
+
+    seconds = iter([1.0, 0.25,  # quick: 1.0 untimed, then the run timed
+                    3.0,  # slow, one run asked for: that run
+                    5.0, 4.0, 6.0])  # slow, two runs asked for: 5.0 untimed, then the median of two
+    monkeypatch.setattr(core, "median_time", lambda f, repeat: (f(), float(np.median(
+        [next(seconds) for _ in range(repeat)]))))
+    assert TourContext.timed(lambda: "quick") == ("quick", 0.25)
+    assert TourContext.timed(lambda: "slow") == ("slow", 3.0)
+    assert TourContext.timed(lambda: "slow, repeated", repeat=2) == ("slow, repeated", 5.0)
+    assert next(seconds, None) is None and WARM_UP_SECONDS == 2.0
 
 
 def test_unknown_tour_section_is_an_error(tmp_path):
