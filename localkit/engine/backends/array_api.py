@@ -15,8 +15,9 @@ The streamed pass is the engine's streaming local mean: blocks of queries agains
 samples, the log-weights of each block from one matrix product (queries recentred per block, so
 that float32 keeps its digits far from the origin), summed across sample blocks by the online
 log-sum-exp (as flash attention does) of the loop that the host's dense path runs too
-(:func:`~localkit.engine.passes.streamed.stream_sums`). Memory is one block, never ``n_queries x n_samples``. The kernel's
-profile is the very statement of :mod:`localkit.kernels.profiles`, bound to the namespace.
+(:func:`~localkit.engine.passes.streamed.stream_sums`). Memory is one block, never
+``n_queries x n_samples``. The kernel's profile is the very statement of
+:mod:`localkit.kernels.profiles`, bound to the namespace.
 kNN bandwidths sort whole rows of distances (the array API has no partial sort), a block of
 queries at a time.
 """

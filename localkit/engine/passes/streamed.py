@@ -21,7 +21,9 @@ Options of the pass (each a flag, not a second loop):
 * ``bounded`` (NumPy): a distance kernel has ``log K <= 0``, so its weights are summed directly,
   ``exp(log K) @ V`` per block (no row maximum, no rescaling); the rows whose weight sum falls
   below ``BOUNDED_FLOOR`` (where the weights that carry them may be subnormal) are summed again by
-  the log-sum-exp;
+  the log-sum-exp. Weights below ``tiny`` (relative to ``k(0) = 1``) are flushed to 0 first
+  (:data:`~localkit.engine.stream.UNDERFLOW`): a row kept has a sum of at least ``BOUNDED_FLOOR``,
+  so that they change it by less than ``n tiny / BOUNDED_FLOOR`` (2^-46 in float32 at n = 2^20);
 * ``threads``: threads over query blocks (NumPy and BLAS release the GIL).
 """
 from __future__ import annotations
