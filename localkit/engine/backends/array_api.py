@@ -278,7 +278,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
     ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
     (:func:`streamed_log_weights`), in place of ``kernel``'s.
     """
-    from ..passes.streamed import stream_sums
+    from ..passes.streamed import sample_log_weights, stream_sums
 
     support, q_scale, s_scale, log_weight, logit_exponent, log_weight_blocks = weighting
     n_q, n_s = Qs.shape[0], Xs.shape[0]
@@ -306,8 +306,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
         order = xp.argsort(Qs[:, widest])
         Qs = xp.take(Qs, order, axis=0)
         q_scale = None if q_scale is None else xp.take(q_scale, order)
-    if log_weight is not None:
-        log_weight = times_power_of_two(log_weight, -logit_exponent)
+    log_weight = sample_log_weights(log_weight, logit_exponent)
 
     def blocks(rows, fold_offset):
         Q = Qs[rows, ...]

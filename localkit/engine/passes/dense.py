@@ -20,9 +20,8 @@ from scipy.spatial.distance import cdist
 
 from ..blocks import MAX_SAMPLE_BLOCK, block_sizes
 from ..factors import candidate_factor, knn_scales
-from ..stream import times_power_of_two
 from ..twins import mask_twins
-from .streamed import softmax_exponent, stream_sums
+from .streamed import sample_log_weights, softmax_exponent, stream_sums
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
 #: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
@@ -255,7 +254,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     twins = bound.twins if exclude_self else None
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     exponent = softmax_exponent(np, bound, Q) if bound.kernel.is_softmax else 0
-    log_weight = None if bound.weight is None else times_power_of_two(bound.log_weight, -exponent)  # log c_j / 2^k
+    log_weight = sample_log_weights(None if bound.weight is None else bound.log_weight, exponent)
     P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
     rank = np.arange(n_q) if order is None else order  # the query at each position of the pass
 

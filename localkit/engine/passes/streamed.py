@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ..blocks import map_blocks
-from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent
+from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent, times_power_of_two
 
 #: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
 #: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
@@ -52,6 +52,12 @@ def softmax_exponent(xp, bound, Q):
     return logit_exponent(float(xp.max(xp.abs(Q))), top_x, bound.n_features, float(bound.h), maxexp)
 
 
+def sample_log_weights(log_weight, exponent):
+    """The samples' ``log c_j`` as a path adds them to a block of log-weights: divided by ``2^exponent``
+    with the logits (the pass multiplies both back before ``exp``); None for unweighted samples."""
+    return None if log_weight is None else times_power_of_two(log_weight, -exponent)
+
+
 def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponent=0, bounded=False, threads=1):
     """``(S, shift)`` as every path returns them (:mod:`localkit.engine.passes`): the weighted sums
     ``S * exp(shift[:, None])`` of the ``n_queries`` queries, in their given order, from the
@@ -66,7 +72,7 @@ def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponen
         S = np.empty((n_queries, width), dtype=dtype)
         shift = np.empty(n_queries, dtype=dtype)
     else:  # gathered, then put in the queries' order
-        from sklearn.utils._array_api import device as device_of
+        from ..backends.array_api import device_of
 
         device, parts = device_of(V_aug), {}
 
