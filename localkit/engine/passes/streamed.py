@@ -71,8 +71,8 @@ def stream_sums(xp, n_queries, block_rows, blocks, V_aug, *, order=None, exponen
         device = None
         S = np.empty((n_queries, width), dtype=dtype)
         shift = np.empty(n_queries, dtype=dtype)
-    else:  # gathered, then put in the queries' order
-        from ..backends.array_api import device_of
+    else:  # gathered, then put in the queries' order (scikit-learn's device(): the backends import this module)
+        from sklearn.utils._array_api import device as device_of
 
         device, parts = device_of(V_aug), {}
 
