@@ -17,11 +17,10 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ._constraints import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
-from .engine.options import ALGORITHMS, EMPTY_POLICIES
-from .engine.options import POLYNOMIAL_ALGORITHMS
+from .engine.options import CONSTRAINTS as ENGINE_CONSTRAINTS, POLYNOMIAL_ALGORITHMS
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.bandwidth_matrix import MATRIX_RULES
 from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
@@ -42,7 +41,7 @@ BANDWIDTH_CV_CONSTRAINT = [Number(Real, 0, np.inf, closed="neither"),
 #: None, or a count of neighbours (the upper bound n_samples is checked in fit)
 N_NEIGHBORS_CONSTRAINT = [Number(Integral, 1, None, closed="left"), None]
 #: scikit-learn's convention: None (1 unless a joblib context says otherwise), -1 all cores, never 0
-N_JOBS_CONSTRAINT = [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None]
+N_JOBS_CONSTRAINT = ENGINE_CONSTRAINTS["n_jobs"]
 #: the norms of x* - x (models that need coordinates: local polynomials, local PCA)
 METRIC_CONSTRAINT = [StrOptions(set(NORM_METRICS))]
 #: any distance the engine takes (local means): also cosine, precomputed and callables
@@ -54,13 +53,13 @@ LOCAL_MEAN_METRIC_CONSTRAINT = [StrOptions(set(METRICS) | set(LINEAR_METRICS)), 
 WEIGHTS_CONSTRAINT = [StrOptions({"uniform", "distance"}), callable]
 #: what sample weights mean: counts of repeated samples (scikit-learn's) or prior weights (R's)
 SAMPLE_WEIGHT_TYPE_CONSTRAINT = [StrOptions({"frequency", "prior"})]
-EMPTY_CONSTRAINT = [StrOptions(set(EMPTY_POLICIES))]
-ALGORITHM_CONSTRAINT = [StrOptions(set(ALGORITHMS))]
+#: the public policies (not the engine's internal "defer")
+EMPTY_CONSTRAINT = ENGINE_CONSTRAINTS["empty"][:1]
+ALGORITHM_CONSTRAINT = ENGINE_CONSTRAINTS["algorithm"]
 #: local polynomials' paths (no streamed form)
 POLYNOMIAL_ALGORITHM_CONSTRAINT = [StrOptions(set(POLYNOMIAL_ALGORITHMS))]
 #: the binned pass's grid and the error it may make (``algorithm="binned"``, or "auto" under a tolerance)
-GRID_PARAMS = {"grid_size": [Interval(Integral, 2, None, closed="left"), tuple, None],
-               "tolerance": [Interval(Real, 0, 1, closed="neither"), None]}
+GRID_PARAMS = {name: ENGINE_CONSTRAINTS[name] for name in ("grid_size", "tolerance")}
 
 
 #: the kernel parameters shared by every estimator built on :class:`localkit.models._base.LocalKernelMixin`

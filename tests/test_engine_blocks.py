@@ -1,28 +1,28 @@
 """Block sizes: cache-sized blocks in bytes, capped by the memory budget."""
 import pytest
 
-from localkit.engine import block_sizes
+from localkit.engine import EngineOptions, block_sizes
 from localkit.engine.blocks import CACHE_BYTES, CACHE_FEATURES
 
 
 @pytest.mark.parametrize("itemsize", [4, 8])
 def test_default_blocks_fill_the_cache_target_in_bytes(itemsize):
-    bq, bs = block_sizes(20_000, 20_000, itemsize, n_features=8)
+    bq, bs = block_sizes(20_000, 20_000, itemsize, EngineOptions(), n_features=8)
     assert CACHE_BYTES / 2 < bq * bs * itemsize <= CACHE_BYTES
     # float32 blocks hold twice the cells of float64 ones in the same bytes
-    bq64, bs64 = block_sizes(20_000, 20_000, 8, n_features=8)
+    bq64, bs64 = block_sizes(20_000, 20_000, 8, EngineOptions(), n_features=8)
     assert bq * bs * itemsize == bq64 * bs64 * 8
 
 
 def test_many_features_grow_the_blocks_in_proportion():
-    small = block_sizes(20_000, 20_000, 8, n_features=CACHE_FEATURES)
-    large = block_sizes(20_000, 20_000, 8, n_features=4 * CACHE_FEATURES)
+    small = block_sizes(20_000, 20_000, 8, EngineOptions(), n_features=CACHE_FEATURES)
+    large = block_sizes(20_000, 20_000, 8, EngineOptions(), n_features=4 * CACHE_FEATURES)
     assert large[0] * large[1] == 4 * small[0] * small[1]
 
 
 @pytest.mark.parametrize("budget, workers", [(2**16, 1), (2**20, 2), (2**22, 4)])
 def test_the_memory_budget_caps_the_blocks_of_all_workers(budget, workers):
-    bq, bs = block_sizes(20_000, 20_000, 8, memory_budget=budget, n_workers=workers, n_features=512)
+    bq, bs = block_sizes(20_000, 20_000, 8, EngineOptions(memory_budget=budget, n_jobs=workers), n_features=512)
     assert workers * bq * bs * 2 * 8 <= budget  # each worker's block and one temporary
 
 
@@ -34,15 +34,15 @@ def test_few_queries_take_longer_sample_blocks_within_the_cache_target(n_queries
     from localkit.engine.blocks import MAX_SAMPLE_BLOCK
 
     d = 3
-    bq, bs = block_sizes(n_queries, 10**7, 8, n_features=d)
+    bq, bs = block_sizes(n_queries, 10**7, 8, EngineOptions(), n_features=d)
     assert bq == n_queries and bs % MAX_SAMPLE_BLOCK == 0
     assert (bs > MAX_SAMPLE_BLOCK) == (n_queries < 100)
     if bs > MAX_SAMPLE_BLOCK:
         assert CACHE_BYTES / 2 < (bq + d + 2) * bs * 8 <= CACHE_BYTES
-    bq, bs = block_sizes(n_queries, 10**7, 8, memory_budget=2**16, n_features=d)
+    bq, bs = block_sizes(n_queries, 10**7, 8, EngineOptions(memory_budget=2**16), n_features=d)
     assert bs == MAX_SAMPLE_BLOCK * max(1, 2**16 // 16 // (MAX_SAMPLE_BLOCK * (n_queries + d + 2)))
     assert bq * bs * 2 * 8 <= 2**16
-    assert block_sizes(2, 3_000, 8) == (2, 3_000)  # never past the samples
+    assert block_sizes(2, 3_000, 8, EngineOptions()) == (2, 3_000)  # never past the samples
 
 
 def test_wide_samples_widen_the_blocks_less():
@@ -50,13 +50,13 @@ def test_wide_samples_widen_the_blocks_less():
     from localkit.engine.blocks import MAX_SAMPLE_BLOCK
 
     d = 784
-    bq, bs = block_sizes(2, 10**6, 4, n_features=d)
+    bq, bs = block_sizes(2, 10**6, 4, EngineOptions(), n_features=d)
     assert MAX_SAMPLE_BLOCK < bs and (2 + d + 2) * bs * 4 <= CACHE_BYTES * d / CACHE_FEATURES
 
 
 def test_blocks_never_exceed_the_data():
-    assert block_sizes(3, 7, 8) == (3, 7)
-    assert block_sizes(100, 50, 4, block_size=(64, 200)) == (64, 50)
+    assert block_sizes(3, 7, 8, EngineOptions()) == (3, 7)
+    assert block_sizes(100, 50, 4, EngineOptions(block_size=(64, 200))) == (64, 50)
 
 
 @pytest.mark.parametrize("outer", [1, 2])

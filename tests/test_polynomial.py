@@ -283,6 +283,27 @@ def test_bad_options_are_named_not_fitted(kwargs):
             local_covariance(X[:3], X, **kwargs)
 
 
+@pytest.mark.parametrize("fit", ["local_polynomial", "local_covariance", "kernel_density", "local_sums"])
+def test_an_option_the_call_does_not_take_is_a_type_error_naming_those_it_does(fit):
+    """Engine keywords travel as ``**options`` into one EngineOptions: a misspelt or foreign one
+    (``empty`` means nothing to a local fit or a density) is refused by name, as Python refuses an
+    unknown argument, never silently ignored."""
+    from localkit import kernel_density, local_sums
+
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    call = {"local_polynomial": local_polynomial, "local_covariance": local_covariance,
+            "kernel_density": kernel_density, "local_sums": local_sums}[fit]
+    args = (X[:3], X, X[:, 0]) if fit == "local_polynomial" else (X[:3], X)
+    with pytest.raises(TypeError, match=rf"{fit}\(\) got unexpected keyword argument\(s\) 'n_job'; "
+                                        r"its engine options are .*n_jobs"):
+        call(*args, n_job=2)
+    if fit != "local_sums":
+        with pytest.raises(TypeError, match="unexpected keyword argument\\(s\\) 'empty'"):
+            call(*args, empty="nan")
+    with pytest.raises(ValueError, match=f"The 'memory_budget' parameter of {fit} must be a float"):
+        call(*args, memory_budget=-1.0)
+
+
 # -- issue 25: sample weights as scikit-learn means them (repeated rows) or as R's prior weights
 def test_default_span_passes_scikit_learns_weight_equivalence_check():
     """scikit-learn's own check (integer weights, zeros included, against the repeated rows):

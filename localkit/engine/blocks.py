@@ -45,28 +45,22 @@ def resolve_n_jobs(n_jobs):
     return max(1, int(joblib.effective_n_jobs(None if n_jobs is None else int(n_jobs))))
 
 
-def block_sizes(n_queries, n_samples, itemsize, *, block_size=None, memory_budget=None, n_workers=1,
-                row_bytes=0, n_features=0):
+def block_sizes(n_queries, n_samples, itemsize, options, *, row_bytes=0, n_features=0):
     """``(block_q, block_s)``: sample blocks of ``MAX_SAMPLE_BLOCK``, and as many queries as the cache
     target and the budget allow; where the queries are fewer, longer sample blocks in their place
     (the block and the samples' coordinates within the cache target).
 
-    ``block_size`` (an int or a pair) overrides the budget; ``row_bytes`` is extra memory per
-    query row and sample column (e.g. gathered values); ``n_features`` the inner dimension of the
-    matrix product that forms a block (see ``CACHE_FEATURES``).
+    ``options`` (:class:`~localkit.engine.EngineOptions`): its ``block_size`` (an int or a pair)
+    overrides the budget, else its ``memory_budget`` is shared by its ``n_jobs`` threads;
+    ``row_bytes`` is extra memory per query row and sample column (e.g. gathered values);
+    ``n_features`` the inner dimension of the matrix product that forms a block (see ``CACHE_FEATURES``).
     """
-    if block_size is not None:
-        bq, bs = (block_size, block_size) if np.isscalar(block_size) else block_size
-        for name, b in (("block_size", bq), ("block_size", bs)):
-            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
-                raise ValueError(f"{name} must be a positive integer or a pair of them, got {block_size!r}")
+    if options.block_size is not None:
+        bq, bs = (options.block_size,) * 2 if np.isscalar(options.block_size) else options.block_size
         return int(min(bq, n_queries)), int(min(bs, n_samples))
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    if not np.isfinite(budget) or budget <= 0:
-        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     cell = 2 * itemsize + row_bytes  # the block and one temporary of the same size
     cache = CACHE_BYTES * max(1.0, n_features / CACHE_FEATURES)
-    cells = min(cache / itemsize, budget / max(n_workers, 1) / cell)
+    cells = min(cache / itemsize, options.budget / options.threads / cell)
     # few queries leave a block of MAX_SAMPLE_BLOCK samples far below the cache target: its sample
     # blocks then grow (in whole multiples) to fill it, so that a call's Python cost per block is
     # paid ~n_samples / cells times, not n_samples / 512 times (2 queries against 2,000,000 x 3

@@ -853,7 +853,6 @@ class WeightOperator:
     """
 
     def __init__(self, bound, exclude_self):
-        from .blocks import DEFAULT_MEMORY_BUDGET
         from .options import DEFERRED
         from .results import check_empty
 
@@ -862,8 +861,7 @@ class WeightOperator:
         self.bound, self.exclude_self = bound, exclude_self
         self.matrix = None
         if (isinstance(bound, BoundKernel) and bound.on_host and not bound.sparse
-                and 2 * bound.n_samples ** 2 * np.dtype(bound.dtype).itemsize
-                <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET)):
+                and 2 * bound.n_samples ** 2 * np.dtype(bound.dtype).itemsize <= bound.options.budget):
             W, log_sum = normalise(bound.log_weights(None, exclude_self=exclude_self), overwrite=True)
             empty = ~(log_sum > -np.inf)
             if empty.any():

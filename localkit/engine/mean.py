@@ -64,10 +64,9 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     return_weight_sum : bool, default=False
         Also return ``sum_j c_j K(x*, x_j)``.
     **options
-        Engine options (see :func:`local_sums`): ``empty`` ("nearest", "nan", "raise"),
-        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"),
-        ``grid_size``, ``tolerance``, ``block_size``, ``memory_budget`` (bytes), ``n_jobs``, ``query_scale`` /
-        ``sample_scale`` (per-point bandwidth factors). See :func:`local_sums`.
+        The engine options of :func:`local_sums` (the fields of :class:`~localkit.engine.EngineOptions`:
+        ``empty``, ``algorithm``, ``grid_size``, ``tolerance``, ``block_size``, ``memory_budget``,
+        ``n_jobs``, ``exact_edge``) and its ``query_scale``, ``sample_scale`` and ``twins``.
 
     Returns
     -------
@@ -92,40 +91,14 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
 def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike | None = None,
                kernel: str | Kernel = "gaussian", bandwidth: float | str | ArrayLike = 1.0,
                n_neighbors: int | None = None, exclude_self: bool = False, *, metric: str | Callable = "euclidean",
-               p: float = 2, sample_weight: ArrayLike | None = None, empty: str = "nearest", algorithm: str = "auto",
-               block_size: int | tuple[int, int] | None = None, memory_budget: float | None = None,
-               n_jobs: int | None = None, query_scale: ArrayLike | None = None,
-               sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None,
-               grid_size: int | tuple | None = None, tolerance: float | None = None) -> LocalSums:
+               p: float = 2, sample_weight: ArrayLike | None = None, query_scale: ArrayLike | None = None,
+               sample_scale: ArrayLike | None = None, twins: ArrayLike | None = None, **options) -> LocalSums:
     """One engine pass: local means of ``values`` (optional) and log weight sums.
 
     Parameters
     ----------
     queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self, metric, p, sample_weight
         As in :func:`local_mean` (``values`` may be None: weight sums only).
-    empty : {"nearest", "nan", "raise"}, default="nearest"
-        A query whose neighbourhood is empty (outside every compact support): "nearest" gives
-        the value of the nearest sample with a weight sum of 0; "nan" gives NaN and a warning;
-        "raise" raises a ``ValueError``.
-    algorithm : {"auto", "dense", "neighbors", "compiled", "binned", "streamed", "approximate"}, default="auto"
-        The path, as in :class:`~localkit.LocalMeanRegressor`: "auto" (the engine chooses; "binned"
-        only under a ``tolerance`` its bound meets), "dense", "neighbors", "compiled" and "streamed" (exact, equal to round-off),
-        "binned" (linear binning and FFT convolution in 1 to 3 features, an approximation).
-    block_size : int or (int, int), optional
-        Query and sample block sizes; by default chosen from ``memory_budget``.
-    memory_budget : float, optional
-        Bytes that kernel blocks may occupy at once (default 128 MiB).
-    n_jobs : int or None, default=None
-        Threads over query blocks and the binned pass's FFTs (``None``: one unless a joblib
-        context says otherwise; ``-1``: all cores).
-    grid_size : int or tuple of ints, optional
-        Grid points per feature of the binned pass; by default the fewest whose error bound meets
-        ``tolerance`` (:func:`localkit.engine.passes.binned.grid_shape`).
-    tolerance : float, optional
-        The relative error accepted from the binned pass (its bound: ``8 (delta / h)^2``,
-        ``4 delta / h`` for the triangular, laplacian and uniform profiles, where the weight sum
-        exceeds 1e-3 of its largest; :mod:`localkit.engine.passes.binned`). It sizes the default
-        grid (``1e-4`` when None); given, "auto" takes the binned pass where its bound meets it.
     query_scale, sample_scale : arrays of shape (n_queries,) / (n_samples,), optional
         Per-point bandwidth factors: ``u = d(x*, x_j) / (h * query_scale * sample_scale_j)``
         (balloon and sample-point adaptive bandwidths). ``query_scale`` cannot be combined with
@@ -133,6 +106,13 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     twins : array of shape (n_samples,), optional
         Group ids for ``exclude_self``: query ``i`` leaves out every sample of its group
         (default: every sample at its point; NumPy arrays only).
+    **options
+        How the pass runs, the fields of :class:`~localkit.engine.EngineOptions` (each documented
+        there): ``empty`` ("nearest", "nan", "raise": the policy for a query whose neighbourhood is
+        empty), ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed",
+        "approximate"), ``grid_size`` and ``tolerance`` (the binned pass's grid and the relative
+        error accepted), ``block_size``, ``memory_budget`` (bytes), ``n_jobs`` (threads) and
+        ``exact_edge``. Any other keyword is a ``TypeError``.
 
     Returns
     -------
@@ -149,10 +129,6 @@ def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike 
     its queries.
     """
     refuse_sparse(samples, "samples")  # dense arrays here; sparse samples: the estimators (neighbour path)
-    options = EngineOptions(empty=empty, algorithm=algorithm, block_size=block_size,
-                            memory_budget=memory_budget, n_jobs=n_jobs, grid_size=grid_size,
-                            tolerance=tolerance)
-    return bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,
-                sample_scale=sample_scale, options=options, twins=twins).sums(queries, values,
-                                                                              exclude_self=exclude_self,
-                                                                              query_scale=query_scale)
+    bound = bind(make_kernel(kernel, bandwidth, n_neighbors, metric, p), samples, sample_weight=sample_weight,
+                 sample_scale=sample_scale, options=EngineOptions.of("local_sums", options), twins=twins)
+    return bound.sums(queries, values, exclude_self=exclude_self, query_scale=query_scale)

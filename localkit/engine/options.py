@@ -1,13 +1,13 @@
 """Engine options, stated once: what every engine call accepts besides the kernel and the data."""
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from numbers import Integral, Real
 
-import numpy as np
+from sklearn.utils._param_validation import Hidden, InvalidParameterError, StrOptions, validate_parameter_constraints
 
-from .._validation import check_choice
-from .blocks import resolve_n_jobs
+from .._constraints import Number, positive
+from .blocks import DEFAULT_MEMORY_BUDGET, resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
 #: the policy of engine callers that apply the public one themselves (a dask chunk, whose merge
@@ -18,6 +18,20 @@ ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "a
 #: covariances (exact paths only)
 POLYNOMIAL_ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
 EXACT_ALGORITHMS = POLYNOMIAL_ALGORITHMS[:-1]
+
+#: Each option's allowed values, declared once with scikit-learn's constraints: :class:`EngineOptions`
+#: checks them, and the estimators' ``_parameter_constraints`` take theirs from here
+#: (:mod:`localkit._params`). A tuple of block sizes or grid points is checked entry by entry after.
+CONSTRAINTS = {
+    "empty": [StrOptions(set(EMPTY_POLICIES)), Hidden(StrOptions({DEFERRED}))],
+    "algorithm": [StrOptions(set(ALGORITHMS))],
+    "block_size": [Number(Integral, 1, None, closed="left"), tuple, None],
+    "memory_budget": positive() + [None],
+    "n_jobs": [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None],
+    "exact_edge": ["boolean"],
+    "grid_size": [Number(Integral, 2, None, closed="left"), tuple, None],
+    "tolerance": [Number(Real, 0, 1, closed="neither"), None],
+}
 
 
 @dataclass(frozen=True)
@@ -83,29 +97,62 @@ class EngineOptions:
     grid_size: int | tuple | None = None
     tolerance: float | None = None
 
-    def __post_init__(self):
-        if self.empty != DEFERRED:  # internal; the message names the public policies
-            check_choice(self.empty, "empty", EMPTY_POLICIES)
-        check_choice(self.algorithm, "algorithm", ALGORITHMS)
-        if self.block_size is not None:
-            sizes = (self.block_size,) if np.isscalar(self.block_size) else tuple(self.block_size)
-            if len(sizes) not in (1, 2) or not all(
-                    isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in sizes):
-                raise ValueError(f"block_size must be a positive integer or a pair of them, got {self.block_size!r}")
-        if self.memory_budget is not None and (
-                isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, numbers.Real)
-                or not np.isfinite(self.memory_budget) or self.memory_budget <= 0):
-            raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget!r}")
-        if self.grid_size is not None:
-            sizes = (self.grid_size,) if np.isscalar(self.grid_size) else tuple(self.grid_size)
-            if not sizes or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 2
-                                    for g in sizes):
-                raise ValueError(f"grid_size must be an integer >= 2 or one per feature, got {self.grid_size!r}")
-        if self.tolerance is not None and (isinstance(self.tolerance, bool) or not isinstance(self.tolerance, numbers.Real)
-                                           or not 0 < self.tolerance < 1):
-            raise ValueError(f"tolerance must be a number in (0, 1), got {self.tolerance!r}")
-        resolve_n_jobs(self.n_jobs)  # raises on 0, floats, strings
+    #: who asked, named in the message of a value refused, and the paths that caller has (not fields)
+    caller: InitVar[str] = "EngineOptions"
+    algorithms: InitVar[tuple] = ALGORITHMS
+
+    def __post_init__(self, caller, algorithms):
+        _check(self, caller, algorithms)
+
+    @classmethod
+    def of(cls, caller, keywords, allowed=None, algorithms=ALGORITHMS):
+        """The options of a public call's engine keywords (``keywords``, a dict), each checked once here.
+
+        ``allowed``: the fields ``caller`` takes (default: all); any other keyword is a ``TypeError``
+        that names them, as Python names an unknown argument. ``algorithms``: the paths it has. A bad
+        value is scikit-learn's ``InvalidParameterError`` (a ``ValueError`` and a ``TypeError``) that
+        names the option and ``caller``.
+        """
+        allowed = tuple(CONSTRAINTS) if allowed is None else allowed
+        unknown = sorted(set(keywords) - set(allowed))
+        if unknown:
+            raise TypeError(f"{caller}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                            f"its engine options are {', '.join(allowed)} (see localkit.engine.EngineOptions)")
+        return cls(**keywords, caller=caller, algorithms=algorithms)
 
     @property
     def threads(self):
         return resolve_n_jobs(self.n_jobs)
+
+    @property
+    def budget(self):
+        """The bytes kernel blocks may occupy at once: ``memory_budget``, or the engine's default."""
+        return DEFAULT_MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
+
+
+#: the sets of values already checked, by their repr (2 and 2.0, 1 and True hash alike; reprs do not)
+_CHECKED = set()
+
+
+def _check(options, caller, algorithms):
+    """Check ``options`` against :data:`CONSTRAINTS` (``algorithm`` among ``algorithms``) in the name of
+    ``caller``; a set of values seen before is not checked again (estimators build their options on
+    every call: scikit-learn's check costs ~15 us, a lookup ~2 us)."""
+    values = tuple(getattr(options, name) for name in CONSTRAINTS)
+    key = (caller, algorithms, repr(values))
+    if key not in _CHECKED:
+        _check_values(values, caller, algorithms)
+        if len(_CHECKED) < 4096:
+            _CHECKED.add(key)
+
+
+def _check_values(values, caller, algorithms):
+    options = dict(zip(CONSTRAINTS, values))
+    validate_parameter_constraints({**CONSTRAINTS, "algorithm": [StrOptions(set(algorithms))]}, options, caller)
+    for name, least, most in (("block_size", 1, 2), ("grid_size", 2, None)):
+        sizes = options[name]
+        if isinstance(sizes, tuple) and not (0 < len(sizes) <= (most or len(sizes)) and all(
+                Number(Integral, least, None, closed="left").is_satisfied_by(b) for b in sizes)):
+            what = "a pair of them" if most == 2 else "a tuple of them, one per feature"
+            raise InvalidParameterError(f"The {name!r} parameter of {caller} must be an int >= {least} or {what}. "
+                             f"Got {sizes!r} instead.")

@@ -19,11 +19,10 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils._param_validation import validate_params
 
-from .._constraints import positive
 from ..kernels import Kernel, get_profile
 from ..kernels.profiles import PROFILES
-from .blocks import DEFAULT_MEMORY_BUDGET
 from .bound import BoundKernel
+from .options import CONSTRAINTS, EngineOptions
 
 #: The profiles whose log is differentiable everywhere (``Profile.smooth``: no kink at 0, no
 #: support's edge); their slope ``phi' = d log k / d u^2`` is the one stated beside each profile
@@ -67,11 +66,11 @@ def _weight_block(bound, Q, rows, exclude_self):
 
 def _row_block(m, n, memory_budget):
     """Rows per block: four ``b x n`` float64 temporaries within the memory budget."""
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    return int(max(1, min(m, budget // (8 * 4 * n))))
+    return int(max(1, min(m, EngineOptions(memory_budget=memory_budget).budget // (8 * 4 * n))))
 
 
-@validate_params({"memory_budget": positive() + [None], "per_query": ["boolean"]}, prefer_skip_nested_validation=True)
+@validate_params({"memory_budget": CONSTRAINTS["memory_budget"], "per_query": ["boolean"]},
+                 prefer_skip_nested_validation=True)
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
                             memory_budget=None, per_query=False, twins=None):
     """``(error, gradient)`` of the local-mean reconstruction (see the module docstring).

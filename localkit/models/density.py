@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -16,7 +16,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from sklearn.utils.validation import check_is_fitted
 
 from .._params import (GRID_PARAMS, ALGORITHM_CONSTRAINT, BANDWIDTH_CONSTRAINT, BANDWIDTH_CV_CONSTRAINT, KERNEL_CONSTRAINT,
-                       N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT, positive)
+                       N_JOBS_CONSTRAINT, PROFILE_CONSTRAINT)
 from .._validation import check_positive
 from ..engine import (BINNED_TOLERANCE, BinnedDistribution, EngineOptions, backend_of, bind, local_sums, make_kernel,
                       twin_groups)
@@ -26,6 +26,9 @@ from ..kernels.kernel import LINEAR_METRICS, NORM_METRICS, effective_metric, met
 from ..kernels.bandwidth import resolve_bandwidth
 from ..kernels.kernel import SumKernel
 from .kernel_learning import loo_groups
+
+#: the engine options of a density (an empty neighbourhood is a density of 0: no policy to choose)
+_DENSITY_OPTIONS = ("algorithm", "block_size", "memory_budget", "n_jobs", "grid_size", "tolerance", "exact_edge")
 
 
 @validate_params(
@@ -41,18 +44,11 @@ from .kernel_learning import loo_groups
         "n_neighbors": [None],
         "log": ["boolean"],
         "sample_weight": ["array-like", None],
-        "algorithm": ALGORITHM_CONSTRAINT,
-        "block_size": [Interval(Integral, 1, None, closed="left"), tuple, None],
-        "memory_budget": positive() + [None],
-        "n_jobs": N_JOBS_CONSTRAINT,
-        "grid_size": [Interval(Integral, 2, None, closed="left"), tuple, None],
-        "tolerance": [Interval(Real, 0, 1, closed="neither"), None],
     },
     prefer_skip_nested_validation=True,
 )
 def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric="euclidean", p=2,
-                   n_neighbors=None, log=False, sample_weight=None, algorithm="auto", block_size=None,
-                   memory_budget=None, n_jobs=None, grid_size=None, tolerance=None):
+                   n_neighbors=None, log=False, sample_weight=None, **options):
     """The kernel density estimate at each query.
 
     .. math::
@@ -120,11 +116,12 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         Return ``log p`` (exact even where ``p`` underflows).
     sample_weight : array of shape (n_samples,), optional
         Non-negative weights of the samples (integer weights act as repeated samples).
-    algorithm, block_size, memory_budget, n_jobs, grid_size, tolerance
-        Engine options of :func:`localkit.local_sums` (``algorithm``: "auto", "dense",
-        "neighbors", "compiled", "binned", "streamed" or "approximate", as in
-        :class:`localkit.LocalMeanRegressor`; ``grid_size`` and ``tolerance``: the binned pass's
-        grid and the relative error accepted from it, see :func:`localkit.local_sums`).
+    **options
+        Engine options of :func:`localkit.local_sums`, the fields of
+        :class:`~localkit.engine.EngineOptions` but ``empty`` (a density has no empty neighbourhood):
+        ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned", "streamed" or
+        "approximate"), ``grid_size`` and ``tolerance`` (the binned pass's grid and the relative
+        error accepted from it), ``block_size``, ``memory_budget``, ``n_jobs`` and ``exact_edge``.
 
     Returns
     -------
@@ -139,6 +136,7 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
     >>> round(float(kernel_density([[0.0]], [[0.0]], bandwidth=1.0)[0]), 12)  # 1 / sqrt(2 pi)
     0.398942280401
     """
+    options = EngineOptions.of("kernel_density", options, _DENSITY_OPTIONS)
     kern = make_kernel(kernel, bandwidth, None, metric, p)
     for term in (kern.kernels if isinstance(kern, SumKernel) else ()):
         _check_density_kernel(term)
@@ -148,15 +146,13 @@ def kernel_density(queries, samples, kernel="gaussian", bandwidth=1.0, *, metric
         raise ValueError("kernel_density needs a fixed bandwidth and a norm metric (euclidean, manhattan, "
                          f"chebyshev, minkowski), got n_neighbors={kern.n_neighbors!r}, metric={kern.metric!r}")
     backend = backend_of(queries, samples, sample_weight)  # NumPy, a device or a dask cluster
-    # the engine scans the samples for NaN and infinity when it binds them (local_sums below); only a
+    # the engine scans the samples for NaN and infinity when it binds them (bind below); only a
     # bandwidth rule or a composite kernel's levels read them before, and are scanned here first
     # (a million samples: one scan of ~0.3 ms, not two)
     samples = backend.points(samples, "samples", finite=kern.composite or isinstance(kern.bandwidth, str))
     queries = backend.points(queries, "queries", like=samples)
     kern = density_kernel(kern, samples, sample_weight, backend)
-    out = local_sums(queries, samples, None, kern, empty="nearest", algorithm=algorithm, block_size=block_size,
-                     memory_budget=memory_budget, n_jobs=n_jobs, sample_weight=sample_weight,  # checks sample_weight
-                     grid_size=grid_size, tolerance=tolerance)
+    out = bind(kern, samples, sample_weight=sample_weight, options=options).sums(queries)  # checks sample_weight
     total = samples.shape[0] if sample_weight is None else backend.total(sample_weight)
     log_p = out.log_weight_sum - density_log_normalizer(kern, samples.shape[1], total)
     return log_p if log else backend.xp.exp(log_p)

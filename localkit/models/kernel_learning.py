@@ -44,7 +44,7 @@ import warnings
 import numpy as np
 from scipy import optimize
 
-from ..engine import DEFAULT_MEMORY_BUDGET, BoundKernel, bind, twin_groups
+from ..engine import BoundKernel, EngineOptions, bind, twin_groups
 from ..exceptions import BandwidthWarning, warn
 from ..kernels import Kernel
 from ..kernels.categorical import level_tables
@@ -173,7 +173,7 @@ class LooGradient:
             self.fixed = BoundKernel(K, X, twins=groups)
         n_params = slots.size
         p = 1 if self.values is None else self.values.shape[1]
-        budget = DEFAULT_MEMORY_BUDGET if options is None or options.memory_budget is None else options.memory_budget
+        budget = (options or EngineOptions()).budget
         per_row = 8 * n * (2 * n_params + 6 + p)  # the blocks of one query row, their temporaries
         self.block = int(max(1, min(n, budget // per_row)))
         if kind == "density":

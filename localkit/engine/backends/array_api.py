@@ -285,8 +285,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
     dev = _device(xp, Qs)
     on_cpu = "cpu" in str(dev)
     if options.block_size is not None or on_cpu:
-        bq, bs = block_sizes(n_q, n_s, 4 if Qs.dtype == xp.float32 else 8, block_size=options.block_size,
-                             memory_budget=options.memory_budget, n_features=Qs.shape[1])
+        bq, bs = block_sizes(n_q, n_s, 4 if Qs.dtype == xp.float32 else 8, options, n_features=Qs.shape[1])
     else:
         bs = min(n_s, 8192)
         bq = max(1, min(n_q, ACCELERATOR_BLOCK_CELLS // bs))

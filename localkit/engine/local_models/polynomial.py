@@ -35,22 +35,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
-from numbers import Integral, Real
+from numbers import Integral
 from typing import NamedTuple
 
 import numpy as np
 from scipy.special import comb
-from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from sklearn.utils._param_validation import validate_params
 
 from ..._jit import njit
-from ..._constraints import non_negative, positive
+from ..._constraints import non_negative
 from ..._validation import check_array, check_points
 from ...kernels import Kernel
 from ..passes import neighbors as nb
-from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks, resolve_n_jobs
+from ..blocks import DEFAULT_MEMORY_BUDGET, map_blocks
 from ..bound import BoundKernel
 from ..bound import make_kernel
-from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS
+from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS, EngineOptions
 from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments, unresolved
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
@@ -77,22 +77,18 @@ def n_monomials(n_features, degree):
     return int(comb(n_features + degree, degree, exact=True))
 
 
-def check_design_fits(n_features, degree, itemsize=8, memory_budget=None):
+def check_design_fits(n_features, degree, itemsize=8, budget=DEFAULT_MEMORY_BUDGET):
     """``P``, after checking that one query's normal equations (Gram, a copy and the solver's
-    workspace: ``3 P^2`` numbers) fit ``memory_budget`` bytes (default: the engine's budget)."""
+    workspace: ``3 P^2`` numbers) fit ``budget`` bytes (default: the engine's budget)."""
     P = n_monomials(n_features, degree)
-    _check_budget(P, itemsize, memory_budget,
+    _check_budget(P, itemsize, budget,
                   f"degree={degree} with n_features={n_features} has {P:,} monomials: one query's normal equations need",
                   "lower the degree or the number of features")
     return P
 
 
-def _check_budget(P, itemsize, memory_budget, what, remedy):
-    """Raise when ``3 P^2`` numbers (a ``P x P`` system, a copy and a workspace) exceed the budget."""
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer, np.floating)) or not (
-            np.isfinite(budget) and budget > 0):
-        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+def _check_budget(P, itemsize, budget, what, remedy):
+    """Raise when ``3 P^2`` numbers (a ``P x P`` system, a copy and a workspace) exceed ``budget`` bytes."""
     need = 3.0 * P * P * itemsize
     if need > budget:
         raise ValueError(f"{what} {need / 2**20:,.0f} MiB, more than the memory budget of "
@@ -116,21 +112,17 @@ def monomial_exponents(n_features, degree):
     return np.concatenate(blocks)
 
 
-#: the options both local fits declare (kernel, data, memory_budget and n_jobs have their own checks)
-_FIT_OPTIONS = {"exclude_self": ["boolean"], "algorithm": [StrOptions(set(EXACT_ALGORITHMS))],
-                "block_size": positive(Integral) + [None]}
+#: the engine options of a local covariance (a local polynomial adds the binned pass's grid_size and tolerance)
+_COVARIANCE_OPTIONS = ("algorithm", "block_size", "memory_budget", "n_jobs")
 #: the binned local polynomial's largest degree: its moments go to ``2 degree`` (15 monomials in 3 features)
 BINNED_MAX_DEGREE = 2
 
 
-@validate_params({**_FIT_OPTIONS, "algorithm": [StrOptions(set(POLYNOMIAL_ALGORITHMS))], "degree": non_negative(Integral),
-                  "ridge": non_negative(), "rcond": non_negative(), "slopes": ["boolean"],
-                  "tolerance": [Interval(Real, 0, 1, closed="neither"), None]},
-                 prefer_skip_nested_validation=True)
+@validate_params({"exclude_self": ["boolean"], "degree": non_negative(Integral), "ridge": non_negative(),
+                  "rcond": non_negative(), "slopes": ["boolean"]}, prefer_skip_nested_validation=True)
 def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", bandwidth=1.0,
                      n_neighbors=None, *, sample_weight=None, sample_scale=None, exclude_self=False,
-                     ridge=0.0, rcond=1e-10, slopes=False, balls=None, algorithm="auto", block_size=None,
-                     memory_budget=None, n_jobs=None, grid_size=None, design=None, tolerance=None, bound=None):
+                     ridge=0.0, rcond=1e-10, slopes=False, balls=None, design=None, bound=None, **options):
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
     derivatives.
 
@@ -142,8 +134,10 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     enter the kernel only (the targets' columns of an output-adaptive fit, whose queries carry
     the current estimate there). None: every column. Taken on the dense path.
 
-    ``kernel``, ``bandwidth``, ``n_neighbors``, ``exclude_self`` (leave-one-out) and the engine
-    options are those of :func:`localkit.engine.local_sums`; ``sample_weight`` (n_samples,)
+    ``kernel``, ``bandwidth``, ``n_neighbors`` and ``exclude_self`` (leave-one-out) are those of
+    :func:`localkit.engine.local_sums`; ``**options`` the engine's (:class:`~localkit.engine.EngineOptions`):
+    ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned"), ``block_size`` (queries per
+    block; the first of a pair), ``memory_budget``, ``n_jobs``, ``grid_size`` and ``tolerance``; ``sample_weight`` (n_samples,)
     multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
     bandwidth factor (sample-point adaptive kernel, dense path); ``balls`` are the squared radii
     of an earlier fit at the same queries (only the weights changed, as in robustness iterations:
@@ -173,6 +167,8 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     part. Its error is that of the binned pass, ``O((delta / h)^2)`` relative to the targets'
     range for a smooth profile (``tests/test_binned_polynomial.py`` pins the bound).
     """
+    opts = EngineOptions.of("local_polynomial", options, _COVARIANCE_OPTIONS + ("grid_size", "tolerance"),
+                            POLYNOMIAL_ALGORITHMS)
     _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
     data = _prepare(queries, samples if bound is None else bound, targets, sample_weight, kernel, bandwidth,
                     n_neighbors, exclude_self)
@@ -184,30 +180,26 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     if slopes and degree < 1:
         raise ValueError("slopes=True (the local derivative) needs degree >= 1: a local constant "
                          f"(degree=0) has no slope, got degree={degree}")
-    P = check_design_fits(d, degree, dtype.itemsize, memory_budget)
-    if algorithm == "binned":
+    P = check_design_fits(d, degree, dtype.itemsize, opts.budget)
+    if opts.algorithm == "binned":
         refused = binned_polynomial_refusals(kern, samples.shape[1], degree, sample_scale, exclude_self)
         if design is not None:
             refused.append("design: columns outside the local design are taken on the dense path")
         if refused:
             raise ValueError("algorithm='binned' cannot compute this local polynomial: " + "; ".join(refused))
         fit, far = _binned(data if sample_weight is not None else data._replace(sw=None), degree, ridge,
-                           max(rcond, 100 * np.finfo(dtype).eps), slopes, grid_size, tolerance)
+                           max(rcond, 100 * np.finfo(dtype).eps), slopes, opts.grid_size, opts.tolerance)
         if far.any():  # beyond the binned sums' resolution (a profile without a support): the exact fit there
             exact = local_polynomial(queries[far], samples, Y, degree, kern, sample_weight=sample_weight, ridge=ridge,
-                                     rcond=rcond, slopes=slopes, algorithm="dense", memory_budget=memory_budget,
-                                     n_jobs=n_jobs)
+                                     rcond=rcond, slopes=slopes, **{**options, "algorithm": "dense"})
             fit.values[far], fit.singular[far], fit.empty[far] = exact.values, exact.singular, exact.empty
             if slopes:
                 fit.slopes[far] = exact.slopes
         return fit
-    block, row_bytes, found = _blocks(data, degree, exclude_self, sample_scale, ridge, balls, algorithm, d, bound)
+    block, row_bytes, found = _blocks(data, degree, exclude_self, sample_scale, ridge, balls, opts.algorithm, d, bound)
     # float32 eigenvalues carry ~1e-7 relative error: a tighter rcond would pass singular designs
     rcond = max(rcond, 100 * np.finfo(dtype).eps)
-    workers = resolve_n_jobs(n_jobs)
-    per_query = (3 * P * P + 2 * P * t) * dtype.itemsize + row_bytes
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    bq = int(block_size or max(1, min(1024, budget // (per_query * workers))))
+    bq = _query_block(opts, (3 * P * P + 2 * P * t) * dtype.itemsize + row_bytes)
     values = np.empty((n_q, t), dtype=dtype)
     singular = np.zeros(n_q, dtype=bool)
     empty = np.zeros(n_q, dtype=bool)
@@ -224,7 +216,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
         if slopes:  # zero where the fit fell back to the local mean
             grad[rows] = beta[:, 1:d + 1] / scale
 
-    map_blocks(run, n_q, bq, workers)
+    map_blocks(run, n_q, bq, opts.threads)
     return LocalPolynomialFit(values, singular, empty, grad, found)
 
 
@@ -360,10 +352,9 @@ def _blocks(data, degree, exclude_self, sample_scale, ridge, balls, algorithm, d
     return (*_dense(data, E, exclude_self, sample_scale, ridge, design, bound), None)
 
 
-@validate_params(_FIT_OPTIONS, prefer_skip_nested_validation=True)
+@validate_params({"exclude_self": ["boolean"]}, prefer_skip_nested_validation=True)
 def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neighbors=None, *, sample_weight=None,
-                     exclude_self=False, algorithm="auto", block_size=None, memory_budget=None, n_jobs=None,
-                     bound=None):
+                     exclude_self=False, bound=None, **options):
     """The kernel-weighted mean and covariance of the samples at each query, every moment taken
     about the query (the degree-1 design of :func:`local_polynomial`): with ``z_i = (x_i - x*) / s``,
 
@@ -371,10 +362,12 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
 
     (``w`` the normalised weights). Moments about a far origin, ``E[x x^T] - m m^T``, lose
     ``(|x* - 0| / local spread)^2`` of the float's digits; about the query only ``|m - x*|``
-    relative to the spread counts. Options (``bound`` too) as :func:`local_polynomial`. Returns ``(mean,
+    relative to the spread counts. ``bound`` as :func:`local_polynomial`; ``**options`` its engine
+    options but ``grid_size`` and ``tolerance`` (exact paths only). Returns ``(mean,
     covariance, empty, nearest)``: queries without weight are ``empty``, ``nearest`` the index of
     their nearest sample (elsewhere 0), their mean and covariance 0.
     """
+    opts = EngineOptions.of("local_covariance", options, _COVARIANCE_OPTIONS, EXACT_ALGORITHMS)
     _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
     data = _prepare(queries, samples if bound is None else bound, None, sample_weight, kernel, bandwidth,
                     n_neighbors, exclude_self)
@@ -382,13 +375,11 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
     dtype = samples.dtype
     n_q, d = queries.shape
     P = d + 1
-    _check_budget(P, itemsize=dtype.itemsize, memory_budget=memory_budget,
+    _check_budget(P, itemsize=dtype.itemsize, budget=opts.budget,
                   what=f"n_features={d}: one query's local covariance (a {P:,} x {P:,} system of moments) needs",
                   remedy="reduce the number of features first (e.g. with PCA)")
-    block, row_bytes, _ = _blocks(data, 1, exclude_self, None, 0.0, None, algorithm, bound=bound)
-    workers = resolve_n_jobs(n_jobs)
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    bq = int(block_size or max(1, min(1024, budget // ((3 * P * P * dtype.itemsize + row_bytes) * workers))))
+    block, row_bytes, _ = _blocks(data, 1, exclude_self, None, 0.0, None, opts.algorithm, bound=bound)
+    bq = _query_block(opts, 3 * P * P * dtype.itemsize + row_bytes)
     mean = np.zeros((n_q, d), dtype=dtype)
     cov = np.zeros((n_q, d, d), dtype=dtype)
     empty = np.zeros(n_q, dtype=bool)
@@ -405,8 +396,16 @@ def local_covariance(queries, samples, kernel="gaussian", bandwidth=1.0, n_neigh
         cov[rows] = np.where(none[:, None, None], 0.0, C)
         empty[rows], nearest[rows] = none, np.where(none, near, 0)
 
-    map_blocks(run, n_q, bq, workers)
+    map_blocks(run, n_q, bq, opts.threads)
     return mean, cov, empty, nearest
+
+
+def _query_block(options, per_query):
+    """Queries per block of a local fit: ``options.block_size`` (the first of a pair), else as many
+    as the memory budget gives each thread at ``per_query`` bytes each, at most 1,024."""
+    if options.block_size is not None:
+        return int(np.ravel(options.block_size)[0])
+    return int(max(1, min(1024, options.budget // (per_query * options.threads))))
 
 
 def _solve(G, b, ridge, rcond):

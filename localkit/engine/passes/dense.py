@@ -183,9 +183,7 @@ def prune_leaf(bound, bs):
 
 def dense_blocks(bound, Q):
     """``(block_q, block_s)`` of the dense path for the queries ``Q`` (:func:`block_sizes`)."""
-    opts = bound.options
-    return block_sizes(len(Q), bound.n_samples, Q.dtype.itemsize, block_size=opts.block_size,
-                       memory_budget=opts.memory_budget, n_workers=opts.threads,
+    return block_sizes(len(Q), bound.n_samples, Q.dtype.itemsize, bound.options,
                        n_features=0 if bound.kernel.metric == "precomputed" else bound.n_features)
 
 
@@ -289,12 +287,10 @@ def one_block_conditions(bound, n_queries):
     """Whether :class:`OneBlock` can serve ``n_queries`` queries: a plain kernel (no product
     factors, kNN or per-sample bandwidths, no exact edge test) on dense host samples, the
     ``n_queries x n_samples`` block within the memory budget."""
-    from ..blocks import DEFAULT_MEMORY_BUDGET
-
-    kern, budget = bound.kernel, bound.options.memory_budget or DEFAULT_MEMORY_BUDGET
+    kern = bound.kernel
     return (bound.on_host and not bound.sparse and bound.factors is None and kern.n_neighbors is None
             and bound.sample_scale is None and not bound.exact_edge
-            and n_queries * bound.n_samples * np.dtype(bound.dtype).itemsize <= budget)
+            and n_queries * bound.n_samples * np.dtype(bound.dtype).itemsize <= bound.options.budget)
 
 
 class OneBlock:
@@ -309,13 +305,11 @@ class OneBlock:
     pass does (:class:`QueryBlock`)."""
 
     def __init__(self, bound, V_aug):
-        from ..blocks import DEFAULT_MEMORY_BUDGET
-
         self.bound, self.V_aug, self.cols = bound, V_aug, slice(0, bound.n_samples)
         self.log_weight = None if bound.weight is None else bound.log_weight
         self.logits = None
         X = bound.X
-        if bound.kernel.is_softmax and X.nbytes <= (bound.options.memory_budget or DEFAULT_MEMORY_BUDGET):
+        if bound.kernel.is_softmax and X.nbytes <= bound.options.budget:
             self.logits = bound.memo("softmax logits", lambda: (X / X.dtype.type(bound.h)).T)
 
     def __call__(self, Q):
