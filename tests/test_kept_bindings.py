@@ -196,7 +196,7 @@ def test_deferred_empty_policy_flags_rows_without_filling_or_warning():
     np.testing.assert_array_equal(out.empty, [False, True])
     assert np.isfinite(out.mean[0]) and np.isnan(out.mean[1]) and out.log_weight_sum[1] == -np.inf
     assert np.isnan(W[2]).all() and np.isfinite(W[:2]).all()
-    with pytest.raises(ValueError, match=r"The 'empty' parameter of EngineOptions must be a str among \{.*'nearest'.*\}\. Got 'bogus'"):
+    with pytest.raises(ValueError, match=r"'empty' parameter of EngineOptions must be a str among .*Got 'bogus'"):
         EngineOptions(empty="bogus")
     with pytest.raises(ValueError, match="empty"):
         localkit.LocalMeanRegressor(kernel="epanechnikov", empty=DEFERRED).fit(X, V)

@@ -137,11 +137,11 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     ``kernel``, ``bandwidth``, ``n_neighbors`` and ``exclude_self`` (leave-one-out) are those of
     :func:`localkit.engine.local_sums`; ``**options`` the engine's (:class:`~localkit.engine.EngineOptions`):
     ``algorithm`` ("auto", "dense", "neighbors", "compiled", "binned"), ``block_size`` (queries per
-    block; the first of a pair), ``memory_budget``, ``n_jobs``, ``grid_size`` and ``tolerance``; ``sample_weight`` (n_samples,)
-    multiplies the kernel weights; ``sample_scale`` (n_samples,) gives each sample its own
-    bandwidth factor (sample-point adaptive kernel, dense path); ``balls`` are the squared radii
-    of an earlier fit at the same queries (only the weights changed, as in robustness iterations:
-    the search is skipped). The computation runs in the samples' float type (float32 kept).
+    block; the first of a pair), ``memory_budget``, ``n_jobs``, ``grid_size`` and ``tolerance``;
+    ``sample_weight`` (n_samples,) multiplies the kernel weights; ``sample_scale`` (n_samples,) gives
+    each sample its own bandwidth factor (sample-point adaptive kernel, dense path); ``balls`` are the
+    squared radii of an earlier fit at the same queries (only the weights changed, as in robustness
+    iterations: the search is skipped). The computation runs in the samples' float type (float32 kept).
     Returns :class:`LocalPolynomialFit`.
 
     ``slopes=True`` also returns the local derivatives, the gradient of the fitted polynomial at
