@@ -134,7 +134,7 @@ def test_flexattention_formulation_equals_numpy(diabetes, monkeypatch, name, h, 
 
     from localkit.engine.backends import array_api as namespace
     from localkit.engine.backends.array_api import flex_sums
-    from localkit.engine.passes.dense import LOG_WEIGHT_TOL
+    from localkit.engine.query_blocks import LOG_WEIGHT_TOL
     from localkit.kernels import Kernel
 
     X64, y64 = diabetes

@@ -266,18 +266,18 @@ def test_leave_one_out_of_one_sample_is_an_error_not_a_leak():
 
 def test_an_exception_in_a_worker_thread_reaches_the_caller(monkeypatch):
     """Query blocks run on threads; a failure in one of them is raised in the caller, no hang."""
-    from localkit.engine.passes import dense as paths
+    from localkit.engine.query_blocks import QueryBlock
 
     X = np.random.default_rng(0).normal(size=(3000, 2))
     calls = []
 
-    def failing(self, bound, cols, fold_offset=False):
+    def failing(self, cols, fold_offset=False):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("boom in a worker")
-        return original(self, bound, cols, fold_offset)
+        return original(self, cols, fold_offset)
 
-    original = paths.QueryBlock.log_weights
-    monkeypatch.setattr(paths.QueryBlock, "log_weights", failing)
+    original = QueryBlock.log_weights
+    monkeypatch.setattr(QueryBlock, "log_weights", failing)
     with pytest.raises(RuntimeError, match="boom in a worker"):
         local_mean(X, X, X[:, 0], bandwidth=0.5, n_jobs=2, block_size=(100, 500))

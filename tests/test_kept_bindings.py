@@ -15,7 +15,7 @@ from localkit.exceptions import EmptyNeighbourhoodWarning
 from localkit.engine import BoundKernel, EngineOptions, bind, twin_groups
 from localkit.engine import bound as bound_module
 from localkit.engine.options import DEFERRED
-from localkit.engine.passes.dense import LOG_WEIGHT_TOL
+from localkit.engine.query_blocks import LOG_WEIGHT_TOL
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_operator_equals_a_pass(kernel, exclude_self):
     streamed = bound.using(EngineOptions(memory_budget=1024)).operator(exclude_self=exclude_self)
     assert streamed.matrix is None
     # the weights of one block against the pass's recentred blocks: within the engine's stated
-    # error of a log-weight far from the centre (passes.dense.LOG_WEIGHT_TOL, 2^-30 in float64)
+    # error of a log-weight far from the centre (query_blocks.LOG_WEIGHT_TOL, 2^-30 in float64)
     tol = LOG_WEIGHT_TOL[np.dtype(np.float64)]
     for op in (kept, streamed):
         np.testing.assert_allclose(op(V), reference.mean, rtol=tol, atol=tol)

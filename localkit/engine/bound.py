@@ -47,7 +47,7 @@ from .checks import (as_floats, as_points, check_exclude_self, check_pass, check
                      log_of_weights)
 from .backends.array_api import (device_kw, device_of, first_foreign, namespace_of, refuse_on_device, streamed_path,
                                  to_host)
-from .factors import Factor, nearest_points
+from .factors import Factor, knn_scales, nearest_points
 from .sums import sum_sums
 from .options import EngineOptions
 from .results import LocalSums
@@ -637,7 +637,7 @@ class BoundKernel:
         that of every sample at its point.
         Memory is ``n_queries x n_samples``: callers walk blocks of queries.
         """
-        from .passes.dense import log_weight_block, product_log_weights
+        from .passes.dense import product_log_weights
         from .passes.neighbors import knn_log_weights
 
         if self.terms is not None:  # log sum_k w_k c_j K_k = logsumexp_k (log w_k + log c_j K_k)
@@ -653,15 +653,45 @@ class BoundKernel:
         elif k is not None and self.kernel.compact:
             L = knn_log_weights(self, self.index_points(queries), exclude_self, row_offset)
         else:
-            q_scale = None if k is None else self.knn_scale(queries, exclude_self=exclude_self, row_offset=row_offset)
-            points = self.index_points(queries) if self.exact_edge else None
-            L, offset = log_weight_block(self, Q, slice(0, self.n_samples), q_scale, points)
+            block = self.query_blocks(queries, Q, exclude_self=exclude_self, row_offset=row_offset)(slice(None))
+            L, offset = block.log_weights(slice(0, self.n_samples))
             L += offset[:, None]
             if exclude_self:
                 mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, self.n_samples), self.twins)
         if self.weight is not None:
             L += self.log_weight
         return L
+
+    def block(self, Q, scale=None, *, logit_exponent=0, points=None):
+        """The log-weights of the queries ``Q`` (engine coordinates, :meth:`coordinates`) as a pass
+        asks for them: an object whose ``log_weights(cols, fold_offset=False)`` gives ``(L, offset)``,
+        ``log(K(x*, x_j)) = L + offset`` against the samples ``cols`` (no sample weights, no
+        leave-one-out: the pass adds those), the block recentred or its distances exact as its
+        place needs (:mod:`localkit.engine.query_blocks`). ``scale``: per-query bandwidth factors
+        (``u = d / (h scale_i)``); for a product, its factors' balloon bandwidths
+        (:func:`~localkit.engine.factors.knn_scales`, found here when None). ``logit_exponent``:
+        softmax logits divided by ``2^k``. ``points``: the queries in the index's coordinates, for
+        :attr:`exact_edge`. NumPy samples."""
+        from .query_blocks import ProductBlock, QueryBlock
+
+        if self.factors is not None:
+            return ProductBlock(self, Q, knn_scales(self, Q, False) if scale is None else scale)
+        return QueryBlock(self, Q, scale, logit_exponent, points)
+
+    def query_blocks(self, queries, Q, q_scale=None, *, exclude_self=False, row_offset=0, logit_exponent=0):
+        """``block_of(rows)``: the :meth:`block` of the queries ``Q[rows]`` (``Q`` their engine
+        coordinates), with what depends on every query found once here: a kNN kernel's balloon
+        bandwidths (``q_scale`` when not given; ``exclude_self`` leaves query ``row_offset + i``'s
+        own point out of its neighbours), a product's factors' ones, the queries in the index's
+        coordinates for :attr:`exact_edge`."""
+        if self.factors is not None:
+            scales = knn_scales(self, Q, exclude_self, row_offset)
+            return lambda rows: self.block(Q[rows], [None if s is None else s[rows] for s in scales])
+        if q_scale is None and self.kernel.n_neighbors is not None:
+            q_scale = self.knn_scale(queries, exclude_self=exclude_self, row_offset=row_offset)
+        P = self.index_points(queries) if self.exact_edge and q_scale is None else None
+        return lambda rows: self.block(Q[rows], None if q_scale is None else q_scale[rows],
+                                       logit_exponent=logit_exponent, points=None if P is None else P[rows])
 
     def squared_distances(self, queries: ArrayLike | None = None) -> np.ndarray:
         """``(n_queries, n_samples)`` squared scaled distances ``u^2 = d(x*, x_j)^2 / h^2``, the

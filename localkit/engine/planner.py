@@ -688,10 +688,8 @@ def _few_in_support(bound, P, probe=64, subset=20_000, fraction=0.05):
     beats a full pass (few samples inside the support, low dimension)."""
     if bound.n_features > 16 or bound.n_samples < 2000:
         return False
-    from .passes.dense import log_weight_block
-
     rng = np.random.default_rng(0)
     rows = rng.choice(len(P), size=min(probe, len(P)), replace=False)
     cols = np.sort(rng.choice(bound.n_samples, size=min(subset, bound.n_samples), replace=False))
-    L, _ = log_weight_block(bound, bound.engine_points(P[rows]), cols)
+    L, _ = bound.block(bound.engine_points(P[rows])).log_weights(cols)
     return np.isfinite(L).mean() < fraction

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..blocks import block_sizes
 from ..checks import as_points
-from ..passes.dense import LOG_WEIGHT_TOL
+from ..query_blocks import LOG_WEIGHT_TOL
 from ..passes.streamed import softmax_exponent
 from ..planner import COMPILED_BANDWIDTHS
 from ..stream import merge_states, times_power_of_two
@@ -313,7 +313,7 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
         if recentre:  # recentred per block: cancellation independent of the origin
             centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
             Q = Q - centre
-            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.passes.dense), divided
+            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.query_blocks), divided
             # by the square of a per-query scale (a kNN bandwidth)
             tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
             size = xp.sum(Q * Q, axis=1)

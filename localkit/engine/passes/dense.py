@@ -4,97 +4,21 @@ streamed pass (:mod:`localkit.engine.passes.streamed`: distance kernels sum thei
 directly, ``log K <= 0``, and hand rows whose weights underflow to the online log-sum-exp;
 threads over query blocks).
 
-Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
-distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
-samples that carry weight is also the error of the log-weights. A query block whose points sit
-farther than ``sqrt(tol / (2 eps))`` bandwidths from the centre is therefore recentred
-on its own centre (queries are first sorted along their widest coordinate, so that blocks are
-compact), and if that is not enough its distances are formed exactly, as differences.
+Each block's log-weights come from the bound kernel (:meth:`BoundKernel.block
+<localkit.engine.BoundKernel.block>`, :mod:`localkit.engine.query_blocks`: recentred on the block's
+centre far from the origin, which is why the queries are first sorted along their widest coordinate).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 from ..blocks import MAX_SAMPLE_BLOCK, block_sizes
-from ..factors import candidate_factor, knn_scales
+from ..factors import candidate_factor
+from ..query_blocks import cancellation_ok
 from ..twins import mask_twins
 from .streamed import sample_log_weights, softmax_exponent, stream_sums
-
-#: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
-#: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
-LOG_WEIGHT_TOL = {np.dtype(np.float32): 2.0 ** -10, np.dtype(np.float64): 2.0 ** -30}
-
-
-def _cancellation_ok(Q):
-    """True when the matrix-product form keeps log-weights within ``LOG_WEIGHT_TOL`` for these
-    queries (in the engine's coordinates, about the point they are measured from)."""
-    if len(Q) == 0:
-        return True
-    eps = np.finfo(Q.dtype).eps
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(2.0 * eps * float(np.max(np.einsum("ij,ij->i", Q, Q))) <= LOG_WEIGHT_TOL[Q.dtype])
-
-
-class QueryBlock:
-    """A block of queries prepared for the dense path: recentred, or marked for exact distances."""
-
-    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None):
-        # the uniform profile's edge from the index's coordinates (BoundKernel.exact_edge)
-        self.points = points if q_scale is None else None
-        if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
-            q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
-        self.X, self.x_sq = bound.X, bound.x_sq
-        self.q_scale = q_scale
-        self.temperature = bound.h if bound.kernel.is_softmax else 1.0
-        if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
-            Q = np.ldexp(Q, -logit_exponent)
-        self.centre = None
-        self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
-        # the product form errs by ~eps |q|^2 in u^2 at unit scale; a per-query scale (a kNN
-        # bandwidth: the k-th distance) divides u^2, and that error, by its square
-        inv = None if q_scale is None else np.where(q_scale > 0, 1.0 / np.where(q_scale > 0, q_scale, 1.0), 1.0)
-        ok = _cancellation_ok if inv is None else (lambda P: _cancellation_ok((P * inv[:, None]).astype(P.dtype)))
-        if self.exact or bound.kernel.is_softmax or ok(Q):
-            self.Q = Q
-            return
-        with np.errstate(over="ignore", invalid="ignore"):  # inf queries: no centre, exact distances
-            centre = 0.5 * (Q.min(axis=0) + Q.max(axis=0))
-        if np.all(np.isfinite(centre)) and ok(Q - centre):
-            self.Q, self.centre = Q - centre, centre
-        else:
-            self.Q, self.exact = Q, True
-
-    def log_weights(self, bound, cols, fold_offset=False):
-        """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
-        (``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`)."""
-        if self.points is not None:  # the compiled pass's test |q - x|^2 <= h^2: ties with the edge kept alike
-            inside = cdist(self.points, bound.index_points(None, cols), "sqeuclidean") <= bound.index_unit ** 2
-            L = np.where(inside, bound.kernel.profile.log_k(np.zeros(1))[0], -np.inf).astype(self.Q.dtype)
-            return L, np.zeros(len(L), dtype=L.dtype)
-        if bound.kernel.metric == "precomputed":  # the queries are their distances to the samples
-            return bound.kernel.log_weights(self.Q[:, cols], None, q_scale=self.q_scale, s_scale=None
-                                            if bound.sample_scale is None else bound.sample_scale[cols])
-        X = self.X[cols]
-        x_sq = self.x_sq[cols]
-        if self.centre is not None:
-            X = X - self.centre
-            x_sq = np.einsum("ij,ij->i", X, X)
-        s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
-        return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
-                                        temperature=self.temperature,
-                                        exact=self.exact, u2_exponent=bound.u2_exponent,
-                                        fold_offset=fold_offset)
-
-
-def log_weight_block(bound, Q, cols, q_scale=None, points=None):
-    """``(L, offset)`` of queries ``Q`` (engine coordinates; ``points``: in the index's, for
-    :attr:`~localkit.engine.BoundKernel.exact_edge`) against the samples ``cols``."""
-    if bound.factors is not None:  # a product: the sum of its factors' log-weights
-        return ProductBlock(bound, Q, knn_scales(bound, Q, False)).log_weights(bound, cols)
-    return QueryBlock(bound, Q, q_scale, points=points).log_weights(bound, cols)
 
 
 def product_log_weights(bound, Q, exclude_self, row_offset):
@@ -109,8 +33,8 @@ def product_log_weights(bound, Q, exclude_self, row_offset):
         out = np.full((len(Q), bound.n_samples), -np.inf, dtype=bound.dtype)
         out[np.repeat(np.arange(len(Q)), np.diff(indptr)), idx] = L
         return out
-    L, _ = ProductBlock(bound, Q, knn_scales(bound, Q, exclude_self, row_offset)).log_weights(
-        bound, slice(0, bound.n_samples))
+    block = bound.query_blocks(None, Q, exclude_self=exclude_self, row_offset=row_offset)(slice(None))
+    L, _ = block.log_weights(slice(0, bound.n_samples))
     if exclude_self:
         mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, bound.n_samples), bound.twins)
     return L
@@ -119,7 +43,7 @@ def product_log_weights(bound, Q, exclude_self, row_offset):
 def _spatial_order(Q):
     """A permutation that makes query blocks compact (sorted along the widest coordinate), or
     ``None`` when the queries are close enough to the centre not to need it."""
-    if _cancellation_ok(Q):
+    if cancellation_ok(Q):
         return None
     with np.errstate(over="ignore", invalid="ignore"):  # an extent beyond the float range is inf
         widest = int(np.argmax(np.ptp(Q, axis=0)))
@@ -237,10 +161,6 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     query of a leaf reaches."""
     n_q, n_s = len(Q), bound.n_samples
     bq, bs = dense_blocks(bound, Q)
-    if q_scale is None and bound.kernel.n_neighbors is not None:  # balloon bandwidth, smooth profile
-        q_scale = bound.knn_scale(queries, exclude_self=exclude_self)
-    if bound.factors is not None:  # a product's kNN factors (smooth profiles): their balloon bandwidths
-        scales = knn_scales(bound, Q, exclude_self)
     # compact query blocks for the recentring of distances (softmax logits are inner products: none)
     order = (_spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" and not bound.kernel.is_softmax
              else None)
@@ -253,14 +173,9 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     # softmax logits <q, x> / T beyond the float range are streamed as logits / 2^k
     exponent = softmax_exponent(np, bound, Q) if bound.kernel.is_softmax else 0
     log_weight = sample_log_weights(None if bound.weight is None else bound.log_weight, exponent)
-    P = bound.index_points(queries) if bound.exact_edge and q_scale is None else None
+    # kNN balloon bandwidths (smooth profiles; a product's kNN factors) found once for all the queries
+    block_of = bound.query_blocks(queries, Q, q_scale, exclude_self=exclude_self, logit_exponent=exponent)
     rank = np.arange(n_q) if order is None else order  # the query at each position of the pass
-
-    def block_of(idx):
-        if bound.factors is not None:  # a product: the sum of its factors' log-weights
-            return ProductBlock(bound, Q[idx], [None if s is None else s[idx] for s in scales])
-        return QueryBlock(bound, Q[idx], None if q_scale is None else q_scale[idx],
-                          exponent, None if P is None else P[idx])
 
     def column_blocks(idx):
         if pruned:
@@ -271,7 +186,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
         idx = rank[pos]
         block = block_of(idx)
         for cols in column_blocks(idx):
-            L, offset = block.log_weights(bound, cols, fold_offset)
+            L, offset = block.log_weights(cols, fold_offset)
             if log_weight is not None:
                 L += log_weight[cols]
             if exclude_self:
@@ -302,7 +217,7 @@ class OneBlock:
     samples over the temperature, formed once per binding where it fits the memory budget), so
     that a step is one BLAS product, a stable softmax and one product (the pass forms
     ``(q / T) x^T``: the same logits to round-off). Other kernels form their block as the dense
-    pass does (:class:`QueryBlock`)."""
+    pass does (:meth:`BoundKernel.block <localkit.engine.BoundKernel.block>`)."""
 
     def __init__(self, bound, V_aug):
         self.bound, self.V_aug, self.cols = bound, V_aug, slice(0, bound.n_samples)
@@ -324,46 +239,10 @@ class OneBlock:
             if self.logits is not None:
                 L, offset = Q @ self.logits, None
             else:
-                L, offset = QueryBlock(self.bound, Q).log_weights(self.bound, self.cols)
+                L, offset = self.bound.block(Q).log_weights(self.cols)
             if self.log_weight is not None:
                 L += self.log_weight
             m = L.max(axis=1)
             if not math.isfinite(m.sum()):  # a row without weight, or an overflow
                 return None
         return np.exp(np.subtract(L, m[:, None], out=L), out=L) @ self.V_aug, m, offset
-
-
-class ProductBlock:
-    """A block of queries (raw coordinates) of a bound product, for the dense path: one
-    :class:`~localkit.engine.passes.dense.QueryBlock` per distance factor (recentred or exact as
-    that factor needs; a kNN factor's at the queries' balloon bandwidths ``scales[f]``,
-    :func:`~localkit.engine.factors.knn_scales`), the codes of each categorical one."""
-
-    def __init__(self, bound, Q, scales):
-        self.Q = Q
-        self.parts = []
-        for f, scale in zip(bound.factors, scales):
-            if f.categorical is not None:
-                self.parts.append(Q[:, f.cols])
-            else:
-                if scale is None and f.kernel.n_neighbors is not None:
-                    raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
-                # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
-                points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
-                self.parts.append(QueryBlock(f.bound, f.bound.engine_points(Q[:, f.cols]), scale, points=points))
-
-    def log_weights(self, bound, cols, fold_offset=False):
-        """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""
-        L = None
-        for f, part in zip(bound.factors, self.parts):
-            if f.categorical is not None:
-                Lf = f.categorical.log_weights(np, part, f.codes[cols])
-            else:
-                Lf, offset = part.log_weights(f.bound, cols, fold_offset=True)
-                if np.any(offset):
-                    Lf = Lf + offset[:, None]
-            if L is None:
-                L = np.array(Lf, dtype=self.Q.dtype)
-            else:
-                L += Lf
-        return L, np.zeros(len(self.Q), dtype=self.Q.dtype)
