@@ -20,13 +20,14 @@ import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ._constraints import Number, non_negative, positive  # noqa: F401 (the pieces, for the estimators)
-from .engine.options import CONSTRAINTS as ENGINE_CONSTRAINTS, POLYNOMIAL_ALGORITHMS
+from .engine.options import POLYNOMIAL_ALGORITHMS, constraints as engine_constraints
 from .kernels import KERNEL_NAMES, METRICS, RULES
 from .kernels.bandwidth_matrix import MATRIX_RULES
 from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
 from .kernels.profiles import ALIASES
 
 
+ENGINE_CONSTRAINTS = engine_constraints()
 #: a profile name, an alias of one, or "softmax" (functions also take a :class:`~localkit.Kernel`)
 KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
 #: a distance profile (no softmax: the models that need a distance, such as densities and mean shift)

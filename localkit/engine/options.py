@@ -1,12 +1,10 @@
 """Engine options, stated once: what every engine call accepts besides the kernel and the data."""
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass
+import functools
+from dataclasses import InitVar, dataclass, fields
 from numbers import Integral, Real
 
-from sklearn.utils._param_validation import Hidden, InvalidParameterError, StrOptions, validate_parameter_constraints
-
-from .._constraints import Number, positive
 from .blocks import DEFAULT_MEMORY_BUDGET, resolve_n_jobs
 
 EMPTY_POLICIES = ("nearest", "nan", "raise")
@@ -19,19 +17,27 @@ ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "a
 POLYNOMIAL_ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
 EXACT_ALGORITHMS = POLYNOMIAL_ALGORITHMS[:-1]
 
-#: Each option's allowed values, declared once with scikit-learn's constraints: :class:`EngineOptions`
-#: checks them, and the estimators' ``_parameter_constraints`` take theirs from here
-#: (:mod:`localkit._params`). A tuple of block sizes or grid points is checked entry by entry after.
-CONSTRAINTS = {
-    "empty": [StrOptions(set(EMPTY_POLICIES)), Hidden(StrOptions({DEFERRED}))],
-    "algorithm": [StrOptions(set(ALGORITHMS))],
-    "block_size": [Number(Integral, 1, None, closed="left"), tuple, None],
-    "memory_budget": positive() + [None],
-    "n_jobs": [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None],
-    "exact_edge": ["boolean"],
-    "grid_size": [Number(Integral, 2, None, closed="left"), tuple, None],
-    "tolerance": [Number(Real, 0, 1, closed="neither"), None],
-}
+@functools.cache
+def constraints():
+    """Each option's allowed values, declared once with scikit-learn's constraints: :class:`EngineOptions`
+    checks them, and the estimators' ``_parameter_constraints`` take theirs from here
+    (:mod:`localkit._params`). A tuple of block sizes or grid points is checked entry by entry after.
+    Built on first use, so that ``import localkit.nn`` (whose planner table reads this module) does
+    not import scikit-learn."""
+    from sklearn.utils._param_validation import Hidden, StrOptions
+
+    from .._constraints import Number, positive
+
+    return {
+        "empty": [StrOptions(set(EMPTY_POLICIES)), Hidden(StrOptions({DEFERRED}))],
+        "algorithm": [StrOptions(set(ALGORITHMS))],
+        "block_size": [Number(Integral, 1, None, closed="left"), tuple, None],
+        "memory_budget": positive() + [None],
+        "n_jobs": [Number(Integral, None, -1, closed="right"), Number(Integral, 1, None, closed="left"), None],
+        "exact_edge": ["boolean"],
+        "grid_size": [Number(Integral, 2, None, closed="left"), tuple, None],
+        "tolerance": [Number(Real, 0, 1, closed="neither"), None],
+    }
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ class EngineOptions:
         value is scikit-learn's ``InvalidParameterError`` (a ``ValueError`` and a ``TypeError``) that
         names the option and ``caller``.
         """
-        allowed = tuple(CONSTRAINTS) if allowed is None else allowed
+        allowed = OPTIONS if allowed is None else allowed
         unknown = sorted(set(keywords) - set(allowed))
         if unknown:
             raise TypeError(f"{caller}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
@@ -130,15 +136,17 @@ class EngineOptions:
         return DEFAULT_MEMORY_BUDGET if self.memory_budget is None else self.memory_budget
 
 
+#: the options' names, in the order of their fields
+OPTIONS = tuple(field.name for field in fields(EngineOptions))
 #: the sets of values already checked, by their repr (2 and 2.0, 1 and True hash alike; reprs do not)
 _CHECKED = set()
 
 
 def _check(options, caller, algorithms):
-    """Check ``options`` against :data:`CONSTRAINTS` (``algorithm`` among ``algorithms``) in the name of
+    """Check ``options`` against :func:`constraints` (``algorithm`` among ``algorithms``) in the name of
     ``caller``; a set of values seen before is not checked again (estimators build their options on
     every call: scikit-learn's check costs ~15 us, a lookup ~2 us)."""
-    values = tuple(getattr(options, name) for name in CONSTRAINTS)
+    values = tuple(getattr(options, name) for name in OPTIONS)
     key = (caller, algorithms, repr(values))
     if key not in _CHECKED:
         _check_values(values, caller, algorithms)
@@ -147,12 +155,14 @@ def _check(options, caller, algorithms):
 
 
 def _check_values(values, caller, algorithms):
-    options = dict(zip(CONSTRAINTS, values))
-    validate_parameter_constraints({**CONSTRAINTS, "algorithm": [StrOptions(set(algorithms))]}, options, caller)
+    from sklearn.utils._param_validation import InvalidParameterError, StrOptions, validate_parameter_constraints
+
+    options = dict(zip(OPTIONS, values))
+    validate_parameter_constraints({**constraints(), "algorithm": [StrOptions(set(algorithms))]}, options, caller)
     for name, least, most in (("block_size", 1, 2), ("grid_size", 2, None)):
         sizes = options[name]
         if isinstance(sizes, tuple) and not (0 < len(sizes) <= (most or len(sizes)) and all(
-                Number(Integral, least, None, closed="left").is_satisfied_by(b) for b in sizes)):
+                isinstance(b, Integral) and not isinstance(b, bool) and b >= least for b in sizes)):
             what = "a pair of them" if most == 2 else "a tuple of them, one per feature"
             raise InvalidParameterError(f"The {name!r} parameter of {caller} must be an int >= {least} or {what}. "
-                             f"Got {sizes!r} instead.")
+                                        f"Got {sizes!r} instead.")

@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import validate_params
 from ..kernels import Kernel, get_profile
 from ..kernels.profiles import PROFILES
 from .bound import BoundKernel
-from .options import CONSTRAINTS, EngineOptions
+from .options import EngineOptions, constraints
 
 #: The profiles whose log is differentiable everywhere (``Profile.smooth``: no kink at 0, no
 #: support's edge); their slope ``phi' = d log k / d u^2`` is the one stated beside each profile
@@ -69,7 +69,7 @@ def _row_block(m, n, memory_budget):
     return int(max(1, min(m, EngineOptions(memory_budget=memory_budget).budget // (8 * 4 * n))))
 
 
-@validate_params({"memory_budget": CONSTRAINTS["memory_budget"], "per_query": ["boolean"]},
+@validate_params({"memory_budget": constraints()["memory_budget"], "per_query": ["boolean"]},
                  prefer_skip_nested_validation=True)
 def reconstruction_gradient(points, values, queries=None, targets=None, kernel="gaussian", bandwidth=1.0,
                             memory_budget=None, per_query=False, twins=None):
