@@ -37,7 +37,8 @@ class QueryBlock:
     profile's edge as the index does (:attr:`BoundKernel.exact_edge <localkit.engine.BoundKernel.exact_edge>`)."""
 
     def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None):
-        self.bound = bound
+        # what every column block reads, looked up once per query block (the layout's are memoised lookups)
+        self.bound, self.X, self.x_sq, self.u2_exponent = bound, bound.X, bound.x_sq, bound.u2_exponent
         self.points = points if q_scale is None else None
         if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
             q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
@@ -72,14 +73,14 @@ class QueryBlock:
         s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
         if bound.kernel.metric == "precomputed":  # the queries are their distances to the samples
             return bound.kernel.log_weights(self.Q[:, cols], None, q_scale=self.q_scale, s_scale=s_scale)
-        X = bound.X[cols]
-        x_sq = bound.x_sq[cols]
+        X = self.X[cols]
+        x_sq = self.x_sq[cols]
         if self.centre is not None:
             X = X - self.centre
             x_sq = np.einsum("ij,ij->i", X, X)
         return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
                                         temperature=self.temperature, exact=self.exact,
-                                        u2_exponent=bound.u2_exponent, fold_offset=fold_offset)
+                                        u2_exponent=self.u2_exponent, fold_offset=fold_offset)
 
 
 class ProductBlock:
