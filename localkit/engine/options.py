@@ -17,6 +17,7 @@ ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned", "streamed", "a
 POLYNOMIAL_ALGORITHMS = ("auto", "dense", "neighbors", "compiled", "binned")
 EXACT_ALGORITHMS = POLYNOMIAL_ALGORITHMS[:-1]
 
+
 @functools.cache
 def constraints():
     """Each option's allowed values, declared once with scikit-learn's constraints: :class:`EngineOptions`
@@ -103,7 +104,8 @@ class EngineOptions:
     grid_size: int | tuple | None = None
     tolerance: float | None = None
 
-    #: who asked, named in the message of a value refused, and the paths that caller has (not fields)
+    #: not fields: who asks (named in the message of a value refused, as scikit-learn names a
+    #: function) and the paths it has; :meth:`of` sets them for a public function's keywords
     caller: InitVar[str] = "EngineOptions"
     algorithms: InitVar[tuple] = ALGORITHMS
 
