@@ -27,6 +27,7 @@ from .kernels.kernel import LINEAR_METRICS, NORM_METRICS
 from .kernels.profiles import ALIASES
 
 
+#: the engine options' constraints, declared once in :func:`localkit.engine.options.constraints`
 ENGINE_CONSTRAINTS = engine_constraints()
 #: a profile name, an alias of one, or "softmax" (functions also take a :class:`~localkit.Kernel`)
 KERNEL_CONSTRAINT = [StrOptions(set(KERNEL_NAMES) | set(ALIASES))]
