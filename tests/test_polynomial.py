@@ -367,3 +367,21 @@ def test_sample_weight_type_bad_values(sine):
     # a span in samples has no such bound
     LocalPolynomialRegressor(n_neighbors=30, sample_weight_type="prior").fit(X[:40], y[:40],
                                                                             sample_weight=np.full(40, 0.5))
+
+
+def test_per_sample_bandwidths_take_the_empty_rows_nearest_sample_in_the_kernels_metric():
+    """With ``sample_scale`` the fit bound its own kernel and found an empty row's nearest sample in
+    raw coordinates, where the fit without it (and every engine pass) finds it in the kernel's,
+    each feature over its bandwidth: at bandwidths of 1e-4 and 0.1 on features of range 1 and 1000,
+    unit scales gave other values than no scales at all."""
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.uniform(0, 1, 200), rng.uniform(0, 1000, 200)])
+    y = rng.normal(size=200)
+    Q = np.column_stack([rng.uniform(0, 1, 40), rng.uniform(0, 1000, 40)])
+    kernel = Kernel("epanechnikov", bandwidth=[1e-4, 0.1])
+    plain = local_polynomial(Q, X, y, 0, kernel, algorithm="dense")
+    scaled = local_polynomial(Q, X, y, 0, kernel, algorithm="dense", sample_scale=np.ones(200))
+    assert plain.empty.all() and scaled.empty.all()
+    u = ((Q[:, None, :] - X[None, :, :]) / np.array([1e-4, 0.1])) ** 2
+    np.testing.assert_array_equal(scaled.values[:, 0], y[u.sum(axis=2).argmin(axis=1)])
+    np.testing.assert_array_equal(scaled.values, plain.values)

@@ -54,7 +54,7 @@ from ..options import EXACT_ALGORITHMS, POLYNOMIAL_ALGORITHMS, EngineOptions
 from ..passes.binned import FLOOR, MAX_FEATURES, MOMENT_GRID_SIZE, Grid, binned_moments, unresolved
 from .loess_grid import GridIndex, _poly, column_buffers, column_moments, grid_moments, monomial_parents
 from ..stream import UNDERFLOW, flush_underflow
-from ..twins import mask_twins, twin_groups
+from ..twins import twin_groups
 
 
 @dataclass
@@ -651,29 +651,12 @@ def _dense(data, E, exclude_self, sample_scale, ridge, design, bound=None):
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
     twins = twin_groups(samples, Y) if exclude_self else None  # the copies of a row: x and y
-    if s_scale is None and not kern.is_softmax:
-        weights = bound if bound is not None and not exclude_self else BoundKernel(
-            kern, samples, twins=np.arange(len(samples)) if twins is None else twins)
-        log_weights, nearest = weights.log_weights, weights.nearest
-    else:
-        h = kern.resolve_bandwidth(samples)
-        centre = 0.0 if kern.is_softmax else samples.mean(axis=0)
-        Xs = kern.scale(samples - centre, h).astype(samples.dtype, copy=False)
-        temperature = h if kern.is_softmax else 1.0
-        index = nb.make_index(samples, kern.metric, exact=True)
-
-        def log_weights(Q, exclude_self=False, row_offset=0):
-            L, offset = kern.log_weights(kern.scale(Q - centre, h).astype(Xs.dtype, copy=False), Xs,
-                                         s_scale=s_scale, temperature=temperature)
-            L += offset[:, None]
-            if exclude_self:
-                mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, len(samples)), twins)
-            return L
-
-        def nearest(Q, self_rows=None):
-            if self_rows is not None:
-                return nb.nearest_other(index, Q, self_rows, twins)
-            return index.kneighbors(Q, n_neighbors=1)[1][:, 0]
+    if bound is not None and s_scale is None and not exclude_self:
+        weights = bound
+    else:  # per-sample bandwidths, or leave-one-out groups of rows at one point with one target
+        weights = BoundKernel(kern, samples, sample_scale=s_scale,
+                              twins=np.arange(len(samples)) if twins is None else twins)
+    log_weights, nearest = weights.log_weights, weights.nearest
     s = None
     if kern.composite:  # a product: each distance factor's columns in its bandwidths, categorical ones in levels
         s = np.ones(samples.shape[1], dtype=samples.dtype)
