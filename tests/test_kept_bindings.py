@@ -50,6 +50,8 @@ CASES = {
                                          (_X[:, :3], _X[:, 3])),
     "LocalMeanClassifier": (lambda: localkit.LocalMeanClassifier(n_neighbors=5, kernel="uniform"), (_X, _y)),
     "LocalPolynomialRegressor": (lambda: localkit.LocalPolynomialRegressor(bandwidth=0.5), (_X[:, :2], _X[:, 3])),
+    "LocalPolynomialRegressor(sample_neighbors)": (
+        lambda: localkit.LocalPolynomialRegressor(bandwidth=0.5, sample_neighbors=5), (_X[:, :2], _X[:, 3])),
     "Localized": (lambda: localkit.Localized(LinearRegression(), bandwidth=0.5), (_X[:, :2], _X[:, 3])),
     "MetricLearningKernelRegressor": (lambda: localkit.MetricLearningKernelRegressor(max_iter=3), (_X[:60, :3], _X[:60, 3])),
     "LearnedKernelRegressor": (lambda: localkit.LearnedKernelRegressor(n_components=4, d_embedding=2, n_frequencies=2,

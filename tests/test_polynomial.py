@@ -385,3 +385,19 @@ def test_per_sample_bandwidths_take_the_empty_rows_nearest_sample_in_the_kernels
     u = ((Q[:, None, :] - X[None, :, :]) / np.array([1e-4, 0.1])) ** 2
     np.testing.assert_array_equal(scaled.values[:, 0], y[u.sum(axis=2).argmin(axis=1)])
     np.testing.assert_array_equal(scaled.values, plain.values)
+
+
+def test_a_bound_kernel_must_carry_the_sample_scale_asked_for():
+    """``bound`` serves the fit's weights: a binding without the per-sample bandwidths asked for
+    (or with others) would give the weights of another fit, so it is refused by name."""
+    from localkit.engine import BoundKernel
+
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    kernel, scale = Kernel("gaussian", bandwidth=0.7), np.linspace(0.5, 2.0, 40)
+    with pytest.raises(ValueError, match="bound must bind the samples with the sample_scale given here"):
+        local_polynomial(X[:3], X, X[:, 0], 1, kernel, sample_scale=scale, bound=BoundKernel(kernel, X))
+    with pytest.raises(ValueError, match="bound must bind the samples with the sample_scale given here"):
+        local_polynomial(X[:3], X, X[:, 0], 1, kernel, bound=BoundKernel(kernel, X, sample_scale=scale))
+    bound = BoundKernel(kernel, X, sample_scale=scale)
+    kept = local_polynomial(X[:3], X, X[:, 0], 1, kernel, sample_scale=scale, bound=bound)
+    np.testing.assert_array_equal(kept.values, local_polynomial(X[:3], X, X[:, 0], 1, kernel, sample_scale=scale).values)

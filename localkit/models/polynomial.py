@@ -380,7 +380,7 @@ class LocalPolynomialRegressor(OutputAdaptiveMixin, LocalKernelMixin, RegressorM
         else:
             self._fit_kernel(X, y, self.sample_weight_)
         # the kernel bound to the samples once: every later fit (robustness iterations, predict) reuses it
-        self._bound_kernel = BoundKernel(self.kernel_, X)
+        self._bound_kernel = BoundKernel(self.kernel_, X, sample_scale=self.sample_scale_)
         self.robust_weights_ = np.ones(len(X), dtype=X.dtype)
         self.surface_ = self._vertex_balls = self._sample_balls = self._anchor_balls = None
         self.anchors_ = self.anchor_values_ = None

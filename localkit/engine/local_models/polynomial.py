@@ -126,9 +126,10 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     """Local polynomial fits of ``targets`` at ``queries`` (None: at the samples), and their
     derivatives.
 
-    ``bound``: a :class:`~localkit.engine.BoundKernel` of ``kernel`` on ``samples`` (unweighted),
-    bound once by the caller (an estimator's ``fit``); the dense path takes its weights from it
-    instead of binding the samples again, and the samples are not checked again. None: bound here.
+    ``bound``: a :class:`~localkit.engine.BoundKernel` of ``kernel`` on ``samples`` (unweighted; with
+    ``sample_scale`` when one is given), bound once by the caller (an estimator's ``fit``); the dense
+    path takes its weights from it instead of binding the samples again, and the samples are not
+    checked again. None: bound here.
 
     ``design`` (an int ``m``): only the first ``m`` columns form the local design; the others
     enter the kernel only (the targets' columns of an output-adaptive fit, whose queries carry
@@ -169,7 +170,7 @@ def local_polynomial(queries, samples, targets, degree=1, kernel="tricube", band
     """
     opts = EngineOptions.of("local_polynomial", options, _COVARIANCE_OPTIONS + ("grid_size", "tolerance"),
                             POLYNOMIAL_ALGORITHMS)
-    _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight)
+    _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight, sample_scale)
     data = _prepare(queries, samples if bound is None else bound, targets, sample_weight, kernel, bandwidth,
                     n_neighbors, exclude_self)
     queries, samples, Y, sw, kern = data
@@ -293,8 +294,12 @@ def _binned(data, degree, ridge, rcond, slopes, grid_size, tolerance):
             unresolved(den, total, kern.profile, tolerance))
 
 
-def _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight):
-    """A caller's ``bound`` must bind the kernel asked for, at a bandwidth the weights do not change."""
+def _check_bound(bound, kernel, bandwidth, n_neighbors, sample_weight, sample_scale=None):
+    """A caller's ``bound`` must bind the kernel asked for, with the per-sample bandwidths asked for,
+    at a bandwidth the weights do not change."""
+    if bound is not None and not (bound.sample_scale is None if sample_scale is None else
+                                  bound.sample_scale is not None and np.array_equal(bound.sample_scale, sample_scale)):
+        raise ValueError("bound must bind the samples with the sample_scale given here (None: none)")
     if bound is not None and bound.kernel is not make_kernel(kernel, bandwidth, n_neighbors):
         raise ValueError(f"bound is {bound.kernel!r} bound to the samples; kernel is {kernel!r}: give the kernel it binds")
     if bound is not None and sample_weight is not None and isinstance(bound.kernel.bandwidth, str):
@@ -651,9 +656,9 @@ def _dense(data, E, exclude_self, sample_scale, ridge, design, bound=None):
     if s_scale is not None and (s_scale.shape != (len(samples),) or np.any(s_scale < 0)):
         raise ValueError(f"sample_scale must be {len(samples)} non-negative numbers")
     twins = twin_groups(samples, Y) if exclude_self else None  # the copies of a row: x and y
-    if bound is not None and s_scale is None and not exclude_self:
+    if bound is not None and not exclude_self:
         weights = bound
-    else:  # per-sample bandwidths, or leave-one-out groups of rows at one point with one target
+    else:  # leave-one-out: groups of rows at one point with one target
         weights = BoundKernel(kern, samples, sample_scale=s_scale,
                               twins=np.arange(len(samples)) if twins is None else twins)
     log_weights, nearest = weights.log_weights, weights.nearest
