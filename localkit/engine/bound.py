@@ -662,7 +662,7 @@ class BoundKernel:
             L += self.log_weight
         return L
 
-    def block(self, Q, scale=None, *, logit_exponent=0, points=None):
+    def block(self, Q, scale=None, *, logit_exponent=0, points=None, centre=None):
         """The log-weights of the queries ``Q`` (engine coordinates, :meth:`coordinates`) as a pass
         asks for them: an object whose ``log_weights(cols, fold_offset=False)`` gives ``(L, offset)``,
         ``log(K(x*, x_j)) = L + offset`` against the samples ``cols`` (no sample weights, no
@@ -671,12 +671,13 @@ class BoundKernel:
         (``u = d / (h scale_i)``); for a product, its factors' balloon bandwidths
         (:func:`~localkit.engine.factors.knn_scales`, found here when None). ``logit_exponent``:
         softmax logits divided by ``2^k``. ``points``: the queries in the index's coordinates, for
-        :attr:`exact_edge`. NumPy samples."""
+        :attr:`exact_edge`. ``centre``: the point the block is measured from (a cluster's centre),
+        in place of the one chosen for it. NumPy samples."""
         from .query_blocks import ProductBlock, QueryBlock
 
         if self.factors is not None:
             return ProductBlock(self, Q, knn_scales(self, Q, False) if scale is None else scale)
-        return QueryBlock(self, Q, scale, logit_exponent, points)
+        return QueryBlock(self, Q, scale, logit_exponent, points, centre)
 
     def query_blocks(self, queries, Q, q_scale=None, *, exclude_self=False, row_offset=0, logit_exponent=0):
         """``block_of(rows)``: the :meth:`block` of the queries ``Q[rows]`` (``Q`` their engine

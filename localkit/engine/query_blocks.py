@@ -34,9 +34,11 @@ class QueryBlock:
     """A block of queries of a bound kernel (engine coordinates): recentred, or marked for exact
     distances. ``q_scale`` (per query) divides ``u``; softmax logits arrive divided by
     ``2^logit_exponent``; ``points`` (the queries in the index's coordinates) decide the uniform
-    profile's edge as the index does (:attr:`BoundKernel.exact_edge <localkit.engine.BoundKernel.exact_edge>`)."""
+    profile's edge as the index does (:attr:`BoundKernel.exact_edge <localkit.engine.BoundKernel.exact_edge>`);
+    a given ``centre`` (a cluster's, in the truncated pass) is the point the block is measured from,
+    whatever its size: the product form's error is then that of the distances to it."""
 
-    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None):
+    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None, centre=None):
         # what every column block reads, looked up once per query block (the layout's are memoised lookups)
         self.bound, self.X, self.x_sq, self.u2_exponent = bound, bound.X, bound.x_sq, bound.u2_exponent
         self.points = points if q_scale is None else None
@@ -48,6 +50,9 @@ class QueryBlock:
             Q = np.ldexp(Q, -logit_exponent)
         self.centre = None
         self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
+        if centre is not None:
+            self.Q, self.centre = (Q - centre).astype(Q.dtype, copy=False), centre
+            return
         # the product form errs by ~eps |q|^2 in u^2 at unit scale; a per-query scale (a kNN
         # bandwidth: the k-th distance) divides u^2, and that error, by its square
         inv = None if q_scale is None else np.where(q_scale > 0, 1.0 / np.where(q_scale > 0, q_scale, 1.0), 1.0)
@@ -76,7 +81,7 @@ class QueryBlock:
         X = self.X[cols]
         x_sq = self.x_sq[cols]
         if self.centre is not None:
-            X = X - self.centre
+            X = (X - self.centre).astype(self.Q.dtype, copy=False)
             x_sq = np.einsum("ij,ij->i", X, X)
         return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
                                         temperature=self.temperature, exact=self.exact,

@@ -589,10 +589,9 @@ def cluster_sums(bound, Q, V_aug, tol):
         rows, cols = rows[by], cols[by]
         cuts = np.flatnonzero(np.diff(cols)) + 1
         for qs, c in zip(np.split(rows, cuts), cols[np.concatenate([[0], cuts])] if len(cols) else []):
-            members, centre = clusters.members(c), clusters.centres[c]
+            members = clusters.members(c)
             # about the cluster's centre: the matrix product's round-off is that of |q - c| and r_c, not |q|
-            L, offset = kern.log_weights((Q[qs] - centre).astype(Q.dtype), (bound.X[members] - centre).astype(Q.dtype),
-                                         exact=not bound.scaled, u2_exponent=bound.u2_exponent, fold_offset=True)
+            L, offset = bound.block(Q[qs], centre=clusters.centres[c]).log_weights(members, fold_offset=True)
             L += offset[:, None]
             if bound.weight is not None:
                 L += bound.log_weight[members]
