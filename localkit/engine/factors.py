@@ -13,8 +13,8 @@ on its own columns in its own scaled coordinates. Binding it binds each factor o
 
 The bound product keeps the samples raw; a block's log-weights are the sum of the factors'
 (:class:`~localkit.engine.query_blocks.ProductBlock` on the host,
-:func:`~localkit.engine.backends.array_api.streamed_log_weights` on a device and for
-``algorithm="streamed"``; :meth:`BoundKernel._bind_factors <localkit.engine.BoundKernel>` binds them).
+:class:`~localkit.engine.query_blocks.ArrayBlocks` on a device and for ``algorithm="streamed"``;
+:meth:`BoundKernel._bind_factors <localkit.engine.BoundKernel>` binds them).
 A kNN factor's per-query bandwidth is its own bound kernel's k-th distance (:func:`knn_scales`).
 Where a factor is compact (:func:`candidate_factor`), the neighbour path searches its support
 with its own index and forms the product's log-weights on those pairs only

@@ -1,19 +1,31 @@
-"""The log-weights of a block of queries against blocks of samples, as a bound kernel forms them
-on the host: what a pass asks of :meth:`BoundKernel.block <localkit.engine.BoundKernel.block>`
-instead of reading the binding's layout (its coordinates, squared norms, exponent, raw bandwidth
-and index unit stay behind this module).
+"""The log-weights of a block of queries against blocks of samples, as a bound kernel forms them:
+what a pass asks for instead of reading the binding's layout (its coordinates, squared norms,
+exponent, raw bandwidth and index unit stay behind this module). On the host,
+:meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` (:class:`QueryBlock`,
+:class:`ProductBlock`); on any array library (a device, or NumPy's ``algorithm="streamed"``),
+:class:`ArrayBlocks`, written against the array API.
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
 samples that carry weight is also the error of the log-weights. A query block whose points sit
 farther than ``sqrt(tol / (2 eps))`` bandwidths from the centre is therefore recentred on its own
 centre (the dense pass first sorts the queries along their widest coordinate, so that blocks are
-compact), and if that is not enough its distances are formed exactly, as differences.
+compact), and if that is not enough its distances are formed exactly, as differences. The host
+keeps a block as it is where the check passes uncentred; on an array library every block of a
+norm is recentred (its check then needs the centred block anyway).
 """
 from __future__ import annotations
 
+import math
+from functools import cached_property
+
 import numpy as np
 from scipy.spatial.distance import cdist
+
+from .stream import softmax_exponent, times_power_of_two
+
+#: Cells of one block of distances on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
+ACCELERATOR_BLOCK_CELLS = 2**26
 
 #: Largest error of a log-weight (a relative weight error) that the matrix-product form may carry,
 #: per dtype: float32 keeps its fast path up to ~64 bandwidths from a block's centre, float64 to ~1,400
@@ -122,3 +134,259 @@ class ProductBlock:
             else:
                 L += Lf
         return L, np.zeros(len(self.Q), dtype=self.Q.dtype)
+
+
+class ArrayBlocks:
+    """The queries ``Q`` (raw coordinates) of a pass against ``bound``'s samples on any array
+    library ``xp``, laid out once for all of them: :meth:`block` gives the log-weights of a block
+    of them, as :meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` does on the host.
+
+    The coordinates ``Qs``, ``Xs`` the blocks measure in, as the kernel needs them:
+
+    * ``exact_edge``, the uniform profile's edge decided as on the host: raw coordinates (each
+      feature over its bandwidth, for per-feature ones) and the compiled pass's test
+      ``|q - x|^2 <= support``, summed feature by feature;
+    * the softmax kernel: the queries times ``2^-k / h``, ``k = logit_exponent`` (logits beyond the
+      float range, :func:`~localkit.engine.stream.softmax_exponent`);
+    * a norm: centred on the samples' mean, each feature over its bandwidth; the queries taken in
+      ``order`` (sorted along their widest coordinate), each block recentred on its own centre;
+    * cosine: the distance as it is, the bandwidth a per-query scale;
+    * a product: each distance factor centred on its samples and over its bandwidth, its squared
+      distances from differences; each categorical factor's codes.
+
+    ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample; a kNN kernel's ``q_scale`` is its
+    balloon bandwidth, the distance of each query to its k-th nearest sample (``exclude_self``:
+    not itself). :attr:`fusable`: nothing beyond a plain kernel of ``|q - x| / h``, what a fused
+    pass can take in place of the blocks."""
+
+    def __init__(self, xp, bound, Q, q_scale=None, exclude_self=False, exact_edge=False):
+        kernel, X, h = bound.kernel, bound.samples, bound.h
+        self.xp, self.kernel, self.dtype = xp, kernel, Q.dtype
+        self.s_scale, self.support, self.logit_exponent, self.factors = bound.sample_scale, None, 0, None
+        if bound.factors is not None:
+            self.Qs, self.Xs, self.q_scale, self.s_scale = Q, X, None, None
+            self.factors = _factor_coordinates(xp, bound, Q, X)
+            return
+        if kernel.is_softmax:
+            self.logit_exponent = softmax_exponent(xp, bound, Q)
+        if exact_edge:
+            if np.ndim(h) == 0:
+                self.Qs, self.Xs, self.support = Q, X, float(h) ** 2
+            else:  # each feature over its bandwidth, the support u^2 <= 1 (the compiled pass's per-feature form)
+                hh = h_array(xp, h, X)
+                self.Qs, self.Xs, self.support = Q / hh, X / hh, 1.0
+        elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
+            self.Qs, self.Xs = times_power_of_two(Q, -self.logit_exponent) / float(h), X
+        elif kernel.norm_metric:
+            centre = xp.mean(X, axis=0)
+            hh = h_array(xp, h, X)
+            self.Qs, self.Xs = (Q - centre) / hh, (X - centre) / hh
+        else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
+            self.Qs, self.Xs = Q, X
+            if kernel.n_neighbors is None:
+                q_scale = float(h) * (xp.ones(Q.shape[0], dtype=Q.dtype, device=_device(X)) if q_scale is None
+                                      else q_scale)
+        if kernel.n_neighbors is not None and not kernel.compact:  # the balloon bandwidth: the k-th distance
+            q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, self.Qs, self.Xs, kernel.n_neighbors,
+                                                                      kernel, exclude_self)])
+        self.q_scale = q_scale
+
+    @property
+    def fusable(self):
+        return self.factors is None and not (
+            self.support is not None or self.kernel.n_neighbors is not None or self.kernel.metric != "euclidean"
+            or self.q_scale is not None or self.s_scale is not None or self.logit_exponent > 0)
+
+    @cached_property
+    def _recentre(self):
+        kernel = self.kernel
+        return self.factors is None and not kernel.is_softmax and kernel.norm_metric and self.support is None
+
+    @cached_property
+    def order(self):
+        """The queries' positions in the blocks' order: sorted along their widest coordinate where
+        blocks are recentred (compact blocks), None where they keep their order."""
+        if not self._recentre:
+            return None
+        xp, Qs = self.xp, self.Qs
+        widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
+        return xp.argsort(Qs[:, widest])
+
+    @cached_property
+    def _in_order(self):
+        """``(Q, q_scale)`` in :attr:`order`, and whether every block's distances are exact."""
+        xp, kernel, order = self.xp, self.kernel, self.order
+        Q, q_scale = self.Qs, self.q_scale
+        if order is not None:
+            Q = xp.take(Q, order, axis=0)
+            q_scale = None if q_scale is None else xp.take(q_scale, order)
+        # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
+        degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, self.s_scale))
+        always_exact = (self.factors is None and not kernel.is_softmax
+                        and (kernel.profile.exact_distance or kernel.metric != "euclidean" or self.support is not None
+                             or degenerate))
+        return Q, q_scale, always_exact
+
+    def block(self, rows):
+        """The block of the queries at positions ``rows`` (a slice) of :attr:`order`: an object whose
+        ``log_weights(cols)`` is ``log K`` against the samples ``cols`` (a slice; no sample weights,
+        no leave-one-out: the pass adds those)."""
+        if self.factors is not None:
+            return _ArrayProductBlock(self.xp, self.factors, rows)
+        Q, q_scale, exact = self._in_order
+        return _ArrayBlock(self, Q[rows, ...], None if q_scale is None else q_scale[rows], exact)
+
+
+class _ArrayBlock:
+    """One block of :class:`ArrayBlocks` (a norm's recentred on its own centre; the check of the
+    module's docstring, divided by the square of a per-query scale, decides exact distances)."""
+
+    def __init__(self, blocks, Q, q_scale, exact):
+        xp, kernel = blocks.xp, blocks.kernel
+        self.xp, self.kernel, self.Xs, self.support = xp, kernel, blocks.Xs, blocks.support
+        self.q_scale, self.s_scale, self.centre = q_scale, blocks.s_scale, None
+        if blocks._recentre:
+            self.centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
+            Q = Q - self.centre
+            tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Q.dtype == xp.float32 else np.float64)]
+            size = xp.sum(Q * Q, axis=1)
+            if q_scale is not None:
+                size = size / xp.where(q_scale > 0, q_scale * q_scale, xp.ones_like(q_scale))
+            exact = exact or 2 * float(xp.finfo(Q.dtype).eps) * float(xp.max(size)) > tol
+        self.Q, self.exact = Q, exact
+        self.q_sq = xp.sum(Q * Q, axis=1)
+        self.log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)
+
+    def log_weights(self, cols):
+        xp, kernel, Q = self.xp, self.kernel, self.Q
+        X = self.Xs[cols, ...]
+        if kernel.is_softmax:
+            return Q @ xp.permute_dims(X, (1, 0))
+        if self.centre is not None:
+            X = X - self.centre
+        u2 = sq_distances(xp, Q, self.q_sq, X, self.exact, kernel)
+        if self.support is not None:
+            inside = u2 <= self.support
+            return xp.where(inside, self.log_k(xp.where(inside, u2, 0.0) / self.support), -math.inf)
+        u2 = rescale(xp, u2, None if self.q_scale is None else self.q_scale[:, None],
+                     None if self.s_scale is None else self.s_scale[None, cols])
+        return -0.5 * u2 if kernel.profile.log_linear else self.log_k(u2)
+
+
+class _ArrayProductBlock:
+    """One block of a product's :class:`ArrayBlocks`: the sum of its factors' log-weights."""
+
+    def __init__(self, xp, factors, rows):
+        self.xp, self.factors, self.rows = xp, factors, rows
+
+    def log_weights(self, cols):
+        xp, L = self.xp, None
+        for f, Qf, Xf, kern in self.factors:
+            q, x = Qf[self.rows, ...], Xf[cols, ...]
+            if kern is None:
+                Lf = f.categorical.log_weights(xp, q, x)
+            else:
+                u2 = sq_distances(xp, q, None, x, True, kern)
+                Lf = -0.5 * u2 if kern.profile.log_linear else kern.profile.log_k_for(xp)(u2)
+            L = Lf if L is None else L + Lf
+        return L
+
+
+def _factor_coordinates(xp, bound, Q, X):
+    """``(factor, queries, samples, kernel)`` per factor of a product, for its blocks: each distance
+    factor's coordinates centred on its samples and divided by its bandwidth (its kernel on them),
+    each categorical factor's codes as they are (kernel None)."""
+    parts = []
+    for f in bound.factors:
+        if f.categorical is not None:
+            idx = xp.asarray(f.cols, device=_device(X)) if xp is not np else f.cols
+            parts.append((f, xp.take(Q, idx, axis=1), xp.take(X, idx, axis=1), None))
+            continue
+        idx = xp.asarray(f.cols, device=_device(X))
+        Qf, Xf = xp.take(Q, idx, axis=1), xp.take(X, idx, axis=1)
+        centre = xp.mean(Xf, axis=0)
+        hh = h_array(xp, f.bound.h, Xf)
+        parts.append((f, (Qf - centre) / hh, (Xf - centre) / hh, f.kernel.plain()))
+    return parts
+
+
+def _device(a):
+    from sklearn.utils._array_api import device
+
+    return device(a)
+
+
+def h_array(xp, h, like):
+    """The bandwidth (a float or per-feature floats) as an array beside ``like``."""
+    return xp.asarray(np.asarray(h, dtype=np.float64).tolist(), dtype=like.dtype, device=_device(like))
+
+
+def rescale(xp, u2, q_scale, s_scale):
+    """``u^2 / (q_i s_j)^2``; a zero per-point bandwidth counts distance 0 fully, others not at all."""
+    if q_scale is None and s_scale is None:
+        return u2
+    if q_scale is not None:
+        u2 = u2 / (q_scale * q_scale)
+    if s_scale is not None:
+        u2 = u2 / (s_scale * s_scale)
+    return xp.where(xp.isnan(u2), 0.0, u2)
+
+
+def sq_distances(xp, Q, q_sq, X, exact, kernel):
+    """Squared distances of ``kernel``'s metric for a block: for the euclidean metric one matrix
+    product, or (``exact``: profiles with a kink at 0, whose square root would show the
+    product's ~1e-8 error, far blocks, the compiled pass's ties) differences summed feature by
+    feature, in the order of the compiled pass; the other norms from differences; cosine
+    ``(1 - <q, x> / (|q| |x|))^2``."""
+    metric = kernel.metric
+    if metric == "cosine":
+        norms = xp.sqrt(xp.sum(Q * Q, axis=1))[:, None] * xp.sqrt(xp.sum(X * X, axis=1))[None, :]
+        D = xp.clip(1 - (Q @ xp.permute_dims(X, (1, 0))) / norms, min=0.0, max=2.0)
+        return D * D
+    if metric == "euclidean" and not exact:
+        inner = Q @ xp.permute_dims(X, (1, 0))
+        return xp.clip(q_sq[:, None] + xp.sum(X * X, axis=1)[None, :] - 2 * inner, min=0)
+    acc = xp.zeros((Q.shape[0], X.shape[0]), dtype=Q.dtype, device=_device(Q))
+    for j in range(Q.shape[1]):
+        t = Q[:, j:j + 1] - X[None, :, j]
+        if metric == "euclidean":
+            acc = acc + t * t
+        elif metric == "chebyshev":
+            acc = xp.maximum(acc, xp.abs(t))
+        elif metric == "manhattan" or kernel.p == 1:
+            acc = acc + xp.abs(t)
+        else:
+            acc = acc + xp.abs(t) ** kernel.p
+    if metric == "euclidean":
+        return acc
+    if metric == "minkowski" and kernel.p != 1:
+        return acc ** (2.0 / kernel.p)
+    return acc * acc
+
+
+def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
+    """``(dist, idx)`` of the ``k`` nearest samples of a block of queries at a time (nearest
+    first, ties in sample order), by whole rows of exact distances sorted on the device;
+    ``exclude_self``: query ``i`` is sample ``i`` and is not its own neighbour."""
+    for D in sq_distance_rows(xp, Q, X, kernel, exclude_self):
+        yield k_smallest(xp, D, k)
+
+
+def k_smallest(xp, D, k):
+    """``(dist, idx)``: the ``k`` smallest of each row of squared distances ``D``, their square roots."""
+    idx = xp.argsort(D, axis=1, stable=True)[:, :k]
+    return xp.sqrt(xp.take_along_axis(D, idx, axis=1)), idx
+
+
+def sq_distance_rows(xp, Q, X, kernel, exclude_self):
+    """Blocks of whole rows of exact squared distances (``inf`` on a query's own sample with
+    ``exclude_self``), as many rows at a time as a block of cells holds."""
+    n_q, n_s = Q.shape[0], X.shape[0]
+    cells = 2**22 if "cpu" in str(_device(Q)) else ACCELERATOR_BLOCK_CELLS
+    step = max(1, min(n_q, cells // max(1, n_s)))
+    for r0 in range(0, n_q, step):
+        D = sq_distances(xp, Q[r0:min(r0 + step, n_q), ...], None, X, True, kernel)
+        if exclude_self:
+            rows = xp.arange(r0, r0 + D.shape[0], device=_device(Q))
+            D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(Q))[None, :], math.inf, D)
+        yield D

@@ -90,6 +90,18 @@ def logit_exponent(top_q, top_x, n_features, temperature, maxexp):
     return max(0, math.ceil(top - maxexp // 2))
 
 
+def softmax_exponent(xp, bound, Q):
+    """The ``exponent`` of the softmax kernel's pass over the queries ``Q`` (raw coordinates, arrays
+    of ``xp``) against ``bound``'s samples: :func:`logit_exponent` at the
+    largest entries of both (the samples' kept with the binding), the temperature ``h`` and the
+    float range of ``Q``'s dtype (``maxexp``, from the array API's ``finfo``)."""
+    if Q.shape[0] == 0:
+        return 0
+    top_x = bound.memo("abs_max", lambda: float(xp.max(xp.abs(bound.samples))))
+    maxexp = math.ceil(math.log2(float(xp.finfo(Q.dtype).max)))  # 128 (float32, bfloat16), 1024 (float64)
+    return logit_exponent(float(xp.max(xp.abs(Q))), top_x, bound.n_features, float(bound.h), maxexp)
+
+
 def augment(values, xp=np):
     """``[values, 1]``: one matrix product then gives the weighted sums and the weight sum
     (``values`` an array of the namespace ``xp``, on its device)."""

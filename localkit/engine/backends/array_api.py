@@ -12,9 +12,10 @@ empty-neighbourhood policy, the result) is the :class:`~localkit.engine.BoundKer
 once for every namespace.
 
 The streamed pass is the engine's streaming local mean: blocks of queries against blocks of
-samples, the log-weights of each block from one matrix product (queries recentred per block, so
-that float32 keeps its digits far from the origin), summed across sample blocks by the online
-log-sum-exp (as flash attention does) of the loop that the host's dense path runs too
+samples, the log-weights of each block formed by the bound kernel's
+:class:`~localkit.engine.query_blocks.ArrayBlocks` (one matrix product, queries recentred per
+block, so that float32 keeps its digits far from the origin), summed across sample blocks by the
+online log-sum-exp (as flash attention does) of the loop that the host's dense path runs too
 (:func:`~localkit.engine.passes.streamed.stream_sums`). Memory is one block, never
 ``n_queries x n_samples``. The kernel's profile is the very statement of
 :mod:`localkit.kernels.profiles`, bound to the namespace.
@@ -24,20 +25,15 @@ queries at a time.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
-
 import numpy as np
 
 from ..blocks import block_sizes
 from ..checks import as_points
-from ..query_blocks import LOG_WEIGHT_TOL
-from ..passes.streamed import softmax_exponent
+from ..query_blocks import (ACCELERATOR_BLOCK_CELLS, LOG_WEIGHT_TOL, ArrayBlocks, h_array, k_smallest, rescale,
+                            sq_distance_rows, sq_distances)
 from ..planner import COMPILED_BANDWIDTHS
-from ..stream import merge_states, times_power_of_two
+from ..stream import merge_states
 from ..twins import refuse_twins
-
-#: Cells of one kernel block on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
-ACCELERATOR_BLOCK_CELLS = 2**26
 
 
 def foreign_namespace(*arrays):
@@ -90,76 +86,43 @@ def refuse_on_device(kernel):
                          f"({', '.join(XP_METRICS)}), or pass NumPy arrays")
 
 
-def _device(xp, a):
-    return device_of(a)
-
-
 def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     """The engine's pass on arrays of another namespace, on their device: ``(S, shift)`` as every
     path returns them (:mod:`localkit.engine.passes.dense`), for every profile and the softmax kernel
     (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature and rule
     bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm metrics and
-    "cosine", ``exclude_self`` and sample weights.
+    "cosine", ``exclude_self`` and sample weights: the blocks the bound kernel's
+    :class:`~localkit.engine.query_blocks.ArrayBlocks` form, summed by :func:`_stream`; a compact
+    kNN kernel over exactly its k nearest; FlexAttention where it fuses the whole pass.
 
     ``options.algorithm="compiled"`` (or ``exact_edge``) takes the compiled compact pass's
     arithmetic: raw coordinates, the support ``|q - x|^2 <= h^2`` summed feature by feature, so
     that points at distance ``h`` are decided as on the host (and as scikit-learn's radius
     queries decide them).
     """
-    from ..planner import device_compiled_fits
-
     # NumPy arrays (algorithm="streamed") through the array API's NumPy namespace: the same code
     xp, kernel, options = array_namespace(bound), bound.kernel, bound.options
-    X, h, s_scale, weight = bound.samples, bound.h, bound.sample_scale, bound.weight
+    X = bound.samples
     if bound.on_host and queries is not None:  # the pass lays out its own coordinates from the raw points
         Q = as_points(np, queries, "queries", n_features=bound.n_features, dtype=bound.dtype)
     elif bound.on_host:
         Q = X
     if exclude_self and bound.twins is not None:
         refuse_twins(bound.host(X), "the array-API path")
-    if bound.factors is not None:  # a product: its factors' log-weights added block by block
-
-        return _stream(xp, Q, X, V_aug, kernel, exclude_self, options,
-                       _Weighting(log_weight=bound.log_weight, log_weight_blocks=streamed_log_weights(xp, bound, Q, X)))
-    k = kernel.n_neighbors
-    logit_exponent = softmax_exponent(xp, bound, Q) if kernel.is_softmax else 0
-    support = None
-    if device_compiled_fits(bound, q_scale, exclude_self) and (options.algorithm == "compiled" or options.exact_edge):
-        Qs, Xs, support = Q, X, float(h) ** 2
-    elif _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
-        if np.ndim(h) == 0:
-            Qs, Xs, support = Q, X, float(h) ** 2
-        else:  # each feature over its bandwidth, the support u^2 <= 1 (the compiled pass's per-feature form)
-            hh = _h_array(xp, h, X)
-            Qs, Xs, support = Q / hh, X / hh, 1.0
-    elif kernel.is_softmax:  # 2^-k first: Q / h alone may overflow
-        Qs, Xs = times_power_of_two(Q, -logit_exponent) / float(h), X
-    elif kernel.norm_metric:
-        centre = xp.mean(X, axis=0)
-        hh = _h_array(xp, h, X)
-        Qs, Xs = (Q - centre) / hh, (X - centre) / hh
-    else:  # cosine: a distance taken as it is, divided by the (scalar) bandwidth
-        Qs, Xs = Q, X
-        if k is None:
-            q_scale = float(h) * (xp.ones(Q.shape[0], dtype=Q.dtype, device=_device(xp, X)) if q_scale is None
-                                  else q_scale)
-    if (support is not None or k is not None or kernel.metric != "euclidean" or q_scale is not None
-            or s_scale is not None or logit_exponent > 0):  # what the fused path does not take: streamed
-        if k is not None and kernel.compact:
-            return _knn_sums(xp, *_index_coordinates(xp, Q, X, h, Qs, Xs, kernel),
-                             V_aug if weight is None else V_aug * weight[:, None], kernel, exclude_self)
-        if k is not None:  # the balloon bandwidth: distance to the k-th nearest sample
-            q_scale = xp.concat([d[:, -1] for d, _ in xp_kneighbors(xp, Qs, Xs, k, kernel, exclude_self)])
-        return _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
-                       _Weighting(support, q_scale, s_scale, bound.log_weight, logit_exponent))
+    edge = _exact_edge(xp, bound, Q, q_scale, exclude_self)
+    blocks = ArrayBlocks(xp, bound, Q, q_scale, exclude_self, exact_edge=edge)
+    if kernel.n_neighbors is not None and kernel.compact:
+        weight = bound.weight
+        return _knn_sums(xp, *_index_coordinates(xp, Q, X, bound.h, blocks.Qs, blocks.Xs, kernel),
+                         V_aug if weight is None else V_aug * weight[:, None], kernel, exclude_self)
     fused = None
-    if _flex_fits(xp, Qs, Xs, kernel, options):
+    if blocks.fusable and _flex_fits(xp, blocks.Qs, blocks.Xs, kernel, options):
         from ...fused.flex import fused_or_none
 
+        weight = bound.weight
         fused = fused_or_none(("local sums", kernel.name, exclude_self, weight is not None),
-                              lambda: flex_sums(Qs, Xs, V_aug[:, :-1], weight, kernel, exclude_self))
-    return fused if fused is not None else _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options,
-                                                   _Weighting(log_weight=bound.log_weight))
+                              lambda: flex_sums(blocks.Qs, blocks.Xs, V_aug[:, :-1], weight, kernel, exclude_self))
+    return fused if fused is not None else _stream(xp, blocks, V_aug, bound.log_weight, exclude_self, options)
 
 
 def array_namespace(bound):
@@ -180,15 +143,10 @@ def device_nearest(bound, queries, rows=None, self_rows=None):
     if rows is not None:
         Q = xp.take(Q, rows, axis=0)
     if kernel.norm_metric:
-        hh = _h_array(xp, bound.h, X)
+        hh = h_array(xp, bound.h, X)
         Q, X = Q / hh, X / hh
     dead = None if bound.weight is None else bound.weight == 0
     return xp_nearest(xp, Q, X, kernel, rows=self_rows, dead=dead)[0]
-
-
-def _h_array(xp, h, like):
-    """The bandwidth (a float or per-feature floats) as an array beside ``like``."""
-    return xp.asarray(np.asarray(h, dtype=np.float64).tolist(), dtype=like.dtype, device=_device(xp, like))
 
 
 #: Metrics of the array-API path (callables and precomputed distances need NumPy arrays)
@@ -254,92 +212,28 @@ def flex_sums(Qs, Xs, V, weight, kernel, exclude_self, compiled=True):
     return torch.cat([mean, torch.ones_like(mean[:, :1])], dim=1), lse.to(Qs.dtype)
 
 
-class _Weighting(NamedTuple):
-    """How :func:`_stream` forms a block's log-weights beyond the kernel's profile of ``u``."""
-
-    support: float | None = None
-    q_scale: object = None
-    s_scale: object = None
-    log_weight: object = None
-    logit_exponent: int = 0
-    log_weight_blocks: object = None
-
-
-def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighting()):
+def _stream(xp, blocks, V_aug, log_weight, exclude_self, options):
     """``(S, shift)``: the one streamed pass (:func:`~localkit.engine.passes.streamed.stream_sums`)
-    over blocks formed here, in the namespace ``xp``; the :class:`_Weighting` ``weighting``:
-
-    ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted).
-
-    ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample. ``support`` (raw coordinates):
-    ``u^2 = |q - x|^2 / support`` where ``|q - x|^2 <= support``, the compiled pass's arithmetic.
-    ``logit_exponent`` ``k``: softmax logits arrive divided by ``2^k`` (so do the ``log c_j`` added
-    to them); the pass multiplies differences from the running maximum back before ``exp``.
-    ``log_weight_blocks(rows, cols) -> log K``: a product kernel's blocks
-    (:func:`streamed_log_weights`), in place of ``kernel``'s.
-    """
+    over the :class:`~localkit.engine.query_blocks.ArrayBlocks` ``blocks``, in the namespace ``xp``;
+    ``log_weight`` (n_samples,): ``log c_j`` added to the log-weights (the values are unweighted),
+    divided by ``2^k`` with softmax logits that arrive so (``blocks.logit_exponent``)."""
     from ..passes.streamed import sample_log_weights, stream_sums
 
-    support, q_scale, s_scale, log_weight, logit_exponent, log_weight_blocks = weighting
-    n_q, n_s = Qs.shape[0], Xs.shape[0]
-    dev = _device(xp, Qs)
-    on_cpu = "cpu" in str(dev)
-    if options.block_size is not None or on_cpu:
-        bq, bs = block_sizes(n_q, n_s, 4 if Qs.dtype == xp.float32 else 8, options, n_features=Qs.shape[1])
+    n_q, n_s = blocks.Qs.shape[0], blocks.Xs.shape[0]
+    dev = device_of(blocks.Qs)
+    if options.block_size is not None or "cpu" in str(dev):
+        bq, bs = block_sizes(n_q, n_s, 4 if blocks.dtype == xp.float32 else 8, options, n_features=blocks.Qs.shape[1])
     else:
         bs = min(n_s, 8192)
         bq = max(1, min(n_q, ACCELERATOR_BLOCK_CELLS // bs))
-    product = log_weight_blocks is not None
-    log_k = None if kernel.is_softmax or product else kernel.profile.log_k_for(xp)
-    gaussian = not kernel.is_softmax and not product and kernel.profile.log_linear
-    eps = float(xp.finfo(Qs.dtype).eps)
-    # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
-    degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, s_scale))
-    always_exact = (not kernel.is_softmax and not product
-                    and (kernel.profile.exact_distance or kernel.metric != "euclidean" or support is not None
-                         or degenerate))
-    recentre = not kernel.is_softmax and not product and kernel.norm_metric and support is None
-    order = None
-    if recentre:  # compact query blocks (sorted along the widest coordinate)
-        widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
-        order = xp.argsort(Qs[:, widest])
-        Qs = xp.take(Qs, order, axis=0)
-        q_scale = None if q_scale is None else xp.take(q_scale, order)
-    log_weight = sample_log_weights(log_weight, logit_exponent)
+    order = blocks.order
+    log_weight = sample_log_weights(log_weight, blocks.logit_exponent)
 
-    def blocks(rows, fold_offset):
-        Q = Qs[rows, ...]
-        exact, centre = always_exact, None
-        if recentre:  # recentred per block: cancellation independent of the origin
-            centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
-            Q = Q - centre
-            # the matrix-product form errs by ~eps |q|^2 in u^2 (see localkit.engine.query_blocks), divided
-            # by the square of a per-query scale (a kNN bandwidth)
-            tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Qs.dtype == xp.float32 else np.float64)]
-            size = xp.sum(Q * Q, axis=1)
-            if q_scale is not None:
-                scale = q_scale[rows]
-                size = size / xp.where(scale > 0, scale * scale, xp.ones_like(scale))
-            exact = exact or 2 * eps * float(xp.max(size)) > tol
-        q_sq = xp.sum(Q * Q, axis=1)
+    def block_sums(rows, fold_offset):
+        block = blocks.block(rows)
         for c0 in range(0, n_s, bs):
             cols = slice(c0, min(c0 + bs, n_s))
-            X = Xs[cols, ...]
-            if product:
-                L = log_weight_blocks(rows, cols)
-            elif kernel.is_softmax:
-                L = Q @ xp.permute_dims(X, (1, 0))
-            else:
-                if centre is not None:
-                    X = X - centre
-                u2 = _sq_distances(xp, Q, q_sq, X, exact, kernel)
-                if support is not None:
-                    inside = u2 <= support
-                    L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
-                else:
-                    u2 = _rescale(xp, u2, None if q_scale is None else q_scale[rows, None],
-                                  None if s_scale is None else s_scale[None, cols])
-                    L = -0.5 * u2 if gaussian else log_k(u2)
+            L = block.log_weights(cols)
             if log_weight is not None:  # log c_j inside the shift's maximum (see localkit.engine.passes.streamed)
                 L = L + log_weight[None, cols]
             if exclude_self:
@@ -347,88 +241,27 @@ def _stream(xp, Qs, Xs, V_aug, kernel, exclude_self, options, weighting=_Weighti
                 L = xp.where(ids[:, None] == xp.arange(c0, cols.stop, device=dev)[None, :], -math.inf, L)
             yield L, None, V_aug[cols, ...]
 
-    return stream_sums(xp, n_q, bq, blocks, V_aug, order=order, exponent=logit_exponent, threads=options.threads)
+    return stream_sums(xp, n_q, bq, block_sums, V_aug, order=order, exponent=blocks.logit_exponent,
+                       threads=options.threads)
 
 
-def _rescale(xp, u2, q_scale, s_scale):
-    """``u^2 / (q_i s_j)^2``; a zero per-point bandwidth counts distance 0 fully, others not at all."""
-    if q_scale is None and s_scale is None:
-        return u2
-    if q_scale is not None:
-        u2 = u2 / (q_scale * q_scale)
-    if s_scale is not None:
-        u2 = u2 / (s_scale * s_scale)
-    return xp.where(xp.isnan(u2), 0.0, u2)
+def _exact_edge(xp, bound, Q, q_scale, exclude_self):
+    """True where the uniform profile's edge (its one jump) is decided by the compiled pass's test
+    ``|q - x|^2 <= h^2``, as the host decides it (:attr:`localkit.engine.BoundKernel.exact_edge`):
+    where ``options.algorithm="compiled"`` or ``options.exact_edge`` asks for the compiled
+    arithmetic, and for the uniform profile at a fixed bandwidth (scalar or per feature) whose
+    squared differences stay in the float range."""
+    from ..planner import device_compiled_fits
 
-
-def _sq_distances(xp, Q, q_sq, X, exact, kernel):
-    """Squared distances of ``kernel``'s metric for a block: for the euclidean metric one matrix
-    product, or (``exact``: profiles with a kink at 0, whose square root would show the
-    product's ~1e-8 error, far blocks, the compiled pass's ties) differences summed feature by
-    feature, in the order of the compiled pass; the other norms from differences; cosine
-    ``(1 - <q, x> / (|q| |x|))^2``."""
-    metric = kernel.metric
-    if metric == "cosine":
-        norms = xp.sqrt(xp.sum(Q * Q, axis=1))[:, None] * xp.sqrt(xp.sum(X * X, axis=1))[None, :]
-        D = xp.clip(1 - (Q @ xp.permute_dims(X, (1, 0))) / norms, min=0.0, max=2.0)
-        return D * D
-    if metric == "euclidean" and not exact:
-        inner = Q @ xp.permute_dims(X, (1, 0))
-        return xp.clip(q_sq[:, None] + xp.sum(X * X, axis=1)[None, :] - 2 * inner, min=0)
-    acc = xp.zeros((Q.shape[0], X.shape[0]), dtype=Q.dtype, device=_device(xp, Q))
-    for j in range(Q.shape[1]):
-        t = Q[:, j:j + 1] - X[None, :, j]
-        if metric == "euclidean":
-            acc = acc + t * t
-        elif metric == "chebyshev":
-            acc = xp.maximum(acc, xp.abs(t))
-        elif metric == "manhattan" or kernel.p == 1:
-            acc = acc + xp.abs(t)
-        else:
-            acc = acc + xp.abs(t) ** kernel.p
-    if metric == "euclidean":
-        return acc
-    if metric == "minkowski" and kernel.p != 1:
-        return acc ** (2.0 / kernel.p)
-    return acc * acc
-
-
-def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
-    """``(dist, idx)`` of the ``k`` nearest samples of a block of queries at a time (nearest
-    first, ties in sample order), by whole rows of exact distances sorted on the device;
-    ``exclude_self``: query ``i`` is sample ``i`` and is not its own neighbour."""
-    for D in _sq_distance_rows(xp, Q, X, kernel, exclude_self):
-        yield _k_smallest(xp, D, k)
-
-
-def _k_smallest(xp, D, k):
-    """``(dist, idx)``: the ``k`` smallest of each row of squared distances ``D``, their square roots."""
-    idx = xp.argsort(D, axis=1, stable=True)[:, :k]
-    return xp.sqrt(xp.take_along_axis(D, idx, axis=1)), idx
-
-
-def _sq_distance_rows(xp, Q, X, kernel, exclude_self):
-    """Blocks of whole rows of exact squared distances (``inf`` on a query's own sample with
-    ``exclude_self``), as many rows at a time as a block of cells holds."""
-    n_q, n_s = Q.shape[0], X.shape[0]
-    cells = 2**22 if "cpu" in str(_device(xp, Q)) else ACCELERATOR_BLOCK_CELLS
-    step = max(1, min(n_q, cells // max(1, n_s)))
-    for r0 in range(0, n_q, step):
-        D = _sq_distances(xp, Q[r0:min(r0 + step, n_q), ...], None, X, True, kernel)
-        if exclude_self:
-            rows = xp.arange(r0, r0 + D.shape[0], device=_device(xp, Q))
-            D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(xp, Q))[None, :], math.inf, D)
-        yield D
-
-
-def _exact_edge(xp, kernel, h, Q, X, q_scale, s_scale):
-    """True for the uniform profile (a jump at its edge) with a fixed bandwidth (scalar or per
-    feature) where squared differences stay in the float range: its support is then decided by
-    the compiled pass's test (as :attr:`localkit.engine.BoundKernel.exact_edge` on the host)."""
+    kernel, options, X, h = bound.kernel, bound.options, bound.samples, bound.h
+    if bound.factors is not None:
+        return False
+    if device_compiled_fits(bound, q_scale, exclude_self) and (options.algorithm == "compiled" or options.exact_edge):
+        return True
     lo, hi = COMPILED_BANDWIDTHS
     widths = np.atleast_1d(np.asarray(h, dtype=np.float64))
     if not (kernel.compact and kernel.profile.flat and kernel.n_neighbors is None
-            and kernel.metric == "euclidean" and q_scale is None and s_scale is None
+            and kernel.metric == "euclidean" and q_scale is None and bound.sample_scale is None
             and np.all((widths > lo) & (widths < hi))):
         return False
     limit = float(xp.finfo(X.dtype).max) ** 0.25 * float(widths.min())  # the scaled points stay below the root
@@ -444,7 +277,7 @@ def _index_coordinates(xp, Q, X, h, Qs, Xs, kernel):
         return Qs, Xs
     scaled = Q, X
     if np.ndim(h) != 0:
-        hh = _h_array(xp, h, X)
+        hh = h_array(xp, h, X)
         scaled = Q / hh, X / hh
     limit = float(xp.finfo(X.dtype).max) ** 0.25
     big = max(float(xp.max(xp.abs(t))) if t.shape[0] else 0.0 for t in scaled)
@@ -457,9 +290,9 @@ def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
     weight ``k(0)``, for a profile that vanishes at the edge (:func:`localkit.engine.passes.neighbors.coincident`)."""
     log_k, k = kernel.profile.log_k_for(xp), kernel.n_neighbors
     parts = []
-    for D in _sq_distance_rows(xp, Qs, Xs, kernel, exclude_self):
-        dist, idx = _k_smallest(xp, D, k)
-        W = xp.exp(log_k(_rescale(xp, dist * dist, dist[:, -1:], None)))
+    for D in sq_distance_rows(xp, Qs, Xs, kernel, exclude_self):
+        dist, idx = k_smallest(xp, D, k)
+        W = xp.exp(log_k(rescale(xp, dist * dist, dist[:, -1:], None)))
         gathered = xp.reshape(xp.take(V_aug, xp.reshape(idx, (-1,)), axis=0), (*idx.shape, V_aug.shape[1]))
         S = xp.sum(W[:, :, None] * gathered, axis=1)
         if kernel.profile.vanishes_at_edge:
@@ -467,7 +300,7 @@ def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
             S = xp.where(dist[:, -1:] == 0, at_point, S)
         parts.append(S)
     S = xp.concat(parts, axis=0)
-    return S, xp.zeros((S.shape[0],), dtype=S.dtype, device=_device(xp, S))
+    return S, xp.zeros((S.shape[0],), dtype=S.dtype, device=device_of(S))
 
 
 def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
@@ -477,13 +310,13 @@ def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
     parts, dists = [], []
     for r0 in range(0, Q.shape[0], 256):
         q = Q[r0:min(r0 + 256, Q.shape[0]), ...]
-        best = xp.full((q.shape[0],), math.inf, dtype=Q.dtype, device=_device(xp, Q))
-        arg = xp.zeros((q.shape[0],), dtype=xp.int64, device=_device(xp, Q))
+        best = xp.full((q.shape[0],), math.inf, dtype=Q.dtype, device=device_of(Q))
+        arg = xp.zeros((q.shape[0],), dtype=xp.int64, device=device_of(Q))
         for c0 in range(0, X.shape[0], 1024):
             x = X[c0:min(c0 + 1024, X.shape[0]), ...]
-            D = _sq_distances(xp, q, None, x, True, kernel)
+            D = sq_distances(xp, q, None, x, True, kernel)
             if rows is not None:
-                cols = xp.arange(c0, c0 + x.shape[0], device=_device(xp, Q))
+                cols = xp.arange(c0, c0 + x.shape[0], device=device_of(Q))
                 D = xp.where(rows[r0:r0 + q.shape[0], None] == cols[None, :], math.inf, D)
             if dead is not None:
                 D = xp.where(dead[None, c0:c0 + x.shape[0]], math.inf, D)
@@ -494,36 +327,3 @@ def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
         parts.append(arg)
         dists.append(best)
     return xp.concat(parts, axis=0), xp.concat(dists, axis=0)
-
-
-def streamed_log_weights(xp, bound, Q, X):
-    """``block(rows, cols) -> log K`` for the streamed pass (any array namespace): each distance
-    factor's coordinates centred on its samples and divided by its bandwidth, its squared
-    distances from differences (exact, no cancellation), its profile's statement bound to
-    ``xp``; each categorical factor's codes as they are."""
-    parts = []
-    for f in bound.factors:
-        if f.categorical is not None:
-            idx = xp.asarray(f.cols, device=device_of(X)) if xp is not np else f.cols
-            take = (lambda A, i=idx: xp.take(A, i, axis=1))
-            parts.append((f, take(Q), take(X), None))
-            continue
-        idx = xp.asarray(f.cols, device=device_of(X))
-        Qf, Xf = xp.take(Q, idx, axis=1), xp.take(X, idx, axis=1)
-        centre = xp.mean(Xf, axis=0)
-        hh = _h_array(xp, f.bound.h, Xf)
-        parts.append((f, (Qf - centre) / hh, (Xf - centre) / hh, f.kernel.plain()))
-
-    def block(rows, cols):
-        L = None
-        for f, Qf, Xf, kern in parts:
-            q, x = Qf[rows, ...], Xf[cols, ...]
-            if kern is None:
-                Lf = f.categorical.log_weights(xp, q, x)
-            else:
-                u2 = _sq_distances(xp, q, None, x, True, kern)
-                Lf = -0.5 * u2 if kern.profile.log_linear else kern.profile.log_k_for(xp)(u2)
-            L = Lf if L is None else L + Lf
-        return L
-
-    return block

@@ -17,8 +17,9 @@ import numpy as np
 from ..blocks import MAX_SAMPLE_BLOCK, block_sizes
 from ..factors import candidate_factor
 from ..query_blocks import cancellation_ok
+from ..stream import softmax_exponent
 from ..twins import mask_twins
-from .streamed import sample_log_weights, softmax_exponent, stream_sums
+from .streamed import sample_log_weights, stream_sums
 
 
 def product_log_weights(bound, Q, exclude_self, row_offset):

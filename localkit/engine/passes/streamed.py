@@ -28,28 +28,14 @@ Options of the pass (each a flag, not a second loop):
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..blocks import map_blocks
-from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, logit_exponent, times_power_of_two
+from ..stream import UNDERFLOW, OnlineLogSumExp, flush_underflow, times_power_of_two
 
 #: Weight sums below which the bounded pass hands a row to the log-sum-exp pass (the weights
 #: that carry it may be subnormal there); above it, subnormal weights matter < 2^-36 relatively
 BOUNDED_FLOOR = {np.dtype(np.float32): 2.0 ** -60, np.dtype(np.float64): 2.0 ** -600}
-
-
-def softmax_exponent(xp, bound, Q):
-    """The ``exponent`` of the softmax kernel's pass over the queries ``Q`` (raw coordinates, arrays
-    of ``xp``) against ``bound``'s samples: :func:`~localkit.engine.stream.logit_exponent` at the
-    largest entries of both (the samples' kept with the binding), the temperature ``h`` and the
-    float range of ``Q``'s dtype (``maxexp``, from the array API's ``finfo``)."""
-    if Q.shape[0] == 0:
-        return 0
-    top_x = bound.memo("abs_max", lambda: float(xp.max(xp.abs(bound.samples))))
-    maxexp = math.ceil(math.log2(float(xp.finfo(Q.dtype).max)))  # 128 (float32, bfloat16), 1024 (float64)
-    return logit_exponent(float(xp.max(xp.abs(Q))), top_x, bound.n_features, float(bound.h), maxexp)
 
 
 def sample_log_weights(log_weight, exponent):
