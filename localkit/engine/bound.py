@@ -469,6 +469,24 @@ class BoundKernel:
                 and kern.n_neighbors is None and self.raw_index
                 and kern.metric == "euclidean" and self.sample_scale is None)
 
+    def metric_distances(self, dist):
+        """Distances of the neighbour index (:meth:`index_points`) in the kernel's metric: raw units
+        for a scalar bandwidth (the index's own coordinates are raw where that is safe,
+        ``raw_index``), the coordinates divided by the bandwidth per feature for an array of
+        bandwidths; distances that are not norms (cosine, callables, precomputed) are the index's
+        as they are."""
+        if not self.kernel.norm_metric or self.raw_index:
+            return dist
+        u = dist if self.scaled else np.ldexp(dist, self.exponent)  # the engine's coordinates: u = d / h
+        return u * float(self.h) if np.ndim(self.h) == 0 else u
+
+    def index_radius(self, radius):
+        """``radius`` (in the units of :meth:`metric_distances`) in the neighbour index's units."""
+        if not self.kernel.norm_metric or self.raw_index:
+            return radius
+        u = radius / float(self.h) if np.ndim(self.h) == 0 else radius
+        return u if self.scaled else np.ldexp(u, -self.exponent)
+
     @property
     def index_unit(self):
         """Distances in the index's coordinates divided by this are the engine's distances."""

@@ -333,28 +333,10 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
 # -- neighbourhoods as scikit-learn's neighbours see them, and caller-weighted sums --------------
 # (scikit-learn's ``kneighbors`` / ``radius_neighbors`` and ``weights="distance"`` or a callable;
 # separate functions, so that the planner's paths above stay as they are)
-def metric_distances(bound, dist):
-    """Distances of ``bound``'s neighbour index in the kernel's metric: raw units for a scalar
-    bandwidth (the index's own coordinates are raw where that is safe, ``raw_index``), the
-    coordinates divided by the bandwidth per feature for an array of bandwidths; distances that
-    are not norms (cosine, callables, precomputed) are the index's as they are."""
-    if not bound.kernel.norm_metric or bound.raw_index:
-        return dist
-    u = dist if bound.scaled else np.ldexp(dist, bound.exponent)  # the engine's coordinates: u = d / h
-    return u * float(bound.h) if np.ndim(bound.h) == 0 else u
-
-
-def index_radius(bound, radius):
-    """``radius`` (in the units of :func:`metric_distances`) in the index's units."""
-    if not bound.kernel.norm_metric or bound.raw_index:
-        return radius
-    u = radius / float(bound.h) if np.ndim(bound.h) == 0 else radius
-    return u if bound.scaled else np.ldexp(u, -bound.exponent)
-
-
 def sample_kneighbors(bound, queries, k, *, exclude_self=False):
     """``(distances, indices)`` of the ``k`` nearest samples of each query, nearest first, as
-    scikit-learn's ``kneighbors`` returns them (distances of :func:`metric_distances`).
+    scikit-learn's ``kneighbors`` returns them (distances in the kernel's metric,
+    :meth:`BoundKernel.metric_distances <localkit.engine.BoundKernel.metric_distances>`).
 
     ``exclude_self`` (``queries=None``, scikit-learn's ``X=None``): query ``i`` is sample ``i`` and
     is not its own neighbour; where more than ``k`` samples share its point and the search missed
@@ -363,24 +345,25 @@ def sample_kneighbors(bound, queries, k, *, exclude_self=False):
     P = bound.index_points(queries)
     if not exclude_self:
         dist, idx = bound.index.kneighbors(P, n_neighbors=k)
-        return metric_distances(bound, dist), idx
+        return bound.metric_distances(dist), idx
     dist, idx = bound.index.kneighbors(P, n_neighbors=k + 1)
     drop = idx == np.arange(P.shape[0])[:, None]
     drop[~drop.any(axis=1), 0] = True
     keep = ~drop
-    return metric_distances(bound, dist[keep].reshape(P.shape[0], k)), idx[keep].reshape(P.shape[0], k)
+    return bound.metric_distances(dist[keep].reshape(P.shape[0], k)), idx[keep].reshape(P.shape[0], k)
 
 
 def sample_radius_neighbors(bound, queries, radius, *, exclude_self=False, sort_results=False):
     """``(distances, indices)``, object arrays of one array per query: the samples within
-    ``radius`` (``d <= radius``, in the units of :func:`metric_distances`), as scikit-learn's
-    ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
+    ``radius`` (``d <= radius``, in the units of
+    :meth:`BoundKernel.metric_distances <localkit.engine.BoundKernel.metric_distances>`), as
+    scikit-learn's ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
     P = bound.index_points(queries)
-    dist, idx = bound.index.radius_neighbors(P, radius=index_radius(bound, radius), sort_results=sort_results)
+    dist, idx = bound.index.radius_neighbors(P, radius=bound.index_radius(radius), sort_results=sort_results)
     out_d, out_i = np.empty(P.shape[0], dtype=object), np.empty(P.shape[0], dtype=object)
     for i, (d, j) in enumerate(zip(dist, idx)):
         keep = j != i if exclude_self else slice(None)
-        out_d[i], out_i[i] = metric_distances(bound, np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
+        out_d[i], out_i[i] = bound.metric_distances(np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
     return out_d, out_i
 
 
@@ -485,8 +468,9 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
 
     The neighbourhood is the kernel's support: the k nearest samples (kNN kernels), the samples
     within the support (compact profiles), or every sample; distances are those of
-    :func:`metric_distances`. ``exclude_self`` is the engine's leave-one-out (every sample at the
-    query's point left out). ``values`` as for :meth:`~localkit.engine.BoundKernel.sums` (a
+    :meth:`BoundKernel.metric_distances <localkit.engine.BoundKernel.metric_distances>`.
+    ``exclude_self`` is the engine's leave-one-out (every sample at the query's point left out).
+    ``values`` as for :meth:`~localkit.engine.BoundKernel.sums` (a
     :class:`~localkit.engine.BoundValues` or an array). Returns a :class:`~localkit.engine.LocalSums`
     (the empty-neighbourhood policy applied where the factors leave no weight)."""
     from ..results import finish
@@ -510,7 +494,7 @@ def caller_weighted_sums(bound, queries, values, weights, *, exclude_self=False)
 
     def run(rows):
         indptr, idx, dist, u2, grid = _neighborhoods(bound, P[rows], rows, exclude_self, twins)
-        d = metric_distances(bound, dist)
+        d = bound.metric_distances(dist)
         if isinstance(weights, str) and bound.weight is not None:
             # a zero-weight sample at the query's point must not take the neighbourhood (1 / d = inf):
             # it counts as absent, as if it were not there
