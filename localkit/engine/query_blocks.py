@@ -16,9 +16,8 @@ distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype)
 samples that carry weight is also the error of the log-weights. A query block whose points sit
 farther than ``sqrt(tol / (2 eps))`` bandwidths from the centre is therefore recentred on its own
 centre (the dense pass first sorts the queries along their widest coordinate, so that blocks are
-compact), and if that is not enough its distances are formed exactly, as differences. The host
-keeps a block as it is where the check passes uncentred; on an array library every block of a
-norm is recentred (its check then needs the centred block anyway).
+compact), and if that is not enough its distances are formed exactly, as differences
+(:func:`measured_from`, on the host and on any array library).
 """
 from __future__ import annotations
 
@@ -38,14 +37,47 @@ ACCELERATOR_BLOCK_CELLS = 2**26
 LOG_WEIGHT_TOL = {np.dtype(np.float32): 2.0 ** -10, np.dtype(np.float64): 2.0 ** -30}
 
 
-def cancellation_ok(Q):
+def cancellation_ok(Q, q_scale=None, xp=np):
     """True when the matrix-product form keeps log-weights within ``LOG_WEIGHT_TOL`` for these
-    queries (in the engine's coordinates, about the point they are measured from)."""
-    if len(Q) == 0:
+    queries (in the engine's coordinates, about the point they are measured from; arrays of
+    ``xp``). A per-query scale (a kNN bandwidth: the k-th distance) divides ``u^2``, and the
+    form's error ``~eps |q|^2``, by its square."""
+    if Q.shape[0] == 0:
         return True
-    eps = np.finfo(Q.dtype).eps
     with np.errstate(over="ignore", invalid="ignore"):
-        return bool(2.0 * eps * float(np.max(np.einsum("ij,ij->i", Q, Q))) <= LOG_WEIGHT_TOL[Q.dtype])
+        size = xp.sum(Q * Q, axis=1)
+        if q_scale is not None:
+            size = size / xp.where(q_scale > 0, q_scale * q_scale, xp.ones_like(q_scale))
+        largest = float(xp.max(size))
+    tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Q.dtype == xp.float32 else np.float64)]
+    return 2.0 * float(xp.finfo(Q.dtype).eps) * largest <= tol
+
+
+def measured_from(Q, q_scale=None, xp=np):
+    """``(Q', centre, exact)``: a block of queries as the matrix-product form measures it within
+    ``LOG_WEIGHT_TOL`` (:func:`cancellation_ok`): as it is where that holds, else recentred on its
+    centre ``(min + max) / 2`` (``Q' = Q - centre``), else (still too far, or not finite) as it is,
+    its distances to be formed exactly."""
+    if cancellation_ok(Q, q_scale, xp):
+        return Q, None, False
+    with np.errstate(over="ignore", invalid="ignore"):  # inf queries: no centre, exact distances
+        centre = 0.5 * (xp.min(Q, axis=0) + xp.max(Q, axis=0))
+    if bool(xp.all(xp.isfinite(centre))):
+        P = Q - centre
+        if cancellation_ok(P, q_scale, xp):
+            return P, centre, False
+    return Q, None, True
+
+
+def spatial_order(Q, xp=np):
+    """A permutation that makes blocks of the queries ``Q`` compact (sorted along their widest
+    coordinate), so that :func:`measured_from` recentres each on a centre near all its points;
+    ``None`` where the queries are near enough the origin not to need it."""
+    if cancellation_ok(Q, xp=xp):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # an extent beyond the float range is inf
+        widest = int(xp.argmax(xp.max(Q, axis=0) - xp.min(Q, axis=0)))
+    return xp.argsort(Q[:, widest], stable=True) if xp is not np else np.argsort(Q[:, widest], kind="stable")
 
 
 class QueryBlock:
@@ -71,19 +103,10 @@ class QueryBlock:
         if centre is not None:
             self.Q, self.centre = (Q - centre).astype(Q.dtype, copy=False), centre
             return
-        # the product form errs by ~eps |q|^2 in u^2 at unit scale; a per-query scale (a kNN
-        # bandwidth: the k-th distance) divides u^2, and that error, by its square
-        inv = None if q_scale is None else np.where(q_scale > 0, 1.0 / np.where(q_scale > 0, q_scale, 1.0), 1.0)
-        ok = cancellation_ok if inv is None else (lambda P: cancellation_ok((P * inv[:, None]).astype(P.dtype)))
-        if self.exact or bound.kernel.is_softmax or ok(Q):
+        if self.exact or bound.kernel.is_softmax:
             self.Q = Q
             return
-        with np.errstate(over="ignore", invalid="ignore"):  # inf queries: no centre, exact distances
-            centre = 0.5 * (Q.min(axis=0) + Q.max(axis=0))
-        if np.all(np.isfinite(centre)) and ok(Q - centre):
-            self.Q, self.centre = Q - centre, centre
-        else:
-            self.Q, self.exact = Q, True
+        self.Q, self.centre, self.exact = measured_from(Q, q_scale)
 
     def log_weights(self, cols, fold_offset=False):
         """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
@@ -210,13 +233,9 @@ class ArrayBlocks:
 
     @cached_property
     def order(self):
-        """The queries' positions in the blocks' order: sorted along their widest coordinate where
-        blocks are recentred (compact blocks), None where they keep their order."""
-        if not self._recentre:
-            return None
-        xp, Qs = self.xp, self.Qs
-        widest = int(xp.argmax(xp.max(Qs, axis=0) - xp.min(Qs, axis=0)))
-        return xp.argsort(Qs[:, widest])
+        """The queries' positions in the blocks' order (:func:`spatial_order`), None where they keep
+        their order."""
+        return spatial_order(self.Qs, self.xp) if self._recentre else None
 
     @cached_property
     def _in_order(self):
@@ -251,14 +270,8 @@ class _ArrayBlock:
         xp, kernel = blocks.xp, blocks.kernel
         self.xp, self.kernel, self.Xs, self.support = xp, kernel, blocks.Xs, blocks.support
         self.q_scale, self.s_scale, self.centre = q_scale, blocks.s_scale, None
-        if blocks._recentre:
-            self.centre = (xp.min(Q, axis=0) + xp.max(Q, axis=0)) / 2
-            Q = Q - self.centre
-            tol = LOG_WEIGHT_TOL[np.dtype(np.float32 if Q.dtype == xp.float32 else np.float64)]
-            size = xp.sum(Q * Q, axis=1)
-            if q_scale is not None:
-                size = size / xp.where(q_scale > 0, q_scale * q_scale, xp.ones_like(q_scale))
-            exact = exact or 2 * float(xp.finfo(Q.dtype).eps) * float(xp.max(size)) > tol
+        if blocks._recentre and not exact:
+            Q, self.centre, exact = measured_from(Q, q_scale, xp)
         self.Q, self.exact = Q, exact
         self.q_sq = xp.sum(Q * Q, axis=1)
         self.log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)

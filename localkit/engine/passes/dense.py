@@ -16,7 +16,7 @@ import numpy as np
 
 from ..blocks import MAX_SAMPLE_BLOCK, block_sizes
 from ..factors import candidate_factor
-from ..query_blocks import cancellation_ok
+from ..query_blocks import spatial_order
 from ..stream import softmax_exponent
 from ..twins import mask_twins
 from .streamed import sample_log_weights, stream_sums
@@ -39,16 +39,6 @@ def product_log_weights(bound, Q, exclude_self, row_offset):
     if exclude_self:
         mask_twins(L, np.arange(len(Q)) + row_offset, slice(0, bound.n_samples), bound.twins)
     return L
-
-
-def _spatial_order(Q):
-    """A permutation that makes query blocks compact (sorted along the widest coordinate), or
-    ``None`` when the queries are close enough to the centre not to need it."""
-    if cancellation_ok(Q):
-        return None
-    with np.errstate(over="ignore", invalid="ignore"):  # an extent beyond the float range is inf
-        widest = int(np.argmax(np.ptp(Q, axis=0)))
-    return np.argsort(Q[:, widest], kind="stable")
 
 
 #: Blocks pruned by bounding boxes: a sample block is skipped for a query block when the squared
@@ -163,7 +153,7 @@ def dense_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     n_q, n_s = len(Q), bound.n_samples
     bq, bs = dense_blocks(bound, Q)
     # compact query blocks for the recentring of distances (softmax logits are inner products: none)
-    order = (_spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" and not bound.kernel.is_softmax
+    order = (spatial_order(Q) if bound.scaled and bound.kernel.metric == "euclidean" and not bound.kernel.is_softmax
              else None)
     pruned = prune_blocks(bound, Q, q_scale, exclude_self)
     if pruned:  # compact leaves of queries (also what the recentring needs) and of samples
