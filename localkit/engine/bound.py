@@ -480,6 +480,38 @@ class BoundKernel:
         u = dist if self.scaled else np.ldexp(dist, self.exponent)  # the engine's coordinates: u = d / h
         return u * float(self.h) if np.ndim(self.h) == 0 else u
 
+    def kneighbors(self, queries, k, *, exclude_self=False):
+        """``(distances, indices)`` of the ``k`` nearest samples of each query (``None``: the
+        samples), nearest first, as scikit-learn's ``kneighbors`` returns them (distances in the
+        kernel's metric, :meth:`metric_distances`).
+
+        ``exclude_self`` (``queries=None``, scikit-learn's ``X=None``): query ``i`` is sample ``i``
+        and is not its own neighbour; where more than ``k`` samples share its point and the search
+        missed it, the first neighbour is dropped instead (scikit-learn's rule; the engine's
+        leave-one-out drops every sample at the point,
+        :func:`~localkit.engine.passes.neighbors.kneighbors`)."""
+        P = self.index_points(queries)
+        if not exclude_self:
+            dist, idx = self.index.kneighbors(P, n_neighbors=k)
+            return self.metric_distances(dist), idx
+        dist, idx = self.index.kneighbors(P, n_neighbors=k + 1)
+        drop = idx == np.arange(P.shape[0])[:, None]
+        drop[~drop.any(axis=1), 0] = True
+        keep = ~drop
+        return self.metric_distances(dist[keep].reshape(P.shape[0], k)), idx[keep].reshape(P.shape[0], k)
+
+    def radius_neighbors(self, queries, radius, *, exclude_self=False, sort_results=False):
+        """``(distances, indices)``, object arrays of one array per query: the samples within
+        ``radius`` (``d <= radius``, in the units of :meth:`metric_distances`), as scikit-learn's
+        ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
+        P = self.index_points(queries)
+        dist, idx = self.index.radius_neighbors(P, radius=self.index_radius(radius), sort_results=sort_results)
+        out_d, out_i = np.empty(P.shape[0], dtype=object), np.empty(P.shape[0], dtype=object)
+        for i, (d, j) in enumerate(zip(dist, idx)):
+            keep = j != i if exclude_self else slice(None)
+            out_d[i], out_i[i] = self.metric_distances(np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
+        return out_d, out_i
+
     def index_radius(self, radius):
         """``radius`` (in the units of :meth:`metric_distances`) in the neighbour index's units."""
         if not self.kernel.norm_metric or self.raw_index:

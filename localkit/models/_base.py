@@ -591,7 +591,7 @@ class LocalMeanParams(LocalKernelMixin):
         if k > limit:
             raise ValueError(f"Expected n_neighbors <= n_samples_fit{' - 1 with X=None' if X is None else ''}, but "
                              f"n_neighbors = {k}, n_samples_fit = {n_fit}")
-        dist, idx = nb.sample_kneighbors(bound, queries, k, exclude_self=X is None)
+        dist, idx = bound.kneighbors(queries, k, exclude_self=X is None)
         return (dist, idx) if return_distance else idx
 
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
@@ -643,6 +643,5 @@ class LocalMeanParams(LocalKernelMixin):
             raise ValueError("return_distance must be True if sort_results is True")
         bound = self._host_bound("radius_neighbors")
         queries = None if X is None else self._validate_queries(X)
-        dist, idx = nb.sample_radius_neighbors(bound, queries, float(radius), exclude_self=X is None,
-                                               sort_results=sort_results)
+        dist, idx = bound.radius_neighbors(queries, float(radius), exclude_self=X is None, sort_results=sort_results)
         return (dist, idx) if return_distance else idx

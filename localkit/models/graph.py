@@ -9,7 +9,6 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 
 from .._params import N_JOBS_CONSTRAINT
 from ..engine import BoundKernel
-from ..engine import neighbors as nb
 from ..kernels import Kernel
 from ..kernels.kernel import NORM_METRICS
 
@@ -81,5 +80,5 @@ def kneighbors_graph(X, n_neighbors, mode="connectivity", *, metric="euclidean",
     if n_neighbors > limit:
         raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples{'' if include_self else ' - 1'} "
                          f"= {limit}")
-    dist, idx = nb.sample_kneighbors(bound, X if include_self else None, n_neighbors, exclude_self=not include_self)
+    dist, idx = bound.kneighbors(X if include_self else None, n_neighbors, exclude_self=not include_self)
     return neighbors_csr(dist, idx, n, mode)

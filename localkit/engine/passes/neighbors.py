@@ -333,40 +333,6 @@ def knn_log_weights(bound, Q, exclude_self, row_offset):
 # -- neighbourhoods as scikit-learn's neighbours see them, and caller-weighted sums --------------
 # (scikit-learn's ``kneighbors`` / ``radius_neighbors`` and ``weights="distance"`` or a callable;
 # separate functions, so that the planner's paths above stay as they are)
-def sample_kneighbors(bound, queries, k, *, exclude_self=False):
-    """``(distances, indices)`` of the ``k`` nearest samples of each query, nearest first, as
-    scikit-learn's ``kneighbors`` returns them (distances in the kernel's metric,
-    :meth:`BoundKernel.metric_distances <localkit.engine.BoundKernel.metric_distances>`).
-
-    ``exclude_self`` (``queries=None``, scikit-learn's ``X=None``): query ``i`` is sample ``i`` and
-    is not its own neighbour; where more than ``k`` samples share its point and the search missed
-    it, the first neighbour is dropped instead (scikit-learn's rule; the engine's leave-one-out
-    drops every sample at the point, :func:`kneighbors`)."""
-    P = bound.index_points(queries)
-    if not exclude_self:
-        dist, idx = bound.index.kneighbors(P, n_neighbors=k)
-        return bound.metric_distances(dist), idx
-    dist, idx = bound.index.kneighbors(P, n_neighbors=k + 1)
-    drop = idx == np.arange(P.shape[0])[:, None]
-    drop[~drop.any(axis=1), 0] = True
-    keep = ~drop
-    return bound.metric_distances(dist[keep].reshape(P.shape[0], k)), idx[keep].reshape(P.shape[0], k)
-
-
-def sample_radius_neighbors(bound, queries, radius, *, exclude_self=False, sort_results=False):
-    """``(distances, indices)``, object arrays of one array per query: the samples within
-    ``radius`` (``d <= radius``, in the units of
-    :meth:`BoundKernel.metric_distances <localkit.engine.BoundKernel.metric_distances>`), as
-    scikit-learn's ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
-    P = bound.index_points(queries)
-    dist, idx = bound.index.radius_neighbors(P, radius=bound.index_radius(radius), sort_results=sort_results)
-    out_d, out_i = np.empty(P.shape[0], dtype=object), np.empty(P.shape[0], dtype=object)
-    for i, (d, j) in enumerate(zip(dist, idx)):
-        keep = j != i if exclude_self else slice(None)
-        out_d[i], out_i[i] = bound.metric_distances(np.asarray(d, dtype=np.float64)[keep]), np.asarray(j)[keep]
-    return out_d, out_i
-
-
 def _neighborhoods(bound, P, rows, exclude_self, twins):
     """Each query's neighbourhood, flat: ``(indptr, idx, dist, u2, grid)``, ``dist`` in the
     index's units, ``u2`` the kernel's squared scaled distance, ``grid`` True where every query
