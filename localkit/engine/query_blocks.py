@@ -222,6 +222,8 @@ class ArrayBlocks:
 
     @property
     def fusable(self):
+        """True where the blocks are a plain kernel of ``|q - x| / h`` (no support, scales, logit
+        exponent or factors): what FlexAttention can fuse in their place."""
         return self.factors is None and not (
             self.support is not None or self.kernel.n_neighbors is not None or self.kernel.metric != "euclidean"
             or self.q_scale is not None or self.s_scale is not None or self.logit_exponent > 0)
@@ -263,8 +265,8 @@ class ArrayBlocks:
 
 
 class _ArrayBlock:
-    """One block of :class:`ArrayBlocks` (a norm's recentred on its own centre; the check of the
-    module's docstring, divided by the square of a per-query scale, decides exact distances)."""
+    """One block of :class:`ArrayBlocks`: a norm's measured from where :func:`measured_from` says
+    (as it is, recentred on its own centre, or its distances exact)."""
 
     def __init__(self, blocks, Q, q_scale, exact):
         xp, kernel = blocks.xp, blocks.kernel

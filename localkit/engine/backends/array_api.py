@@ -91,9 +91,9 @@ def streamed_path(bound, queries, Q, V_aug, q_scale, exclude_self):
     path returns them (:mod:`localkit.engine.passes.dense`), for every profile and the softmax kernel
     (logits beyond the float range streamed as ``logits / 2^k``), fixed, per-feature and rule
     bandwidths, kNN bandwidths, per-point scales (``u = d / (h q_i s_j)``), the norm metrics and
-    "cosine", ``exclude_self`` and sample weights: the blocks the bound kernel's
-    :class:`~localkit.engine.query_blocks.ArrayBlocks` form, summed by :func:`_stream`; a compact
-    kNN kernel over exactly its k nearest; FlexAttention where it fuses the whole pass.
+    "cosine", ``exclude_self`` and sample weights: the blocks of
+    :class:`~localkit.engine.query_blocks.ArrayBlocks`, summed by :func:`_stream`; a compact kNN
+    kernel over exactly its k nearest; FlexAttention where it fuses the whole pass.
 
     ``options.algorithm="compiled"`` (or ``exact_edge``) takes the compiled compact pass's
     arithmetic: raw coordinates, the support ``|q - x|^2 <= h^2`` summed feature by feature, so
