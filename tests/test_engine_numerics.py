@@ -349,3 +349,31 @@ def test_refined_squared_distances_keep_a_relative_error_bound_near_duplicates_i
     far = Q + dtype(1e3)  # every pair near relative to the norms: differences for the whole block
     np.testing.assert_array_equal(refined_sq_distances(far, X + dtype(1e3), sq(far), sq(X + dtype(1e3)), kernel),
                                   cdist(far, X + dtype(1e3), "sqeuclidean").astype(dtype))
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_one_recentring_rule_on_the_host_and_on_tensors(library):
+    """A block is kept as it is where the matrix-product form loses at most LOG_WEIGHT_TOL of a
+    weight (2 eps |q|^2 / scale^2), recentred on its midrange where that suffices, its distances exact
+    otherwise: the same decision for NumPy arrays and tensors (one function)."""
+    from sklearn.externals.array_api_compat import array_namespace
+
+    from localkit.engine.query_blocks import LOG_WEIGHT_TOL, measured_from
+
+    eps = np.finfo(np.float32).eps
+    reach = np.sqrt(LOG_WEIGHT_TOL[np.dtype(np.float32)] / (2 * eps))  # ~64 bandwidths in float32
+    rng = np.random.default_rng(0)
+    near = rng.uniform(-1, 1, (50, 3)).astype(np.float32)
+    far = near + np.float32(4 * reach)
+    wide = np.concatenate([near - np.float32(4 * reach), near + np.float32(4 * reach)])
+    as_lib = (lambda a: a) if library == "numpy" else torch.from_numpy
+    for Q, recentred, exact in ((near, False, False), (far, True, False), (wide, False, True)):
+        Qx = as_lib(Q)
+        P, centre, is_exact = measured_from(Qx, None, array_namespace(Qx))
+        assert (centre is not None, is_exact) == (recentred, exact)
+        expected = Q - 0.5 * (Q.min(axis=0) + Q.max(axis=0)) if recentred else Q
+        np.testing.assert_array_equal(np.asarray(P), expected)
+    # a per-query scale (a kNN bandwidth) divides the error by its square: far queries with wide
+    # bandwidths need no recentring
+    scale = np.full(len(far), np.float32(8 * reach))
+    assert measured_from(as_lib(far), as_lib(scale), array_namespace(as_lib(far)))[1] is None
