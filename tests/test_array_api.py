@@ -534,3 +534,14 @@ def test_host_samples_meet_device_queries_with_their_own_options(dispatch, diabe
     with pytest.warns(RuntimeWarning, match="empty neighbourhood"):
         nan = bound.using(EngineOptions(empty="nan")).sums(far, y).mean
     assert torch.isnan(nan).all() and not torch.isnan(nearest).any()
+
+
+def test_the_bound_kernels_neighbour_searches_need_numpy_samples(dispatch):
+    from localkit import Kernel
+    from localkit.engine import BoundKernel
+
+    X = torch.tensor(np.random.default_rng(0).normal(size=(20, 2)))
+    bound = BoundKernel(Kernel("uniform", n_neighbors=3), X)
+    for search, arg in (("kneighbors", 3), ("radius_neighbors", 0.5)):
+        with pytest.raises(ValueError, match=f"{search} searches a neighbour index on the host: it needs NumPy"):
+            getattr(bound, search)(X[:2], arg)

@@ -261,3 +261,39 @@ def test_the_streamed_pass_is_explained_and_refused_by_name():
     with pytest.raises(ValueError, match="exclude_self=True .* repeat a row"):  # copies of whole rows (x and y)
         local_sums(None, np.vstack([X, X[:3]]), np.r_[np.arange(len(X)), np.arange(3)].astype(float), "gaussian",
                    0.1, exclude_self=True, algorithm="streamed")
+
+
+def test_the_bound_kernels_neighbour_searches_equal_scikit_learns_and_check_their_input():
+    """BoundKernel.kneighbors / radius_neighbors: scikit-learn's NearestNeighbors answers (per-feature
+    bandwidths: the coordinates over them), and bad input named."""
+    X = load_diabetes().data[:, :4]
+    h = np.array([0.02, 0.05, 0.03, 0.04])
+    for kernel, ref_X in ((Kernel("uniform", bandwidth=0.05), X), (Kernel("uniform", bandwidth=h), X / h)):
+        bound = BoundKernel(kernel, X)
+        ref = NearestNeighbors().fit(ref_X)
+        dist, idx = bound.kneighbors(X[:30], 6)
+        ref_dist, ref_idx = ref.kneighbors(ref_X[:30], 6)
+        np.testing.assert_array_equal(idx, ref_idx)
+        np.testing.assert_allclose(dist, ref_dist, rtol=1e-12, atol=1e-15)
+        dist, idx = bound.kneighbors(None, 6, exclude_self=True)
+        np.testing.assert_array_equal(idx, ref.kneighbors(None, 6)[1])
+        radius = 0.05 if np.ndim(kernel.bandwidth) == 0 else 1.0
+        dist, idx = bound.radius_neighbors(X[:30], radius, sort_results=True)
+        ref_dist, ref_idx = ref.radius_neighbors(ref_X[:30], radius, sort_results=True)
+        for d, i, rd, ri in zip(dist, idx, ref_dist, ref_idx):
+            np.testing.assert_array_equal(i, ri)
+            np.testing.assert_allclose(d, rd, rtol=1e-12, atol=1e-15)
+    bound = BoundKernel(Kernel("uniform", bandwidth=0.05), X)
+    for k, error, match in ((0, ValueError, "k must be between 1 and 442"), (443, ValueError, "between 1 and 442"),
+                            (2.5, TypeError, "k must be an integer"), (True, TypeError, "k must be an integer")):
+        with pytest.raises(error, match=match):
+            bound.kneighbors(X[:3], k)
+    with pytest.raises(ValueError, match="between 1 and 441 .the samples, less the query itself"):
+        bound.kneighbors(None, 442, exclude_self=True)
+    for radius, error in ((-1.0, ValueError), (np.nan, ValueError), (np.inf, ValueError), ("1", TypeError)):
+        with pytest.raises(error, match="radius must be a"):
+            bound.radius_neighbors(X[:3], radius)
+    with pytest.raises(TypeError, match="exclude_self must be True or False"):
+        bound.kneighbors(None, 3, exclude_self="yes")
+    with pytest.raises(ValueError, match="queries contains NaN"):
+        bound.kneighbors(np.array([[np.nan, 0, 0, 0]]), 3)

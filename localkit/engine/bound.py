@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import math
 from functools import cached_property
+from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -490,6 +491,14 @@ class BoundKernel:
         missed it, the first neighbour is dropped instead (scikit-learn's rule; the engine's
         leave-one-out drops every sample at the point,
         :func:`~localkit.engine.passes.neighbors.kneighbors`)."""
+        self._require_index("kneighbors")
+        check_exclude_self(exclude_self)
+        limit = self.n_samples - 1 if exclude_self else self.n_samples
+        if isinstance(k, bool) or not isinstance(k, Integral):
+            raise TypeError(f"k must be an integer, got {k!r}")
+        if not 1 <= k <= limit:
+            less = ", less the query itself" if exclude_self else ""
+            raise ValueError(f"k must be between 1 and {limit} (the samples{less}), got {k}")
         P = self.index_points(queries)
         if not exclude_self:
             dist, idx = self.index.kneighbors(P, n_neighbors=k)
@@ -504,6 +513,12 @@ class BoundKernel:
         """``(distances, indices)``, object arrays of one array per query: the samples within
         ``radius`` (``d <= radius``, in the units of :meth:`metric_distances`), as scikit-learn's
         ``radius_neighbors``; ``exclude_self`` leaves sample ``i`` out of query ``i``'s."""
+        self._require_index("radius_neighbors")
+        check_exclude_self(exclude_self)
+        if isinstance(radius, bool) or not isinstance(radius, Real):
+            raise TypeError(f"radius must be a number, got {radius!r}")
+        if not (math.isfinite(radius) and radius >= 0):
+            raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
         P = self.index_points(queries)
         dist, idx = self.index.radius_neighbors(P, radius=self.index_radius(radius), sort_results=sort_results)
         out_d, out_i = np.empty(P.shape[0], dtype=object), np.empty(P.shape[0], dtype=object)
@@ -819,6 +834,11 @@ class BoundKernel:
     def weighted(self, V_aug):
         """``c_j [v_j, 1]``: the values times the sample weights (the paths that multiply them in)."""
         return V_aug if self.weight is None else V_aug * self.weight[:, None]
+
+    def _require_index(self, what):
+        if not self.on_host:
+            raise ValueError(f"{what} searches a neighbour index on the host: it needs NumPy samples, got arrays of "
+                             f"{self.xp.__name__}")
 
     def _require_host(self, what):
         if not self.on_host:

@@ -635,13 +635,9 @@ class LocalMeanParams(LocalKernelMixin):
                 raise ValueError("radius must be given: this estimator has no scalar radius "
                                  f"(n_neighbors={self.n_neighbors}, bandwidth_ of shape {np.shape(self.bandwidth_)})")
             radius = float(self.bandwidth_)
-        if isinstance(radius, bool) or not isinstance(radius, Real):
-            raise TypeError(f"radius must be a number, got {radius!r}")
-        if not (np.isfinite(radius) and radius >= 0):
-            raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
         if sort_results and not return_distance:
             raise ValueError("return_distance must be True if sort_results is True")
         bound = self._host_bound("radius_neighbors")
         queries = None if X is None else self._validate_queries(X)
-        dist, idx = bound.radius_neighbors(queries, float(radius), exclude_self=X is None, sort_results=sort_results)
+        dist, idx = bound.radius_neighbors(queries, radius, exclude_self=X is None, sort_results=sort_results)
         return (dist, idx) if return_distance else idx
