@@ -89,6 +89,69 @@ def test_low_dimensional_knn_keeps_the_tree():
     X, Q = clustered(30_000, 3, 10)
     bound = BoundKernel(Kernel("uniform", n_neighbors=5), X)
     assert planner.index_plan(bound).kind == "tree"
+    few_features = BoundKernel(Kernel("uniform", n_neighbors=5), X[:500])
+    assert planner.index_plan(few_features).kind == "tree"  # fewer than 6 features: the tree is faster
+
+
+def small_scan(X):
+    return retrieval.FlatIndex(lambda rows: np.asarray(X[rows], dtype=np.float64), len(X), X.shape[1],
+                               reference="tree")
+
+
+def _small_tables():
+    from sklearn.datasets import load_diabetes, load_wine
+
+    diabetes, wine = load_diabetes().data, load_wine().data
+    return {"diabetes": (diabetes[:331], diabetes[331:]), "wine": (wine[:124], wine[124:]),
+            "diabetes far from the origin": (diabetes[:331] + 1e4, diabetes[331:] + 1e4)}
+
+
+@pytest.mark.parametrize("table", ["diabetes", "wine", "diabetes far from the origin"])
+@pytest.mark.parametrize("k", [1, 7, 20])
+def test_small_scan_equals_the_k_d_tree_to_the_bit(table, k):
+    """Few samples in 6-15 features take the scan; its certified answers are the k-d tree's, the
+    distances to the bit (the re-ranking sums squared differences in the tree's order)."""
+    X, Q = _small_tables()[table]
+    index = small_scan(X)
+    dist, idx = index.kneighbors(Q, k)
+    ref_d, ref_i = neighbors.TreeIndex(X, "euclidean").kneighbors(Q, k)
+    np.testing.assert_array_equal(idx, ref_i)
+    np.testing.assert_array_equal(dist, ref_d)
+    assert index.uncertified_ < len(Q) // 10  # the scan's own answers (it measures from the samples' centre)
+
+
+def test_small_scan_hands_ties_to_the_k_d_tree():
+    """Lattice points tie exactly; the tree orders ties by its own search, and answers them here."""
+    rng = np.random.default_rng(4)
+    X = rng.integers(0, 3, size=(400, 8)).astype(np.float64)
+    Q = rng.integers(0, 3, size=(60, 8)).astype(np.float64)
+    index = small_scan(X)
+    dist, idx = index.kneighbors(Q, 6)
+    ref_d, ref_i = neighbors.TreeIndex(X, "euclidean").kneighbors(Q, 6)
+    np.testing.assert_array_equal(idx, ref_i)
+    np.testing.assert_array_equal(dist, ref_d)
+    assert index.uncertified_ > 0
+    radius = index.radius_neighbors(Q[:3], 1.0, return_distance=False)  # the tree's radius search
+    for found, q in zip(radius, Q[:3]):
+        np.testing.assert_array_equal(np.sort(found), np.flatnonzero(((X - q) ** 2).sum(axis=1) <= 1.0))
+
+
+def test_knn_on_a_small_table_takes_the_small_scan_and_equals_scikit_learn():
+    from sklearn.datasets import load_diabetes
+    from sklearn.neighbors import KNeighborsRegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    ours = LocalMeanRegressor(kernel="uniform", n_neighbors=7).fit(X[:331], y[:331])
+    ref = KNeighborsRegressor(7).fit(X[:331], y[:331])
+    bound = ours._kept[next(iter(ours._kept))][0].bound
+    assert planner.index_plan(bound).kind == "small"
+    assert "index: small" in str(bound.explain(X[331:334]))
+    np.testing.assert_array_equal(ours.kneighbors(X[331:])[1], ref.kneighbors(X[331:])[1])
+    np.testing.assert_allclose(ours.predict(X[331:]), ref.predict(X[331:]), rtol=1e-13)
+    loaded = pickle.loads(pickle.dumps(ours))
+    np.testing.assert_array_equal(loaded.predict(X[331:]), ours.predict(X[331:]))
+    loaded_bound = loaded._kept[next(iter(loaded._kept))][0].bound
+    assert loaded_bound.index.fallback.reference == "tree"
 
 
 @needs_faiss

@@ -400,7 +400,7 @@ class BoundKernel:
 
         kind = index_kind(self)
         index = self.memo(("index", kind), lambda: self._build_index(kind))
-        if kind in ("faiss", "tiled", "hnsw"):
+        if kind in ("faiss", "tiled", "small", "hnsw"):
             index.threads = self.options.threads
         if kind == "hnsw":
             index.tolerance = self.options.tolerance  # the share of the k nearest a search may miss
@@ -409,12 +409,12 @@ class BoundKernel:
     def _build_index(self, kind):
         from . import retrieval
 
-        if kind in ("faiss", "tiled", "hnsw"):
-            faiss = retrieval.faiss_module() if kind != "tiled" else None
+        if kind in ("faiss", "tiled", "small", "hnsw"):
+            faiss = retrieval.faiss_module() if kind in ("faiss", "hnsw") else None
             args = (self._index_rows, self.n_samples, self.n_features)
             if kind == "hnsw":
                 return retrieval.HNSWIndex(*args, faiss)
-            return retrieval.FlatIndex(*args, faiss)
+            return retrieval.FlatIndex(*args, faiss, reference="tree" if kind == "small" else "brute")
         return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
 
     def _index_rows(self, rows):

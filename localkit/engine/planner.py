@@ -219,11 +219,14 @@ def _faiss_installed(bound):
     return faiss_module() is not None
 
 
-def _scan_applies(bound):
-    from .retrieval import scan_applies
+def _scan_applies(bound, few=False):
+    """Whether the exact scan serves ``bound``'s samples: many (:func:`~localkit.engine.retrieval.scan_applies`),
+    or ``few``, the k-d tree its reference (:func:`~localkit.engine.retrieval.small_scan_applies`)."""
+    from .retrieval import scan_applies, small_scan_applies
 
+    applies = small_scan_applies if few else scan_applies
     return (not bound.sparse and bound.factors is None and bound.terms is None
-            and scan_applies((bound.n_samples, bound.n_features), bound.kernel.metric, bound.kernel.p))
+            and applies((bound.n_samples, bound.n_features), bound.kernel.metric, bound.kernel.p))
 
 
 def _scan_with_faiss():
@@ -258,12 +261,23 @@ def _scan_why(own):
             f"{SCAN_MIN_FEATURES} features and >= {SCAN_MIN_SAMPLES:,} samples, euclidean)")
 
 
+def _small_scan_why():
+    from .retrieval import SMALL_SCAN_FEATURES, SMALL_SCAN_MAX_SAMPLES
+
+    lo, hi = SMALL_SCAN_FEATURES
+    return (f"exact: our float32 scan of few samples (<= {SMALL_SCAN_MAX_SAMPLES:,}, {lo} to {hi} features, "
+            "euclidean; measured faster than the k-d tree, and nothing to build), candidates re-ranked in "
+            "float64 in the tree's order of the sum; a query not certified, or with a near tie, answered by the "
+            "k-d tree")
+
+
 #: The neighbour index of a bound kernel, first row that holds: ``(kind, condition(bound), why(bound))``
 #: (:func:`index_plan`; the bound kernel builds what it names, :attr:`BoundKernel.index`).
 INDEX_ROWS = (
     ("hnsw", lambda b: b.options.algorithm == "approximate", _hnsw_why),
     ("faiss", lambda b: _scan_applies(b) and _scan_with_faiss() and _faiss_installed(b), lambda b: _scan_why(False)),
     ("tiled", _scan_applies, lambda b: _scan_why(True)),
+    ("small", lambda b: _scan_applies(b, few=True), lambda b: _small_scan_why()),
     ("tree", lambda b: not b.sparse and b.n_features <= 15 and not callable(b.kernel.metric)
      and b.kernel.metric in ("euclidean", "manhattan", "chebyshev", "minkowski"),
      lambda b: "a k-d tree (<= 15 features): distances from coordinate differences"),
