@@ -298,6 +298,8 @@ def check_class_labels(y, name="y"):
     from sklearn.utils.multiclass import check_classification_targets
 
     labels = np.asarray(y)
+    if labels.ndim == 1 and labels.dtype.kind in "iubU":
+        return  # one column of integers, booleans or strings: always "binary" or "multiclass" to it (0.2 ms)
     if labels.dtype == object:
         kinds = {"None" if v is None else type(v).__name__ for v in labels.flat}
         if "str" in kinds and len(kinds) > 1:

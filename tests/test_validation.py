@@ -260,3 +260,24 @@ def test_labels_mixing_strings_with_others_get_scikit_learns_message(make, label
                                          r"all numbers") as info:
         make().fit(X, y)
     assert "NoneType" not in str(info.value)
+
+
+@pytest.mark.parametrize("labels", [np.array([0, 2, 2, 1]), np.array([3, 3], dtype=np.uint8), np.array([True, False]),
+                                    np.array(["b", "a", "b"]), np.array([[0], [1]]), np.array([0.0, 1.0, 1.0]),
+                                    np.array([0.5, 1.0]), np.array([[0, 1], [1, 1]]), np.array([1e300, 0.0]),
+                                    np.array([1, "a"], dtype=object)])
+def test_class_labels_are_scikit_learns_classification_targets(labels):
+    """The shortcut for one column of integers, booleans or strings accepts what scikit-learn's
+    ``check_classification_targets`` accepts, and every other input still meets its check."""
+    from sklearn.utils.multiclass import check_classification_targets
+
+    from localkit._validation import check_class_labels
+
+    try:
+        with np.errstate(invalid="ignore"):
+            check_classification_targets(labels)
+    except ValueError:
+        with pytest.raises(ValueError):
+            check_class_labels(labels)
+    else:
+        check_class_labels(labels)
