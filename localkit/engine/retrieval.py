@@ -120,10 +120,11 @@ class _ScanBase:
         self.rows, self.n_samples_fit_, self.d, self._faiss = rows, n, d, faiss
         self.fallback = _Fallback(rows, n, reference)
 
-    def _float32(self, start, stop, centre=0.0):
-        return np.ascontiguousarray(self.rows(np.arange(start, stop)) - centre, dtype=np.float32)
+    def _float32(self, start, stop, centre=None):
+        P = self.rows(np.arange(start, stop))
+        return np.ascontiguousarray(P if centre is None else P - centre, dtype=np.float32)
 
-    def _all_float32(self, centre=0.0):
+    def _all_float32(self, centre=None):
         """The samples (less ``centre``) in float32, built in slices (no whole float64 copy)."""
         out = np.empty((self.n_samples_fit_, self.d), dtype=np.float32)
         for s in range(0, self.n_samples_fit_, 65536):
@@ -131,16 +132,20 @@ class _ScanBase:
         return out
 
     def _exact(self, Q, idx):
-        """Exact squared distances ``sum_l (q_l - x_l)^2`` of the candidates ``idx`` (float64), summed
-        in the order of the features (a running sum: a k-d tree's order, so its distances to the bit)."""
+        """Exact squared distances ``sum_l (q_l - x_l)^2`` of the candidates ``idx`` (float64); where a
+        k-d tree is the reference, summed in the order of the features, as it sums them (its distances
+        to the bit; the running sum measured 1.4x einsum's time at d = 128, so only there)."""
         live = idx >= 0
         d2 = np.empty(idx.shape)
         step = max(1, (32 << 20) // (8 * max(1, idx.shape[1]) * self.d))  # at most 32 MiB of gathered rows
         for a in range(0, len(idx), step):
             i = idx[a:a + step]
             diff = Q[a:a + step, None, :] - self.rows(np.where(i >= 0, i, 0).ravel()).reshape(i.shape + (self.d,))
-            np.square(diff, out=diff)
-            d2[a:a + step] = np.add.accumulate(diff, axis=2, out=diff)[..., -1]
+            if self.fallback.reference == "tree":
+                np.square(diff, out=diff)
+                d2[a:a + step] = np.add.accumulate(diff, axis=2, out=diff)[..., -1]
+            else:
+                d2[a:a + step] = np.einsum("qmd,qmd->qm", diff, diff)
         return np.where(live, d2, np.inf)
 
     def _rerank(self, Q, idx, k):
