@@ -102,7 +102,7 @@ def pair_log_weights(bound, Q, owner, idx, scales, skip=None):
             inside = np.einsum("ij,ij->i", diff, diff) <= f.bound.index_unit ** 2
             L += np.where(inside, f.kernel.profile.log_k0, -np.inf).astype(L.dtype)
             continue
-        diff = f.bound.coordinates(Q[:, f.cols])[owner] - f.bound.X[idx]
+        diff = f.bound.coordinates(Q[:, f.cols])[owner] - f.bound.coordinates(None)[idx]
         metric = f.kernel.metric
         if metric == "euclidean":
             u2 = np.einsum("ij,ij->i", diff, diff)

@@ -214,8 +214,8 @@ class OneBlock:
         self.bound, self.V_aug, self.cols = bound, V_aug, slice(0, bound.n_samples)
         self.log_weight = None if bound.weight is None else bound.log_weight
         self.logits = None
-        X = bound.X
-        if bound.kernel.is_softmax and X.nbytes <= bound.options.budget:
+        X = bound.coordinates(None) if bound.kernel.is_softmax else None
+        if X is not None and X.nbytes <= bound.options.budget:
             self.logits = bound.memo("softmax logits", lambda: (X / X.dtype.type(bound.h)).T)
 
     def __call__(self, Q):
