@@ -7,7 +7,7 @@ serve it here, both kept in the bound kernel (built once, on first use):
   our own tiled pass (one matrix product per tile of queries x samples, ``d^2 = |x|^2 - 2 q.x +
   |q|^2``, the ``m`` smallest kept by a compiled heap per query), measured faster than faiss's
   ``IndexFlatL2``, which serves instead where ``SCAN_WITH_FAISS`` says so. The scan measures from
-  a centre ``c`` of the samples (the mean of the first 65,536). Each query takes
+  a centre ``c`` of the samples (the mean of the first ``CENTRE_ROWS``). Each query takes
   ``m = CANDIDATES * k + 1`` candidates, re-ranked by exact float64 distances from coordinate
   differences, ``sum_l (q_l - x_l)^2``. The scan's float32 error is bounded,
   ``|d^2_32 - d^2| <= err = 2 (d + 4) eps_32 (|q - c| + max_j |x_j - c|)^2``; every sample left out has
@@ -73,6 +73,8 @@ RECALL_PROBES = 1000
 BREADTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 #: tiles of the own scan: queries x samples per matrix product
 TILE_QUERIES, TILE_SAMPLES = 512, 4096
+#: the exact scan measures from the mean of this many of the first samples
+CENTRE_ROWS = 4096
 #: few samples (at most ``SMALL_SCAN_MAX_SAMPLES``) in this range of features take the scan, a
 #: k-d tree answering its uncertain queries (:func:`small_scan_applies`)
 SMALL_SCAN_FEATURES = (6, 15)
@@ -122,7 +124,10 @@ class _ScanBase:
 
     def _float32(self, start, stop, centre=None):
         P = self.rows(np.arange(start, stop))
-        return np.ascontiguousarray(P if centre is None else P - centre, dtype=np.float32)
+        if centre is None:
+            return np.ascontiguousarray(P, dtype=np.float32)
+        # the difference formed in float64 and rounded once, without a float64 temporary
+        return np.subtract(P, centre, out=np.empty(P.shape, dtype=np.float32), casting="same_kind")
 
     def _all_float32(self, centre=None):
         """The samples (less ``centre``) in float32, built in slices (no whole float64 copy)."""
@@ -202,10 +207,9 @@ class FlatIndex(_ScanBase):
 
     def __init__(self, rows, n, d, faiss=None, reference="brute"):
         super().__init__(rows, n, d, faiss, reference)
-        # the scan measures from the centre of (the first slice of) the samples: its float32 error
-        # falls with |q - c| + max |x - c|, however far from the origin the data lie
-        first = rows(np.arange(min(n, 65536)))
-        self.centre = first.mean(axis=0) if n else np.zeros(d)
+        # the scan measures from a centre of the samples (the mean of the first CENTRE_ROWS): its
+        # float32 error falls with |q - c| + max |x - c|, however far from the origin the data lie
+        self.centre = rows(np.arange(min(n, CENTRE_ROWS))).mean(axis=0) if n else np.zeros(d)
         X = self._all_float32(self.centre)
         self.x_max = _max_norm(X)
         if faiss is not None:
