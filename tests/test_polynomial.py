@@ -283,21 +283,23 @@ def test_bad_options_are_named_not_fitted(kwargs):
             local_covariance(X[:3], X, **kwargs)
 
 
-@pytest.mark.parametrize("fit", ["local_polynomial", "local_covariance", "kernel_density", "local_sums"])
+@pytest.mark.parametrize("fit", ["local_polynomial", "local_covariance", "kernel_density", "local_sums", "local_mean"])
 def test_an_option_the_call_does_not_take_is_a_type_error_naming_those_it_does(fit):
     """Engine keywords travel as ``**options`` into one EngineOptions: a misspelt or foreign one
     (``empty`` means nothing to a local fit or a density) is refused by name, as Python refuses an
     unknown argument, never silently ignored."""
-    from localkit import kernel_density, local_sums
+    from localkit import kernel_density, local_mean, local_sums
 
     X = np.random.default_rng(0).normal(size=(30, 2))
     call = {"local_polynomial": local_polynomial, "local_covariance": local_covariance,
-            "kernel_density": kernel_density, "local_sums": local_sums}[fit]
-    args = (X[:3], X, X[:, 0]) if fit == "local_polynomial" else (X[:3], X)
+            "kernel_density": kernel_density, "local_sums": local_sums, "local_mean": local_mean}[fit]
+    args = (X[:3], X, X[:, 0]) if fit in ("local_polynomial", "local_mean") else (X[:3], X)
     with pytest.raises(TypeError, match=rf"{fit}\(\) got unexpected keyword argument\(s\) 'n_job'; "
                                         r"its engine options are .*n_jobs"):
         call(*args, n_job=2)
-    if fit != "local_sums":
+    if fit == "local_mean":  # its per-point keywords still reach local_sums
+        np.testing.assert_array_equal(call(*args, query_scale=np.ones(3)), call(*args))
+    if fit not in ("local_sums", "local_mean"):
         with pytest.raises(TypeError, match="unexpected keyword argument\\(s\\) 'empty'"):
             call(*args, empty="nan")
     with pytest.raises(ValueError, match=f"The 'memory_budget' parameter of {fit} must be a float"):

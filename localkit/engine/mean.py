@@ -83,9 +83,15 @@ def local_mean(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike,
     """
     if values is None:
         raise ValueError("values must be an array of shape (n_samples,) or (n_samples, p), got None")
+    # the engine options checked in this function's name (a misspelt keyword is local_mean's, not local_sums')
+    EngineOptions.of("local_mean", {key: value for key, value in options.items() if key not in _POINT_KEYWORDS})
     out = local_sums(queries, samples, values, kernel, bandwidth, n_neighbors, exclude_self,
                      metric=metric, p=p, sample_weight=sample_weight, **options)
     return (out.mean, out.weight_sum) if return_weight_sum else out.mean
+
+
+#: the keywords local_mean passes to local_sums beside its engine options
+_POINT_KEYWORDS = ("query_scale", "sample_scale", "twins")
 
 
 def local_sums(queries: ArrayLike | None, samples: ArrayLike, values: ArrayLike | None = None,
