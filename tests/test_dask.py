@@ -261,7 +261,7 @@ def test_bad_input_is_refused_by_name(client, wine):
         local_mean(Xd, Xd[:0], y[:0])
     with pytest.raises(ValueError, match="queries must be the samples"):
         local_mean(Xd[:10], Xd, y, exclude_self=True)
-    with pytest.raises(ValueError, match="The 'empty' parameter of local_sums must be a str among"):
+    with pytest.raises(ValueError, match="The 'empty' parameter of local_mean must be a str among"):
         local_mean(Xd, Xd, y, empty="zero")
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         local_mean(Xd[Xd[:, 0] > 0], Xd, y)
