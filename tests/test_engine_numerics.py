@@ -332,7 +332,7 @@ def test_refined_squared_distances_keep_a_relative_error_bound_near_duplicates_i
     pair within a few units of round-off over ``REFINE`` of the float64 distance from differences,
     coinciding points 0 exactly; a block of mostly near pairs goes to the differences whole."""
     from localkit.kernels import Kernel
-    from localkit.kernels.kernel import REFINE, refined_sq_distances
+    from localkit.kernels.distances import REFINE, refined_sq_distances
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 7)).astype(dtype)

@@ -39,9 +39,10 @@ from numpy.typing import ArrayLike
 from scipy.sparse import issparse
 
 from ..kernels import Kernel
-from ..kernels.kernel import SumKernel, exact_sq_distances
 from ..kernels.bandwidth import column_extremes, resolve_bandwidth, safe_mean
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
+from ..kernels.distances import exact_sq_distances
+from ..kernels.kernel import SumKernel
 from .._validation import check_sparse_points
 from .passes import neighbors as nb
 from .checks import (as_floats, as_points, check_exclude_self, check_pass, check_sample_weight, check_scale,

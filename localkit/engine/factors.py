@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.categorical import CategoricalColumns, check_codes, check_smoothing
+from ..kernels.distances import rescale
 
 #: why the compiled and binned paths do not take a product kernel (the planner's reasons)
 PRODUCT_REASON = ("a kernel on groups of columns (features=, categorical factors, K1 * K2) adds its factors' "
@@ -88,8 +89,6 @@ def pair_log_weights(bound, Q, owner, idx, scales, skip=None):
     over the factors but ``skip`` of ``log k_f(u_f^2)``, ``u_f`` from the coordinate differences in
     the factor's engine coordinates (over ``scales[f]`` per query for a kNN factor,
     :func:`knn_scales`), or the categorical factor's levels."""
-    from ..kernels.kernel import Kernel
-
     L = np.zeros(len(idx), dtype=bound.dtype)
     for f, scale in zip(bound.factors, scales):
         if f is skip:
@@ -110,7 +109,7 @@ def pair_log_weights(bound, Q, owner, idx, scales, skip=None):
             u2 = np.square(np.linalg.norm(diff, ord=f.kernel.p if metric == "minkowski" else _NORM_ORDER[metric],
                                           axis=1))
         if scale is not None:
-            Kernel._rescale(u2[:, None], scale[owner], None)
+            u2 = rescale(u2[:, None], scale[owner])[:, 0]
         Lf, c = f.kernel.profile.log_k_scaled(u2, f.bound.u2_exponent)
         L += Lf + c
     return L

@@ -6,7 +6,7 @@ exponent, raw bandwidth and index unit stay behind this module). On the host,
 :class:`ArrayBlocks`, written against the array API. Both answer ``block(rows).log_weights(cols)``.
 The host keeps its own formation because NumPy is faster with it: the Gaussian's
 ``-|q - x|^2 / 2`` folded into one BLAS product, kinked profiles' distances refined only where
-the product cancels (:func:`~localkit.kernels.kernel.refined_sq_distances`), blocks that the
+the product cancels (:func:`~localkit.kernels.distances.refined_sq_distances`), blocks that the
 bounded direct sum can take. The array-API pass over NumPy arrays (``algorithm="streamed"``) took
 7-9x the dense path's time for the Gaussian and the Laplacian, 2.6-3.8x for the Epanechnikov
 (2,000 x 20,000 x 16, float64 and float32, one thread, 2026-12-06).
@@ -27,6 +27,7 @@ from functools import cached_property
 import numpy as np
 from scipy.spatial.distance import cdist
 
+from ..kernels.distances import row_sq, summed_sq_distances
 from .stream import softmax_exponent, times_power_of_two
 
 #: Cells of one block of distances on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -266,47 +267,31 @@ class ArrayBlocks:
 
 class _ArrayBlock:
     """One block of :class:`ArrayBlocks`: a norm's measured from where :func:`measured_from` says
-    (as it is, recentred on its own centre, or its distances exact).
-
-    A log-linear profile (the Gaussian) measured by the matrix product takes its log-weights from
-    that one product, as the host does (:meth:`localkit.Kernel.log_weights`, ``fold_offset``):
-    ``[q, -1/2, -|q|^2 / 2] / s_q^2 . [x, |x|^2, 1] = -|q - x|^2 / (2 s_q^2)``, not distances and then
-    ``-u^2 / 2`` (a local mean on PyTorch CPU tensors, 2,000 x 20,000 x 16, one thread: 0.75-0.9x the
-    time in float64, the same in float32; the blocks alone on NumPy arrays: a seventh of the time)."""
+    (as it is, recentred on its own centre, or its distances exact), its log-weights those of
+    :meth:`localkit.Kernel.log_weights` on the array library, as the host forms them (a log-linear
+    profile, the Gaussian, from one matrix product with the row term folded in)."""
 
     def __init__(self, blocks, Q, q_scale, exact):
-        xp, kernel = blocks.xp, blocks.kernel
-        self.xp, self.kernel, self.Xs, self.support = xp, kernel, blocks.Xs, blocks.support
+        xp = blocks.xp
+        self.xp, self.kernel, self.Xs, self.support = xp, blocks.kernel, blocks.Xs, blocks.support
         self.q_scale, self.s_scale, self.centre = q_scale, blocks.s_scale, None
         if blocks._recentre and not exact:
             Q, self.centre, exact = measured_from(Q, q_scale, xp)
         self.Q, self.exact = Q, exact
-        self.q_sq = xp.sum(Q * Q, axis=1)
-        self.log_k = None if kernel.is_softmax else kernel.profile.log_k_for(xp)
-        self.folded = None
-        if (not exact and not kernel.is_softmax and kernel.profile.log_linear and kernel.metric == "euclidean"
-                and self.support is None and self.s_scale is None and (q_scale is None or bool(xp.all(q_scale > 0)))):
-            half = xp.full((Q.shape[0], 1), -0.5, dtype=Q.dtype, device=_device(Q))
-            folded = xp.concat([Q, half, -0.5 * self.q_sq[:, None]], axis=1)
-            self.folded = folded if q_scale is None else folded / (q_scale * q_scale)[:, None]
+        self.q_sq = row_sq(Q, xp)
 
     def log_weights(self, cols):
-        xp, kernel, Q = self.xp, self.kernel, self.Q
+        xp, kernel = self.xp, self.kernel
         X = self.Xs[cols, ...]
-        if kernel.is_softmax:
-            return Q @ xp.permute_dims(X, (1, 0))
         if self.centre is not None:
             X = X - self.centre
-        if self.folded is not None:
-            ones = xp.ones((X.shape[0], 1), dtype=X.dtype, device=_device(X))
-            return self.folded @ xp.permute_dims(xp.concat([X, xp.sum(X * X, axis=1)[:, None], ones], axis=1), (1, 0))
-        u2 = sq_distances(xp, Q, self.q_sq, X, self.exact, kernel)
-        if self.support is not None:
+        if self.support is not None:  # the uniform profile's edge, tested as the compiled pass tests it
+            u2 = summed_sq_distances(self.Q, X, kernel, xp)
             inside = u2 <= self.support
-            return xp.where(inside, self.log_k(xp.where(inside, u2, 0.0) / self.support), -math.inf)
-        u2 = rescale(xp, u2, None if self.q_scale is None else self.q_scale[:, None],
-                     None if self.s_scale is None else self.s_scale[None, cols])
-        return -0.5 * u2 if kernel.profile.log_linear else self.log_k(u2)
+            return xp.where(inside, kernel.profile.log_k_for(xp)(xp.where(inside, u2, 0.0) / self.support), -math.inf)
+        return kernel.log_weights(self.Q, X, q_sq=self.q_sq, q_scale=self.q_scale,
+                                  s_scale=None if self.s_scale is None else self.s_scale[cols],
+                                  exact=self.exact, fold_offset=True, xp=xp)[0]
 
 
 class _ArrayProductBlock:
@@ -322,8 +307,7 @@ class _ArrayProductBlock:
             if kern is None:
                 Lf = f.categorical.log_weights(xp, q, x)
             else:
-                u2 = sq_distances(xp, q, None, x, True, kern)
-                Lf = -0.5 * u2 if kern.profile.log_linear else kern.profile.log_k_for(xp)(u2)
+                Lf = kern.log_weights(q, x, exact=True, fold_offset=True, xp=xp)[0]
             L = Lf if L is None else L + Lf
         return L
 
@@ -357,49 +341,6 @@ def h_array(xp, h, like):
     return xp.asarray(np.asarray(h, dtype=np.float64).tolist(), dtype=like.dtype, device=_device(like))
 
 
-def rescale(xp, u2, q_scale, s_scale):
-    """``u^2 / (q_i s_j)^2``; a zero per-point bandwidth counts distance 0 fully, others not at all."""
-    if q_scale is None and s_scale is None:
-        return u2
-    if q_scale is not None:
-        u2 = u2 / (q_scale * q_scale)
-    if s_scale is not None:
-        u2 = u2 / (s_scale * s_scale)
-    return xp.where(xp.isnan(u2), 0.0, u2)
-
-
-def sq_distances(xp, Q, q_sq, X, exact, kernel):
-    """Squared distances of ``kernel``'s metric for a block: for the euclidean metric one matrix
-    product, or (``exact``: profiles with a kink at 0, whose square root would show the
-    product's ~1e-8 error, far blocks, the compiled pass's ties) differences summed feature by
-    feature, in the order of the compiled pass; the other norms from differences; cosine
-    ``(1 - <q, x> / (|q| |x|))^2``."""
-    metric = kernel.metric
-    if metric == "cosine":
-        norms = xp.sqrt(xp.sum(Q * Q, axis=1))[:, None] * xp.sqrt(xp.sum(X * X, axis=1))[None, :]
-        D = xp.clip(1 - (Q @ xp.permute_dims(X, (1, 0))) / norms, min=0.0, max=2.0)
-        return D * D
-    if metric == "euclidean" and not exact:
-        inner = Q @ xp.permute_dims(X, (1, 0))
-        return xp.clip(q_sq[:, None] + xp.sum(X * X, axis=1)[None, :] - 2 * inner, min=0)
-    acc = xp.zeros((Q.shape[0], X.shape[0]), dtype=Q.dtype, device=_device(Q))
-    for j in range(Q.shape[1]):
-        t = Q[:, j:j + 1] - X[None, :, j]
-        if metric == "euclidean":
-            acc = acc + t * t
-        elif metric == "chebyshev":
-            acc = xp.maximum(acc, xp.abs(t))
-        elif metric == "manhattan" or kernel.p == 1:
-            acc = acc + xp.abs(t)
-        else:
-            acc = acc + xp.abs(t) ** kernel.p
-    if metric == "euclidean":
-        return acc
-    if metric == "minkowski" and kernel.p != 1:
-        return acc ** (2.0 / kernel.p)
-    return acc * acc
-
-
 def xp_kneighbors(xp, Q, X, k, kernel, exclude_self=False):
     """``(dist, idx)`` of the ``k`` nearest samples of a block of queries at a time (nearest
     first, ties in sample order), by whole rows of exact distances sorted on the device;
@@ -421,7 +362,7 @@ def sq_distance_rows(xp, Q, X, kernel, exclude_self):
     cells = 2**22 if "cpu" in str(_device(Q)) else ACCELERATOR_BLOCK_CELLS
     step = max(1, min(n_q, cells // max(1, n_s)))
     for r0 in range(0, n_q, step):
-        D = sq_distances(xp, Q[r0:min(r0 + step, n_q), ...], None, X, True, kernel)
+        D = summed_sq_distances(Q[r0:min(r0 + step, n_q), ...], X, kernel, xp)
         if exclude_self:
             rows = xp.arange(r0, r0 + D.shape[0], device=_device(Q))
             D = xp.where(rows[:, None] == xp.arange(n_s, device=_device(Q))[None, :], math.inf, D)

@@ -59,7 +59,7 @@ import torch
 
 from .._jit import njit
 from ..engine.blocks import map_blocks
-from ..kernels.kernel import REFINE  # the engine's dense pass refines the same near pairs
+from ..kernels.distances import REFINE  # the engine's dense pass refines the same near pairs
 from ..kernels.profiles import PROFILES
 from . import blas, vector_math
 from .vector_math import FAST

@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike
 from .._validation import check_points
 from .bandwidth import resolve_bandwidth
 from .categorical import CATEGORICAL_PROFILES, check_smoothing
+from .distances import rescale, row_sq, sq_distances
 from .profiles import get_profile
 
 #: Norms of ``x* - x`` (translation invariant, homogeneous: the engine centres and scales by ``h``)
@@ -433,79 +434,56 @@ class Kernel:
             return np.divide(points, np.asarray(h, dtype=np.float64), out=out).astype(points.dtype, copy=False)
 
     def log_weights(self, Q, X, *, q_sq=None, x_sq=None, q_scale=None, s_scale=None, temperature=1.0,
-                    exact=False, u2_exponent=0, fold_offset=False):
+                    exact=False, u2_exponent=0, fold_offset=False, xp=np):
         """Log-weights of a block, ``L`` and a per-query offset ``c`` with ``log K = L + c``.
 
-        ``Q`` (b_q, d) and ``X`` (b_s, d) are in scaled coordinates (see :meth:`scale`);
-        ``q_sq`` and ``x_sq`` their squared norms (computed if not given). ``q_scale`` (b_q,)
-        and ``s_scale`` (b_s,) are extra per-query / per-sample bandwidth factors
-        (``u = d / (h q_scale_i s_scale_j)``). The offset ``c`` collects terms that are
-        constant along a row, so that the engine's normalisation never computes them: for
-        the Gaussian, ``-|q|^2 / 2`` cancels from ``exp(q.x - |x|^2 / 2)`` after
+        ``Q`` (b_q, d) and ``X`` (b_s, d) are in scaled coordinates (see :meth:`scale`), arrays of
+        the namespace ``xp`` (the ``numpy`` module on the host); ``q_sq`` and ``x_sq`` their squared
+        norms (computed if not given). ``q_scale`` (b_q,) and ``s_scale`` (b_s,) are extra
+        per-query / per-sample bandwidth factors (``u = d / (h q_scale_i s_scale_j)``). The offset
+        ``c`` collects terms that are constant along a row, so that the engine's normalisation never
+        computes them: for the Gaussian, ``-|q|^2 / 2`` cancels from ``exp(q.x - |x|^2 / 2)`` after
         normalisation, which turns the whole block into one matrix product.
 
         ``exact=True`` forms ``u^2`` from differences instead of the matrix product (no
-        cancellation far from the origin), scaled by ``2^u2_exponent`` (coordinates stored
-        divided by ``2^(u2_exponent / 2)``, for extreme bandwidths). ``fold_offset=True`` puts
-        the Gaussian's row term into the same matrix product (one more column), so that ``L``
-        is ``log K`` itself (at most 0 for every distance kernel) and the offset is 0.
+        cancellation far from the origin; :mod:`localkit.kernels.distances`), scaled by
+        ``2^u2_exponent`` (coordinates stored divided by ``2^(u2_exponent / 2)``, for extreme
+        bandwidths; the host only). ``fold_offset=True`` puts the Gaussian's row term into the same
+        matrix product (one more column), so that ``L`` is ``log K`` itself (at most 0 for every
+        distance kernel) and the offset is 0.
         """
-        zero = np.zeros(len(Q), dtype=Q.dtype)
+        zero = xp.zeros_like(Q[:, 0])
         if self.is_softmax:
-            L = (Q / Q.dtype.type(temperature)) @ X.T
-            return L, zero
+            return (Q if temperature == 1.0 else Q / float(temperature)) @ X.T, zero
+        log_k = self.profile.log_k if xp is np else self.profile.log_k_for(xp)
         # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
-        degenerate = any(s is not None and not np.all(s > 0) for s in (q_scale, s_scale))
-        if exact or degenerate or self.metric != "euclidean":
-            u2 = exact_sq_distances(Q, X, self)
-            self._rescale(u2, q_scale, s_scale)
+        degenerate = not exact and any(s is not None and not bool(xp.all(s > 0)) for s in (q_scale, s_scale))
+        if exact or degenerate or self.metric != "euclidean" or self.profile.exact_distance:
+            u2 = rescale(sq_distances(Q, X, self, q_sq=q_sq, x_sq=x_sq, exact=exact or degenerate, xp=xp),
+                         q_scale, s_scale, xp)
+            if xp is not np:
+                return log_k(u2), zero
             L, c = self.profile.log_k_scaled(u2, u2_exponent)
-            return L, zero + Q.dtype.type(c)
-        if q_sq is None:
-            q_sq = np.einsum("ij,ij->i", Q, Q)
-        if x_sq is None:
-            x_sq = np.einsum("ij,ij->i", X, X)
-        if self.profile.exact_distance:
-            u2 = refined_sq_distances(Q, X, q_sq, x_sq, self)
-            self._rescale(u2, q_scale, s_scale)
-            L, c = self.profile.log_k_scaled(u2, u2_exponent)
-            return L, zero + Q.dtype.type(c)
-        if self.profile.log_linear and s_scale is None and (q_scale is None or np.all(q_scale > 0)):
+            return L, zero + c
+        q_sq = row_sq(Q, xp) if q_sq is None else q_sq
+        x_sq = row_sq(X, xp) if x_sq is None else x_sq
+        if self.profile.log_linear and s_scale is None:
             # one matrix product: [q, -1/2] / h_q^2 . [x, |x|^2]  =  (q.x - |x|^2 / 2) / h_q^2
             # (folded: [q, -1/2, -|q|^2/2] / h_q^2 . [x, |x|^2, 1] = -|q - x|^2 / (2 h_q^2))
-            d = Q.shape[1]
-            width = d + 2 if fold_offset else d + 1
-            Qa = np.empty((len(Q), width), dtype=Q.dtype)
-            Qa[:, :d], Qa[:, d] = Q, -0.5
-            Xa = np.empty((len(X), width), dtype=Q.dtype)
-            Xa[:, :d], Xa[:, d] = X, x_sq
             offset = -0.5 * q_sq
+            q_cols = [Q, -0.5 * xp.ones_like(Q[:, :1])]
+            x_cols = [X, xp.astype(x_sq[:, None], Q.dtype, copy=False)]
             if fold_offset:
-                Qa[:, d + 1], Xa[:, d + 1] = offset, 1.0
+                q_cols.append(xp.astype(offset[:, None], Q.dtype, copy=False))
+                x_cols.append(xp.ones_like(X[:, :1]))
+            Qa, Xa = xp.concat(q_cols, axis=1), xp.concat(x_cols, axis=1)
             if q_scale is not None:
-                inv = (1.0 / (q_scale * q_scale)).astype(Q.dtype, copy=False)
-                Qa *= inv[:, None]
+                inv = xp.astype(1.0 / (q_scale * q_scale), Q.dtype, copy=False)
+                Qa = Qa * inv[:, None]
                 offset = offset * inv
             return Qa @ Xa.T, (zero if fold_offset else offset)
-        u2 = Q @ X.T
-        u2 *= -2.0
-        u2 += q_sq[:, None]
-        u2 += x_sq
-        np.maximum(u2, 0.0, out=u2)
-        self._rescale(u2, q_scale, s_scale)
-        return self.profile.log_k(u2), zero
-
-    @staticmethod
-    def _rescale(u2, q_scale, s_scale):
-        if q_scale is None and s_scale is None:
-            return
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if q_scale is not None:
-                u2 /= (q_scale * q_scale)[:, None]
-            if s_scale is not None:
-                u2 /= s_scale * s_scale
-        # a zero per-point bandwidth (duplicates): distance 0 counts fully, others not at all
-        np.nan_to_num(u2, copy=False, nan=0.0, posinf=np.inf)
+        u2 = rescale(sq_distances(Q, X, self, q_sq=q_sq, x_sq=x_sq, xp=xp), q_scale, s_scale, xp)
+        return log_k(u2), zero
 
     # -- dense evaluation --------------------------------------------------------------
     def __call__(self, X: ArrayLike, Y: ArrayLike | None = None) -> np.ndarray:
@@ -546,7 +524,7 @@ class Kernel:
         if self.n_neighbors is not None:
             if self.n_neighbors > len(Y):
                 raise ValueError(f"n_neighbors must be <= n_samples={len(Y)}, got {self.n_neighbors}")
-            self._rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1], None)
+            rescale(u2, np.partition(D, self.n_neighbors - 1, axis=1)[:, self.n_neighbors - 1])
         return np.exp(self.profile.log_k(u2))
 
 
@@ -783,53 +761,6 @@ class SumKernel(Kernel):
 
     def __reduce__(self):
         return SumKernel, (self.terms,)
-
-
-#: :func:`refined_sq_distances` forms again from differences the pairs whose expanded squared
-#: distance is below this share of ``|q|^2 + |x|^2`` (the expansion's round-off is a few units of
-#: it), and takes :func:`exact_sq_distances` for a block where more than ``REFINE_SHARE`` of the
-#: pairs are such (points far from their centre)
-REFINE, REFINE_SHARE = 2.0 ** -6, 1.0 / 8
-
-
-def refined_sq_distances(Q, X, q_sq, x_sq, kernel):
-    """Squared euclidean distances ``|q|^2 + |x|^2 - 2 q.x`` by one matrix product, the pairs where
-    that is below ``REFINE (|q|^2 + |x|^2)`` (near-duplicates, whose expansion is mostly round-off)
-    formed again from differences: every pair then has a relative error within a few units of
-    round-off over ``REFINE`` (64x those of :func:`exact_sq_distances`; ~1e-14 in float64), at the
-    speed of the product. For the profiles with a kink at ``u = 0`` (Laplacian: measured 0.07 G
-    pairs/s through SciPy's ``cdist`` against 0.64 for the Gaussian's product, d = 32, float32);
-    ``kernel`` (euclidean) for the blocks left to :func:`exact_sq_distances`."""
-    norms = q_sq[:, None] + x_sq
-    u2 = Q @ X.T
-    u2 *= -2.0
-    u2 += norms
-    norms *= REFINE
-    i, j = np.nonzero(u2 < norms)
-    if len(i) > REFINE_SHARE * u2.size:
-        return exact_sq_distances(Q, X, kernel)
-    if len(i):
-        diff = Q[i] - X[j]
-        u2[i, j] = np.einsum("ij,ij->i", diff, diff)
-    return np.maximum(u2, 0.0, out=u2)
-
-
-def exact_sq_distances(Q, X, kernel):
-    """Squared distances of ``kernel``'s metric from coordinate differences (no cancellation far
-    from the origin); for "precomputed", ``Q`` holds the distances themselves."""
-    from scipy.spatial.distance import cdist
-
-    if kernel.metric == "precomputed":
-        D = np.asarray(Q, dtype=np.float64)
-        return (D * D).astype(Q.dtype, copy=False)
-    if kernel.metric == "euclidean":
-        u2 = cdist(Q, X, metric="sqeuclidean")
-    else:
-        metric, kwargs = kernel.scipy_metric
-        D = cdist(Q, X, metric=metric, **kwargs)
-        u2 = D * D
-    with np.errstate(over="ignore"):  # a float32 distance^2 beyond 3.4e38 is inf: a zero weight, as it should
-        return u2.astype(Q.dtype, copy=False)
 
 
 # -- metrics that are norms of a linear map: reduced to a norm on mapped coordinates, once -----------

@@ -29,8 +29,8 @@ import numpy as np
 
 from ..blocks import block_sizes
 from ..checks import as_points
-from ..query_blocks import (ACCELERATOR_BLOCK_CELLS, LOG_WEIGHT_TOL, ArrayBlocks, h_array, k_smallest, rescale,
-                            sq_distance_rows, sq_distances)
+from ...kernels.distances import rescale, summed_sq_distances
+from ..query_blocks import ACCELERATOR_BLOCK_CELLS, LOG_WEIGHT_TOL, ArrayBlocks, h_array, k_smallest, sq_distance_rows
 from ..planner import COMPILED_BANDWIDTHS
 from ..stream import merge_states
 from ..twins import refuse_twins
@@ -292,7 +292,7 @@ def _knn_sums(xp, Qs, Xs, V_aug, kernel, exclude_self):
     parts = []
     for D in sq_distance_rows(xp, Qs, Xs, kernel, exclude_self):
         dist, idx = k_smallest(xp, D, k)
-        W = xp.exp(log_k(rescale(xp, dist * dist, dist[:, -1:], None)))
+        W = xp.exp(log_k(rescale(dist * dist, dist[:, -1], None, xp)))
         gathered = xp.reshape(xp.take(V_aug, xp.reshape(idx, (-1,)), axis=0), (*idx.shape, V_aug.shape[1]))
         S = xp.sum(W[:, :, None] * gathered, axis=1)
         if kernel.profile.vanishes_at_edge:
@@ -314,7 +314,7 @@ def xp_nearest(xp, Q, X, kernel, *, rows=None, dead=None):
         arg = xp.zeros((q.shape[0],), dtype=xp.int64, device=device_of(Q))
         for c0 in range(0, X.shape[0], 1024):
             x = X[c0:min(c0 + 1024, X.shape[0]), ...]
-            D = sq_distances(xp, q, None, x, True, kernel)
+            D = summed_sq_distances(q, x, kernel, xp)
             if rows is not None:
                 cols = xp.arange(c0, c0 + x.shape[0], device=device_of(Q))
                 D = xp.where(rows[r0:r0 + q.shape[0], None] == cols[None, :], math.inf, D)
