@@ -742,8 +742,34 @@ class BoundKernel:
         from .query_blocks import ProductBlock, QueryBlock
 
         if self.factors is not None:
-            return ProductBlock(self, Q, knn_scales(self, Q, False) if scale is None else scale)
-        return QueryBlock(self, Q, scale, logit_exponent, points, centre)
+            return ProductBlock(np, self._factor_blocks(Q, knn_scales(self, Q, False) if scale is None else scale),
+                                Q.dtype)
+        kern, q_scale = self.kernel, scale
+        if self.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
+            q_scale = np.full(len(Q), self.raw_h, dtype=Q.dtype) if scale is None else self.raw_h * scale
+        if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
+            Q = np.ldexp(Q, -logit_exponent)
+        edge = None if points is None or scale is not None else (points, self.index_points(None), self.index_unit ** 2)
+        return QueryBlock(np, kern, self.X, Q, x_sq=self.x_sq, q_scale=q_scale, s_scale=self.sample_scale,
+                          exact=not self.scaled or kern.metric != "euclidean", measure=not kern.is_softmax,
+                          centre=centre, temperature=self.h if kern.is_softmax else 1.0,
+                          u2_exponent=self.u2_exponent, edge=edge)
+
+    def _factor_blocks(self, Q, scales):
+        """A product's parts of :meth:`block`: each distance factor's block of its columns of ``Q``
+        (raw; at the balloon bandwidths ``scales[f]`` of a kNN factor), each categorical factor's
+        ``(categorical, query codes, sample codes)``."""
+        parts = []
+        for f, scale in zip(self.factors, scales):
+            if f.categorical is not None:
+                parts.append((f.categorical, Q[:, f.cols], f.codes))
+                continue
+            if scale is None and f.kernel.n_neighbors is not None:
+                raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
+            # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
+            points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
+            parts.append(f.bound.block(f.bound.engine_points(Q[:, f.cols]), scale, points=points))
+        return parts
 
     def query_blocks(self, queries, Q, q_scale=None, *, exclude_self=False, row_offset=0, logit_exponent=0):
         """``block_of(rows)``: the :meth:`block` of the queries ``Q[rows]`` (``Q`` their engine

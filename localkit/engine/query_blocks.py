@@ -1,15 +1,16 @@
 """The log-weights of a block of queries against blocks of samples, as a bound kernel forms them:
 what a pass asks for instead of reading the binding's layout (its coordinates, squared norms,
-exponent, raw bandwidth and index unit stay behind this module). On the host,
-:meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` (:class:`QueryBlock`,
-:class:`ProductBlock`); on any array library (a device, or NumPy's ``algorithm="streamed"``),
-:class:`ArrayBlocks`, written against the array API. Both answer ``block(rows).log_weights(cols)``.
-The host keeps its own formation because NumPy is faster with it: the Gaussian's
-``-|q - x|^2 / 2`` folded into one BLAS product, kinked profiles' distances refined only where
-the product cancels (:func:`~localkit.kernels.distances.refined_sq_distances`), blocks that the
-bounded direct sum can take. The array-API pass over NumPy arrays (``algorithm="streamed"``) took
-7-9x the dense path's time for the Gaussian and the Laplacian, 2.6-3.8x for the Epanechnikov
-(2,000 x 20,000 x 16, float64 and float32, one thread, 2026-12-06).
+exponent, raw bandwidth and index unit stay behind this module).
+
+One formation, two layouts. A :class:`QueryBlock` (a :class:`ProductBlock` for a product kernel)
+answers ``log_weights(cols, fold_offset)`` on any array library through
+:meth:`localkit.Kernel.log_weights` (the Gaussian's ``-|q - x|^2 / 2`` folded into one matrix
+product, kinked profiles' distances refined where the product cancels on the host,
+:mod:`localkit.kernels.distances`). What differs is where its coordinates come from: on the host,
+:meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` hands it the binding's kept engine
+coordinates and squared norms (bound once, in ``fit``); on a device, or for NumPy's
+``algorithm="streamed"``, :class:`ArrayBlocks` lays the queries and samples out once per pass, in
+the array's namespace and on its device.
 
 Accuracy far from the origin. The matrix-product form ``|q|^2 - 2 q.x + |x|^2`` of a squared
 distance carries an absolute error of about ``eps |q|^2`` (``eps`` of the dtype), which for the
@@ -25,9 +26,8 @@ import math
 from functools import cached_property
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
-from ..kernels.distances import row_sq, summed_sq_distances
+from ..kernels.distances import exact_sq_distances, row_sq, summed_sq_distances
 from .stream import softmax_exponent, times_power_of_two
 
 #: Cells of one block of distances on an accelerator (float32: 256 MiB); on a CPU the engine's budget rules
@@ -82,88 +82,80 @@ def spatial_order(Q, xp=np):
 
 
 class QueryBlock:
-    """A block of queries of a bound kernel (engine coordinates): recentred, or marked for exact
-    distances. ``q_scale`` (per query) divides ``u``; softmax logits arrive divided by
-    ``2^logit_exponent``; ``points`` (the queries in the index's coordinates) decide the uniform
-    profile's edge as the index does (:attr:`BoundKernel.exact_edge <localkit.engine.BoundKernel.exact_edge>`);
-    a given ``centre`` (a cluster's, in the truncated pass) is the point the block is measured from,
-    whatever its size: the product form's error is then that of the distances to it."""
+    """A block of queries against the samples ``X`` of a kernel, in the namespace ``xp``: what a
+    pass asks for, ``log_weights(cols, fold_offset=False)`` -> ``(L, offset)``, ``log K = L +
+    offset`` against the samples ``cols`` (no sample weights, no leave-one-out: the pass adds
+    those; ``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`). Laid out by
+    :meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` on the host (the binding's kept
+    coordinates) and by :class:`ArrayBlocks` on any array library (coordinates laid out per pass).
 
-    def __init__(self, bound, Q, q_scale=None, logit_exponent=0, points=None, centre=None):
-        # what every column block reads, looked up once per query block (the layout's are memoised lookups)
-        self.bound, self.X, self.x_sq, self.u2_exponent = bound, bound.X, bound.x_sq, bound.u2_exponent
-        self.points = points if q_scale is None else None
-        if bound.raw_h is not None:  # a raw distance divided by the (scalar) bandwidth times the query's scale
-            q_scale = np.full(len(Q), bound.raw_h, dtype=Q.dtype) if q_scale is None else bound.raw_h * q_scale
-        self.q_scale = q_scale
-        self.temperature = bound.h if bound.kernel.is_softmax else 1.0
-        if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
-            Q = np.ldexp(Q, -logit_exponent)
-        self.centre = None
-        self.exact = not bound.scaled or bound.kernel.metric != "euclidean"
+    ``Q`` (b_q, d) and ``X`` (n, d) are in the coordinates the kernel measures in (for
+    "precomputed", ``Q`` holds the distances to every sample and ``X`` is None); ``x_sq`` the
+    samples' kept squared norms. ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample.
+    ``exact``: distances from differences. ``measure``: the block measured from where
+    :func:`measured_from` says (as it is, recentred on its own centre, or exact); a given
+    ``centre`` (a cluster's, in the truncated pass) is the point it is measured from, whatever its
+    size: the product form's error is then that of the distances to it. ``temperature``: the
+    softmax kernel's. ``u2_exponent``: see :meth:`localkit.Kernel.log_weights`. ``edge``:
+    ``(points, samples, support)``, the compact profile's edge decided by ``|p - s|^2 <= support``
+    in those coordinates (the index's on the host, the raw ones on a device), so that samples at
+    exactly the edge stay in or out as on the compiled and radius paths."""
+
+    def __init__(self, xp, kernel, X, Q, *, x_sq=None, q_scale=None, s_scale=None, exact=False, measure=False,
+                 centre=None, temperature=1.0, u2_exponent=0, edge=None):
+        self.xp, self.kernel, self.X, self.x_sq, self.s_scale = xp, kernel, X, x_sq, s_scale
+        self.q_scale, self.temperature, self.u2_exponent, self.edge = q_scale, temperature, u2_exponent, edge
+        self.centre = centre
         if centre is not None:
-            self.Q, self.centre = (Q - centre).astype(Q.dtype, copy=False), centre
-            return
-        if self.exact or bound.kernel.is_softmax:
-            self.Q = Q
-            return
-        self.Q, self.centre, self.exact = measured_from(Q, q_scale)
+            Q = xp.astype(Q - centre, Q.dtype, copy=False)
+        elif measure and not exact:
+            Q, self.centre, exact = measured_from(Q, q_scale, xp)
+        self.Q, self.exact = Q, exact
+        self.q_sq = None if exact else row_sq(Q, xp)
 
     def log_weights(self, cols, fold_offset=False):
-        """``(L, offset)`` of this block against the samples ``cols``: ``log K = L + offset``
-        (``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`)."""
-        bound = self.bound
-        if self.points is not None:  # the compiled pass's test |q - x|^2 <= h^2: ties with the edge kept alike
-            inside = cdist(self.points, bound.index_points(None, cols), "sqeuclidean") <= bound.index_unit ** 2
-            L = np.where(inside, bound.kernel.profile.log_k(np.zeros(1))[0], -np.inf).astype(self.Q.dtype)
-            return L, np.zeros(len(L), dtype=L.dtype)
-        s_scale = None if bound.sample_scale is None else bound.sample_scale[cols]
-        if bound.kernel.metric == "precomputed":  # the queries are their distances to the samples
-            return bound.kernel.log_weights(self.Q[:, cols], None, q_scale=self.q_scale, s_scale=s_scale)
-        X = self.X[cols]
-        x_sq = self.x_sq[cols]
+        xp, kernel, Q = self.xp, self.kernel, self.Q
+        if self.edge is not None:
+            points, samples, support = self.edge
+            u2 = exact_sq_distances(points, samples[cols, ...], kernel, xp)
+            inside = u2 <= support
+            log_k = kernel.profile.log_k if xp is np else kernel.profile.log_k_for(xp)
+            L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
+            return xp.astype(L, Q.dtype, copy=False), xp.zeros_like(Q[:, 0])
+        s_scale = None if self.s_scale is None else self.s_scale[cols]
+        if kernel.metric == "precomputed":  # the queries are their distances to the samples
+            return kernel.log_weights(Q[:, cols], None, q_scale=self.q_scale, s_scale=s_scale)
+        X, x_sq = self.X[cols, ...], None
         if self.centre is not None:
-            X = (X - self.centre).astype(self.Q.dtype, copy=False)
-            x_sq = np.einsum("ij,ij->i", X, X)
-        return bound.kernel.log_weights(self.Q, X, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
-                                        temperature=self.temperature, exact=self.exact,
-                                        u2_exponent=self.u2_exponent, fold_offset=fold_offset)
+            X = xp.astype(X - self.centre, Q.dtype, copy=False)
+        elif self.x_sq is not None:
+            x_sq = self.x_sq[cols]
+        return kernel.log_weights(Q, X, q_sq=self.q_sq, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
+                                  temperature=self.temperature, exact=self.exact, u2_exponent=self.u2_exponent,
+                                  fold_offset=fold_offset, xp=xp)
 
 
 class ProductBlock:
-    """A block of queries (raw coordinates) of a bound product: one :class:`QueryBlock` per
-    distance factor (recentred or exact as that factor needs; a kNN factor's at the queries'
-    balloon bandwidths ``scales[f]``, :func:`~localkit.engine.factors.knn_scales`), the codes of
-    each categorical one."""
+    """A block of a product's queries: the sum of its factors' log-weights (``offset`` 0), each
+    distance factor's a :class:`QueryBlock` of its own coordinates, each categorical factor's
+    ``(categorical, query codes, sample codes)``; ``dtype`` the queries'."""
 
-    def __init__(self, bound, Q, scales):
-        self.bound, self.Q = bound, Q
-        self.parts = []
-        for f, scale in zip(bound.factors, scales):
-            if f.categorical is not None:
-                self.parts.append(Q[:, f.cols])
-            else:
-                if scale is None and f.kernel.n_neighbors is not None:
-                    raise ValueError(f"the kNN factor {f.kernel!r} needs the balloon bandwidths of the queries")
-                # the uniform profile's edge decided as the neighbour path's index decides it (exact_edge)
-                points = f.bound.index_points(Q[:, f.cols]) if f.bound.exact_edge and scale is None else None
-                self.parts.append(QueryBlock(f.bound, f.bound.engine_points(Q[:, f.cols]), scale, points=points))
+    def __init__(self, xp, parts, dtype):
+        self.xp, self.parts, self.dtype = xp, parts, dtype
 
     def log_weights(self, cols, fold_offset=False):
-        """``(L, offset)`` with ``L = log K`` (the sum of the factors') and a zero offset."""
-        L = None
-        for f, part in zip(self.bound.factors, self.parts):
-            if f.categorical is not None:
-                Lf = f.categorical.log_weights(np, part, f.codes[cols])
-            else:
+        xp, L = self.xp, None
+        for part in self.parts:
+            if isinstance(part, QueryBlock):
                 Lf, offset = part.log_weights(cols, fold_offset=True)
-                if np.any(offset):
+                if bool(xp.any(offset != 0)):  # log k at extreme bandwidths (u2_exponent)
                     Lf = Lf + offset[:, None]
-            if L is None:
-                L = np.array(Lf, dtype=self.Q.dtype)
             else:
-                L += Lf
-        return L, np.zeros(len(self.Q), dtype=self.Q.dtype)
+                categorical, q, x = part
+                Lf = categorical.log_weights(xp, q, x[cols, ...])
+            # each sum rounded to the block's dtype, as an in-place sum would round it
+            L = xp.astype(Lf if L is None else L + Lf, self.dtype, copy=False)
+        return L, xp.zeros_like(L[:, 0])
 
 
 class ArrayBlocks:
@@ -251,65 +243,22 @@ class ArrayBlocks:
         # a zero per-point bandwidth (duplicates) needs distance 0 exactly: differences, not products
         degenerate = any(c is not None and not bool(xp.all(c > 0)) for c in (q_scale, self.s_scale))
         always_exact = (self.factors is None and not kernel.is_softmax
-                        and (kernel.profile.exact_distance or kernel.metric != "euclidean" or self.support is not None
-                             or degenerate))
+                        and (kernel.metric != "euclidean" or self.support is not None or degenerate))
         return Q, q_scale, always_exact
 
     def block(self, rows):
-        """The block of the queries at positions ``rows`` (a slice) of :attr:`order`: an object whose
-        ``log_weights(cols)`` is ``log K`` against the samples ``cols`` (a slice; no sample weights,
-        no leave-one-out: the pass adds those)."""
+        """The :class:`QueryBlock` (:class:`ProductBlock`) of the queries at positions ``rows`` (a
+        slice) of :attr:`order`."""
+        xp = self.xp
         if self.factors is not None:
-            return _ArrayProductBlock(self.xp, self.factors, rows)
+            return ProductBlock(xp, [(f.categorical, Qf[rows, ...], Xf) if kern is None
+                                     else QueryBlock(xp, kern, Xf, Qf[rows, ...], exact=True)
+                                     for f, Qf, Xf, kern in self.factors], self.dtype)
         Q, q_scale, exact = self._in_order
-        return _ArrayBlock(self, Q[rows, ...], None if q_scale is None else q_scale[rows], exact)
-
-
-class _ArrayBlock:
-    """One block of :class:`ArrayBlocks`: a norm's measured from where :func:`measured_from` says
-    (as it is, recentred on its own centre, or its distances exact), its log-weights those of
-    :meth:`localkit.Kernel.log_weights` on the array library, as the host forms them (a log-linear
-    profile, the Gaussian, from one matrix product with the row term folded in)."""
-
-    def __init__(self, blocks, Q, q_scale, exact):
-        xp = blocks.xp
-        self.xp, self.kernel, self.Xs, self.support = xp, blocks.kernel, blocks.Xs, blocks.support
-        self.q_scale, self.s_scale, self.centre = q_scale, blocks.s_scale, None
-        if blocks._recentre and not exact:
-            Q, self.centre, exact = measured_from(Q, q_scale, xp)
-        self.Q, self.exact = Q, exact
-        self.q_sq = row_sq(Q, xp)
-
-    def log_weights(self, cols):
-        xp, kernel = self.xp, self.kernel
-        X = self.Xs[cols, ...]
-        if self.centre is not None:
-            X = X - self.centre
-        if self.support is not None:  # the uniform profile's edge, tested as the compiled pass tests it
-            u2 = summed_sq_distances(self.Q, X, kernel, xp)
-            inside = u2 <= self.support
-            return xp.where(inside, kernel.profile.log_k_for(xp)(xp.where(inside, u2, 0.0) / self.support), -math.inf)
-        return kernel.log_weights(self.Q, X, q_sq=self.q_sq, q_scale=self.q_scale,
-                                  s_scale=None if self.s_scale is None else self.s_scale[cols],
-                                  exact=self.exact, fold_offset=True, xp=xp)[0]
-
-
-class _ArrayProductBlock:
-    """One block of a product's :class:`ArrayBlocks`: the sum of its factors' log-weights."""
-
-    def __init__(self, xp, factors, rows):
-        self.xp, self.factors, self.rows = xp, factors, rows
-
-    def log_weights(self, cols):
-        xp, L = self.xp, None
-        for f, Qf, Xf, kern in self.factors:
-            q, x = Qf[self.rows, ...], Xf[cols, ...]
-            if kern is None:
-                Lf = f.categorical.log_weights(xp, q, x)
-            else:
-                Lf = kern.log_weights(q, x, exact=True, fold_offset=True, xp=xp)[0]
-            L = Lf if L is None else L + Lf
-        return L
+        Q = Q[rows, ...]
+        return QueryBlock(xp, self.kernel, self.Xs, Q, q_scale=None if q_scale is None else q_scale[rows],
+                          s_scale=self.s_scale, exact=exact, measure=self._recentre,
+                          edge=None if self.support is None else (Q, self.Xs, self.support))
 
 
 def _factor_coordinates(xp, bound, Q, X):

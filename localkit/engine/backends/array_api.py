@@ -233,7 +233,7 @@ def _stream(xp, blocks, V_aug, log_weight, exclude_self, options):
         block = blocks.block(rows)
         for c0 in range(0, n_s, bs):
             cols = slice(c0, min(c0 + bs, n_s))
-            L = block.log_weights(cols)
+            L, _ = block.log_weights(cols, fold_offset=True)
             if log_weight is not None:  # log c_j inside the shift's maximum (see localkit.engine.passes.streamed)
                 L = L + log_weight[None, cols]
             if exclude_self:
