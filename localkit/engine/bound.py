@@ -739,7 +739,7 @@ class BoundKernel:
         softmax logits divided by ``2^k``. ``points``: the queries in the index's coordinates, for
         :attr:`exact_edge`. ``centre``: the point the block is measured from (a cluster's centre),
         in place of the one chosen for it. NumPy samples."""
-        from .query_blocks import ProductBlock, QueryBlock
+        from .query_blocks import ProductBlock, QueryBlock, Samples
 
         if self.factors is not None:
             return ProductBlock(np, self._factor_blocks(Q, knn_scales(self, Q, False) if scale is None else scale),
@@ -750,10 +750,10 @@ class BoundKernel:
         if logit_exponent:  # logits / 2^k from queries / 2^k (ldexp: exact, for any k)
             Q = np.ldexp(Q, -logit_exponent)
         edge = None if points is None or scale is not None else (points, self.index_points(None), self.index_unit ** 2)
-        return QueryBlock(np, kern, self.X, Q, x_sq=self.x_sq, q_scale=q_scale, s_scale=self.sample_scale,
-                          exact=not self.scaled or kern.metric != "euclidean", measure=not kern.is_softmax,
-                          centre=centre, temperature=self.h if kern.is_softmax else 1.0,
-                          u2_exponent=self.u2_exponent, edge=edge)
+        samples = Samples(np, kern, self.X, self.x_sq, self.sample_scale, self.h if kern.is_softmax else 1.0,
+                          self.u2_exponent)
+        return QueryBlock(samples, Q, q_scale=q_scale, exact=not self.scaled or kern.metric != "euclidean",
+                          measure=not kern.is_softmax, centre=centre, edge=edge)
 
     def _factor_blocks(self, Q, scales):
         """A product's parts of :meth:`block`: each distance factor's block of its columns of ``Q``

@@ -12,7 +12,8 @@ on its own columns in its own scaled coordinates. Binding it binds each factor o
   (:class:`~localkit.kernels.categorical.CategoricalColumns`).
 
 The bound product keeps the samples raw; a block's log-weights are the sum of the factors'
-(:class:`~localkit.engine.query_blocks.ProductBlock` on the host,
+(:class:`~localkit.engine.query_blocks.ProductBlock`, its parts laid out by
+:meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` on the host and by
 :class:`~localkit.engine.query_blocks.ArrayBlocks` on a device and for ``algorithm="streamed"``;
 :meth:`BoundKernel._bind_factors <localkit.engine.BoundKernel>` binds them).
 A kNN factor's per-query bandwidth is its own bound kernel's k-th distance (:func:`knn_scales`).

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,31 +82,42 @@ def spatial_order(Q, xp=np):
     return xp.argsort(Q[:, widest], stable=True) if xp is not np else np.argsort(Q[:, widest], kind="stable")
 
 
+class Samples(NamedTuple):
+    """The side of a pass that its query blocks share: the samples' coordinates ``X`` (n, d) in
+    the namespace ``xp`` (None for "precomputed", whose queries are their distances to every
+    sample), their kept squared norms ``x_sq`` (or None), per-sample scales ``s_scale`` that divide
+    ``u``, and the kernel with the softmax kernel's ``temperature`` and the ``u2_exponent`` of
+    :meth:`localkit.Kernel.log_weights`."""
+
+    xp: object
+    kernel: object
+    X: object
+    x_sq: object = None
+    s_scale: object = None
+    temperature: float = 1.0
+    u2_exponent: int = 0
+
+
 class QueryBlock:
-    """A block of queries against the samples ``X`` of a kernel, in the namespace ``xp``: what a
-    pass asks for, ``log_weights(cols, fold_offset=False)`` -> ``(L, offset)``, ``log K = L +
-    offset`` against the samples ``cols`` (no sample weights, no leave-one-out: the pass adds
-    those; ``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`). Laid out by
-    :meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` on the host (the binding's kept
-    coordinates) and by :class:`ArrayBlocks` on any array library (coordinates laid out per pass).
+    """A block of queries ``Q`` (b_q, d) against :class:`Samples`, in the coordinates the kernel
+    measures in: what a pass asks for, ``log_weights(cols, fold_offset=False)`` -> ``(L, offset)``,
+    ``log K = L + offset`` against the samples ``cols`` (no sample weights, no leave-one-out: the
+    pass adds those; ``fold_offset``: ``L = log K``, see :meth:`localkit.Kernel.log_weights`).
+    Laid out by :meth:`BoundKernel.block <localkit.engine.BoundKernel.block>` on the host (the
+    binding's kept coordinates) and by :class:`ArrayBlocks` on any array library (coordinates laid
+    out per pass).
 
-    ``Q`` (b_q, d) and ``X`` (n, d) are in the coordinates the kernel measures in (for
-    "precomputed", ``Q`` holds the distances to every sample and ``X`` is None); ``x_sq`` the
-    samples' kept squared norms. ``q_scale`` / ``s_scale`` divide ``u`` per query / per sample.
-    ``exact``: distances from differences. ``measure``: the block measured from where
-    :func:`measured_from` says (as it is, recentred on its own centre, or exact); a given
-    ``centre`` (a cluster's, in the truncated pass) is the point it is measured from, whatever its
-    size: the product form's error is then that of the distances to it. ``temperature``: the
-    softmax kernel's. ``u2_exponent``: see :meth:`localkit.Kernel.log_weights`. ``edge``:
-    ``(points, samples, support)``, the compact profile's edge decided by ``|p - s|^2 <= support``
-    in those coordinates (the index's on the host, the raw ones on a device), so that samples at
-    exactly the edge stay in or out as on the compiled and radius paths."""
+    ``q_scale`` divides ``u`` per query. ``exact``: distances from differences. ``measure``: the
+    block measured from where :func:`measured_from` says (as it is, recentred on its own centre,
+    or exact); a given ``centre`` (a cluster's, in the truncated pass) is the point it is measured
+    from, whatever its size: the product form's error is then that of the distances to it.
+    ``edge``: ``(points, samples, support)``, the compact profile's edge decided by ``|p - s|^2 <=
+    support`` in those coordinates (the index's on the host, the raw ones on a device), so that
+    samples at exactly the edge stay in or out as on the compiled and radius paths."""
 
-    def __init__(self, xp, kernel, X, Q, *, x_sq=None, q_scale=None, s_scale=None, exact=False, measure=False,
-                 centre=None, temperature=1.0, u2_exponent=0, edge=None):
-        self.xp, self.kernel, self.X, self.x_sq, self.s_scale = xp, kernel, X, x_sq, s_scale
-        self.q_scale, self.temperature, self.u2_exponent, self.edge = q_scale, temperature, u2_exponent, edge
-        self.centre = centre
+    def __init__(self, samples, Q, *, q_scale=None, exact=False, measure=False, centre=None, edge=None):
+        xp = samples.xp
+        self.samples, self.q_scale, self.edge, self.centre = samples, q_scale, edge, centre
         if centre is not None:
             Q = xp.astype(Q - centre, Q.dtype, copy=False)
         elif measure and not exact:
@@ -114,24 +126,25 @@ class QueryBlock:
         self.q_sq = None if exact else row_sq(Q, xp)
 
     def log_weights(self, cols, fold_offset=False):
-        xp, kernel, Q = self.xp, self.kernel, self.Q
+        xp, kernel, X, x_sq, s_scale, temperature, u2_exponent = self.samples
+        Q = self.Q
         if self.edge is not None:
-            points, samples, support = self.edge
-            u2 = exact_sq_distances(points, samples[cols, ...], kernel, xp)
+            points, edge_samples, support = self.edge
+            u2 = exact_sq_distances(points, edge_samples[cols, ...], kernel, xp)
             inside = u2 <= support
             log_k = kernel.profile.log_k if xp is np else kernel.profile.log_k_for(xp)
             L = xp.where(inside, log_k(xp.where(inside, u2, 0.0) / support), -math.inf)
             return xp.astype(L, Q.dtype, copy=False), xp.zeros_like(Q[:, 0])
-        s_scale = None if self.s_scale is None else self.s_scale[cols]
+        s_scale = None if s_scale is None else s_scale[cols]
         if kernel.metric == "precomputed":  # the queries are their distances to the samples
             return kernel.log_weights(Q[:, cols], None, q_scale=self.q_scale, s_scale=s_scale)
-        X, x_sq = self.X[cols, ...], None
+        X = X[cols, ...]
         if self.centre is not None:
-            X = xp.astype(X - self.centre, Q.dtype, copy=False)
-        elif self.x_sq is not None:
-            x_sq = self.x_sq[cols]
+            X, x_sq = xp.astype(X - self.centre, Q.dtype, copy=False), None
+        elif x_sq is not None:
+            x_sq = x_sq[cols]
         return kernel.log_weights(Q, X, q_sq=self.q_sq, x_sq=x_sq, q_scale=self.q_scale, s_scale=s_scale,
-                                  temperature=self.temperature, exact=self.exact, u2_exponent=self.u2_exponent,
+                                  temperature=temperature, exact=self.exact, u2_exponent=u2_exponent,
                                   fold_offset=fold_offset, xp=xp)
 
 
@@ -252,12 +265,12 @@ class ArrayBlocks:
         xp = self.xp
         if self.factors is not None:
             return ProductBlock(xp, [(f.categorical, Qf[rows, ...], Xf) if kern is None
-                                     else QueryBlock(xp, kern, Xf, Qf[rows, ...], exact=True)
+                                     else QueryBlock(Samples(xp, kern, Xf), Qf[rows, ...], exact=True)
                                      for f, Qf, Xf, kern in self.factors], self.dtype)
         Q, q_scale, exact = self._in_order
         Q = Q[rows, ...]
-        return QueryBlock(xp, self.kernel, self.Xs, Q, q_scale=None if q_scale is None else q_scale[rows],
-                          s_scale=self.s_scale, exact=exact, measure=self._recentre,
+        return QueryBlock(Samples(xp, self.kernel, self.Xs, s_scale=self.s_scale), Q,
+                          q_scale=None if q_scale is None else q_scale[rows], exact=exact, measure=self._recentre,
                           edge=None if self.support is None else (Q, self.Xs, self.support))
 
 

@@ -12,9 +12,10 @@ empty-neighbourhood policy, the result) is the :class:`~localkit.engine.BoundKer
 once for every namespace.
 
 The streamed pass is the engine's streaming local mean: blocks of queries against blocks of
-samples, the log-weights of each block formed by the bound kernel's
-:class:`~localkit.engine.query_blocks.ArrayBlocks` (one matrix product, queries recentred per
-block, so that float32 keeps its digits far from the origin), summed across sample blocks by the
+samples, the log-weights of each block formed by the :class:`~localkit.engine.query_blocks.QueryBlock`
+that the host's pass forms too, over coordinates that :class:`~localkit.engine.query_blocks.ArrayBlocks`
+lays out on the device (one matrix product, queries recentred per block, so that float32 keeps its
+digits far from the origin), summed across sample blocks by the
 online log-sum-exp (as flash attention does) of the loop that the host's dense path runs too
 (:func:`~localkit.engine.passes.streamed.stream_sums`). Memory is one block, never
 ``n_queries x n_samples``. The kernel's profile is the very statement of

@@ -3,8 +3,10 @@ log-sum-exp (:class:`~localkit.engine.stream.OnlineLogSumExp`), for every array 
 
 A path says how to form a block of log-weights, the pass does the rest. The host's dense path
 (:mod:`localkit.engine.passes.dense`) and the pass on a device
-(:func:`localkit.engine.backends.array_api.streamed_path`) both run :func:`stream_sums`; what
-differs between them is how they form their blocks, not how the blocks are summed.
+(:func:`localkit.engine.backends.array_api.streamed_path`) both run :func:`stream_sums` over
+blocks that one class forms (:class:`~localkit.engine.query_blocks.QueryBlock`); what differs
+between them is where the blocks' coordinates come from and which blocks they visit (the host
+skips sample leaves out of reach), not how the blocks are formed or summed.
 
 ``blocks(pos, fold_offset)`` yields ``(L, offset, V)`` for the queries at positions ``pos`` (a
 slice, or an index array on the host) of the pass's order: ``log K = L + offset`` against one
