@@ -131,13 +131,13 @@ def rescale(u2, q_scale=None, s_scale=None, xp=np):
     fully (``0 / 0``: 0) and every other distance not at all (``inf``)."""
     if q_scale is None and s_scale is None:
         return u2
-    if xp is not np:  # out of place, for autograd
-        if q_scale is not None:
-            u2 = u2 / (q_scale * q_scale)[:, None]
-        if s_scale is not None:
-            u2 = u2 / (s_scale * s_scale)
-        return xp.where(xp.isnan(u2), 0.0, u2)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # (also for namespaces that wrap NumPy)
+        if xp is not np:  # out of place, for autograd
+            if q_scale is not None:
+                u2 = u2 / (q_scale * q_scale)[:, None]
+            if s_scale is not None:
+                u2 = u2 / (s_scale * s_scale)
+            return xp.where(xp.isnan(u2), 0.0, u2)
         if q_scale is not None:
             u2 /= (q_scale * q_scale)[:, None]
         if s_scale is not None:
