@@ -163,6 +163,7 @@ def _approximate_rows(name, X, Q, k, truth, threads, tolerances=(None, 0.05)):
     import faiss
 
     from localkit import LocalMeanRegressor
+    from localkit.engine.retrieval import BREADTHS
 
     rows = []
     for t, tolerance in [(t, tol) for t in threads for tol in tolerances]:
@@ -188,7 +189,7 @@ def _approximate_rows(name, X, Q, k, truth, threads, tolerances=(None, 0.05)):
             graph.add(X.astype(np.float32))
             b_faiss = time.perf_counter() - t0
             Qf = Q.astype(np.float32)
-            for ef in (16, 32, 64, 128, 256):
+            for ef in BREADTHS:  # the breadths a tolerance chooses among: the same recall for both
                 graph.hnsw.efSearch = ef
                 t0 = time.perf_counter()
                 _, faiss_i = graph.search(Qf, k)

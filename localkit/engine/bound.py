@@ -414,7 +414,7 @@ class BoundKernel:
             faiss = retrieval.faiss_module() if kind in ("faiss", "hnsw") else None
             args = (self._index_rows, self.n_samples, self.n_features)
             if kind == "hnsw":
-                return retrieval.HNSWIndex(*args, faiss)
+                return retrieval.HNSWIndex(*args, faiss, threads=self.options.threads)
             return retrieval.FlatIndex(*args, faiss, reference="tree" if kind == "small" else "brute")
         return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
 

@@ -41,8 +41,9 @@ bit. Measured (diabetes, 331 x 10, 111 queries, one thread): the scan answers in
 the tree's query alone, and needs no tree built in ``fit``; in fewer than 6 features the tree
 is faster.
 
-Memory: the samples as given, plus one float32 copy in the index (``4 n d`` bytes); the float64
-rows the re-ranking needs are gathered from the samples (``rows(idx)``), never copied whole.
+Memory: the samples as given, plus one float32 copy in the index (``4 n d`` bytes, written a slice
+at a time); the float64 rows the re-ranking needs are gathered from the samples (``rows(idx)``),
+never copied whole.
 """
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ RECALL_PROBES = 1000
 #: the search breadths (faiss's efSearch) tried under a ``tolerance``, from faiss's default up; each
 #: at least k (the search keeps k), the last the whole graph
 BREADTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+#: rows of one float32 slice of the samples (the graph's build and the scan's copy)
+SLICE = 65536
 #: tiles of the own scan: queries x samples per matrix product
 TILE_QUERIES, TILE_SAMPLES = 512, 4096
 #: the exact scan measures from the mean of this many of the first samples
@@ -113,28 +116,14 @@ class _Fallback:
 
 
 class _ScanBase:
-    """What :class:`FlatIndex` and :class:`HNSWIndex` share: the float32 points, the exact re-ranking,
-    the scikit-learn interface (``kneighbors``, ``radius_neighbors``, ``n_samples_fit_``)."""
+    """What :class:`FlatIndex` and :class:`HNSWIndex` share: the exact re-ranking, the scikit-learn
+    interface (``kneighbors``, ``radius_neighbors``, ``n_samples_fit_``), faiss's threads and pickles."""
 
     threads = 1
 
     def __init__(self, rows, n, d, faiss, reference="brute"):
         self.rows, self.n_samples_fit_, self.d, self._faiss = rows, n, d, faiss
         self.fallback = _Fallback(rows, n, reference)
-
-    def _float32(self, start, stop, centre=None):
-        P = self.rows(np.arange(start, stop))
-        if centre is None:
-            return np.ascontiguousarray(P, dtype=np.float32)
-        # the difference formed in float64 and rounded once, without a float64 temporary
-        return np.subtract(P, centre, out=np.empty(P.shape, dtype=np.float32), casting="same_kind")
-
-    def _all_float32(self, centre=None):
-        """The samples (less ``centre``) in float32, built in slices (no whole float64 copy)."""
-        out = np.empty((self.n_samples_fit_, self.d), dtype=np.float32)
-        for s in range(0, self.n_samples_fit_, 65536):
-            out[s:s + 65536] = self._float32(s, min(s + 65536, self.n_samples_fit_), centre)
-        return out
 
     def _exact(self, Q, idx):
         """Exact squared distances ``sum_l (q_l - x_l)^2`` of the candidates ``idx`` (float64); where a
@@ -211,7 +200,10 @@ class FlatIndex(_ScanBase):
         # the scan measures from a centre of the samples (the mean of the first CENTRE_ROWS): its
         # float32 error falls with |q - c| + max |x - c|, however far from the origin the data lie
         self.centre = rows(np.arange(min(n, CENTRE_ROWS))).mean(axis=0) if n else np.zeros(d)
-        X = self._all_float32(self.centre)
+        X = np.empty((n, d), dtype=np.float32)
+        for s in range(0, n, SLICE):  # the difference formed in float64 and rounded once, a slice at a time
+            P = rows(np.arange(s, min(s + SLICE, n)))
+            np.subtract(P, self.centre, out=X[s:s + SLICE], casting="same_kind")
         self.x_max = _max_norm(X)
         if faiss is not None:
             self.index = faiss.IndexFlatL2(d)
@@ -364,10 +356,16 @@ class HNSWIndex(_ScanBase):
     per-probe recalls: a query's misses come together (the k of one probe are not independent
     trials, so the binomial error ``sqrt(r (1 - r) / (k p))`` of ``k p`` trials, the floor here,
     would understate it; the last floor keeps a recall measured as 1 from claiming no error).
-    The graph is built in one ``add``, which holds a float32 copy of the samples beside the graph's
-    own while it builds: a graph grown by later ``add`` calls measured far worse with faiss 1.15
-    (digits-like, 100,000 x 128, recall@10 at efSearch 16: 0.97 in one call, 0.81 in two halves,
-    0.64 in eight slices).
+    The graph is built from slices of ``SLICE`` float32 rows, never a whole float32 copy beside the
+    graph's own storage, in the order one faiss ``add`` takes: faiss inserts a call's points by level,
+    highest first, so slices added as they come would insert one slice's bottom-level points before
+    the next slice's upper-level ones, and the upper levels would lose their reach (digits-like,
+    100,000 x 128, recall@10 at efSearch 16: 0.97 in one call, 0.81 in two halves, 0.64 in eight
+    slices; faiss 1.14 and 1.15 alike). So each sample's level is drawn up front from faiss's own
+    distribution (``hnsw.assign_probas``) and given to faiss (its preset levels); the samples above
+    the bottom level (~3%) are added first, in one call, then the others in slices of a random
+    permutation (the random order one call takes): recall as one call's (0.970 and 0.971 at 8 and
+    32 slices). ``graph_ids_`` maps the graph's numbering back to the samples'.
 
     ``tolerance`` (set by the bound kernel from its options; None: the breadth ``CANDIDATES k +
     1``): the share of the true k nearest a query may miss. The first queries of each ``k`` then
@@ -377,14 +375,32 @@ class HNSWIndex(_ScanBase):
 
     tolerance = None
 
-    def __init__(self, rows, n, d, faiss, ef_search=None):
+    def __init__(self, rows, n, d, faiss, ef_search=None, seed=0, threads=1):
         super().__init__(rows, n, d, faiss)
-        self.ef_search = ef_search
+        self.ef_search, self.threads = ef_search, threads
         self.index = faiss.IndexHNSWFlat(d, HNSW_M)
-        self._set_threads()
-        self.index.add(self._all_float32())  # in one call: a graph grown by a second add measured worse
+        self._set_threads()  # the build's threads: the fit's
+        self.graph_ids_ = self._build(np.random.default_rng(seed))
         self.recall_k_ = self.recall_ = self.recall_error_ = None  # measured on the first queries
         self.breadths_ = {}  # (k, tolerance) -> the search breadth chosen
+
+    def _build(self, rng):
+        """Add the samples to the graph, upper levels first, then the bottom level in slices (see the
+        class); the sample behind each of the graph's ids."""
+        hnsw, n = self.index.hnsw, self.n_samples_fit_
+        probas = self._faiss.vector_to_array(hnsw.assign_probas)
+        levels = rng.choice(len(probas), size=n, p=probas / probas.sum()).astype(np.int32) + 1  # faiss: level + 1
+        upper = np.flatnonzero(levels > 1)
+        order = np.concatenate([upper, rng.permutation(np.flatnonzero(levels == 1))])
+        levels = levels[order]
+        stops = [len(upper)] + list(range(len(upper) + SLICE, n, SLICE)) + [n]
+        start = 0
+        for stop in stops:
+            if stop > start:
+                self._faiss.copy_array_to_vector(levels[:stop], hnsw.levels)  # preset: levels up to ntotal
+                self.index.add(np.ascontiguousarray(self.rows(order[start:stop]), dtype=np.float32))
+                start = stop
+        return order.astype(np.int32 if n < 2**31 else np.int64)
 
     backend = "faiss HNSW (IndexHNSWFlat, M=32)"
 
@@ -396,7 +412,7 @@ class HNSWIndex(_ScanBase):
         m = min(m, index.ntotal)
         index.hnsw.efSearch = max(self.ef_search or 0, m, breadth, 16)
         _, idx = index.search(np.ascontiguousarray(Q, dtype=np.float32), m)
-        return idx  # faiss numbers the samples as added; -1 where the graph found fewer than m
+        return np.where(idx >= 0, self.graph_ids_[idx], -1)  # -1 where the graph found fewer than m
 
     def kneighbors(self, Q, n_neighbors):
         """``(distances, indices)``: the k nearest the graph finds in a search of breadth
@@ -463,7 +479,7 @@ class HNSWIndex(_ScanBase):
         X32 = self._faiss.rev_swig_ptr(storage.get_xb(), n * self.d).reshape(n, self.d)  # a view, no copy
         truth, _ = _tiled_candidates(np.ascontiguousarray(Q[rows], dtype=np.float32), X32,
                                      np.einsum("ij,ij->i", X32, X32), min(CANDIDATES * k + 1, n), self.threads)
-        return rows, self._rerank(Q[rows], truth, k)[1][:, :k]
+        return rows, self._rerank(Q[rows], self.graph_ids_[truth], k)[1][:, :k]
 
     def _set_recall(self, found, truth):
         """``recall_``: the share of the exact k nearest ``truth`` among the answers ``found`` (one row
