@@ -130,17 +130,24 @@ class _ScanBase:
         k-d tree is the reference, summed in the order of the features, as it sums them (its distances
         to the bit where its build does not fuse the multiply-adds, as scikit-learn's x86-64 wheels do
         not; the running sum measured 1.4x einsum's time at d = 128, so only there)."""
+        from .blocks import map_blocks
+
         live = idx >= 0
         d2 = np.empty(idx.shape)
-        step = max(1, (32 << 20) // (8 * max(1, idx.shape[1]) * self.d))  # at most 32 MiB of gathered rows
-        for a in range(0, len(idx), step):
-            i = idx[a:a + step]
-            diff = Q[a:a + step, None, :] - self.rows(np.where(i >= 0, i, 0).ravel()).reshape(i.shape + (self.d,))
+
+        def run(rows):
+            i = idx[rows]
+            diff = Q[rows, None, :] - self.rows(np.where(i >= 0, i, 0).ravel()).reshape(i.shape + (self.d,))
             if self.fallback.reference == "tree":
                 np.square(diff, out=diff)
-                d2[a:a + step] = np.add.accumulate(diff, axis=2, out=diff)[..., -1]
+                d2[rows] = np.add.accumulate(diff, axis=2, out=diff)[..., -1]
             else:
-                d2[a:a + step] = np.einsum("qmd,qmd->qm", diff, diff)
+                d2[rows] = np.einsum("qmd,qmd->qm", diff, diff)
+
+        threads = max(1, int(self.threads))
+        step = max(1, min((32 << 20) // (8 * max(1, idx.shape[1]) * self.d),  # at most 32 MiB of rows a block
+                          -(-len(idx) // threads)))  # and a block for each thread
+        map_blocks(run, len(idx), step, threads, blas=False)
         return np.where(live, d2, np.inf)
 
     def _rerank(self, Q, idx, k):
