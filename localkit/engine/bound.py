@@ -224,7 +224,7 @@ class BoundKernel:
         # else the centred, scaled layout (centre, exponent, scaled, X, x_sq, the index's coordinates) is
         # built on first use (the attributes of the same names below) and kept in the shared cache: the
         # binned pass bins the raw samples and never needs it (1,000,000 samples: 6 passes, ~10 ms)
-        if self.options.algorithm == "approximate":  # the graph is built with the binding (in an estimator's fit)
+        if self.options.algorithm == "approximate":  # the lists are built with the binding (in an estimator's fit)
             self.index
 
     #: True for samples bound as a sparse (CSR) matrix (see the module's "Sparse samples")
@@ -319,7 +319,7 @@ class BoundKernel:
 
     def memo(self, key, build):
         """``build()``, built on first use and kept under ``key`` for the life of this binding (shared
-        by the copies of :meth:`using`; left out of pickles, except the HNSW graph): indexes, layouts
+        by the copies of :meth:`using`; left out of pickles, except the approximate lists): indexes, layouts
         of the samples, and the facts of the binding that passes and the planner derive from it."""
         cache = self._cache
         if key not in cache:
@@ -333,9 +333,9 @@ class BoundKernel:
     # -- pickling: the samples and the resolved kernel travel; what derives from them is rebuilt
     def __getstate__(self):
         state = self.__dict__.copy()
-        # indexes are rebuilt on first use, except an approximate graph (costly to build): it travels
-        # in faiss's own format (faiss.serialize_index, localkit.engine.retrieval)
-        state["_cache"] = {key: value for key, value in self._cache.items() if key == ("index", "hnsw")}
+        # indexes are rebuilt on first use, except the approximate lists: their order, centres and the
+        # recall measured travel (their float32 copy is gathered again, localkit.engine.retrieval)
+        state["_cache"] = {key: value for key, value in self._cache.items() if key == ("index", "lists")}
         state["xp"] = None  # a module: found again from the samples
         return state  # the layout built on first use (X, x_sq...) lives in the cache: rebuilt bit for bit
 
@@ -395,26 +395,26 @@ class BoundKernel:
     def index(self):
         """A neighbour index over the samples (kNN bandwidths, the neighbour path, nearest), in the
         coordinates of :meth:`index_points`: the one :func:`~localkit.engine.planner.index_kind`
-        names (a k-d tree, the exact scan of many features, the HNSW graph of
+        names (a k-d tree, the exact scan of many features, the inverted lists of
         ``algorithm="approximate"``, or scikit-learn's search), built once and kept."""
         from .planner import index_kind
 
         kind = index_kind(self)
         index = self.memo(("index", kind), lambda: self._build_index(kind))
-        if kind in ("faiss", "tiled", "small", "hnsw"):
+        if kind in ("faiss", "tiled", "small", "lists"):
             index.threads = self.options.threads
-        if kind == "hnsw":
+        if kind == "lists":
             index.tolerance = self.options.tolerance  # the share of the k nearest a search may miss
         return index
 
     def _build_index(self, kind):
         from . import retrieval
 
-        if kind in ("faiss", "tiled", "small", "hnsw"):
-            faiss = retrieval.faiss_module() if kind in ("faiss", "hnsw") else None
-            args = (self._index_rows, self.n_samples, self.n_features)
-            if kind == "hnsw":
-                return retrieval.HNSWIndex(*args, faiss, threads=self.options.threads)
+        args = (self._index_rows, self.n_samples, self.n_features)
+        if kind == "lists":
+            return retrieval.ListIndex(*args, threads=self.options.threads)
+        if kind in ("faiss", "tiled", "small"):
+            faiss = retrieval.faiss_module() if kind == "faiss" else None
             return retrieval.FlatIndex(*args, faiss, reference="tree" if kind == "small" else "brute")
         return nb.make_index(self.index_points(None), self.kernel.metric, self.kernel.p, exact=True)
 

@@ -57,9 +57,9 @@ class EngineOptions:
         where a ``tolerance`` is given and its error bound meets it. "streamed" is the pass written against the array API, the one that runs on a
         device, taken on NumPy arrays when asked for (the same code on every array library; on
         the host the dense path is its faster form). "approximate" (never taken by "auto") searches
-        neighbours in an HNSW graph (faiss ``IndexHNSWFlat``, M = 32) built once with the bound
-        kernel, the k nearest of a search of breadth ``2k + 1`` (or the least meeting ``tolerance``)
-        re-ranked exactly, its recall@k measured on a sample of its first queries
+        neighbours in k-means inverted lists built once with the bound kernel, the k nearest in
+        the 12 lists of nearest centres (or the fewest meeting ``tolerance``) re-ranked exactly,
+        its recall@k measured on a sample of its first queries
         (:mod:`localkit.engine.retrieval`): kNN kernels take its k nearest, compact profiles
         its radius searches (k doubled until the k-th distance passes the support), smooth profiles
         the truncated pass (clusters of samples, visited until the omitted weight meets ``tolerance``).
@@ -75,12 +75,12 @@ class EngineOptions:
         smooth profile (:func:`~localkit.engine.passes.neighbors.truncated_path`): the weight left
         out of each query's sums is at most ``tolerance`` of the weight kept, ``sum_(c left out)
         W_c k(max(0, |q - c| - r_c) / h) <= tolerance sum_(j kept) c_j k(d_j / h)`` over clusters of
-        centre ``c``, radius ``r_c`` and weight ``W_c`` (default ``1e-6`` there). On the HNSW graph
-        of "approximate" (kNN kernels, compact profiles) it is the share of the true k nearest a
-        search may miss: the breadth is the least whose recall, measured on a sample of the first
-        queries against the exact scan, less two standard errors, is at least ``1 - tolerance``
-        (:class:`~localkit.engine.retrieval.HNSWIndex`; default: breadth ``2k + 1``, its recall
-        measured and reported).
+        centre ``c``, radius ``r_c`` and weight ``W_c`` (default ``1e-6`` there). On the inverted
+        lists of "approximate" (kNN kernels, compact profiles) it is the share of the true k nearest
+        a search may miss: the lists probed are the fewest whose recall, measured on a sample of the
+        first queries against the exact scan, less two standard errors, is at least ``1 - tolerance``
+        (:class:`~localkit.engine.retrieval.ListIndex`; default: 12 lists, their recall measured and
+        reported).
     block_size : int or (int, int), optional
         Query and sample block sizes; by default chosen from ``memory_budget``.
     memory_budget : float, optional

@@ -115,9 +115,9 @@ class LocalMeanRegressor(OutputAdaptiveMixin, LocalMeanParams, RegressorMixin, B
         "binned": linear binning and FFT convolution, in 1 to 3 features, an approximation
         whose error falls as ``(grid spacing / h)^2``, taken only when asked for. "streamed":
         the pass that runs on a GPU or other array library, taken on NumPy arrays too.
-        "approximate": neighbours from an HNSW graph (faiss, the ``retrieval`` extra) built in
-        ``fit``, the k nearest of a search of breadth ``2k + 1`` re-ranked exactly, its recall
-        measured on its first queries and shown by
+        "approximate": neighbours from k-means inverted lists built in ``fit``, the k nearest
+        in the 12 lists of nearest centres re-ranked exactly, its recall measured on its first
+        queries and shown by
         ``explain()``; never taken by "auto" (:doc:`/user_guide/retrieval`). In more than 15
         features and from 20,000 samples the exact neighbour index is a tiled scan whose indices
         equal scikit-learn's brute force. A path asked for where it cannot apply raises a
