@@ -427,26 +427,44 @@ class ListIndex(_ScanBase):
 
     def _search(self, Q, m, probes):
         """The ``m`` nearest of each query (float32 order, the samples' numbers) in the ``probes``
-        lists of nearest centres (twice as many for a query whose lists hold fewer than ``m``)."""
+        lists of nearest centres (twice as many for a query whose lists hold fewer than ``m``).
+        Threads share out the lists, each list read once for all the queries that probe it (threads
+        over blocks of queries each read every list: 1.3-1.6x the time on two threads), each
+        thread keeping its own candidates; the best ``m`` of them are merged at the end."""
         from .blocks import map_blocks
 
-        L, m = len(self.centres), min(m, self.n_samples_fit_)
+        L, m, nq = len(self.centres), min(m, self.n_samples_fit_), len(Q)
         probes = min(L, probes)
         X32, x_sq = self._gather()
         Q32 = np.subtract(Q, self.centre, out=np.empty(Q.shape, dtype=np.float32), casting="same_kind")
-        best_d = np.full((len(Q), m), np.inf, dtype=np.float32)
-        best_i = np.full((len(Q), m), -1, dtype=np.intp)
+        lists = np.empty((nq, probes), dtype=np.intp)
 
-        def run(rows):
-            lists = _nearest_lists(Q32[rows] @ self.centres.T, self.c_sq, probes).ravel()
-            by = np.argsort(lists, kind="stable")
-            queries = np.arange(rows.start, rows.stop).repeat(probes)[by]
-            first = np.searchsorted(lists[by], np.arange(L + 1))
-            _probe_lists(Q32, X32, x_sq, self.starts, queries, first, best_d, best_i)
+        def nearest(rows):
+            lists[rows] = _nearest_lists(Q32[rows] @ self.centres.T, self.c_sq, probes)
 
         threads = max(1, int(self.threads))
-        # a block of queries for each thread, its distances to the centres at most 32 MiB
-        map_blocks(run, len(Q), max(1, min(-(-len(Q) // threads), (8 << 20) // L)), threads)
+        map_blocks(nearest, nq, max(1, (8 << 20) // L), threads)  # (queries x lists) products of 32 MiB at most
+        by = np.argsort(lists.ravel(), kind="stable")
+        queries = np.arange(nq).repeat(probes)[by]
+        first = np.searchsorted(lists.ravel()[by], np.arange(L + 1))
+        # contiguous ranges of lists of about equal work (queries x samples) for the threads
+        work = np.cumsum(np.diff(first) * np.diff(self.starts))
+        cuts = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads)
+        bounds = np.concatenate([[0], cuts, [L]])
+        best_d = np.full((threads, nq, m), np.inf, dtype=np.float32)
+        best_i = np.full((threads, nq, m), -1, dtype=np.intp)
+
+        def probe(part):
+            t = part.start
+            a, b = bounds[t], bounds[t + 1]
+            _probe_lists(Q32, X32, x_sq, self.starts, queries, first[a:b + 1], a, best_d[t], best_i[t])
+
+        map_blocks(probe, threads, 1, threads)
+        if threads > 1:  # the best m of the threads' candidates
+            keep = np.argpartition(best_d.transpose(1, 0, 2).reshape(nq, -1), m - 1, axis=1)[:, :m]
+            best_i = np.take_along_axis(best_i.transpose(1, 0, 2).reshape(nq, -1), keep, axis=1)
+        else:
+            best_i = best_i[0]
         ids = np.where(best_i >= 0, self.order[np.maximum(best_i, 0)], -1)
         short = np.flatnonzero((best_i < 0).any(axis=1))
         if len(short) and probes < L:
@@ -557,13 +575,14 @@ def _nearest_lists(G, c_sq, probes):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _probe_lists(Q32, X32, x_sq, starts, queries, first, best_d, best_i):  # pragma: no cover - compiled
-    """For each list ``c``: its queries ``queries[first[c]:first[c + 1]]`` against its samples by one
-    matrix product (BLAS, ``TILE_SAMPLES`` samples at a time), their candidates kept by
-    :func:`_select_tile`; compiled so that threads over blocks of queries run free of the GIL."""
+def _probe_lists(Q32, X32, x_sq, starts, queries, first, c0, best_d, best_i):  # pragma: no cover - compiled
+    """For each list ``c = c0 + j``: its queries ``queries[first[j]:first[j + 1]]`` against its
+    samples by one matrix product (BLAS, ``TILE_SAMPLES`` samples at a time), their candidates kept
+    by :func:`_select_tile`; compiled so that threads over ranges of lists run free of the GIL."""
     d = Q32.shape[1]
-    for c in range(len(first) - 1):
-        qq = queries[first[c]:first[c + 1]]
+    for j in range(len(first) - 1):
+        c = c0 + j
+        qq = queries[first[j]:first[j + 1]]
         if len(qq) == 0:
             continue
         Qc = np.empty((len(qq), d), dtype=np.float32)
