@@ -12,8 +12,9 @@
   in the 12 lists of nearest centres re-ranked exactly; and with ``tolerance=0.05``, the fewest lists
   whose recall on 1,000 of the first queries, less two standard errors, reaches 0.95) against faiss's
   ``IndexHNSWFlat(d, 32)`` at the smallest ``efSearch`` of ``HNSW_BREADTHS`` whose recall@10 reaches
-  0.95; recall measured against the exact neighbours on all queries; build time beside query time (a
-  second call: the first also measures the recall on 1,000 of its queries, timed beside); localkit's
+  0.95; recall measured against the exact neighbours on all queries; build time beside query time (the
+  median of five later calls, for both: the first also measures the recall on 1,000 of its queries,
+  timed beside); localkit's
   reported recall (``recall_``) beside the measured one, their difference in standard errors of the
   difference.
 * **Truncated Gaussian regression** (d = 64, clustered: 1,000 tight clusters, ``h`` the clusters'
@@ -28,7 +29,8 @@
   (VmHWM), localkit exact and approximate, scikit-learn brute and faiss ``IndexFlatL2``, and the
   index each keeps.
 
-One repeat per timing (the scans take seconds; a shared machine's load is printed beside them).
+One repeat per timing of the exact scans (they take seconds; a shared machine's load is printed beside them);
+the approximate queries' the median of five.
 """
 import math
 import os
@@ -150,13 +152,17 @@ def _dense_rows(name, X, Q, threads):
     return rows
 
 
-def _best_of(f, repeat=3):
+def _times(f, repeat=3):
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         f()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def _best_of(f, repeat=3):
+    return min(_times(f, repeat))
 
 
 #: faiss's HNSW searched at the least of these ``efSearch`` whose recall reaches 0.95 (a fine ladder: the
@@ -180,9 +186,7 @@ def _approximate_rows(name, X, Q, k, truth, threads, tolerances=(None, 0.05)):
             t0 = time.perf_counter()
             _, ours_i = ours.kneighbors(Q)  # the first queries: the recall measured on 1,000 of them
             first = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            ours.kneighbors(Q)
-            q_ours = time.perf_counter() - t0
+            q_ours = float(np.median(_times(lambda: ours.kneighbors(Q), 5)))
             per_query = np.array([len(np.intersect1d(f, t)) for f, t in zip(ours_i, truth)]) / k
             r_ours = float(per_query.mean())
             # the reported recall against the measured one, in standard errors of their difference
@@ -195,12 +199,11 @@ def _approximate_rows(name, X, Q, k, truth, threads, tolerances=(None, 0.05)):
             Qf = Q.astype(np.float32)
             for ef in HNSW_BREADTHS:
                 graph.hnsw.efSearch = ef
-                t0 = time.perf_counter()
                 _, faiss_i = graph.search(Qf, k)
-                q_faiss = time.perf_counter() - t0
                 r_faiss = _recall(faiss_i, truth)
                 if r_faiss >= 0.95:
                     break
+            q_faiss = float(np.median(_times(lambda: graph.search(Qf, k), 5)))
         rows.append(f"| {name} | {t} | {'default' if tolerance is None else tolerance} ({probes} lists) | "
                     f"{b_ours:.1f} s + {q_ours:.2f} s (first call {first:.2f} s) | recall "
                     f"{r_ours:.3f}; reported {index.recall_:.3f} +- {index.recall_error_:.3f} "

@@ -361,10 +361,11 @@ class ListIndex(_ScanBase):
     as many.
 
     Why our own: measured against faiss's HNSW graph (``IndexHNSWFlat``, M = 32) and inverted file
-    (``IndexIVFFlat``) at the same recall@10 (100,000 samples, 10,000 queries, one thread, benchmarks/
-    RESULTS.md "retrieval"), the lists answer 1.2-1.8x faster than the graph and the build takes a
-    sixth of its time: faiss measures each query against each list it probes by itself, and its
-    graph walks from sample to sample; the lists' matrix products measure many queries at once.
+    (``IndexIVFFlat``) at recall@10 of at least 0.95 (100,000 samples, 10,000 queries, benchmarks/
+    RESULTS.md "retrieval"), the lists answer 1.35-2.0x faster than the graph on one thread (on two,
+    1.4x on clustered data and 0.96x on digits-like data) and build in an eighth of its time: faiss
+    measures each query against each list it probes by itself, and its graph walks from sample to
+    sample; the lists' matrix products measure many queries at once.
 
     ``recall_`` / ``recall_error_``: the recall@k (``recall_k_``) of :meth:`kneighbors` measured on
     the first queries it answers (None before), on ``RECALL_PROBES`` of them drawn at random,
@@ -443,7 +444,8 @@ class ListIndex(_ScanBase):
             lists[rows] = _nearest_lists(Q32[rows] @ self.centres.T, self.c_sq, probes)
 
         threads = max(1, int(self.threads))
-        map_blocks(nearest, nq, max(1, (8 << 20) // L), threads)  # (queries x lists) products of 32 MiB at most
+        # a block of queries for each thread, its (queries x lists) products 32 MiB at most
+        map_blocks(nearest, nq, max(1, min(-(-nq // threads), (8 << 20) // L)), threads)
         by = np.argsort(lists.ravel(), kind="stable")
         queries = np.arange(nq).repeat(probes)[by]
         first = np.searchsorted(lists.ravel()[by], np.arange(L + 1))
