@@ -14,9 +14,8 @@
   ``IndexHNSWFlat(d, 32)`` at the smallest ``efSearch`` of ``HNSW_BREADTHS`` whose recall@10 reaches
   0.95; recall measured against the exact neighbours on all queries; build time beside query time (the
   median of five later calls, for both: the first also measures the recall on 1,000 of its queries,
-  timed beside); localkit's
-  reported recall (``recall_``) beside the measured one, their difference in standard errors of the
-  difference.
+  timed beside); localkit's reported recall (``recall_``) beside the measured one, their difference in
+  standard errors of the difference.
 * **Truncated Gaussian regression** (d = 64, clustered: 1,000 tight clusters, ``h`` the clusters'
   spread), ``tolerance=1e-6`` (the truncated pass over k-means clusters, built once before timing,
   the build time beside) against the exact dense pass; the largest reported omitted weight, the

@@ -242,8 +242,8 @@ def _lists_why(bound):
         probes = ("in the fewest lists of nearest centres whose recall, less two standard errors, is at least "
                   f"1 - tolerance = {1 - tolerance:g}" + (f" ({', '.join(chosen)})" if chosen else ""))
     return ("algorithm='approximate': our inverted lists (k-means, about 2 sqrt(n); one matrix product per list "
-            "and block of queries; measured faster than faiss's HNSW graph on one thread) built once, the k nearest "
-            f"{probes} re-ranked exactly" + measured)
+            "for all the queries that probe it; measured faster than faiss's HNSW graph on one thread) built once, "
+            f"the k nearest {probes} re-ranked exactly" + measured)
 
 
 def _scan_why(own):

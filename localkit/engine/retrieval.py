@@ -354,11 +354,11 @@ def _select_tile(G, x_sq, offset, best_d, best_i, rows):  # pragma: no cover - c
 class ListIndex(_ScanBase):
     """``algorithm="approximate"``: the samples in inverted lists, k-means clusters (the truncated
     pass's k-means, :func:`_kmeans_labels`; about ``LIST_SCALE sqrt(n)`` lists), each list's samples
-    stored together in float32 (less a centre ``c`` of the samples, as the exact scan measures). A query probes the ``p`` lists whose centres are nearest; the queries of a
-    block that probe one list are measured against it by one matrix product, ``|x|^2 - 2 q.x``, and
-    the ``k`` smallest kept by the exact scan's compiled heap (:func:`_select_tile`); those k are
-    re-ranked by exact distances. A query whose probed lists hold fewer than k samples probes twice
-    as many.
+    stored together in float32 (less a centre ``c`` of the samples, as the exact scan measures). A
+    query probes the ``p`` lists whose centres are nearest; all the queries that probe one list are
+    measured against it by one matrix product, ``|x|^2 - 2 q.x``, and the ``k`` smallest kept by the
+    exact scan's compiled heap (:func:`_select_tile`); those k are re-ranked by exact distances. A
+    query whose probed lists hold fewer than k samples probes twice as many.
 
     Why our own: measured against faiss's HNSW graph (``IndexHNSWFlat``, M = 32) and inverted file
     (``IndexIVFFlat``) at recall@10 of at least 0.95 (100,000 samples, 10,000 queries, benchmarks/
@@ -386,7 +386,7 @@ class ListIndex(_ScanBase):
     order (``4 n``) and the centres; pickles leave the float32 copy out and gather it again."""
 
     tolerance = None
-    backend = "own inverted lists (k-means; one matrix product per list and block of queries)"
+    backend = "own inverted lists (k-means; one matrix product per list for all the queries that probe it)"
 
     def __init__(self, rows, n, d, seed=0, threads=1):
         super().__init__(rows, n, d, None)
@@ -430,7 +430,7 @@ class ListIndex(_ScanBase):
         """The ``m`` nearest of each query (float32 order, the samples' numbers) in the ``probes``
         lists of nearest centres (twice as many for a query whose lists hold fewer than ``m``).
         Threads share out the lists, each list read once for all the queries that probe it (threads
-        over blocks of queries each read every list: 1.3-1.6x the time on two threads), each
+        over blocks of queries each read every list: 1.15-1.45x the time on two threads), each
         thread keeping its own candidates; the best ``m`` of them are merged at the end."""
         from .blocks import map_blocks
 
@@ -531,7 +531,8 @@ class ListIndex(_ScanBase):
         :func:`_tiled_candidates`, re-ranked by exact distances)."""
         n = self.n_samples_fit_
         rows = np.sort(np.random.default_rng(0).choice(len(Q), size=min(RECALL_PROBES, len(Q)), replace=False))
-        Q32 = np.subtract(Q[rows], self.centre, out=np.empty((len(rows), self.d), dtype=np.float32), casting="same_kind")
+        Q32 = np.subtract(Q[rows], self.centre, out=np.empty((len(rows), self.d), dtype=np.float32),
+                          casting="same_kind")
         truth, _ = _tiled_candidates(Q32, *self._gather(), min(CANDIDATES * k + 1, n), self.threads)
         return rows, self._rerank(Q[rows], self.order[truth], k)[1][:, :k]
 
@@ -550,11 +551,11 @@ class ListIndex(_ScanBase):
         return state
 
 
-
 @njit(nogil=True, cache=True)
 def _nearest_lists(G, c_sq, probes):  # pragma: no cover - compiled
     """Per row: the ``probes`` lists of least ``|c|^2 - 2 q.c`` (``G = Q C^T``), by insertion into a
-    short sorted row (measured 4x faster than NumPy's argpartition for a few of 632 lists)."""
+    short sorted row: 0.015 s for 10,000 queries, 632 lists and 5 kept, where forming the distances
+    and NumPy's argpartition took 0.041-0.054 s."""
     nq, L = G.shape
     out = np.empty((nq, probes), dtype=np.intp)
     best = np.empty(probes, dtype=np.float32)
