@@ -147,7 +147,9 @@ class _ScanBase:
                 d2[rows] = np.einsum("qmd,qmd->qm", diff, diff)
 
         threads = max(1, int(self.threads))
-        step = max(1, min((32 << 20) // (8 * max(1, idx.shape[1]) * self.d),  # at most 32 MiB of rows a block
+        # blocks of at most 8 MiB of rows, whose gather, subtraction and sum stay in cache: 10,000 x 10
+        # candidates of 128 features took 0.022 s on two threads, 0.041 s in blocks of 32 MiB
+        step = max(1, min((8 << 20) // (8 * max(1, idx.shape[1]) * self.d),
                           -(-len(idx) // threads)))  # and a block for each thread
         map_blocks(run, len(idx), step, threads, blas=False)
         return np.where(live, d2, np.inf)
@@ -316,39 +318,36 @@ def _partitioned_candidates(Q32, X32, x_sq, m):
 @njit(nogil=True, cache=True)
 def _select_tile(G, x_sq, offset, best_d, best_i, rows):  # pragma: no cover - compiled
     """Per row ``i``: push ``(x_sq[j] - 2 G[i, j], offset + j)`` into the max-heap ``best_d[rows[i]]``
-    (``best_d[r, 0]`` its largest) where it is smaller than the top."""
+    (``best_d[r, 0]`` its largest) where it is smaller than the top. ``G`` is overwritten by those
+    values: a row formed whole (a loop the compiler vectorises), then compared one by one, measured
+    1.2x faster than a chunk's minimum first (an inverted list's search; 1.15-1.3x the exact scan)."""
     nq, ns = G.shape
     m = best_d.shape[1]
     for i in range(nq):
+        row = G[i]
+        for j in range(ns):
+            row[j] = x_sq[j] - (row[j] + row[j])
         hd, hi = best_d[rows[i]], best_i[rows[i]]
         top = hd[0]
-        row = G[i]
-        for c0 in range(0, ns, 16):  # a chunk's minimum first (vectorised): most chunks hold no entrant
-            c1 = min(c0 + 16, ns)
-            low = np.inf
-            for j in range(c0, c1):
-                low = min(low, x_sq[j] - (row[j] + row[j]))
-            if low >= top:
+        for j in range(ns):
+            v = row[j]
+            if v >= top:
                 continue
-            for j in range(c0, c1):
-                v = x_sq[j] - (row[j] + row[j])
-                if v >= top:
-                    continue
-                pos = 0
-                while True:
-                    c = 2 * pos + 1
-                    if c >= m:
-                        break
-                    if c + 1 < m and hd[c + 1] > hd[c]:
-                        c += 1
-                    if hd[c] <= v:
-                        break
-                    hd[pos] = hd[c]
-                    hi[pos] = hi[c]
-                    pos = c
-                hd[pos] = v
-                hi[pos] = offset + j
-                top = hd[0]
+            pos = 0
+            while True:
+                c = 2 * pos + 1
+                if c >= m:
+                    break
+                if c + 1 < m and hd[c + 1] > hd[c]:
+                    c += 1
+                if hd[c] <= v:
+                    break
+                hd[pos] = hd[c]
+                hi[pos] = hi[c]
+                pos = c
+            hd[pos] = v
+            hi[pos] = offset + j
+            top = hd[0]
 
 
 class ListIndex(_ScanBase):
@@ -446,9 +445,7 @@ class ListIndex(_ScanBase):
         threads = max(1, int(self.threads))
         # a block of queries for each thread, its (queries x lists) products 32 MiB at most
         map_blocks(nearest, nq, max(1, min(-(-nq // threads), (8 << 20) // L)), threads)
-        by = np.argsort(lists.ravel(), kind="stable")
-        queries = np.arange(nq).repeat(probes)[by]
-        first = np.searchsorted(lists.ravel()[by], np.arange(L + 1))
+        queries, first = _group_by_list(lists, L)
         # contiguous ranges of lists of about equal work (queries x samples) for the threads
         work = np.cumsum(np.diff(first) * np.diff(self.starts))
         cuts = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads)
@@ -553,16 +550,20 @@ class ListIndex(_ScanBase):
 
 @njit(nogil=True, cache=True)
 def _nearest_lists(G, c_sq, probes):  # pragma: no cover - compiled
-    """Per row: the ``probes`` lists of least ``|c|^2 - 2 q.c`` (``G = Q C^T``), by insertion into a
-    short sorted row: 0.015 s for 10,000 queries, 632 lists and 5 kept, where forming the distances
-    and NumPy's argpartition took 0.041-0.054 s."""
+    """Per row: the ``probes`` lists of least ``|c|^2 - 2 q.c`` (``G = Q C^T``, overwritten by those
+    values, formed a row at a time as in :func:`_select_tile`), by insertion into a short sorted row:
+    0.013 s for 10,000 queries, 632 lists and 5 kept, where forming the distances and NumPy's
+    argpartition took 0.041-0.054 s."""
     nq, L = G.shape
     out = np.empty((nq, probes), dtype=np.intp)
-    best = np.empty(probes, dtype=np.float32)
+    best = np.empty(probes, dtype=G.dtype)
     for i in range(nq):
+        row = G[i]
+        for c in range(L):
+            row[c] = c_sq[c] - (row[c] + row[c])
         filled = 0
         for c in range(L):
-            v = c_sq[c] - 2.0 * G[i, c]
+            v = row[c]
             if filled == probes and v >= best[probes - 1]:
                 continue
             p = filled if filled < probes else probes - 1
@@ -575,6 +576,24 @@ def _nearest_lists(G, c_sq, probes):  # pragma: no cover - compiled
             if filled < probes:
                 filled += 1
     return out
+
+
+@njit(nogil=True, cache=True)
+def _group_by_list(lists, L):  # pragma: no cover - compiled
+    """``(queries, first)``: the queries that probe list ``c`` are ``queries[first[c]:first[c + 1]]``,
+    in order (a counting sort: 0.5 ms for 10,000 queries x 10 lists, NumPy's stable argsort 9 ms)."""
+    first = np.zeros(L + 1, dtype=np.intp)
+    for c in lists.ravel():
+        first[c + 1] += 1
+    for c in range(L):
+        first[c + 1] += first[c]
+    fill = first[:-1].copy()
+    queries = np.empty(lists.size, dtype=np.intp)
+    for i in range(lists.shape[0]):
+        for c in lists[i]:
+            queries[fill[c]] = i
+            fill[c] += 1
+    return queries, first
 
 
 @njit(nogil=True, cache=True)
