@@ -60,6 +60,14 @@ def _safe_sqrt(u2):
     return xp.where(positive, xp.sqrt(xp.where(positive, u2, 1.0)), 0.0)  # noqa: F821 (xp re-bound)
 
 
+def _host_sqrt(u2):
+    """:func:`_safe_sqrt` on NumPy, which has no gradient to guard at 0: ``sqrt(max(u2, 0))`` (NaN
+    to 0 as there) in two passes where the guarded form takes four (a Laplacian dense pass of
+    2,000 x 100,000 pairs: 0.47 s of its 1.1 s)."""
+    r = np.fmax(u2, 0.0)
+    return np.sqrt(r, out=r) if isinstance(r, np.ndarray) else np.sqrt(r)
+
+
 def _log_poly_a2_b1(u2):  # 1 - u^2
     inside = u2 < 1.0
     return xp.where(inside, xp.log1p(-xp.where(inside, u2, 0.0)), -math.inf)  # noqa: F821
@@ -262,6 +270,8 @@ def _rebind(func, namespace, compile_with=None):
     for helper in _STATEMENTS:
         bound = types.FunctionType(helper.__code__, env, helper.__name__)
         env[helper.__name__] = compile_with(bound) if compile_with else bound
+    if namespace is np:
+        env["_safe_sqrt"] = _host_sqrt
     return env[func.__name__]
 
 
