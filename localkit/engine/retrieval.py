@@ -361,8 +361,8 @@ class ListIndex(_ScanBase):
 
     Why our own: measured against faiss's HNSW graph (``IndexHNSWFlat``, M = 32) and inverted file
     (``IndexIVFFlat``) at recall@10 of at least 0.95 (100,000 samples, 10,000 queries, benchmarks/
-    RESULTS.md "retrieval"), the lists answer 1.35-2.0x faster than the graph on one thread (on two,
-    1.4x on clustered data and 0.96x on digits-like data) and build in an eighth of its time: faiss
+    RESULTS.md "retrieval"), the lists answer 1.2-5.1x faster than the graph on one thread or two
+    (clustered and digits-like data) and build in an eighth of its time: faiss
     measures each query against each list it probes by itself, and its graph walks from sample to
     sample; the lists' matrix products measure many queries at once.
 
