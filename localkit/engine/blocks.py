@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -72,14 +73,17 @@ def block_sizes(n_queries, n_samples, itemsize, options, *, row_bytes=0, n_featu
     return bq, bs
 
 
-@functools.cache
 def _blas_libraries():
-    """The BLAS libraries loaded in the process, found once: ``threadpool_limits`` re-scans them on
-    every call (~20 ms), longer than a small engine pass. scipy's BLAS is loaded first: numba's
-    compiled ``np.dot`` calls it (a second OpenBLAS beside numpy's), and where the scan ran before it
-    was loaded, two threads of the inverted lists each ran two BLAS threads (0.22 s against 0.09 s)."""
-    import scipy.linalg.cython_blas  # noqa: F401
+    """The BLAS libraries loaded in the process, found once (``threadpool_limits`` re-scans them on
+    every call, ~20 ms, longer than a small engine pass), and once more after ``scipy.linalg`` is
+    loaded: numba's compiled ``np.dot`` calls scipy's BLAS, a second OpenBLAS beside numpy's, and a
+    scan from before it was loaded left it free (two threads of the inverted lists each ran two BLAS
+    threads: 0.22 s against 0.09 s)."""
+    return _scan_blas_libraries("scipy.linalg" in sys.modules)
 
+
+@functools.cache
+def _scan_blas_libraries(scipy_linalg_loaded):
     return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 

@@ -400,6 +400,8 @@ class ListIndex(_ScanBase):
         self.starts = np.concatenate([[0], np.cumsum(counts[live])])
         self.X32 = None
         self._gather()
+        # the BLAS that _probe_lists's np.dot calls, loaded so that the engine holds it to one thread
+        import scipy.linalg.cython_blas  # noqa: F401
         from scipy import sparse
 
         member = sparse.csr_matrix((np.ones(n, dtype=np.float32), (labels[self.order], np.arange(n))),
