@@ -79,3 +79,26 @@ def test_one_blas_thread_holds_one_and_restores_the_count(outer):
                 assert set(counts()) <= {1}
             assert set(counts()) <= {1}
         assert counts() == before
+
+
+def test_a_blas_library_loaded_after_the_first_pass_is_held_too():
+    """numba's compiled ``np.dot`` calls scipy's BLAS, which ``scipy.linalg`` loads: where the first
+    pass ran before it was loaded, the next still holds it to one thread (a fresh process, so that
+    scipy's BLAS really comes after the first scan)."""
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+from localkit.engine.blocks import map_blocks, one_blas_thread
+map_blocks(lambda rows: None, 4, 1, 2)  # the first pass: scipy's BLAS not yet loaded
+import scipy.linalg.cython_blas
+with threadpool_limits(limits=2, user_api="blas"):
+    with one_blas_thread():
+        counts = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+print(counts)
+assert len(counts) >= 2 and set(counts) == {1}, counts
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

@@ -26,7 +26,6 @@ def exact_local_mean(Q, X, v, name, h):
     return out
 
 
-
 def test_numpy_square_root_of_the_profiles_equals_the_guarded_one():
     """NumPy's profiles take ``sqrt(max(u2, 0))`` unguarded (no gradient at 0 to protect): the
     values of the guarded statement (``_safe_sqrt``) on NumPy, negative and NaN inputs to 0, arrays
@@ -42,6 +41,7 @@ def test_numpy_square_root_of_the_profiles_equals_the_guarded_one():
     assert _host_sqrt(u2).dtype == np.float32
     np.testing.assert_array_equal(_host_sqrt(u2), guarded(u2))
     assert [float(_host_sqrt(np.float64(v))) for v in (-2.0, 4.0)] == [0.0, 2.0]
+
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_the_three_evaluations_of_a_profile_agree(name):
