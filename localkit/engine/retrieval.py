@@ -274,8 +274,8 @@ class FlatIndex(_ScanBase):
 def _tiled_candidates(Q32, X32, x_sq, m, threads=1):
     """The own scan: tiles of ``TILE_QUERIES x TILE_SAMPLES``, ``q.x`` by one matrix product per tile
     (float32, BLAS on one thread), then per query one compiled pass over the tile keeping the ``m``
-    smallest ``|x|^2 - 2 q.x`` in a max-heap (:func:`_select_tile`: a chunk of 16 samples costs a
-    minimum and one comparison with the heap's top unless one of them enters); ``threads`` threads
+    smallest ``|x|^2 - 2 q.x`` in a max-heap (:func:`_select_tile`: a row formed whole, then one
+    comparison with the heap's top per sample unless it enters); ``threads`` threads
     over tiles of queries (the engine's convention, :func:`~localkit.engine.blocks.map_blocks`).
     ``(idx, b)`` as :meth:`FlatIndex.candidates`."""
     from .blocks import map_blocks
