@@ -100,7 +100,17 @@ class CategoricalColumns:
 
     def log_weights(self, xp, Q, X):
         """``log K`` (b_q, b_s) of codes ``Q`` (b_q, k) against ``X`` (b_s, k), arrays of the
-        namespace ``xp``, in ``Q``'s dtype."""
+        namespace ``xp``, in ``Q``'s dtype (NumPy's float arrays in one compiled pass,
+        :func:`~localkit.kernels.level_weights.level_log_weights`, the same arithmetic)."""
+        if xp is np and isinstance(Q, np.ndarray) and isinstance(X, np.ndarray) and Q.dtype == X.dtype \
+                and Q.dtype in (np.float32, np.float64):
+            from .level_weights import level_log_weights
+
+            k = Q.shape[1]
+            step = self.log_step if self.ordered else [0.0] * k
+            return level_log_weights(Q, np.ascontiguousarray(X.T), np.array(self.log_same, dtype=Q.dtype),
+                                     np.array(self.log_other, dtype=Q.dtype), np.array(step, dtype=Q.dtype),
+                                     self.ordered)
         return self._log_k(xp, [(Q[:, j:j + 1], X[None, :, j]) for j in range(Q.shape[1])], Q)
 
     def pair_log_weights(self, Q, X):
