@@ -79,6 +79,7 @@ from .conditional import (ConditionalDensity, categorical_levels, check_levels, 
                           mapped_x, weight_blocks)
 from ._base import FLOATS
 from .kernel_learning import has_cv
+from .smoother_quantiles import smoother_quantiles
 
 
 #: the local linear fits leave out the samples whose weight is below this fraction of the largest: their
@@ -168,25 +169,37 @@ def linear_correction(M1, M2, D):
     return a, v, well
 
 
-def local_linear_weights(W, Z, Zq):
-    """The local linear smoother's weights ``l_i`` (rows summing to 1) from the kernel weights
-    ``W`` (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``
-    (n_queries, p): ``l_i = w_i (a - b^T (z_i - z*)) / S_0`` with ``b = C^-1 S_1``,
-    ``a = 1 + S_1^T b / S_0`` (see the module docstring; :func:`linear_correction`); ``w_i / S_0``
-    where ``C`` is singular. Moments about the samples' mean, so that far-off coordinates lose no
-    precision."""
+def normalised(W):
+    """The kernel weights ``W`` (n_queries, n_samples) over their row sums, in float64."""
     W = np.asarray(W, dtype=np.float64)
-    S0 = W.sum(axis=1)
-    L = W / S0[:, None]
-    if Z.shape[1] == 0:
-        return L
+    return W / W.sum(axis=1)[:, None]
+
+
+def local_linear_coefficients(L, Z, Zq):
+    """``(B, C)`` of the local linear smoother's weights ``l_i = L_i C_q^T B_i`` (rows summing to 1)
+    from the normalised kernel weights ``L`` (n_queries, n_samples) in the columns ``Z``
+    (n_samples, p) at the queries ``Zq`` (n_queries, p): ``B = (1, z - zbar)`` and
+    ``l_i = L_i (a - v^T (z_i - z*))`` with ``v = C^-1 D``, ``a = 1 + D^T v`` (see the module
+    docstring; :func:`linear_correction`); ``L_i`` where the moments are singular. Moments about
+    the samples' mean ``zbar``, so that far-off coordinates lose no precision."""
     centre = Z.mean(axis=0)
     Zc, Qc = Z - centre, Zq - centre
     n, p = Zc.shape
     M1 = L @ Zc  # weighted means of z and of z z^T (products of BLAS)
     M2 = (L @ (Zc[:, :, None] * Zc[:, None, :]).reshape(n, p * p)).reshape(len(L), p, p)
     a, v, _ = linear_correction(M1, M2, M1 - Qc)
-    return L * ((a + np.einsum("qi,qi->q", v, Qc))[:, None] - v @ Zc.T)
+    return np.hstack([np.ones((n, 1)), Zc]), np.hstack([(a + np.einsum("qi,qi->q", v, Qc))[:, None], -v])
+
+
+def local_linear_weights(W, Z, Zq):
+    """The local linear smoother's weights ``l_i`` (rows summing to 1) from the kernel weights
+    ``W`` (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``
+    (n_queries, p): :func:`local_linear_coefficients`; ``w_i / S_0`` without columns."""
+    L = normalised(W)
+    if Z.shape[1] == 0:
+        return L
+    B, C = local_linear_coefficients(L, Z, Zq)
+    return L * (C @ B.T)
 
 
 def quadratic_basis(Z):
@@ -195,29 +208,39 @@ def quadratic_basis(Z):
     return np.hstack([np.ones((len(Z), 1)), Z, (Z[:, :, None] * Z[:, None, :])[:, upper[0], upper[1]]])
 
 
-def local_quadratic_weights(W, Z, Zq):
-    """The local quadratic smoother's weights (rows summing to 1) from the kernel weights ``W``
-    (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``:
-    ``l_i = w_i phi(z*)^T M^-1 phi(z_i) / S_0`` (:func:`quadratic_basis` in the samples'
-    standardised coordinates, ``M`` the normalised moments ``sum_j w_j phi_j phi_j^T / S_0``); the
-    local linear weights (:func:`local_linear_weights`) where ``M`` is ill conditioned."""
-    W = np.asarray(W, dtype=np.float64)
-    if Z.shape[1] == 0:
-        return W / W.sum(axis=1)[:, None]
+def local_quadratic_coefficients(L, Z, Zq):
+    """``(Phi, C)`` of the local quadratic smoother's weights ``l_i = L_i C_q^T Phi_i`` from the
+    normalised kernel weights ``L`` in the columns ``Z`` (n_samples, p) at the queries ``Zq``:
+    ``C_q = M^-1 phi(z*)`` (:func:`quadratic_basis` in the samples' standardised coordinates,
+    ``M`` the normalised moments ``sum_j L_j phi_j phi_j^T``); where ``M`` is ill conditioned, the
+    local linear coefficients (:func:`local_linear_coefficients`, about the same mean) on
+    ``Phi``'s linear terms."""
     centre, scale = Z.mean(axis=0), Z.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     Phi, phi_q = quadratic_basis((Z - centre) / scale), quadratic_basis((Zq - centre) / scale)
     n, m = Phi.shape
-    L = W / W.sum(axis=1)[:, None]
+    p = Z.shape[1]
     M = (L @ (Phi[:, :, None] * Phi[:, None, :]).reshape(n, m * m)).reshape(len(L), m, m)
     well = np.linalg.cond(M) < 1e10 if len(M) else np.zeros(0, dtype=bool)
-    out = np.empty_like(L)
+    C = np.zeros((len(L), m))
     if np.any(well):
-        coef = np.linalg.solve(M[well], phi_q[well][:, :, None])[:, :, 0]
-        out[well] = L[well] * (coef @ Phi.T)
+        C[well] = np.linalg.solve(M[well], phi_q[well][:, :, None])[:, :, 0]
     if not np.all(well):
-        out[~well] = local_linear_weights(W[~well], Z, Zq[~well])
-    return out
+        _, linear = local_linear_coefficients(L[~well], Z, Zq[~well])
+        C[~well, :1 + p] = linear * np.r_[1.0, scale]  # v^T (z - zbar) = (v scale)^T (z - zbar) / scale
+    return Phi, C
+
+
+def local_quadratic_weights(W, Z, Zq):
+    """The local quadratic smoother's weights (rows summing to 1) from the kernel weights ``W``
+    (n_queries, n_samples) in the columns ``Z`` (n_samples, p) at the queries ``Zq``:
+    ``l_i = w_i phi(z*)^T M^-1 phi(z_i) / S_0`` (:func:`local_quadratic_coefficients`); the local
+    linear weights where ``M`` is ill conditioned."""
+    L = normalised(W)
+    if Z.shape[1] == 0:
+        return L
+    Phi, C = local_quadratic_coefficients(L, Z, Zq)
+    return L * (C @ Phi.T)
 
 
 def cdf_cv_design(I, Zc):
@@ -518,11 +541,16 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         normalised weights ``W`` on the samples in the order of ``y`` (``_X_sorted``)."""
         y = self._y_sorted
         if self.method in ("linear_weights", "quadratic_weights"):
+            # l_i = L_i C^T B_i, F its running maximum and F's quantiles in one compiled scan
             cols = self._continuous_columns()
-            weights = local_linear_weights if self.method == "linear_weights" else local_quadratic_weights
-            F = np.cumsum(weights(W, self._X_sorted[:, cols], Q[:, cols]), axis=1)
-            F = np.maximum.accumulate(np.maximum(F, 0.0), axis=1)  # the running maximum from F(-inf) = 0
-            return step_quantiles(F, y, taus, self.interpolation)
+            L = normalised(W)
+            if len(cols):
+                coefficients = local_linear_coefficients if self.method == "linear_weights" \
+                    else local_quadratic_coefficients
+                B, C = coefficients(L, self._X_sorted[:, cols], Q[:, cols])
+            else:
+                B, C = np.ones((L.shape[1], 1)), np.ones((len(L), 1))
+            return smoother_quantiles(L, B, C, y, taus, self.interpolation, LEAST_STEP)
         if self.degree == 0:
             F = np.cumsum(W, axis=1)
             return step_quantiles(F / F[:, -1:], y, taus, self.interpolation)
