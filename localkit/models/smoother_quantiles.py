@@ -30,37 +30,46 @@ def smoother_quantiles(L, B, C, y_sorted, taus, interpolation, least_step):
     order = np.argsort(taus, kind="stable")
     last = np.flatnonzero(np.r_[np.diff(y_sorted) > 0, True])  # the last sample of each distinct value
     out = np.empty((len(L), len(taus)))
-    _scan(np.ascontiguousarray(L, dtype=np.float64), np.ascontiguousarray(B, dtype=np.float64),
+    _scan(np.ascontiguousarray(L, dtype=np.float64), np.ascontiguousarray(np.asarray(B, dtype=np.float64).T),
           np.ascontiguousarray(C, dtype=np.float64), np.ascontiguousarray(y_sorted, dtype=np.float64),
           last, taus[order], order, interpolation == "hazen", least_step, out)
     return out
 
 
 @njit(nogil=True, cache=True)
-def _scan(L, B, C, y, last, taus, order, hazen, least_step, out):  # pragma: no cover - compiled
-    """Fill ``out`` (see :func:`smoother_quantiles`); ``taus`` ascending, ``order`` their columns.
+def _scan(L, BT, C, y, last, taus, order, hazen, least_step, out):  # pragma: no cover - compiled
+    """Fill ``out`` (see :func:`smoother_quantiles`; ``BT`` the basis transposed, (m, n)); ``taus``
+    ascending, ``order`` their columns.
 
     ``"lower"``: the first ``y_(k)`` where ``F`` reaches ``tau (1 - 1e-13)``, else the largest.
     ``"hazen"``: at each distinct value's last sample (a knot) where ``F`` rises by more than
     ``least_step``, the middle ``P = (F(u-) + F(u)) / 2``; a level is interpolated between the last
     such knot below it and the first at or above it (non-decreasing in ``P``), flat beyond them;
     with no such knot at all, between the first and the last knots, as the NumPy statement does."""
-    n, m = B.shape
+    m, n = BT.shape
     nt = len(taus)
+    l = np.empty(n)
     for r in range(len(L)):
         w, c = L[r], C[r]
+        for i in range(n):  # l_i = L_i c^T b_i, basis term by basis term: vectorised
+            l[i] = c[0] * BT[0, i]
+        for k in range(1, m):
+            ck, b = c[k], BT[k]
+            for i in range(n):
+                l[i] += ck * b[i]
+        for i in range(n):
+            l[i] *= w[i]
         F = G = 0.0
         j = 0
         if not hazen:
+            level = taus[0] * (1.0 - 1e-13)
             for i in range(n):
-                g = 0.0
-                for k in range(m):
-                    g += c[k] * B[i, k]
-                F += w[i] * g
+                F += l[i]
                 G = max(G, F)
-                while j < nt and G >= taus[j] * (1.0 - 1e-13):
+                while G >= level:
                     out[r, order[j]] = y[i]
                     j += 1
+                    level = taus[j] * (1.0 - 1e-13) if j < nt else np.inf
             for t in range(j, nt):
                 out[r, order[t]] = y[n - 1]
             continue
@@ -70,10 +79,7 @@ def _scan(L, B, C, y, last, taus, order, hazen, least_step, out):  # pragma: no 
         lo_p = lo_u = 0.0
         p_first = p_last = u_first = u_last = 0.0
         for i in range(n):
-            g = 0.0
-            for k in range(m):
-                g += c[k] * B[i, k]
-            F += w[i] * g
+            F += l[i]
             G = max(G, F)
             if i != last[knot]:
                 continue
