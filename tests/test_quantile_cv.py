@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from localkit import Kernel, KernelQuantileRegressor
-from localkit.models.quantile import CV_LEVELS, local_linear_weights, local_quadratic_weights
+from localkit.models.quantile import (CV_LEVELS, LEAST_STEP, local_linear_weights, local_quadratic_weights,
+                                     step_quantiles)
+from localkit.models.smoother_quantiles import smoother_quantiles
 
 
 def mixed_data(n=60, seed=0):
@@ -295,6 +297,26 @@ def test_hazen_with_tied_values_takes_the_middle_of_each_step():
                                   interpolation="hazen").fit(np.zeros((4, 1)), y)
     np.testing.assert_allclose(reg.predict([[0.0]])[0], [1.0, 1 + 0.175 / 0.375, 2.0, 2 + 0.2 / 0.375, 3.0],
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("interpolation", ["hazen", "lower"])
+def test_compiled_scan_is_the_statement(interpolation):
+    """The compiled scan (weights, running maximum, knots in one pass per row) equals the NumPy
+    statement it stands for: ``l = L * (C @ B.T)``, ``F`` the running maximum of its cumulative sum
+    from 0, :func:`step_quantiles`, on weights that go negative, tied values, levels in any order,
+    levels no step reaches, and rows of no weight or of too little for any knot to step."""
+    rng = np.random.default_rng(8)
+    n, m = 300, 4
+    y = np.sort(np.round(rng.normal(size=n), 1))  # many ties
+    B = np.hstack([np.ones((n, 1)), rng.normal(size=(n, m - 1))])
+    L = rng.random((40, n)) * (rng.random((40, n)) < 0.3)
+    L /= L.sum(axis=1)[:, None]
+    C = np.hstack([np.ones((40, 1)), 0.4 * rng.normal(size=(40, m - 1))])  # l_i < 0 where c^T b_i < 0
+    L[-1], L[-2], C[-3] = 0.0, 1e-13 * L[0], 0.0  # rows that never rise by LEAST_STEP: no knot steps
+    taus = [0.9, 0.0001, 0.5, 0.1, 0.9999, 0.37]
+    got = smoother_quantiles(L, B, C, y, taus, interpolation, LEAST_STEP)
+    F = np.maximum.accumulate(np.maximum(np.cumsum(L * (C @ B.T), axis=1), 0.0), axis=1)
+    np.testing.assert_allclose(got, step_quantiles(F, y, taus, interpolation), rtol=0, atol=1e-13)
 
 
 def test_level_bad_input():
