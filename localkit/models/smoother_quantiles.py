@@ -12,7 +12,8 @@ the samples in the order of ``y``,
 those of :func:`~localkit.models.quantile.step_quantiles`. :func:`smoother_quantiles` forms
 ``l``, ``F`` and the quantiles in one pass over each query's row, where the NumPy statement
 (``L * (C @ B.T)``, ``cumsum``, ``maximum.accumulate``, the knots' tables) made about ten over
-the whole block (8,192 x 18,770 pairs on CPS1988: 0.3 s against 13 s).
+the whole block: 4.6-8.4 ns of CPU per entry against the statement's 18-26 ns (rows of 18,770
+samples, a basis of 6 terms, "hazen", measured in one process beside other jobs).
 """
 from __future__ import annotations
 
