@@ -67,7 +67,7 @@ def _scan(L, BT, C, y, last, taus, order, hazen, least_step, out):  # pragma: no
             for i in range(n):
                 F += l[i]
                 G = max(G, F)
-                while G >= level:
+                while j < nt and G >= level:  # (G = inf, from weights beyond the float range, stops at nt)
                     out[r, order[j]] = y[i]
                     j += 1
                     level = taus[j] * (1.0 - 1e-13) if j < nt else np.inf
