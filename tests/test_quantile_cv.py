@@ -349,6 +349,25 @@ def test_quadratic_weights_fit_quadratics_and_fall_back_to_linear():
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("weights", [local_linear_weights, local_quadratic_weights])
+def test_weights_nearly_on_one_sample_fall_back_to_degree_zero(weights):
+    """Integer columns and a narrow kernel: where a row's weights sit nearly all on one or two
+    samples, ``C = M2 - M1 M1^T`` is round-off in some direction (~1e-13 of ``M2``), and its
+    ``v = C^-1 D`` of up to ~1e14 made weights whose sums were off 1 by up to 0.7. Such rows fall
+    back to degree 0, and every row's weights sum to 1 (to the sqrt(eps) that the covariance test
+    leaves)."""
+    rng = np.random.default_rng(0)
+    Z = np.column_stack([rng.integers(0, 19, 300), rng.integers(0, 61, 300)]).astype(float)
+    Zq = np.column_stack([rng.integers(0, 19, 400), rng.integers(0, 61, 400)]) + rng.uniform(-0.5, 0.5, (400, 2))
+    W = np.exp(-0.5 * np.sum(((Zq[:, None, :] - Z[None, :, :]) / 0.3) ** 2, axis=2))
+    W, Zq = W[W.sum(axis=1) > 0], Zq[W.sum(axis=1) > 0]
+    L = weights(W, Z, Zq)
+    np.testing.assert_allclose(L.sum(axis=1), 1.0, rtol=0, atol=1e-6)
+    one = W.max(axis=1) > (1 - 1e-9) * W.sum(axis=1)
+    assert one.sum() >= 10
+    np.testing.assert_allclose(L[one], W[one] / W[one].sum(axis=1)[:, None], rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("interpolation", ["hazen", "lower"])
 def test_quadratic_predictions_equal_the_written_out_fit(interpolation):
     X, y = mixed_data(n=120, seed=5)

@@ -94,6 +94,11 @@ CV_LEVELS = np.arange(1, 10) / 10
 LEVEL_STEPS = (0.5, 0.25, 0.125)
 LEVEL_RANGE = 4.0
 LEVEL_QUERIES = 8192
+#: ``C = M2 - M1 M1^T`` of :func:`linear_correction` is a difference, exact to about ``eps tr(M2)``:
+#: where its least eigenvalue is below ``sqrt(eps) tr(M2)``, more than half the digits of ``C`` in
+#: that direction are round-off (weights nearly all on one sample, or on a line: ``C`` of ~1e-13
+#: gave ``v`` of ~1e15 and weights summing to 0.88), and the row's fit is degree 0
+COVARIANCE_DIGITS = float(np.sqrt(np.finfo(np.float64).eps))
 
 
 def pinball_loss(y, q, tau):
@@ -158,11 +163,12 @@ def linear_correction(M1, M2, D):
     normalised moments of the kernel's weights ``L`` about a common centre: ``M1`` (q, p) the means
     of ``z``, ``M2`` (q, p, p) of ``z z^T``, ``D = M1 - z*`` (q, p) (``S_1 / S_0``): ``v = C^-1 D``
     with ``C = M2 - M1 M1^T`` (``(S_2 - S_1 S_1^T / S_0) / S_0``), ``a = 1 + D^T v``, on the rows
-    where ``C`` is well conditioned (``well``); elsewhere ``a = 1, v = 0`` (degree 0)."""
+    where ``C``'s least eigenvalue is above ``COVARIANCE_DIGITS`` times the trace of ``M2`` (``well``);
+    elsewhere ``a = 1, v = 0`` (degree 0)."""
     C = M2 - np.einsum("qi,qj->qij", M1, M1)
     a, v = np.ones(len(D)), np.zeros_like(D)
-    scale = np.maximum(np.einsum("qii->q", C), np.finfo(np.float64).tiny)
-    well = np.linalg.cond(C / scale[:, None, None]) < 1e10 if len(C) else np.zeros(0, dtype=bool)
+    least = np.linalg.eigvalsh(C)[:, 0] if len(C) else np.zeros(0)
+    well = least > COVARIANCE_DIGITS * np.einsum("qii->q", M2)
     if np.any(well):
         v[well] = np.linalg.solve(C[well], D[well][:, :, None])[:, :, 0]
         a[well] = 1.0 + np.einsum("qi,qi->q", D[well], v[well])
