@@ -355,7 +355,7 @@ def test_weights_nearly_on_one_sample_fall_back_to_degree_zero(weights):
     samples, ``C = M2 - M1 M1^T`` is round-off in some direction (~1e-13 of ``M2``), and its
     ``v = C^-1 D`` of up to ~1e14 made weights whose sums were off 1 by up to 0.7. Such rows fall
     back to degree 0, and every row's weights sum to 1 (to the sqrt(eps) that the covariance test
-    leaves)."""
+    leaves). The weights, and so the test, do not change with a column's units."""
     rng = np.random.default_rng(0)
     Z = np.column_stack([rng.integers(0, 19, 300), rng.integers(0, 61, 300)]).astype(float)
     Zq = np.column_stack([rng.integers(0, 19, 400), rng.integers(0, 61, 400)]) + rng.uniform(-0.5, 0.5, (400, 2))
@@ -366,6 +366,9 @@ def test_weights_nearly_on_one_sample_fall_back_to_degree_zero(weights):
     one = W.max(axis=1) > (1 - 1e-9) * W.sum(axis=1)
     assert one.sum() >= 10
     np.testing.assert_allclose(L[one], W[one] / W[one].sum(axis=1)[:, None], rtol=1e-12, atol=0)
+    # the smoother's weights do not depend on the units of a column, nor does the test of its rows
+    units = np.array([1e6, 1e-3])
+    np.testing.assert_allclose(weights(W, Z * units, Zq * units), L, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("interpolation", ["hazen", "lower"])

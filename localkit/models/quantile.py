@@ -94,10 +94,11 @@ CV_LEVELS = np.arange(1, 10) / 10
 LEVEL_STEPS = (0.5, 0.25, 0.125)
 LEVEL_RANGE = 4.0
 LEVEL_QUERIES = 8192
-#: ``C = M2 - M1 M1^T`` of :func:`linear_correction` is a difference, exact to about ``eps tr(M2)``:
-#: where its least eigenvalue is below ``sqrt(eps) tr(M2)``, more than half the digits of ``C`` in
-#: that direction are round-off (weights nearly all on one sample, or on a line: ``C`` of ~1e-13
-#: gave ``v`` of ~1e15 and weights summing to 0.88), and the row's fit is degree 0
+#: ``C = M2 - M1 M1^T`` of :func:`linear_correction` is a difference, ``C_jk`` exact to about
+#: ``eps sqrt(M2_jj M2_kk)``: where the least eigenvalue of ``C`` so scaled is below ``sqrt(eps)``,
+#: more than half its digits in that direction are round-off (weights nearly all on one sample, or on
+#: a line: ``C`` of ~1e-13 gave ``v`` of ~1e15 and weights summing to 0.88), and the row's fit is
+#: degree 0. The scaling leaves the test, as the weights, unchanged by the units of each column.
 COVARIANCE_DIGITS = float(np.sqrt(np.finfo(np.float64).eps))
 
 
@@ -163,12 +164,13 @@ def linear_correction(M1, M2, D):
     normalised moments of the kernel's weights ``L`` about a common centre: ``M1`` (q, p) the means
     of ``z``, ``M2`` (q, p, p) of ``z z^T``, ``D = M1 - z*`` (q, p) (``S_1 / S_0``): ``v = C^-1 D``
     with ``C = M2 - M1 M1^T`` (``(S_2 - S_1 S_1^T / S_0) / S_0``), ``a = 1 + D^T v``, on the rows
-    where ``C``'s least eigenvalue is above ``COVARIANCE_DIGITS`` times the trace of ``M2`` (``well``);
-    elsewhere ``a = 1, v = 0`` (degree 0)."""
+    where the least eigenvalue of ``C_jk / sqrt(M2_jj M2_kk)`` is above ``COVARIANCE_DIGITS``
+    (``well``); elsewhere ``a = 1, v = 0`` (degree 0)."""
     C = M2 - np.einsum("qi,qj->qij", M1, M1)
     a, v = np.ones(len(D)), np.zeros_like(D)
-    least = np.linalg.eigvalsh(C)[:, 0] if len(C) else np.zeros(0)
-    well = least > COVARIANCE_DIGITS * np.einsum("qii->q", M2)
+    root = np.sqrt(np.maximum(np.einsum("qii->qi", M2), np.finfo(np.float64).tiny))
+    well = np.linalg.eigvalsh(C / (root[:, :, None] * root[:, None, :]))[:, 0] > COVARIANCE_DIGITS if len(C) \
+        else np.zeros(0, dtype=bool)
     if np.any(well):
         v[well] = np.linalg.solve(C[well], D[well][:, :, None])[:, :, 0]
         a[well] = 1.0 + np.einsum("qi,qi->q", D[well], v[well])
