@@ -39,9 +39,9 @@ z*)(z - z*)^T`` and ``C = S_2 - S_1 S_1^T / S_0``: ``b = C^-1 S_1`` and ``a = 1 
 Some ``l_i`` are negative, so ``F`` is made non-decreasing by its running maximum along the sorted
 ``y_i``, from ``F(-inf) = 0``; the quantile is the smallest ``y_(k)`` where it reaches ``tau``
 (``interpolation="hazen"``: where the line through the middles of its steps does,
-:func:`step_quantiles`). A query whose window does
-not determine a slope (``C`` singular) takes the weights of degree 0. One engine pass of weights
-per block of queries, as degree 0.
+:func:`step_quantiles`). A query whose window does not determine a slope (``C`` singular to
+round-off, ``COVARIANCE_DIGITS``) takes the weights of degree 0. One engine pass of weights per
+block of queries, as degree 0.
 
 **Local quadratic distribution function** (``method="quadratic_weights"``): the same with the
 local quadratic smoother's weights, ``l_i = w_i phi(z*)^T M^-1 phi(z_i)``, ``phi(z) = (1, z,
