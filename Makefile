@@ -12,8 +12,6 @@ PIP    := $(PY) -m pip
 # compiling every module of torch, scipy and the rest up front took half of the set-up (64 s -> 32 s)
 # The CPU build of torch lies on disk on our machines; a bare `torch` would pull a CUDA build.
 TORCH_CPU := torch==2.13.0
-# PyTorch's own index of CPU builds: the one index a user may need beside pip's default
-TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
 .PHONY: tour test test-fast bench docs venv clean
 
@@ -21,12 +19,9 @@ $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --no-compile --upgrade pip setuptools wheel
 	# torch: the CPU build where the machine offers it as a local wheel (no index: a bare `torch`
-	# from pip's default index is a multi-GB CUDA build), else the CPU build from PyTorch's CPU
-	# index (torch alone, --no-deps; its dependencies then come from pip's default index, which
-	# needs no URL), else any torch>=2.2.
+	# from pip's default index is a multi-GB CUDA build), its dependencies then from pip's default
+	# index; else any torch>=2.2 from that index. The project names no index's host.
 	( $(PIP) install --no-compile --no-index --no-deps "$(TORCH_CPU)" && $(PIP) install --no-compile "$(TORCH_CPU)" ) \
-	  || ( $(PIP) install --no-compile --no-deps "torch>=2.2" --index-url $(TORCH_CPU_INDEX) \
-	       && $(PIP) install --no-compile "torch>=2.2" ) \
 	  || $(PIP) install --no-compile "torch>=2.2"
 	touch $@
 

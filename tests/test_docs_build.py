@@ -169,12 +169,13 @@ def test_docs_extra_holds_what_the_gallery_imports():
     assert "pandas" in _distributions_missing(["import pandas as pd\nimport os"], {"numpy"})
 
 
-def test_makefile_names_no_index_host_but_pytorchs_cpu_index():
-    # pip's default index needs no URL; PyTorch's CPU index is the one fallback a user needs
-    makefile = (ROOT / "Makefile").read_text()
-    assert "--extra-index-url" not in makefile
-    hosts = set(re.findall(r"https?://([^/\s]+)", makefile))
-    assert hosts == {"download.pytorch.org"}, hosts
+def test_project_names_no_package_index():
+    # pip's default index needs no URL, and the project names no other index or its host
+    for path in ("Makefile", "README.md", "docs/install.rst", "pyproject.toml", ".ci/run"):
+        text = (ROOT / path).read_text()
+        assert not re.search(r"--(extra-)?index-url|--find-links", text), path
+        hosts = set(re.findall(r"https?://([^/\s]+)", text))
+        assert not {h for h in hosts if "pypi" in h or "pytorch" in h or "pythonhosted" in h}, (path, hosts)
 
 
 README = (ROOT / "README.md").read_text()
