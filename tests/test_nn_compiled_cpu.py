@@ -319,6 +319,38 @@ def test_laplacian_rows_far_from_every_key_are_summed_in_log_space():
         np.testing.assert_allclose(a.double(), b, atol=1e-4 * float(b.abs().max()), rtol=0)
 
 
+def test_tile_loops_flush_subnormal_weights_and_gradient_terms():
+    """Weights and gradient terms below float32's smallest normal number are 0 (as subnormal
+    operands they slowed the tiles and their BLAS products 4-5x); the others are the formula's."""
+    code, tiny = cpu_attention.NAMES.index("laplacian"), np.finfo(np.float32).tiny
+    u = np.array([[0.0, 1.0, 70.0, 79.0, 85.0, 86.0]], dtype=np.float32)
+    u2 = u * u  # k = exp(-u): 1, e^-1, then 4e-31 ... 4.4e-38 (normal), times the scales below
+    kw = np.ones(6, dtype=np.float32)
+
+    def is_clean(a):
+        return np.all((a == 0) | (np.abs(a) >= tiny))
+
+    s, total = u2.copy(), np.zeros(1, dtype=np.float32)
+    cpu_attention._weigh(code, s, np.full(6, 1e-3, dtype=np.float32), total)
+    exact = np.exp(-u.astype(np.float64)) * 1e-3
+    assert is_clean(s) and np.array_equal(s == 0, exact < tiny)
+    np.testing.assert_allclose(s[s > 0], exact[s > 0], rtol=1e-6)
+    p = np.empty_like(u2)
+    lse = np.array([np.log(1e4)], dtype=np.float32)  # scale exp(shift - lse) = 1e-4
+    cpu_attention._reweigh(code, u2, p, np.zeros(6, dtype=np.float32), kw, lse, np.float32(0.0), False)
+    exact = np.exp(-u.astype(np.float64)) * 1e-4
+    assert is_clean(p) and np.array_equal(p == 0, exact < tiny) and (p == 0).sum() == 3
+    np.testing.assert_allclose(p[p > 0], exact[p > 0], rtol=1e-5)
+    p = np.array([[0.5, 1e-30, 1e-30, 1e-20, 0.0, 0.2]], dtype=np.float32)
+    g = np.array([[1.0, 2e-9, 1.0, 1e-9, 1.0, 1e-7]], dtype=np.float32)
+    exact = p.astype(np.float64) * g * -0.25  # G = P (g - delta) d log k / d u^2, delta 0, slope -1 / (2u)
+    g_row, g_col = np.zeros(1, dtype=np.float32), np.zeros(6, dtype=np.float32)
+    cpu_attention._gradient(code, np.full((1, 6), 4.0, dtype=np.float32), p, g, np.zeros(1, dtype=np.float32),
+                            g_row, g_col)
+    assert is_clean(g) and g[0, 1] == 0 and g[0, 3] != 0
+    np.testing.assert_allclose(g[g != 0], exact[g != 0], rtol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("compiled_backward", [True, False], ids=["pass backward", "folded flash backward"])
