@@ -1,6 +1,7 @@
 """LearnedKernelRegressor / LearnedKernelClassifier (issue 38): the leave-one-out gradient, the
 engine binding (loo_predict, the identity embedding = LocalMeanRegressor), reproducibility, the
 scikit-learn contract, and the table's checks (categories, NaN, columns)."""
+import math
 import pickle
 
 import numpy as np
@@ -55,7 +56,6 @@ def test_loo_gradient_matches_finite_differences(kernel, kind):
         values = torch.nn.functional.one_hot(targets, 2).double()
     else:
         targets = values = torch.randn(9, 1, dtype=torch.float64)
-    log_k = get_profile(kernel).log_k_for(torch)
     names = [n for n, _ in model.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_(True) for _, p in model.named_parameters())
 
@@ -66,21 +66,64 @@ def test_loo_gradient_matches_finite_differences(kernel, kind):
         factors = None
         if "mismatch" in state:
             factors = (codes[q], codes[cand], -torch.nn.functional.softplus(state["mismatch"]))
-        logits = net.loo_logits(z[q], z[cand], state["log_h"], log_k, same, factors)
-        return net.local_mean_loss(logits, values[cand], targets[q], kind, z[q], z[cand], state.get("slope"))
+        return net.local_mean_loss(z[q], z[cand], values[cand], targets[q], kind, state["log_h"], kernel, same,
+                                   factors, state.get("slope"))
 
     assert torch.autograd.gradcheck(loss, params, eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
-def test_loo_logits_leave_out_the_query_itself():
-    z = torch.randn(5, 3, dtype=torch.float64)
-    same = torch.eye(5, dtype=torch.bool)
-    logits = net.loo_logits(z, z, torch.tensor(0.0, dtype=torch.float64), get_profile("laplacian").log_k_for(torch),
-                            same)
-    assert torch.isneginf(torch.diagonal(logits)).all()
-    d = torch.cdist(z, z)
-    off = ~same
-    torch.testing.assert_close(logits[off], -d[off])
+def _formed_local_mean(zq, zc, values, h, kernel, same=None, log_r=None, cq=None, cc=None):
+    """The local mean with its weights formed in float64: the formula :func:`net.local_mean` computes."""
+    zq, zc, values = (t.detach().double() for t in (zq, zc, values))
+    log_w = torch.as_tensor(get_profile(kernel).log_k((torch.cdist(zq, zc) / h).numpy() ** 2))
+    if log_r is not None:
+        log_w = log_w + ((cq[:, None, :] != cc[None, :, :]).double() * log_r).sum(-1)
+    if same is not None:
+        log_w = log_w.masked_fill(same, -math.inf)
+    return torch.softmax(log_w, dim=1) @ values
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "gaussian", "cauchy"])
+def test_local_mean_leaves_the_query_out_and_weighs_mismatches(kernel):
+    """``same`` drops a query's own row; ``factors`` multiply a weight by ``r_l`` per mismatched
+    column (float64, the streamed path of kernel_attention)."""
+    torch.manual_seed(1)
+    z, values = torch.randn(7, 3, dtype=torch.float64), torch.randn(7, 2, dtype=torch.float64)
+    codes = torch.randint(1, 4, (7, 2))
+    log_r = torch.tensor([-0.3, -1.7], dtype=torch.float64)
+    same = torch.eye(7, dtype=torch.bool)
+    log_h = torch.tensor(math.log(0.8), dtype=torch.float64)
+    ours = net.local_mean(z, z, values, log_h, kernel, same, (codes, codes, log_r))
+    ref = _formed_local_mean(z, z, values, 0.8, kernel, same, log_r, codes, codes)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    row0 = _formed_local_mean(z[:1], z[1:], values[1:], 0.8, kernel, None, log_r, codes[:1], codes[1:])
+    torch.testing.assert_close(ours[:1], row0, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "gaussian"])
+def test_training_loss_on_disjoint_candidates_is_the_formed_loss(kernel):
+    """Candidates outside the batch (no mask): the float32 fused pass of the training loss, value
+    and gradients (embeddings and bandwidth), against the float64 formula with weights formed."""
+    torch.manual_seed(2)
+    zq = torch.randn(40, 6, requires_grad=True)
+    zc = torch.randn(90, 6, requires_grad=True)
+    values, targets = torch.randn(90, 1), torch.randn(40, 1)
+    log_h = torch.tensor(0.4, requires_grad=True)
+    loss = net.local_mean_loss(zq, zc, values, targets, "squared", log_h, kernel)
+    loss.backward()
+    ref_args = [t.detach().double().requires_grad_(True) for t in (zq, zc, log_h)]
+    w_pred = _differentiable_local_mean(*ref_args, values.double(), kernel)
+    ref = ((w_pred - targets.double()) ** 2).mean()
+    ref.backward()
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-5)
+    for ours, theirs in zip((zq.grad, zc.grad, log_h.grad), ref_args):
+        np.testing.assert_allclose(ours.double().numpy(), theirs.grad.numpy(), rtol=1e-3,
+                                   atol=1e-4 * float(theirs.grad.abs().max()))
+
+
+def _differentiable_local_mean(zq, zc, log_h, values, kernel):
+    u2 = torch.cdist(zq, zc) ** 2 * torch.exp(-2 * log_h)
+    return torch.softmax(get_profile(kernel).log_k_for(torch)(u2), dim=1) @ values
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])

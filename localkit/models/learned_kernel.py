@@ -569,7 +569,8 @@ _DOC_MATH = """
         K(x_i, x_j)\\, v_j}{\\sum_{j \\in C, j \\ne i} K(x_i, x_j)}\\Big)
 
     over batches ``B`` of training rows against a random fraction ``C`` of the training rows as
-    candidates (drawn anew per batch), with AdamW and early stopping on held-out rows
+    candidates (drawn anew per batch, outside the batch where enough rows remain; the local means
+    are :func:`localkit.nn.kernel_attention`'s fused pass), with AdamW and early stopping on held-out rows
     (ModernNCA, Ye et al., 2025). After training, the embedded training rows are bound to the
     engine once; ``predict`` embeds its queries and runs one engine pass over them."""
 

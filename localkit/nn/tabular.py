@@ -19,7 +19,7 @@ from torch import nn
 
 from ..engine import bind
 from ..kernels import Kernel
-from ..kernels.profiles import get_profile
+from .functional import kernel_attention
 
 #: the bandwidth's refit after training searches ``[h / REFIT_SPAN, h * REFIT_SPAN]`` to
 #: REFIT_XATOL in ``log h``, moved on at most REFIT_ROUNDS times while the minimiser lies at an end
@@ -97,19 +97,37 @@ class LearnedKernel(nn.Module):
         return None if self.mismatch is None else -nn.functional.softplus(self.mismatch)
 
 
-def loo_logits(zq, zc, log_h, log_k, same, factors=None):
-    """Log-weights ``log k(|zq_i - zc_j|^2 / h^2)`` of queries against candidates, a query's own
-    row (``same[i, j]``: candidate ``j`` is query ``i``) left out; with ``factors = (cq, cc,
-    log_r)`` (the codes of queries and candidates, the log Li-Racine factors) plus
-    ``sum_l [cq_il != cc_jl] log r_l``."""
-    d2 = (zq * zq).sum(1, keepdim=True) + (zc * zc).sum(1)[None] - 2.0 * zq @ zc.T
-    u2 = d2.clamp_min(0.0) * torch.exp(-2.0 * log_h)
-    out = log_k(u2)
+def local_mean(zq, zc, values, log_h, kernel, same=None, factors=None):
+    """The local mean ``sum_j w_ij values_j`` of the queries ``zq`` over the candidates ``zc``,
+    ``w_ij`` proportional to ``k(|zq_i - zc_j| / h)`` (``h = exp(log_h)``, profile ``kernel``),
+    through :func:`localkit.nn.kernel_attention`. ``same[i, j]`` (candidate ``j`` is query ``i``)
+    leaves a query's own row out; with ``factors = (cq, cc, log_r)`` (the codes of queries and
+    candidates, the log Li-Racine factors) a weight is multiplied by ``r_l`` for each column ``l``
+    where the levels differ. Without either, no ``(L, S)`` array is formed: the fused pass of
+    ``kernel_attention`` (forward and backward over tiles) runs."""
+    mask = None if same is None else ~same
     if factors is not None:
         cq, cc, log_r = factors
-        for col in range(len(log_r)):
-            out = out + (cq[:, col, None] != cc[None, :, col]).to(out.dtype) * log_r[col]
-    return out.masked_fill(same, -math.inf)
+        bias = sum((cq[:, col, None] != cc[None, :, col]).to(zq.dtype) * log_r[col] for col in range(len(log_r)))
+        mask = bias if mask is None else bias.masked_fill(~mask, -math.inf)
+    return kernel_attention(zq[None], zc[None], values[None], kernel, bandwidth=torch.exp(log_h),
+                            mask=None if mask is None else mask[None])[0]
+
+
+def local_mean_loss(zq, zc, values, targets, kind, log_h, kernel, same=None, factors=None, slope=None):
+    """The leave-one-out loss of the local mean (:func:`local_mean`) of ``values`` against
+    ``targets``: mean squared error (``kind="squared"``; with ``slope`` ``t`` the local-linear
+    prediction ``sum_j w_ij (values_j + (zq_i - zc_j) t)``) or the log-loss of the local class
+    probabilities (``kind="log"``, ``values`` one-hot, ``targets`` class codes)."""
+    if kind == "squared":
+        if slope is None:
+            pred = local_mean(zq, zc, values, log_h, kernel, same, factors)
+        else:  # one pass for both means: sum_j w_ij [values_j, zc_j t]
+            means = local_mean(zq, zc, torch.cat([values, zc @ slope], dim=1), log_h, kernel, same, factors)
+            pred = means[:, :values.shape[1]] + zq @ slope - means[:, values.shape[1]:]
+        return ((pred - targets) ** 2).mean()
+    p = local_mean(zq, zc, values, log_h, kernel, same, factors).clamp_min(1e-12)
+    return -torch.log(p.gather(1, targets[:, None])).mean()
 
 
 def product_kernel(profile, h, d, log_factors, n_levels):
@@ -133,20 +151,6 @@ def kernel_rows(z, codes, columns):
     """The rows :func:`product_kernel`'s kernel takes: ``[z, codes[:, columns]]`` (``z`` alone
     without columns)."""
     return np.hstack([z, np.asarray(codes)[:, columns].astype(z.dtype)]) if columns else z
-
-
-def local_mean_loss(logits, values, targets, kind, zq=None, zc=None, slope=None):
-    """The local mean of ``values`` under ``softmax(logits)`` against ``targets``: mean squared error
-    (``kind="squared"``, with the local-linear correction when ``slope`` is given) or the log-loss
-    of the local class probabilities (``kind="log"``, ``values`` one-hot, ``targets`` class codes)."""
-    w = torch.softmax(logits, dim=1)
-    if kind == "squared":
-        pred = w @ values
-        if slope is not None:
-            pred = pred + zq @ slope - w @ (zc @ slope)
-        return ((pred - targets) ** 2).mean()
-    p = (w @ values).clamp_min(1e-12)
-    return -torch.log(p.gather(1, targets[:, None])).mean()
 
 
 @contextmanager
@@ -198,12 +202,13 @@ class Schedule:
 def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
     """AdamW on the leave-one-out loss of the :class:`Table` ``table`` (:class:`Schedule`
     ``schedule``): each batch of training rows against a random fraction of the training rows as
-    candidates; after each epoch the loss of the held-out rows against all training rows; the best
+    candidates (drawn from the rows outside the batch where enough remain, so that no query meets
+    itself and the loss runs as one fused pass; else from all, each query's own row left out);
+    after each epoch the loss of the held-out rows against all training rows; the best
     state kept (early stopping after ``patience`` epochs without progress), and with
     ``refit_bandwidth`` its ``h`` chosen again on that loss (:meth:`HeldOut.refit_bandwidth`).
     Returns ``(best_epoch, n_epochs, history)``."""
     kind, kernel, batch_size, patience = schedule.kind, schedule.kernel, schedule.batch_size, schedule.patience
-    log_k = get_profile(kernel).log_k_for(torch)
     gen = torch.Generator().manual_seed(seed)
     x_all = torch.as_tensor(table.Xn, dtype=torch.float32, device=device)
     c_all = torch.as_tensor(table.codes, dtype=torch.long, device=device)
@@ -224,15 +229,19 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
         order = tr[torch.randperm(n_tr, generator=gen)]
         for s in range(0, n_tr, batch_size):
             q = order[s:s + batch_size]
-            cand = tr[torch.randperm(n_tr, generator=gen)[:n_cand]]
+            others = torch.cat([order[:s], order[s + batch_size:]])
+            if len(others) >= n_cand:  # candidates outside the batch: no row is its own, no mask
+                cand, same = others[torch.randperm(len(others), generator=gen)[:n_cand]], None
+            else:  # a batch of (nearly) every row: candidates from all, each query's own left out
+                cand = tr[torch.randperm(n_tr, generator=gen)[:n_cand]]
+                same = (q[:, None] == cand[None]).to(device)
             rows = torch.cat([q, cand]).to(device)
             z = model.embedding(x_all[rows], c_all[rows])
             zq, zc = z[:len(q)], z[len(q):]
-            same = (q[:, None] == cand[None]).to(device)
             factors = None if model.mismatch is None else (c_all[q.to(device)], c_all[cand.to(device)],
                                                            model.log_factors())
-            logits = loo_logits(zq, zc, model.log_h, log_k, same, factors)
-            loss = local_mean_loss(logits, v_all[cand.to(device)], t_all[q.to(device)], kind, zq, zc, model.slope)
+            loss = local_mean_loss(zq, zc, v_all[cand.to(device)], t_all[q.to(device)], kind, model.log_h, kernel,
+                                   same, factors, model.slope)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
