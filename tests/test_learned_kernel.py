@@ -72,12 +72,13 @@ def test_loo_gradient_matches_finite_differences(kernel, kind):
     assert torch.autograd.gradcheck(loss, params, eps=1e-6, atol=1e-6, rtol=1e-4)
 
 
-def _formed_local_mean(zq, zc, values, h, kernel, same=None, log_r=None, cq=None, cc=None):
-    """The local mean with its weights formed in float64: the formula :func:`net.local_mean` computes."""
-    zq, zc, values = (t.detach().double() for t in (zq, zc, values))
-    log_w = torch.as_tensor(get_profile(kernel).log_k((torch.cdist(zq, zc) / h).numpy() ** 2))
-    if log_r is not None:
-        log_w = log_w + ((cq[:, None, :] != cc[None, :, :]).double() * log_r).sum(-1)
+def _formed_local_mean(zq, zc, values, log_h, kernel, same=None, factors=None):
+    """The local mean with its weights formed and normalised by a softmax (differentiable): the
+    formula :func:`net.local_mean` computes."""
+    log_w = get_profile(kernel).log_k_for(torch)(torch.cdist(zq, zc) ** 2 * torch.exp(-2 * log_h))
+    if factors is not None:
+        cq, cc, log_r = factors
+        log_w = log_w + ((cq[:, None, :] != cc[None, :, :]).to(log_w.dtype) * log_r).sum(-1)
     if same is not None:
         log_w = log_w.masked_fill(same, -math.inf)
     return torch.softmax(log_w, dim=1) @ values
@@ -94,9 +95,9 @@ def test_local_mean_leaves_the_query_out_and_weighs_mismatches(kernel):
     same = torch.eye(7, dtype=torch.bool)
     log_h = torch.tensor(math.log(0.8), dtype=torch.float64)
     ours = net.local_mean(z, z, values, log_h, kernel, same, (codes, codes, log_r))
-    ref = _formed_local_mean(z, z, values, 0.8, kernel, same, log_r, codes, codes)
+    ref = _formed_local_mean(z, z, values, log_h, kernel, same, (codes, codes, log_r))
     torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
-    row0 = _formed_local_mean(z[:1], z[1:], values[1:], 0.8, kernel, None, log_r, codes[:1], codes[1:])
+    row0 = _formed_local_mean(z[:1], z[1:], values[1:], log_h, kernel, None, (codes[:1], codes[1:], log_r))
     torch.testing.assert_close(ours[:1], row0, rtol=1e-12, atol=1e-12)
 
 
@@ -112,18 +113,13 @@ def test_training_loss_on_disjoint_candidates_is_the_formed_loss(kernel):
     loss = net.local_mean_loss(zq, zc, values, targets, "squared", log_h, kernel)
     loss.backward()
     ref_args = [t.detach().double().requires_grad_(True) for t in (zq, zc, log_h)]
-    w_pred = _differentiable_local_mean(*ref_args, values.double(), kernel)
-    ref = ((w_pred - targets.double()) ** 2).mean()
+    zq64, zc64, log_h64 = ref_args
+    ref = ((_formed_local_mean(zq64, zc64, values.double(), log_h64, kernel) - targets.double()) ** 2).mean()
     ref.backward()
     np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-5)
     for ours, theirs in zip((zq.grad, zc.grad, log_h.grad), ref_args):
         np.testing.assert_allclose(ours.double().numpy(), theirs.grad.numpy(), rtol=1e-3,
                                    atol=1e-4 * float(theirs.grad.abs().max()))
-
-
-def _differentiable_local_mean(zq, zc, log_h, values, kernel):
-    u2 = torch.cdist(zq, zc) ** 2 * torch.exp(-2 * log_h)
-    return torch.softmax(get_profile(kernel).log_k_for(torch)(u2), dim=1) @ values
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
