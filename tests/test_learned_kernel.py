@@ -175,14 +175,28 @@ def test_classifier_loo_predict_proba_equals_refits():
     np.testing.assert_allclose(loo.sum(1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("local_linear", [False, True])
 @pytest.mark.filterwarnings("ignore::localkit.exceptions.BandwidthWarning")  # briefly trained: h wide
-def test_predict_is_the_bound_local_mean_of_the_embedded_rows():
+def test_predict_is_the_bound_local_mean_of_the_embedded_rows(local_linear):
+    """``sum_i w_i (y_i + (f(x*) - f(x_i)) t)``: the local mean of ``y_i - f(x_i) t`` plus ``f(x*) t``."""
     X, y = _diabetes(150)
-    est = LearnedKernelRegressor(**SMALL).fit(X[:100], y[:100])
-    Zq = est.embed(X[100:]).astype(np.float64)
-    ref = LocalMeanRegressor(kernel="laplacian", bandwidth=float(est.bandwidth_[0])).fit(
-        est.embedding_[0].astype(np.float64), y[:100]).predict(Zq)
-    np.testing.assert_allclose(est.predict(X[100:]), ref, rtol=1e-4)
+    est = LearnedKernelRegressor(**SMALL, local_linear=local_linear).fit(X[:100], y[:100])
+    Z, Zq, t = est.embedding_[0].astype(np.float64), est.embed(X[100:]).astype(np.float64), est.members_[0].slope
+    assert (t is not None) == local_linear
+    values, offset = (y[:100], 0.0) if t is None else (y[:100] - Z @ t[:, 0], Zq @ t[:, 0])
+    ref = LocalMeanRegressor(kernel="laplacian", bandwidth=float(est.bandwidth_[0])).fit(Z, values).predict(Zq)
+    np.testing.assert_allclose(est.predict(X[100:]), ref + offset, rtol=1e-4)
+
+
+def test_local_linear_auto_learns_a_slope_where_the_embedding_is_learned():
+    X, y = _diabetes(100)
+    assert LearnedKernelRegressor(**SMALL).fit(X, y).members_[0].slope is not None
+    identity = LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X, y)  # no slope, no error
+    Z = identity.embedding_[0]
+    np.testing.assert_allclose(identity.predict(X[:5]), LocalMeanRegressor(kernel="laplacian", bandwidth=1.0).fit(
+        Z, y).predict(Z[:5]), rtol=1e-12)
+    with pytest.raises(ValueError, match="local_linear"):
+        LearnedKernelRegressor(local_linear="yes").fit(X, y)
 
 
 def test_training_lowers_the_held_out_loss_and_learns_the_bandwidth():
@@ -251,7 +265,10 @@ def test_explain_returns_the_rows_that_carry_the_prediction():
     assert w.shape == idx.shape == (4, 150)
     np.testing.assert_allclose(w.sum(1), 1.0, rtol=1e-5)
     assert np.all(np.diff(w, axis=1) <= 0)
-    np.testing.assert_allclose((w * y[idx]).sum(1), est.predict(X[:4]), rtol=1e-4)
+    # the prediction is sum_i w_i (y_i + (f(x*) - f(x_i)) t), the local-linear head's
+    Z, t = est.embedding_[0], est.members_[0].slope[:, 0]
+    corrected = y[idx] + (est.embed(X[:4]) @ t)[:, None] - (Z @ t)[idx]
+    np.testing.assert_allclose((w * corrected).sum(1), est.predict(X[:4]), rtol=1e-4)
     w3, idx3 = est.explain(X[:4], n_rows=3)
     np.testing.assert_array_equal(idx3, idx[:, :3])
     with pytest.raises(ValueError, match="n_rows"):
@@ -381,7 +398,7 @@ def test_refit_bandwidth_minimises_the_held_out_loss():
     from localkit.kernels import Kernel
 
     X, y = _diabetes(200)
-    kw = {**SMALL, "max_epochs": 8, "validation_fraction": 0.0}
+    kw = {**SMALL, "max_epochs": 8, "validation_fraction": 0.0, "local_linear": False}  # the plain local mean
     trained = LearnedKernelRegressor(**kw, refit_bandwidth=False).fit(X, y)
     refit = LearnedKernelRegressor(**kw).fit(X, y)
     np.testing.assert_array_equal(trained.embedding_[0], refit.embedding_[0])  # the same training
@@ -400,8 +417,8 @@ def test_refit_bandwidth_minimises_the_held_out_loss():
 
 def test_categorical_factors_weigh_a_mismatch_by_the_learned_factor():
     """With Li-Racine factors the bound kernel is ``exp(-|f(x*) - f(x)| / h) prod_l r_l^[x*_l !=
-    x_l]``: predict and loo_predict against that local mean written out, a level unseen at fit
-    (code 0) mismatching every row."""
+    x_l]``: predict and loo_predict against that local mean (with the default local-linear head)
+    written out, a level unseen at fit (code 0) mismatching every row."""
     from scipy.spatial.distance import cdist
     from scipy.special import softmax
 
@@ -416,13 +433,13 @@ def test_categorical_factors_weigh_a_mismatch_by_the_learned_factor():
         return np.stack([(frame[c].astype(str).to_numpy()[:, None] == levels[None]) @ np.arange(1, len(levels) + 1)
                          for c, levels in zip(["c", "d"], est.categories_)], axis=1)
 
-    Z, h, cx = est.embedding_[0], est.bandwidth_[0], codes(X)
+    Z, h, cx, t = est.embedding_[0], est.bandwidth_[0], codes(X), est.members_[0].slope[:, 0]
 
-    def local_mean(Zq, cq, exclude_self=False):
+    def local_mean(Zq, cq, exclude_self=False):  # sum_j w_ij (y_j + (f(x*_i) - f(x_j)) t)
         L = -cdist(Zq, Z) / h + ((cq[:, None, :] != cx[None, :, :]) * log_r).sum(-1)
         if exclude_self:
             np.fill_diagonal(L, -np.inf)
-        return softmax(L, axis=1) @ y
+        return softmax(L, axis=1) @ (y - Z @ t) + Zq @ t
 
     assert np.all(codes(Q)[:4, 1] == 0)
     np.testing.assert_allclose(est.predict(Q), local_mean(est.embed(Q), codes(Q)), rtol=1e-10)

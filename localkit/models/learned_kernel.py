@@ -232,7 +232,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                                   n_components=self.n_components, n_frequencies=self.n_frequencies,
                                   frequency_scale=self.frequency_scale, d_embedding=self.d_embedding,
                                   n_blocks=self.n_blocks, d_block=self.d_block, dropout=self.dropout),
-                    self.bandwidth, n_outputs, getattr(self, "local_linear", False), self.n_components,
+                    self.bandwidth, n_outputs, self._local_linear(), self.n_components,
                     n_levels=self._factor_levels()).to(device)
                 desc = f"{type(self).__name__}" + (f" {e + 1}/{E}" if E > 1 else "")
                 with progress(self.max_epochs, desc, self.verbose, unit="epoch") as bar:
@@ -265,9 +265,18 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         self.embedding_ = embedded
         return self
 
+    def _local_linear(self):
+        """Whether the model learns a local-linear slope: ``local_linear`` resolved ("auto": with a
+        learned embedding; the classifier has none)."""
+        given = getattr(self, "local_linear", False)
+        return self.embedding != "identity" if isinstance(given, str) else bool(given)
+
     def _check_identity(self):
+        given = getattr(self, "local_linear", False)
+        asked = {"local_linear": not isinstance(given, str) and bool(given),
+                 "categorical_factors": bool(self.categorical_factors)}
         for name in ("local_linear", "categorical_factors"):
-            if self.embedding == "identity" and getattr(self, name, False):
+            if self.embedding == "identity" and asked[name]:
                 raise ValueError(f"{name}=True learns a part of the kernel; embedding='identity' learns nothing: "
                                  f"use embedding='plr' or 'linear', or {name}=False")
 
@@ -475,9 +484,10 @@ _DOC_PARAMS = """
         AdamW's decoupled weight decay.
     max_epochs : int, default=100
         The most passes over the training rows (0: no training, the initial embedding).
-    patience : int, default=16
+    patience : int, default=32
         Early stopping: training stops after this many epochs without a lower held-out loss, and
-        the best epoch's model is kept.
+        the best epoch's model is kept. The held-out loss can rest on a plateau for 20 epochs and
+        more before falling again (with the local-linear head on diamonds: 21 epochs).
     refit_bandwidth : bool, default=True
         After training, choose ``h`` again at the kept embedding: the minimiser of the held-out
         loss of the local mean over all training rows (a bounded search in ``log h`` over
@@ -578,7 +588,7 @@ _DOC_MATH = """
 class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
     __doc__ = """Local mean of the targets under a kernel learned end to end (ModernNCA, TabR).
 """ + _DOC_MATH + """ Here ``v_i = y_i`` and ``l`` the squared error on
-    the standardised targets. With ``local_linear=True`` a learned slope ``t`` corrects each
+    the standardised targets. With ``local_linear`` (the default) a learned slope ``t`` corrects each
     neighbour's value along the embedding (TabR's correction, a local linear model in the
     learned space with one global slope):
 
@@ -591,8 +601,10 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
 
     Parameters
     ----------""" + _DOC_PARAMS + """
-    local_linear : bool, default=False
-        Learn the slope ``t`` of the local-linear head above.
+    local_linear : bool or "auto", default="auto"
+        Learn the slope ``t`` of the local-linear head above. "auto": with a learned embedding
+        ("plr", "linear"); not with "identity", which learns nothing. On diamonds (the benchmark's
+        3 folds, 2 seeds) the head lowered the mean test RMSE from 541.0 to 535.5.
 
     Attributes
     ----------""" + _DOC_ATTRS + """
@@ -610,15 +622,16 @@ class LearnedKernelRegressor(RegressorMixin, _LearnedKernelBase):
     ((1, 3), (1, 3))
     """
 
-    _parameter_constraints: dict = {**_LearnedKernelBase._parameter_constraints, "local_linear": ["boolean"]}
+    _parameter_constraints: dict = {**_LearnedKernelBase._parameter_constraints,
+                                    "local_linear": ["boolean", StrOptions({"auto"})]}
 
     def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
                  frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
-                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16,
+                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=32,
                  refit_bandwidth=True, validation_fraction=0.15,
                  scaling="quantile", categorical_features=None, handle_unknown="ignore", categorical_factors=False,
                  n_ensembles="auto",
-                 local_linear=False, device=None, n_jobs=None, random_state=None, verbose=None):
+                 local_linear="auto", device=None, n_jobs=None, random_state=None, verbose=None):
         self.kernel = kernel
         self.embedding = embedding
         self.n_components = n_components
@@ -729,7 +742,7 @@ class LearnedKernelClassifier(ClassifierMixin, _LearnedKernelBase):
 
     def __init__(self, kernel="laplacian", embedding="plr", n_components=128, bandwidth=1.0, n_frequencies=48,
                  frequency_scale=0.05, d_embedding=32, n_blocks=1, d_block=256, dropout=0.1, candidate_ratio=0.3,
-                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=16,
+                 max_candidates=2048, batch_size=1024, lr=2e-3, weight_decay=1e-5, max_epochs=100, patience=32,
                  refit_bandwidth=True, validation_fraction=0.15,
                  scaling="quantile", categorical_features=None, handle_unknown="ignore", categorical_factors=False,
                  n_ensembles="auto",
