@@ -272,9 +272,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         return self.embedding != "identity" if isinstance(given, str) else bool(given)
 
     def _check_identity(self):
-        given = getattr(self, "local_linear", False)
-        asked = {"local_linear": not isinstance(given, str) and bool(given),
-                 "categorical_factors": bool(self.categorical_factors)}
+        asked = {"local_linear": self._local_linear(), "categorical_factors": bool(self.categorical_factors)}
         for name in ("local_linear", "categorical_factors"):
             if self.embedding == "identity" and asked[name]:
                 raise ValueError(f"{name}=True learns a part of the kernel; embedding='identity' learns nothing: "
