@@ -207,6 +207,44 @@ def test_training_lowers_the_held_out_loss_and_learns_the_bandwidth():
     assert est.bandwidth_[0] > 0 and est.bandwidth_[0] != 1.0
 
 
+@pytest.mark.parametrize("ema_epochs", [0.0, 2.0])
+def test_the_kept_model_is_the_moving_average_of_the_trained_weights(monkeypatch, ema_epochs):
+    """``ema_epochs``: the weights kept are ``a_k = d a_(k-1) + (1 - d) w_k`` over the optimiser's
+    steps (``a_1 = w_1``, ``d = 1 - 1 / (ema_epochs x steps per epoch)``) at the end of the best
+    epoch; ``ema_epochs=0`` keeps that epoch's weights as trained."""
+    steps, names = [], []
+
+    class Recording(torch.optim.AdamW):  # the weights after every step
+        def step(self, closure=None):
+            out = super().step(closure)
+            steps.append([p.detach().clone() for group in self.param_groups for p in group["params"]])
+            return out
+
+    train = net.train
+
+    def spy(model, *args, **kwargs):
+        names.extend(name for name, _ in model.named_parameters())
+        return train(model, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    monkeypatch.setattr(net, "train", spy)
+    X, y = _diabetes(150)
+    est = LearnedKernelRegressor(**{**SMALL, "max_epochs": 6}, ema_epochs=ema_epochs, refit_bandwidth=False,
+                                 patience=6).fit(X, y)
+    per_epoch = math.ceil((150 - round(0.15 * 150)) / SMALL["batch_size"])
+    assert len(steps) == per_epoch * est.n_epochs_[0]
+    kept = steps[:per_epoch * est.best_epoch_[0]]
+    d = 1 - 1 / (ema_epochs * per_epoch) if ema_epochs else 0.0
+    average = kept[0]
+    for w in kept[1:]:
+        average = [d * a + (1 - d) * p for a, p in zip(average, w)]
+    state = est.members_[0].state
+    for name, a, last in zip(names, average, kept[-1]):
+        torch.testing.assert_close(state[name].float(), a, rtol=1e-5, atol=1e-6)
+    if ema_epochs:  # the average is not the last weights
+        assert any(not torch.allclose(state[name].float(), last) for name, last in zip(names, kept[-1]))
+
+
 def test_same_random_state_same_model():
     X, y = _diabetes(150)
     a = LearnedKernelRegressor(**SMALL).fit(X, y)
@@ -341,6 +379,8 @@ def test_nan_and_wrong_columns_are_refused():
         LearnedKernelRegressor(kernel="epanechnikov").fit(Xn, yn)
     with pytest.raises(ValueError, match="local_linear"):
         LearnedKernelRegressor(embedding="identity", local_linear=True).fit(Xn, yn)
+    with pytest.raises(ValueError, match="ema_epochs"):
+        LearnedKernelRegressor(ema_epochs=-1.0).fit(Xn, yn)
     with pytest.raises(ValueError, match="at least 3 samples"):
         LearnedKernelRegressor(**SMALL).fit(Xn[:2], yn[:2])
 

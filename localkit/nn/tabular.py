@@ -196,6 +196,7 @@ class Schedule:
     weight_decay: float
     max_epochs: int
     patience: int
+    ema_epochs: float
     refit_bandwidth: bool
 
 
@@ -204,8 +205,9 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
     ``schedule``): each batch of training rows against a random fraction of the training rows as
     candidates (drawn from the rows outside the batch where enough remain, so that no query meets
     itself and the loss runs as one fused pass; else from all, each query's own row left out);
-    after each epoch the loss of the held-out rows against all training rows; the best
-    state kept (early stopping after ``patience`` epochs without progress), and with
+    after each epoch the loss of the held-out rows against all training rows, read at the
+    weights' exponential moving average (:func:`ema_decay`) where ``ema_epochs`` is positive; the
+    best state kept (early stopping after ``patience`` epochs without progress), and with
     ``refit_bandwidth`` its ``h`` chosen again on that loss (:meth:`HeldOut.refit_bandwidth`).
     Returns ``(best_epoch, n_epochs, history)``."""
     kind, kernel, batch_size, patience = schedule.kind, schedule.kernel, schedule.batch_size, schedule.patience
@@ -222,6 +224,11 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
     n_cand = min(n_tr, max(n_cand, 64))
     held_out = HeldOut(x_all, c_all, t_all, v_all, train_rows, val_rows, kind, kernel)
     opt = torch.optim.AdamW(model.parameters(), lr=schedule.lr, weight_decay=schedule.weight_decay)
+    # the average is what early stopping reads and what is kept; training goes on from the weights
+    averaged = None if not schedule.ema_epochs else torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(
+            ema_decay(schedule.ema_epochs, math.ceil(n_tr / batch_size))))
+    watched = model if averaged is None else averaged.module
     best, best_state, best_epoch, history = math.inf, copy.deepcopy(model.state_dict()), 0, []
     epoch = 0
     for epoch in range(1, schedule.max_epochs + 1):
@@ -245,12 +252,14 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        val = held_out.loss(model)
+            if averaged is not None:
+                averaged.update_parameters(model)
+        val = held_out.loss(watched)
         history.append(val)
         bar.update()
         bar.set_postfix(val_loss=f"{val:.4g}", refresh=False)
         if val < best - 1e-7 * abs(best) or not math.isfinite(best):
-            best, best_epoch, best_state = val, epoch, copy.deepcopy(model.state_dict())
+            best, best_epoch, best_state = val, epoch, copy.deepcopy(watched.state_dict())
         elif epoch - best_epoch >= patience:
             break
     model.load_state_dict(best_state)
@@ -258,6 +267,14 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
     if schedule.refit_bandwidth and schedule.max_epochs:
         held_out.refit_bandwidth(model)
     return best_epoch, epoch, history
+
+
+def ema_decay(ema_epochs, steps_per_epoch):
+    """The per-step decay ``d = max(0, 1 - 1 / (ema_epochs x steps_per_epoch))`` of the weights' moving
+    average ``a_k = d a_(k-1) + (1 - d) w_k`` (``a_1 = w_1``): a time constant of ``ema_epochs``
+    epochs whatever the table's size (a decay fixed per step would average over hundreds of
+    epochs on a table of one batch, and over a fraction of one on a large one)."""
+    return max(0.0, 1.0 - 1.0 / (ema_epochs * steps_per_epoch))
 
 
 class HeldOut:
