@@ -245,6 +245,25 @@ def test_the_kept_model_is_the_moving_average_of_the_trained_weights(monkeypatch
         assert any(not torch.allclose(state[name].float(), last) for name, last in zip(names, kept[-1]))
 
 
+def test_auto_moving_average_beyond_ten_thousand_rows(monkeypatch):
+    """``ema_epochs="auto"``: 3 epochs where more than 10,000 rows train (one member), none up to
+    10,000; a number is taken as given."""
+    seen = []
+    train = net.train
+
+    def spy(model, table, schedule, **kwargs):
+        seen.append(schedule.ema_epochs)
+        return train(model, table, schedule, **kwargs)
+
+    monkeypatch.setattr(net, "train", spy)
+    rng = np.random.default_rng(0)
+    for n in (10_000, 10_001):
+        X = rng.normal(size=(n, 2))
+        LearnedKernelRegressor(**{**SMALL, "max_epochs": 0}).fit(X, X[:, 0])
+    LearnedKernelRegressor(**{**SMALL, "max_epochs": 0}, ema_epochs=1.5).fit(X, X[:, 0])
+    assert seen == [0.0, 3.0, 1.5]
+
+
 def test_same_random_state_same_model():
     X, y = _diabetes(150)
     a = LearnedKernelRegressor(**SMALL).fit(X, y)
@@ -381,6 +400,8 @@ def test_nan_and_wrong_columns_are_refused():
         LearnedKernelRegressor(embedding="identity", local_linear=True).fit(Xn, yn)
     with pytest.raises(ValueError, match="ema_epochs"):
         LearnedKernelRegressor(ema_epochs=-1.0).fit(Xn, yn)
+    with pytest.raises(ValueError, match="ema_epochs"):
+        LearnedKernelRegressor(ema_epochs="always").fit(Xn, yn)
     with pytest.raises(ValueError, match="at least 3 samples"):
         LearnedKernelRegressor(**SMALL).fit(Xn[:2], yn[:2])
 
