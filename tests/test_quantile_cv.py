@@ -385,10 +385,11 @@ def test_quadratic_predictions_equal_the_written_out_fit(interpolation):
         np.testing.assert_allclose(row, [brute_quantile(y, l, tau, interpolation) for tau in taus], rtol=1e-10)
 
 
-def test_quadratic_level_search_scales_the_continuous_bandwidths_only():
+def test_quadratic_level_search_scales_each_continuous_bandwidth_and_the_smoothings():
     """``cv_target="quantile"``: each point's criterion is the brute-force leave-one-out pinball loss
-    of the quadratic fit at ``h_c s_c`` (a factor per continuous column) and the categorical
-    smoothing as chosen; ``"distribution"``: one point for every level, the least summed loss."""
+    of the quadratic fit at ``h_c s_c`` (a factor per continuous column) and ``lam t`` (one factor
+    for the categorical smoothings, in [0, 1]); ``"distribution"``: one point for every level, the
+    least summed loss."""
     X, y = mixed_data(n=80, seed=1)
     taus = [0.1, 0.5, 0.9]
     K = Kernel("gaussian", bandwidth="cv", features=[0, 1]) * Kernel("aitchison_aitken", bandwidth="cv", features=[2])
@@ -396,26 +397,30 @@ def test_quadratic_level_search_scales_the_continuous_bandwidths_only():
                                   interpolation="hazen").fit(X, y)
     res = reg.cv_results_
     best = res["bandwidths"][np.argmin(res["loo_loss"])]
-    assert res["level_scales"].shape[1] == 2
-    compared = unequal = 0
+
+    def at(s):  # the bandwidths at the factors s = (s_1, s_2, t)
+        return np.r_[best[:2] * s[:2], min(best[2] * s[2], 1.0)]
+
+    assert res["level_scales"].shape[1] == 3
+    compared, unequal, moved = 0, 0, set()
     for s, losses in zip(res["level_scales"], res["level_loo_loss"]):
         # windows wider than the criterion's along both columns: every leave-one-out fit's moments well
         # conditioned (at the criterion's own, narrow for a quadratic, their round-off reaches 1e-9)
-        if np.all(s > 1):
-            np.testing.assert_allclose(losses, brute_level_loss(X, y, best[:2] * s, best[2], taus, 2, "hazen"),
-                                       rtol=1e-9)
+        if np.all(s[:2] > 1):
+            b = at(s)
+            np.testing.assert_allclose(losses, brute_level_loss(X, y, b[:2], b[2], taus, 2, "hazen"), rtol=1e-9)
             compared += 1
             unequal += s[0] != s[1]
-    assert compared >= 3 and unequal >= 2
+            moved.add(s[2])
+    assert compared >= 3 and unequal >= 2 and len(moved) >= 2  # the smoothing's factor tried at several values
     for j in range(3):  # each level: the least loss of its column, the factors nearest 1 among equals
         k = min(range(len(res["level_scales"])),
                 key=lambda k: (res["level_loo_loss"][k, j], np.abs(np.log2(res["level_scales"][k])).sum()))
-        np.testing.assert_allclose(res["level_bandwidths"][j][:2], best[:2] * res["level_scales"][k], rtol=1e-12)
-    np.testing.assert_array_equal(res["level_bandwidths"][:, 2], best[2])
+        np.testing.assert_allclose(res["level_bandwidths"][j], at(res["level_scales"][k]), rtol=1e-12)
     one = KernelQuantileRegressor(quantile=taus, method="quadratic_weights", kernel=K, interpolation="hazen").fit(X, y)
     summed = one.cv_results_["level_loo_loss"].sum(axis=1)
     scales = one.cv_results_["level_scales"]
     s = scales[min(range(len(scales)), key=lambda k: (summed[k], np.abs(np.log2(scales[k])).sum()))]
-    np.testing.assert_allclose(one.kernel_.factors[0].bandwidth, best[:2] * s, rtol=1e-12)
-    assert one.kernel_.factors[1].bandwidth == pytest.approx(best[2], rel=1e-12)
+    np.testing.assert_allclose(one.kernel_.factors[0].bandwidth, best[:2] * s[:2], rtol=1e-12)
+    assert one.kernel_.factors[1].bandwidth == pytest.approx(at(s)[2], rel=1e-12)
     assert not hasattr(one, "level_kernels_")

@@ -50,9 +50,10 @@ quadratic in ``z`` at ``z*`` (the basis in the samples' standardised coordinates
 fit unchanged and ``M`` well scaled), so that a location that bends across the window (log wages
 over experience) widens ``F`` neither; ``sum_i l_i phi(z_i) = phi(z*)``. Its bias is of a higher
 order in ``h``, so it takes wider continuous bandwidths than the local linear weights: with
-``"cv"``, the criterion's (local linear) continuous bandwidths, each times its own factor,
-chosen by the leave-one-out pinball loss (:meth:`KernelQuantileRegressor._select_level_scales`):
-the fit bends along some columns more than along others (experience against education). A query
+``"cv"``, the criterion's (local linear) continuous bandwidths, each times its own factor, and
+its categorical smoothings times one more, chosen by the leave-one-out pinball loss
+(:meth:`KernelQuantileRegressor._select_level_scales`): the fit bends along some columns more
+than along others (experience against education). A query
 whose ``M`` is singular takes the local linear weights.
 
 **Several quantiles** (``quantile`` an array): inversion and degree 0 are monotone in ``tau``
@@ -374,8 +375,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         With ``"cv"`` bandwidths: ``"distribution"``, one set for every level, chosen for the
         whole of ``F(y | x)`` (above); ``"quantile"``, then one set per level of ``quantile``:
         those bandwidths times a factor ``s`` (``h s``, categorical ``lam s^2``; with
-        ``"quadratic_weights"`` a factor per continuous bandwidth, ``h_c s_c``, and ``lam``
-        kept) chosen for the
+        ``"quadratic_weights"`` a factor per continuous bandwidth, ``h_c s_c``, and one for the
+        categorical smoothings, ``lam t``) chosen for the
         level by the leave-one-out pinball loss ``(1/n) sum_i rho_tau(y_i - q_{-i}(tau | x_i))``
         of the fit's own quantile (see :meth:`_select_level_scales`; ``method="check"``,
         ``"linear_weights"`` or ``"quadratic_weights"``; one exact engine pass per factor tried,
@@ -404,7 +405,8 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         ``method="inversion"`` the negative leave-one-out log-likelihood). With
         ``cv_target="quantile"`` (or ``method="quadratic_weights"``) also ``"level_scales"`` (n_scales,
         n_factors: the factors ``s`` tried, in increasing order of their first column; one
-        column, or with ``"quadratic_weights"`` one per continuous ``"cv"`` bandwidth),
+        column, or with ``"quadratic_weights"`` one per continuous ``"cv"`` bandwidth and a last
+        one ``t`` for the categorical smoothings where there are any),
         ``"level_loo_loss"`` (n_scales, n_quantiles: the
         leave-one-out pinball loss of each level) and ``"level_bandwidths"`` (n_quantiles, n_cv:
         each level's chosen bandwidths; one row, that of ``kernel_``, with
@@ -628,10 +630,13 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         :meth:`_select_cv` moved along ``h_c = s h*_c``, ``lam_c = s^2 lam*_c`` (clipped to the
         search's bounds; the rates ``h ~ n^(-1/(q+4))``, ``lam ~ h^2`` of Li and Racine, 2007). With
         ``method="quadratic_weights"`` each continuous bandwidth has its own factor,
-        ``h_c = s_c h*_c``, and ``lam*`` is kept: the criterion's bandwidths are the local linear
-        fit's, and the quadratic fit's lower bias asks for wider continuous bandwidths alone, by
-        how much its column bends the fit (measured on CPS1988: scaling ``lam`` with them lost 1%
-        at every level; one factor for both continuous columns 0.1-0.3% at the lower decile). The
+        ``h_c = s_c h*_c``, and the categorical smoothings one of their own, ``lam_c = t lam*_c``:
+        the criterion's bandwidths are the local linear fit's, and the quadratic fit's lower bias
+        asks for wider continuous bandwidths, by how much its column bends the fit, while how
+        much a level borrows across categories is a question of the level's own tail (measured on
+        CPS1988: tying ``lam`` to the continuous factors lost 1% at every level; one factor for
+        both continuous columns 0.1-0.3% at the lower decile; a factor of its own for ``lam``
+        lowered the lower decile's pinball loss on every fold). The
         factors are chosen per level by the leave-one-out pinball loss of the fit's own quantile::
 
             CV_tau(s) = (1 / m) sum_(i in I) rho_tau(y_i - q_{-i}(tau | x_i; s))
@@ -665,15 +670,16 @@ class KernelQuantileRegressor(RegressorMixin, BaseEstimator):
         y_q = self._y_sorted[queries]
 
         # the search's coordinates: log2 of one factor for every bandwidth or, for the quadratic
-        # weights, of one per continuous column (categorical smoothings kept)
+        # weights, of one per continuous column and one for all the categorical smoothings
         quadratic = self.method == "quadratic_weights"
         continuous = np.flatnonzero(~slots.categorical)
-        size = len(continuous) if quadratic else 1
+        levels = quadratic and bool(slots.categorical.any())
+        size = len(continuous) + levels if quadratic else 1
 
         def theta_at(e):
             log_s = np.zeros(len(theta))
-            log_s[continuous] = np.asarray(e) * np.log(2.0)
-            lam = theta if quadratic else theta * 4.0 ** e[0]
+            log_s[continuous] = np.asarray(e[:len(continuous)]) * np.log(2.0)
+            lam = theta * (2.0 ** e[-1] if levels else 1.0) if quadratic else theta * 4.0 ** e[0]
             return np.clip(np.where(slots.categorical, lam, theta + log_s), low, high)
 
         losses = {}  # the exponents (log2 s) -> the loss of each level
