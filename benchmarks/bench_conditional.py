@@ -11,11 +11,11 @@
   ``KernelQuantileRegressor(method="quadratic_weights", cv_target="quantile",
   interpolation="hazen")`` with ``bandwidth="cv"`` in every factor of the product kernel (the
   leave-one-out integrated squared error of the local linear estimate of F(y | x), on cell sums
-  with ``tolerance=TOLERANCE``, then per level a factor of each continuous bandwidth by the
-  leave-one-out pinball loss of the local quadratic fit); ``method="linear_weights"`` at the
-  F(y | x) bandwidths with either interpolation; quantile-forest's
-  ``RandomForestQuantileRegressor`` and LightGBM's quantile objective at their defaults (one
-  model per tau).
+  with ``tolerance=TOLERANCE``, then per level a factor of each continuous bandwidth and one of
+  the categorical smoothings by the leave-one-out pinball loss of the local quadratic fit);
+  ``method="linear_weights"`` at the F(y | x) bandwidths with either interpolation;
+  quantile-forest's ``RandomForestQuantileRegressor`` and LightGBM's quantile objective at their
+  defaults (one model per tau).
 """
 from __future__ import annotations
 
