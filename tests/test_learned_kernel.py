@@ -309,6 +309,38 @@ def test_ensemble_is_the_mean_of_its_members():
     assert all(m.n_features_in_ == 8 for m in members)
 
 
+def test_members_trained_side_by_side_are_the_members_trained_in_turn(monkeypatch):
+    """n_jobs=2: three members in two worker processes, a thread each, are the members that
+    n_jobs=1 trains one after another, to the bit; the caller's threads and generator untouched."""
+    from localkit.models import learned_kernel
+
+    X, y = _frame(150)
+    y = y > np.median(y)
+    calls = []
+
+    def parallel(**kwargs):
+        calls.append(kwargs)
+        return learned_kernel.Parallel.__wrapped__(**kwargs)
+
+    parallel.__wrapped__ = learned_kernel.Parallel
+    monkeypatch.setattr(learned_kernel, "Parallel", parallel)
+    threads = torch.get_num_threads()
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    side = LearnedKernelClassifier(**{**SMALL, "n_ensembles": 3, "n_jobs": 2}).fit(X, y)
+    assert calls == [dict(n_jobs=2, backend="loky", max_nbytes=None)]
+    assert torch.get_num_threads() == threads
+    torch.testing.assert_close(torch.rand(3), expected)
+    turn = LearnedKernelClassifier(**{**SMALL, "n_ensembles": 3, "n_jobs": 1}).fit(X, y)
+    assert len(calls) == 1  # one thread: no processes
+    for a, b in zip(side.embedding_, turn.embedding_):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(side.bandwidth_, turn.bandwidth_)
+    np.testing.assert_array_equal(side.predict_proba(X), turn.predict_proba(X))
+    assert side.best_epoch_ == turn.best_epoch_ and side.n_epochs_ == turn.n_epochs_
+
+
 def test_auto_ensemble_size():
     X, y = _diabetes(100)
     assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X, y).n_ensembles_ == 3

@@ -9,9 +9,11 @@ prediction is an engine pass over them (a local mean of the targets or one-hot l
 """
 from __future__ import annotations
 
+import functools
 from numbers import Integral, Real
 
 import numpy as np
+from joblib import Parallel, delayed
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.preprocessing import LabelEncoder, QuantileTransformer
@@ -21,9 +23,8 @@ from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d,
 
 from .._extras import install_extra
 from .._params import N_JOBS_CONSTRAINT
-from .._progress import progress
 from .._validation import check_class_labels, check_regression_target
-from ..engine import bind
+from ..engine import EngineOptions, bind
 from ..kernels import Kernel
 from ._base import KeptBindings
 
@@ -224,13 +225,17 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                                 weight_decay=self.weight_decay, max_epochs=self.max_epochs, patience=self.patience,
                                 ema_epochs=self._ema_epochs(n),
                                 refit_bandwidth=self.refit_bandwidth)
-        bandwidths, embedded = [], []
-        with net.torch_threads(self._threads()), torch.random.fork_rng(devices=[]):
+        threads = self._threads()
+        # members are independent: on the host they train side by side, a process each, on the
+        # threads shared out (torch's threads scale poorly on small batches; two members on one
+        # thread each take about the time of one on two)
+        workers = min(threads, E) if device.type == "cpu" else 1
+        jobs = []
+        with torch.random.fork_rng(devices=[]):
             for e in range(E):
                 seed = int(seeds[e])
                 torch.manual_seed(seed)
                 order = np.random.RandomState(seed).permutation(n)
-                val_rows, train_rows = np.sort(order[:n_val]), np.sort(order[n_val:])
                 model = net.LearnedKernel(
                     net.Embedding(numeric.shape[1], [len(c) for c in self.categories_], embedding=self.embedding,
                                   n_components=self.n_components, n_frequencies=self.n_frequencies,
@@ -238,10 +243,19 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                                   n_blocks=self.n_blocks, d_block=self.d_block, dropout=self.dropout),
                     self.bandwidth, n_outputs, self._local_linear(), self.n_components,
                     n_levels=self._factor_levels()).to(device)
-                desc = f"{type(self).__name__}" + (f" {e + 1}/{E}" if E > 1 else "")
-                with progress(self.max_epochs, desc, self.verbose, unit="epoch") as bar:
-                    best_epoch, n_epochs, history = net.train(model, table, schedule, train_rows=train_rows,
-                                                              val_rows=val_rows, seed=seed, device=device, bar=bar)
+                jobs.append(dict(model=model, rng_state=torch.get_rng_state(), seed=seed,
+                                 val_rows=np.sort(order[:n_val]), train_rows=np.sort(order[n_val:]),
+                                 desc=f"{type(self).__name__}" + (f" {e + 1}/{E}" if E > 1 else "")))
+        fit_member = functools.partial(net.fit_member, table=table, schedule=schedule, device=device,
+                                       threads=max(1, threads // workers), verbose=self.verbose)
+        # max_nbytes=None: the table goes to the workers pickled (joblib's read-only memory maps
+        # would be torch tensors over read-only memory)
+        trained = (Parallel(n_jobs=workers, backend="loky", max_nbytes=None)(delayed(fit_member)(**job)
+                                                                              for job in jobs)
+                   if workers > 1 else [fit_member(**job) for job in jobs])
+        bandwidths, embedded = [], []
+        with net.torch_threads(threads):
+            for e, (model, best_epoch, n_epochs, history) in enumerate(trained):
                 self.best_epoch_.append(best_epoch)
                 self.n_epochs_.append(n_epochs)
                 self.loss_curves_.append(np.asarray(history))
@@ -303,12 +317,16 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         return [len(c) for c in self.categories_] if self.categorical_factors else None
 
     def _threads(self):
-        """Torch threads: ``n_jobs`` (None: 1, the project's convention; -1: every core)."""
+        """The cores ``n_jobs`` gives (None: 1, the project's convention; -1: every core)."""
         if self.n_jobs is None:
             return 1
         import os
 
         return os.cpu_count() if self.n_jobs < 0 else self.n_jobs
+
+    def _engine_options(self):
+        """The engine's threads for the passes over the bound rows: ``n_jobs``, read at each pass."""
+        return EngineOptions(n_jobs=self.n_jobs)
 
     # -- predict ---------------------------------------------------------------------------
     def _embed_queries(self, X):
@@ -358,11 +376,12 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         (at the training rows, each left out of its own mean, with ``loo``)."""
         if loo:
             check_is_fitted(self, "members_")
-            return [_to_host(self._kept_sums(f"member{e}", None, exclude_self=True).mean)
+            return [_to_host(self._kept_sums(f"member{e}", None, options=self._engine_options(),
+                                             exclude_self=True).mean)
                     for e in range(len(self.members_))]
         means = []
         for e, (Z, Q) in enumerate(self._embed_queries(X)):
-            mean = _to_host(self._kept_sums(f"member{e}", Q).mean)
+            mean = _to_host(self._kept_sums(f"member{e}", Q, options=self._engine_options()).mean)
             slope = self.members_[e].slope if self.members_[e] is not None else None
             if slope is not None:
                 mean = mean + (Z @ slope).reshape(mean.shape)
@@ -560,9 +579,13 @@ _DOC_PARAMS = """
         them there: unpickle where that device exists). None: training on the CPU, the rows
         bound on the host as NumPy arrays.
     n_jobs : int or None, default=None
-        Torch threads while fitting and embedding, restored after (None: 1, the project's
-        convention for ``n_jobs``; -1: every core). A ``random_state`` gives the same model
-        again at the same ``n_jobs``; other thread counts sum in other orders, and the rounding
+        The cores that fitting and embedding take (None: 1, the project's convention for
+        ``n_jobs``; -1: every core). With several members on the CPU, ``w = min(n_jobs,
+        n_ensembles_)`` of them train side by side, a worker process each (joblib's loky), on
+        ``n_jobs // w`` torch threads each; a single member trains on ``n_jobs`` torch threads.
+        Torch's thread count is restored after. A ``random_state`` gives the same model again at
+        the same ``n_jobs``, and members trained side by side on one thread each are those that
+        ``n_jobs=1`` trains in turn; other thread counts sum in other orders, and the rounding
         leads training elsewhere, as another seed would (on diamonds, one member of ModernNCA's
         published settings: test RMSE 527.5 with one thread, 539.2 with two).
     random_state : int, RandomState or None, default=None

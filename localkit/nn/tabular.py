@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engine import bind
+from .._progress import progress
+from ..engine import EngineOptions, bind
 from ..kernels import Kernel
 from .functional import kernel_attention
 
@@ -269,6 +270,20 @@ def train(model, table, schedule, *, train_rows, val_rows, seed, device, bar):
     return best_epoch, epoch, history
 
 
+def fit_member(model, rng_state, table, schedule, *, train_rows, val_rows, seed, device, threads, desc, verbose):
+    """One member of an ensemble, trained by :func:`train` on ``threads`` torch threads from the
+    initialised ``model`` and the CPU random state ``rng_state`` that followed its initialisation
+    (devices' generators seeded by ``seed``), so that a member trained in another process is the
+    member trained here. Returns ``(model, best_epoch, n_epochs, history)``."""
+    with torch_threads(threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.set_rng_state(rng_state)
+        with progress(schedule.max_epochs, desc, verbose, unit="epoch") as bar:
+            best_epoch, n_epochs, history = train(model, table, schedule, train_rows=train_rows, val_rows=val_rows,
+                                                  seed=seed, device=device, bar=bar)
+    return model, best_epoch, n_epochs, history
+
+
 def ema_decay(ema_epochs, steps_per_epoch):
     """The per-step decay ``d = max(0, 1 - 1 / (ema_epochs x steps_per_epoch))`` of the weights' moving
     average ``a_k = d a_(k-1) + (1 - d) w_k`` (``a_1 = w_1``): a time constant of ``ema_epochs``
@@ -310,7 +325,9 @@ class HeldOut:
         zc, zq, values, target, slope, factors = self.embedded(model) if embedded is None else embedded
         h = float(torch.exp(model.log_h.detach())) if bandwidth is None else float(bandwidth)
         kernel, columns = product_kernel(self.kernel, h, zc.shape[1], factors, model.n_levels)
-        bound = bind(kernel, kernel_rows(zc, self._codes(self.tr), columns))
+        # the engine on torch's threads: one member's pass on every thread it trains on
+        bound = bind(kernel, kernel_rows(zc, self._codes(self.tr), columns),
+                     options=EngineOptions(n_jobs=torch.get_num_threads()))
         sums = (bound.sums(None, values, exclude_self=True) if zq is None
                 else bound.sums(kernel_rows(zq, self._codes(self.held), columns), values))
         mean = np.asarray(sums.mean, dtype=np.float64).reshape(len(target), -1)
