@@ -316,13 +316,12 @@ def test_members_trained_side_by_side_are_the_members_trained_in_turn(monkeypatc
 
     X, y = _frame(150)
     y = y > np.median(y)
-    calls = []
+    calls, joblib_parallel = [], learned_kernel.Parallel
 
     def parallel(**kwargs):
         calls.append(kwargs)
-        return learned_kernel.Parallel.__wrapped__(**kwargs)
+        return joblib_parallel(**kwargs)
 
-    parallel.__wrapped__ = learned_kernel.Parallel
     monkeypatch.setattr(learned_kernel, "Parallel", parallel)
     threads = torch.get_num_threads()
     torch.manual_seed(7)
