@@ -343,6 +343,11 @@ def test_members_trained_side_by_side_are_the_members_trained_in_turn(monkeypatc
 def test_auto_ensemble_size():
     X, y = _diabetes(100)
     assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X, y).n_ensembles_ == 3
+    # beyond 10,000 training rows: two members (the size alone decides; nothing is trained here)
+    rng = np.random.RandomState(0)
+    X_big, y_big = rng.normal(size=(10_001, 2)), rng.normal(size=10_001)
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X_big, y_big).n_ensembles_ == 2
+    assert LearnedKernelRegressor(embedding="identity", max_epochs=0).fit(X_big[:10_000], y_big[:10_000]).n_ensembles_ == 3
     assert LearnedKernelRegressor(embedding="identity", max_epochs=0, n_ensembles=2).fit(X, y).n_ensembles_ == 2
 
 

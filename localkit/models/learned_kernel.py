@@ -31,8 +31,9 @@ from ._base import KeptBindings
 #: the profiles the kernel may take: smooth in ``u`` away from 0, so the leave-one-out loss has a gradient
 PROFILES = ("laplacian", "gaussian", "cauchy")
 EMBEDDINGS = ("plr", "linear", "identity")
-#: ``n_ensembles="auto"``: this many members up to AUTO_MEMBERS_UP_TO training rows, one beyond
-AUTO_MEMBERS, AUTO_MEMBERS_UP_TO = 3, 10_000
+#: ``n_ensembles="auto"``: AUTO_MEMBERS members up to AUTO_MEMBERS_UP_TO training rows,
+#: AUTO_MEMBERS_BEYOND beyond
+AUTO_MEMBERS, AUTO_MEMBERS_UP_TO, AUTO_MEMBERS_BEYOND = 3, 10_000, 2
 #: ``ema_epochs="auto"``: a moving average over this many epochs beyond AUTO_MEMBERS_UP_TO rows
 AUTO_EMA_EPOCHS = 3.0
 #: query rows per block when weights are read for :meth:`explain`
@@ -200,8 +201,8 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
                              f"got n_samples={n}")
         self._check_identity()
         rng = check_random_state(self.random_state)
-        E = self.n_ensembles_ = (AUTO_MEMBERS if n <= AUTO_MEMBERS_UP_TO else 1) if self.n_ensembles == "auto" \
-            else int(self.n_ensembles)
+        E = self.n_ensembles_ = ((AUTO_MEMBERS if n <= AUTO_MEMBERS_UP_TO else AUTO_MEMBERS_BEYOND)
+                                 if self.n_ensembles == "auto" else int(self.n_ensembles))
         seeds = rng.randint(0, 2**31 - 1, size=E)
         self.members_ = []
         self.n_epochs_, self.best_epoch_, self.loss_curves_ = [], [], []
@@ -228,7 +229,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         threads = self._threads()
         # members are independent: on the host they train side by side, a process each, on the
         # threads shared out (torch's threads scale poorly on these batches: on a diamonds fold,
-        # 2 cores, two members side by side took 1.4 times one member's time on two threads)
+        # 2 cores, two members side by side took 1.4-1.5 times one member's time on two threads)
         workers = min(threads, E) if device.type == "cpu" else 1
         jobs = []
         with torch.random.fork_rng(devices=[]):
