@@ -246,7 +246,7 @@ def test_the_kept_model_is_the_moving_average_of_the_trained_weights(monkeypatch
 
 
 def test_auto_moving_average_beyond_ten_thousand_rows(monkeypatch):
-    """``ema_epochs="auto"``: 3 epochs where more than 10,000 rows train (one member), none up to
+    """``ema_epochs="auto"``: 3 epochs where more than 10,000 rows train, none up to
     10,000; a number is taken as given."""
     seen = []
     train = net.train

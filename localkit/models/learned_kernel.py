@@ -229,7 +229,7 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
         threads = self._threads()
         # members are independent: on the host they train side by side, a process each, on the
         # threads shared out (torch's threads scale poorly on these batches: on a diamonds fold,
-        # 2 cores, two members side by side took 1.4-1.5 times one member's time on two threads)
+        # 2 cores, two members side by side took 1.25-1.5 times one member's time on two threads)
         workers = min(threads, E) if device.type == "cpu" else 1
         jobs = []
         with torch.random.fork_rng(devices=[]):
@@ -570,9 +570,13 @@ _DOC_PARAMS = """
         they are.
     n_ensembles : int or "auto", default="auto"
         Members trained from different seeds; the prediction is the mean of their local means.
-        "auto": 3 members up to 10,000 training rows, 1 beyond (an epoch costs about
+        "auto": 3 members up to 10,000 training rows, 2 beyond (an epoch costs about
         ``n_samples x min(candidate_ratio n_samples, max_candidates)``: three members on 10,000
-        rows cost less than one on 30,000).
+        rows cost less than one on 30,000). A member's result moves with its seed and with
+        round-off; the mean of two moves less. On the benchmark's diamonds folds (36,000 training
+        rows) two members lowered the mean test RMSE from 538.5 to 533.2 on one machine and from
+        535.8 to 532.9 on another, in 1.25-1.5 times one member's wall time with ``n_jobs=-1`` on 2
+        cores (twice on one core); on ``AER::CPS1988``'s log wage from 0.5184 to 0.5180.
     device : str or None, default=None
         Where the embedding trains and predicts (a torch device: "cpu", "cuda", "cuda:1"). With a
         device, the embedded training rows are bound there as float64 tensors and every
