@@ -24,9 +24,10 @@ pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
   by a loop compiled for that profile alone (:func:`_tile_loops`, chosen once per tile by
   :func:`_switch`), from the profiles' own statements bound to
   :mod:`localkit.fused.vector_math` (an ``exp``, ``sin`` and ``cos`` that LLVM vectorises;
-  ``math.exp`` is a C call per pair) and compiled with fast-math reassociation, so that LLVM
-  vectorises the loop and its row sums: the Laplacian's weights went from 3.0 to 0.3 ns a pair,
-  one core (AVX-512).
+  ``math.exp`` is a C call per pair) and compiled with fast-math flags, so that LLVM vectorises
+  the loop: the Laplacian's weights went from 3.0 to 0.3 ns a pair, one core (AVX-512). A tile's
+  row and column sums are BLAS products with a column of ones, not sums in those loops, so that
+  every copy of a loop gives the same bits (see the comment at :data:`_loop`).
 * **Distances** come from ``|q|^2 + |k|^2 - 2 <q, k>`` on ``q`` and ``k`` centred on the keys'
   mean (the BLAS product); where that is below ``REFINE (|q|^2 + |k|^2)`` (near-duplicate
   points, whose expanded distance is mostly round-off) the pair's distance is recomputed from
@@ -88,7 +89,10 @@ _NORMAL = np.float32(np.finfo(np.float32).tiny)
 
 # the statements are inlined into the tile loops in numba's IR, taking the loops' fast-math flags;
 # the loops themselves are compiled apart with theirs (an inlined loop would take its caller's,
-# the pass's, which must not reassociate)
+# the pass's: none). A process that compiled a pass calls each loop's own machine code, one that
+# loaded the pass from numba's disk cache calls the loop's copy linked into it and optimised
+# again: so the loops neither reassociate nor sum (a vectorised sum's order differed between the
+# copies on an AVX-512 CPU). A tile's row and column sums are BLAS products with a column of ones.
 _fast = njit(inline="always", fastmath=FAST, error_model="numpy")
 _loop = njit(fastmath=FAST, error_model="numpy")
 _XP = vector_math.namespace()
@@ -115,19 +119,15 @@ def _tile_loops(profile):
     k, log_k, slope = profile.k_for(_XP, _fast), profile.log_k_for(_XP, _fast), profile.slope_for(_XP, _fast)
 
     @_loop
-    def weigh(s, kw, total):
+    def weigh(s, kw):
         """``s`` (``u^2``; negative: excluded) overwritten with ``k(u) kw_j`` (``kw``: the tile's keys';
-        0 below float32's smallest normal number); row sums added to ``total``."""
+        0 below float32's smallest normal number)."""
         nq, nk = s.shape
         for a in range(nq):
-            t = np.float32(0.0)
             for b in range(nk):  # k(u) rounded to float32 at once: LLVM then narrows the statement's
                 x = s[a, b]  # float64 arithmetic (Python constants) where exact (epanechnikov 2x)
                 w = np.float32(k(x if x > _0 else _0)) * kw[b]
-                w = w if x >= _0 and w >= _NORMAL else _0
-                s[a, b] = w
-                t += w
-            total[a] += t
+                s[a, b] = w if x >= _0 and w >= _NORMAL else _0
 
     @_loop
     def reweigh(u2, p, kb, kw, lse, shift, log_space):
@@ -152,24 +152,17 @@ def _tile_loops(profile):
                     p[a, b] = w if x >= _0 and w >= _NORMAL else _0
 
     @_loop
-    def gradient(u2, p, g, delta, g_row, g_col):
-        """``g`` (``dO V^T``) overwritten with ``G = P (g - delta) d log k / d u^2``, its row and
-        column sums added to ``g_row`` and ``g_col`` (terms below float32's smallest normal number
-        flushed to 0); returns ``sum(G u^2)``."""
+    def gradient(u2, p, g, delta):
+        """``g`` (``dO V^T``) overwritten with ``G = P (g - delta) d log k / d u^2`` (terms below
+        float32's smallest normal number flushed to 0) and ``u2`` with ``G u^2``."""
         nq, nk = u2.shape
-        dc = np.float32(0.0)
         for a in range(nq):
-            t = np.float32(0.0)
             for b in range(nk):
                 x, y = p[a, b], u2[a, b]
                 gab = x * (g[a, b] - delta[a]) * np.float32(slope(y if y > _0 else _0))
                 gab = gab if x > _0 and (gab >= _NORMAL or gab <= -_NORMAL) else _0
-                dc += gab * y
                 g[a, b] = gab
-                t += gab
-                g_col[b] += gab
-            g_row[a] += t
-        return dc
+                u2[a, b] = gab * y
 
     return weigh, reweigh, gradient, log_k
 
@@ -202,11 +195,18 @@ def _distances(s, Q, K, qn, kn, i0, j0, c, causal):
         if near:
             for b in range(top):
                 if s[a, b] < c * _REFINE * (qi + kn[b]):
-                    d2 = _0
-                    for f in range(d):
-                        t = Q[i, f] - K[j0 + b, f]
-                        d2 += t * t
-                    s[a, b] = c * d2
+                    s[a, b] = c * _squared_distance(Q, K, i, j0 + b)
+
+
+@njit(error_model="numpy")
+def _squared_distance(Q, K, i, j):
+    """``|Q_i - K_j|^2`` summed in order (no fast-math: a vectorised sum's order may differ
+    between copies of the code, see :data:`_loop`)."""
+    d2 = _0
+    for f in range(Q.shape[1]):
+        t = Q[i, f] - K[j, f]
+        d2 += t * t
+    return d2
 
 
 @_loop
@@ -214,7 +214,7 @@ def _add_key_gradient(dk, g_col, kt, gk, scale):
     """``dk += scale (colsum(G) K - G^T Q)`` for a key tile (``gk = G^T Q``)."""
     for b in range(dk.shape[0]):
         for f in range(dk.shape[1]):
-            dk[b, f] += scale * (g_col[b] * kt[b, f] - gk[b, f])
+            dk[b, f] += scale * (g_col[b, 0] * kt[b, f] - gk[b, f])
 
 
 @njit(inline="always")
@@ -290,8 +290,8 @@ def passes(code):
             row = n if kb.shape[0] > 1 else 0
             qt = Q[n, i0:i1]
             acc = np.zeros((nq, dv), dtype=np.float32)
-            total = np.zeros(nq, dtype=np.float32)
-            cell, tile = blas.cells(), np.empty((nq, tk), dtype=np.float32)
+            total = np.zeros((nq, 1), dtype=np.float32)
+            cell, tile, ones = blas.cells(), np.empty((nq, tk), dtype=np.float32), np.ones((tk, 1), dtype=np.float32)
             hi = min(S, i1) if causal else S
             for j0 in range(0, hi, tk):
                 j1 = min(hi, j0 + tk)
@@ -300,16 +300,17 @@ def passes(code):
                 s = tile if j1 - j0 == tk else np.empty((nq, j1 - j0), dtype=np.float32)
                 blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
                 _distances(s, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
-                _weigh(code, s, kw[row, j0:j1], total)
+                _weigh(code, s, kw[row, j0:j1])
+                blas.gemm(gemm_at, cell, s, ones[:j1 - j0], total, False, False, 1.0, 1.0)
                 blas.gemm(gemm_at, cell, s, V[n, j0:j1], acc, False, False, 1.0, 1.0)
             for a in range(nq):
                 i = i0 + a
-                if log_space and total[a] < TINY:
+                if log_space and total[a, 0] < TINY:
                     _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], code, out, lse)
-                elif total[a] > 0.0:
+                elif total[a, 0] > 0.0:
                     for f in range(dv):
-                        out[n, i, f] = acc[a, f] / total[a]
-                    lse[n, i] = math.log(total[a]) + shift[row]
+                        out[n, i, f] = acc[a, f] / total[a, 0]
+                    lse[n, i] = math.log(total[a, 0]) + shift[row]
                 else:
                     for f in range(dv):
                         out[n, i, f] = 0.0
@@ -331,15 +332,17 @@ def passes(code):
             row = n if kb.shape[0] > 1 else 0
             dc = 0.0
             cell = blas.cells()
-            tiles = np.empty((3, tq, tk), dtype=np.float32)  # u^2, P and G of a full tile
+            tiles = np.empty((3, tq, tk), dtype=np.float32)  # u^2 (then G u^2), P and G of a full tile
             gk = np.empty((tk, d), dtype=np.float32)
+            ones, g_col, dc_rows = (np.ones((max(tq, tk), 1), dtype=np.float32), np.empty((tk, 1), dtype=np.float32),
+                                    np.empty((tq, 1), dtype=np.float32))
             for t in range(n_qt):
                 i0 = t * tq
                 i1 = min(L, i0 + tq)
                 nq = i1 - i0
                 qt, dot = Q[n, i0:i1], dO[n, i0:i1]
                 dq = np.zeros((nq, d), dtype=np.float32)
-                g_row = np.zeros(nq, dtype=np.float32)
+                g_row = np.zeros((nq, 1), dtype=np.float32)
                 hi = min(S, i1) if causal else S
                 for j0 in range(0, hi, tk):
                     j1 = min(hi, j0 + tk)
@@ -357,14 +360,18 @@ def passes(code):
                     _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row], log_space)
                     blas.gemm(gemm_at, cell, p, dot, dV[n, j0:j1], True, False, 1.0, 1.0)
                     blas.gemm(gemm_at, cell, dot, vt, g, False, True, 1.0, 0.0)  # dO V^T, then G in place
-                    g_col = np.zeros(nk, dtype=np.float32)
-                    dc += _gradient(code, u2, p, g, delta[n, i0:i1], g_row, g_col)
+                    _gradient(code, u2, p, g, delta[n, i0:i1])
+                    blas.gemm(gemm_at, cell, g, ones[:nk], g_row, False, False, 1.0, 1.0)
+                    blas.gemm(gemm_at, cell, g, ones[:nq], g_col[:nk], True, False, 1.0, 0.0)
+                    blas.gemm(gemm_at, cell, u2, ones[:nk], dc_rows[:nq], False, False, 1.0, 0.0)
+                    for a in range(nq):
+                        dc += dc_rows[a, 0]
                     blas.gemm(gemm_at, cell, g, kt, dq, False, False, -1.0, 1.0)
                     blas.gemm(gemm_at, cell, g, qt, gk[:nk], True, False, 1.0, 0.0)
-                    _add_key_gradient(dK[n, j0:j1], g_col, kt, gk[:nk], 2.0 * c)
+                    _add_key_gradient(dK[n, j0:j1], g_col[:nk], kt, gk[:nk], 2.0 * c)
                 for a in range(nq):
                     for f in range(d):
-                        dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a] * qt[a, f])
+                        dQ[n, i0 + a, f] = 2.0 * c * (dq[a, f] + g_row[a, 0] * qt[a, f])
             dC[n] = dc / c
 
     return forward, backward

@@ -106,7 +106,7 @@ def _times_lift(row, r, lift, scale):
 
 
 @njit(inline="always")
-def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal, m, alpha, ignored):
+def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal, m, alpha):
     """``s`` (the tile's ``<q, k>``) overwritten with the weights, ``exp(log w - m_i)`` in log space,
     the running row maxima ``m`` raised to the tile's and ``alpha = exp(m_old - m_new)``. Direct
     profiles (not log space) give ``k(u^2) kw_j`` (``m`` stays 0, ``alpha`` 1). ``kb, kw``: the
@@ -115,7 +115,7 @@ def _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb, kw, code, logspace, causal,
     if code >= 0:
         _distances(s, Q[n], K[n], qn[n, i0:i0 + nq], kn[n, j0:j0 + nk], i0, j0, c, causal)
         if not logspace:
-            _weigh(code, s, kw, ignored)  # ignored: the row sums, taken by the moments' product
+            _weigh(code, s, kw)
             return
         for a in range(nq):
             for b in range(nk):
@@ -174,7 +174,6 @@ def local_linear_pass(code):
             hi = min(S, i1) if causal else S
             m = np.full(nq, -np.inf if logspace else 0.0, dtype=np.float32)
             alpha = np.ones(nq, dtype=np.float32)
-            ignored = np.empty(nq, dtype=np.float32)
             cell = blas.cells()
             acc = np.zeros((nq, width), dtype=np.float32)
             # the first walk's weights, formed in place and kept for the second (tile by tile) with the
@@ -193,7 +192,7 @@ def local_linear_pass(code):
                 s = kept[jt] if jt < full else partial
                 blas.gemm(sgemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
                 _tile_weights(s, Q, K, qn, kn, n, i0, j0, c, kb[row, j0:j1], kw[row, j0:j1], code, logspace, causal, m,
-                              alpha, ignored)
+                              alpha)
                 for a in range(nq):
                     m_at[jt, a] = m[a]
                 if logspace:

@@ -25,13 +25,13 @@ from llvmlite import ir
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
-#: numba's fast-math flags for the vectorised loops: reassociation (sums reordered, so that
-#: reductions vectorise), contraction into FMA, reciprocals, approximate functions; not
-#: ``nnan``/``ninf``, because excluded pairs carry ``-inf`` log-weights
-FAST = {"reassoc", "contract", "nsz", "arcp", "afn"}
-#: ... and for the functions below, without reassociation, which would undo the split of ``ln 2``;
-#: numba compiles them apart (not inlined in its IR) and LLVM inlines them with their own flags
-_EXACT_ORDER = {"contract", "nsz", "arcp", "afn"}
+#: numba's fast-math flags for the vectorised loops and the functions below: contraction into FMA,
+#: reciprocals, approximate functions. Not ``nnan``/``ninf``, because excluded pairs carry ``-inf``
+#: log-weights; not reassociation, which would undo the split of ``ln 2`` and lets LLVM order a
+#: loop's arithmetic differently in each copy it optimises (a loop's own machine code and its copy
+#: linked into a pass that numba cached on disk gave different bits on an AVX-512 CPU). The
+#: functions are compiled apart (not inlined in numba's IR); LLVM inlines them with their flags.
+FAST = {"contract", "nsz", "arcp", "afn"}
 
 #: ``exp`` is 0 below ``log`` of float32's smallest normal number (no subnormal results)
 EXP_FLOOR = np.float32(-87.33654)
@@ -51,7 +51,7 @@ def _pow2(typingctx, n):
     return nbtypes.float32(nbtypes.int32), codegen
 
 
-@numba.njit(fastmath=_EXACT_ORDER)
+@numba.njit(fastmath=FAST)
 def exp(x):
     """``e^x`` in float32: ``x = n ln 2 + r`` with ``|r| <= ln 2 / 2``, ``e^r`` by its Taylor
     polynomial to ``r^7`` (truncation below 6e-9), times ``2^n``; 0 below :data:`EXP_FLOOR`,
@@ -67,7 +67,7 @@ def exp(x):
     return y if x >= EXP_FLOOR else np.float32(0.0)
 
 
-@numba.njit(fastmath=_EXACT_ORDER)
+@numba.njit(fastmath=FAST)
 def sin(x):
     """``sin x`` in float32 for ``|x| <= pi / 2``: the odd Taylor polynomial to ``x^11``
     (truncation below 6e-8 at ``pi / 2``, relative; exact ratio near 0)."""
@@ -79,7 +79,7 @@ def sin(x):
     return p * x
 
 
-@numba.njit(fastmath=_EXACT_ORDER)
+@numba.njit(fastmath=FAST)
 def cos(x):
     """``cos x = sin(pi / 2 - |x|)`` in float32 for ``|x| <= pi``, the difference taken in float64:
     relative accuracy kept near ``pi / 2``, where the cosine profile's weights vanish at its

@@ -592,11 +592,7 @@ _DOC_PARAMS = """
         the same ``n_jobs``, and members trained side by side on one thread each are those that
         ``n_jobs=1`` trains in turn; other thread counts sum in other orders, and the rounding
         leads training elsewhere, as another seed would (on diamonds, one member of ModernNCA's
-        published settings: test RMSE 527.5 with one thread, 539.2 with two). Both hold where the
-        processes run the same compiled code: on some CPUs (AMD Zen 4 for one) the fused CPU pass
-        that numba compiles in a process sums its rows in another order than the same pass loaded
-        from numba's disk cache, so a fit in the process that first compiled it can differ in
-        round-off from later fits.
+        published settings: test RMSE 527.5 with one thread, 539.2 with two).
     random_state : int, RandomState or None, default=None
         Seeds the members' initialisation, held-out split, batches and candidates.
     verbose : None, bool or int, default=None
