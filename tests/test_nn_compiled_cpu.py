@@ -228,21 +228,31 @@ def test_a_pass_compiled_and_a_pass_loaded_from_disk_give_the_same_bits(tmp_path
         assert np.array_equal(compiled[name], loaded[name]), name
 
 
-def test_one_and_two_threads_give_the_same_bits():
-    """Tasks (a batch-head and a query tile; a batch-head backward) are independent: the threads'
-    blocks change nothing."""
-    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=70, S=90, seed=7))
+@pytest.mark.parametrize("kernel", ["epanechnikov", "laplacian"])
+@pytest.mark.parametrize("batch_heads", [B * H, 1])
+def test_thread_counts_give_the_same_bits(kernel, batch_heads):
+    """Tasks (a batch-head and a query tile; a batch-head backward) are independent: 1, 2 and 5
+    threads give the same bits, the bandwidth's gradient too, with fewer batch-heads than threads
+    as well."""
+    q, k, v = qkv(torch.float32, L=70, S=90, seed=7)
+    keep = padding()
+    if batch_heads == 1:
+        q, k, v, keep = q[:1, :1], k[:1, :1], v[:1, :1], keep[:1]
+    g = torch.randn(q.shape[:-1] + (DV,), generator=torch.Generator().manual_seed(3))
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    h = torch.tensor([1.5, 1.2][:q.shape[1]]).view(-1, 1, 1).requires_grad_(True)
     before = torch.get_num_threads()
     results = []
     try:
-        for threads in (1, 2):
+        for threads in (1, 2, 5):
             torch.set_num_threads(threads)
-            out = kernel_attention(q, k, v, "epanechnikov", bandwidth=1.5, causal=True)
-            results.append([out.detach()] + list(torch.autograd.grad(out.square().sum(), (q, k, v))))
+            out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=True)
+            results.append([out.detach()] + list(torch.autograd.grad((out * g).sum(), (q, k, v, h))))
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    for other in results[1:]:
+        for name, a, b in zip(["out", "dq", "dk", "dv", "dh"], results[0], other):
+            assert torch.equal(a, b), name
 
 
 def test_vector_math_rounds_within_its_stated_ulps():
