@@ -380,6 +380,22 @@ def test_classifier_on_a_dataframe_with_categories():
     assert clf.score(X, labels) > 0.7
 
 
+def test_dataframe_columns_found_categorical_by_dtype():
+    """``category``, ``object``, ``string``, ``bool`` and nullable ``boolean`` columns are
+    categorical (a missing value a level of its own); nullable integers and floats are numeric."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.RandomState(0)
+    n = 60
+    X = pd.DataFrame({"x": rng.normal(size=n), "count": pd.array(rng.randint(0, 9, n), dtype="Int64"),
+                      "share": pd.array(rng.rand(n), dtype="Float64"), "flag": rng.rand(n) > 0.5,
+                      "maybe": pd.array(np.where(np.arange(n) % 7 == 0, None, rng.rand(n) > 0.5), dtype="boolean"),
+                      "name": pd.array(rng.choice(["a", "b"], n), dtype="string"),
+                      "kind": pd.Categorical(rng.choice(["p", "q", "r"], n)), "word": rng.choice(["u", "v"], n)})
+    est = LearnedKernelRegressor(**{**SMALL, "max_epochs": 0}).fit(X, rng.normal(size=n))
+    assert list(est.categorical_columns_) == [3, 4, 5, 6, 7]
+    assert est.predict(X.iloc[:3]).shape == (3,)
+
+
 def test_numpy_categorical_features():
     X, y = _frame()
     A = X.to_numpy(dtype=object)

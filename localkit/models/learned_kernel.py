@@ -90,15 +90,15 @@ class _LearnedKernelBase(KeptBindings, BaseEstimator):
     def _split_columns(self, X, reset):
         """``(numeric, categorical)`` of ``X``: a float64 array of the numeric columns and an
         object array of the categorical ones. At fit (``reset``) the categorical columns are
-        found: a DataFrame's ``category``, ``object``, ``string`` and ``bool`` columns, or
+        found: a DataFrame's ``category``, ``object``, ``string`` and ``bool`` (``boolean``) columns, or
         ``categorical_features`` (indices, names or a boolean mask)."""
         is_frame = hasattr(X, "columns") and hasattr(X, "dtypes")
         if is_frame:
             validate_data(self, X, skip_check_array=True, reset=reset)  # names and count checked
             if reset:
                 kinds = [str(dtype) for dtype in X.dtypes]
-                found = [i for i, k in enumerate(kinds) if k in ("category", "object", "bool", "string", "str")
-                         or k.startswith("string")]
+                found = [i for i, k in enumerate(kinds)
+                         if k in ("category", "object", "bool", "boolean", "string", "str") or k.startswith("string")]
                 self.categorical_columns_ = np.asarray(sorted(set(found) | set(self._given_categorical(X.shape[1]))),
                                                        dtype=int)
             if X.shape[1] != self.n_features_in_:  # validate_data names it; kept for clarity
@@ -549,8 +549,8 @@ _DOC_PARAMS = """
     categorical_features : array-like of int, str or bool, or None, default=None
         Columns of a NumPy ``X`` (or, besides those found, of a DataFrame) taken as categorical:
         indices, names (for a DataFrame) or a boolean mask. A DataFrame's ``category``,
-        ``object``, ``string`` and ``bool`` columns are categorical. A missing categorical value
-        (None, NaN) is a level of its own.
+        ``object``, ``string`` and ``bool`` columns (pandas' nullable ``boolean`` too) are
+        categorical. A missing categorical value (None, NaN, ``pd.NA``) is a level of its own.
     handle_unknown : {"ignore", "error"}, default="ignore"
         A category not seen at fit: "ignore" embeds it as no level (the zero one-hot row, the
         column then adds nothing to ``f``, as scikit-learn's ``OneHotEncoder(handle_unknown=
