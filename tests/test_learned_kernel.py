@@ -5,6 +5,7 @@ import math
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.base import clone
 from sklearn.datasets import load_diabetes, load_iris
@@ -27,7 +28,6 @@ def _diabetes(n=150):
 
 
 def _frame(n=120, seed=0):
-    pd = pytest.importorskip("pandas")
     rng = np.random.default_rng(seed)
     X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.uniform(size=n),
                       "c": pd.Categorical(rng.choice(["x", "y", "z"], n)), "d": rng.choice(["u", "v"], n)})
@@ -383,7 +383,6 @@ def test_classifier_on_a_dataframe_with_categories():
 def test_dataframe_columns_found_categorical_by_dtype():
     """``category``, ``object``, ``string``, ``bool`` and nullable ``boolean`` columns are
     categorical (a missing value a level of its own); nullable integers and floats are numeric."""
-    pd = pytest.importorskip("pandas")
     rng = np.random.RandomState(0)
     n = 60
     X = pd.DataFrame({"x": rng.normal(size=n), "count": pd.array(rng.randint(0, 9, n), dtype="Int64"),
