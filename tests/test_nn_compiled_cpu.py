@@ -100,6 +100,22 @@ def test_gradients_match_autograd_of_dense_reference(kernel, position):
         np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
 
 
+@pytest.mark.parametrize("kernel", ["laplacian", "cauchy"])
+def test_gradients_of_gradients_through_the_pass(kernel):
+    """``create_graph=True`` through the pass: the second derivatives are those of the float64
+    reference. Before, the first backward also ran the pass's backward operator, which has no
+    derivative, so the second raised."""
+    q, k, v = (t[:1, :1].requires_grad_(True) for t in qkv(torch.float32, L=20, S=24, seed=10))
+    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    results = []
+    for (q_, k_, v_), run in (((q, k, v), kernel_attention), (inputs, None)):
+        out = kernel_attention(q_, k_, v_, kernel, bandwidth=1.5) if run else dense_reference(q_, k_, v_, kernel, 1.5)
+        dq, = torch.autograd.grad(out.square().sum(), (q_,), create_graph=True)
+        results.append(torch.autograd.grad(dq.square().sum(), (q_, k_, v_)))
+    for name, x, y in zip(["q", "k", "v"], *results):
+        np.testing.assert_allclose(x.double(), y, atol=1e-4 * float(y.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
 @pytest.mark.parametrize("kernel", ["epanechnikov", "uniform", "triangular"])
 def test_compact_support_skips_far_tiles_and_keeps_the_result(kernel):
     """Points along a curve (locality): with a small bandwidth most key tiles lie beyond every

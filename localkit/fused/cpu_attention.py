@@ -493,9 +493,14 @@ def _setup_context(ctx, inputs, output):
     q, k, v, c, key_bias, code, causal = inputs
     ctx.save_for_backward(q, k, v, c, key_bias, *output)
     ctx.code, ctx.causal = code, causal
+    # no output gradient (create_graph=True through kernel_attention, whose twice-differentiable
+    # wrapper passes none here): no call of the backward operator, which has no derivative itself
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dout, _):
+    if dout is None:
+        return (None,) * 7
     q, k, v, c, key_bias, out, lse = ctx.saved_tensors
     dq, dk, dv, dc = _attention_backward(dout, out, lse, q, k, v, c, key_bias, ctx.code, ctx.causal)
     return dq, dk, dv, dc, None, None, None
