@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from localkit import LearnedKernelClassifier, LearnedKernelRegressor, LocalMeanRegressor  # noqa: E402
 from localkit.kernels.profiles import get_profile  # noqa: E402
+from localkit.nn import explain_attention  # noqa: E402
 from localkit.nn import tabular as net  # noqa: E402
 
 #: a small, fast configuration (the defaults are for real tables)
@@ -101,23 +102,35 @@ def test_local_mean_leaves_the_query_out_and_weighs_mismatches(kernel):
     torch.testing.assert_close(ours[:1], row0, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("factors", [False, True], ids=["", "factors"])
 @pytest.mark.parametrize("kernel", ["laplacian", "gaussian"])
-def test_training_loss_on_disjoint_candidates_is_the_formed_loss(kernel):
+def test_training_loss_on_disjoint_candidates_is_the_formed_loss(kernel, factors):
     """Candidates outside the batch (no mask): the float32 fused pass of the training loss, value
-    and gradients (embeddings and bandwidth), against the float64 formula with weights formed."""
+    and gradients (embeddings, bandwidth and the log Li-Racine factors, which the Laplacian's pass
+    takes as a pair bias), against the float64 formula with weights formed."""
     torch.manual_seed(2)
     zq = torch.randn(40, 6, requires_grad=True)
     zc = torch.randn(90, 6, requires_grad=True)
     values, targets = torch.randn(90, 1), torch.randn(40, 1)
     log_h = torch.tensor(0.4, requires_grad=True)
-    loss = net.local_mean_loss(zq, zc, values, targets, "squared", log_h, kernel)
+    cq, cc = torch.randint(1, 4, (40, 2)), torch.randint(1, 5, (90, 2))
+    log_r = torch.tensor([-0.4, -1.3], requires_grad=True)
+    learned = (zq, zc, log_h, log_r) if factors else (zq, zc, log_h)
+    args = (zq[None], zc[None], values[None], kernel)
+    mask_or_bias = dict(pair_bias=net.mismatch_bias(cq, cc, log_r)) if factors else {}
+    path = "compiled CPU pass" if kernel == "laplacian" else "dense SDPA" if factors else "SDPA"
+    assert explain_attention(*args, bandwidth=torch.exp(log_h), **mask_or_bias).path == path
+    loss = net.local_mean_loss(zq, zc, values, targets, "squared", log_h, kernel, None,
+                               (cq, cc, log_r) if factors else None)
     loss.backward()
-    ref_args = [t.detach().double().requires_grad_(True) for t in (zq, zc, log_h)]
-    zq64, zc64, log_h64 = ref_args
-    ref = ((_formed_local_mean(zq64, zc64, values.double(), log_h64, kernel) - targets.double()) ** 2).mean()
+    ref_args = [t.detach().double().requires_grad_(True) for t in learned]
+    zq64, zc64, log_h64 = ref_args[:3]
+    ref_factors = (cq, cc, ref_args[3]) if factors else None
+    ref = ((_formed_local_mean(zq64, zc64, values.double(), log_h64, kernel, None, ref_factors)
+            - targets.double()) ** 2).mean()
     ref.backward()
     np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-5)
-    for ours, theirs in zip((zq.grad, zc.grad, log_h.grad), ref_args):
+    for ours, theirs in zip((t.grad for t in learned), ref_args):
         np.testing.assert_allclose(ours.double().numpy(), theirs.grad.numpy(), rtol=1e-3,
                                    atol=1e-4 * float(theirs.grad.abs().max()))
 

@@ -48,10 +48,13 @@ def padding(S=90):
     return keep
 
 
-def dense_reference(q, k, v, kernel, h, causal=False, keep=None):
-    """The local mean in float64 with autograd: the weights formed, distances from differences."""
+def dense_reference(q, k, v, kernel, h, causal=False, keep=None, pair_bias=None):
+    """The local mean in float64 with autograd: the weights formed, distances from differences,
+    ``<a_i, b_j>`` added to the log-weights for ``pair_bias = (a, b)``."""
     d2 = ((q.unsqueeze(-2) - k.unsqueeze(-3)) ** 2).sum(-1)
     logw = LOG_PROFILES[kernel](d2 / h ** 2)
+    if pair_bias is not None:
+        logw = logw + pair_bias[0] @ pair_bias[1].transpose(-1, -2)
     if causal:
         logw = logw.masked_fill(torch.ones(logw.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
     if keep is not None:
@@ -100,19 +103,74 @@ def test_gradients_match_autograd_of_dense_reference(kernel, position):
         np.testing.assert_allclose(a.double(), b, atol=tol * float(b.abs().max()), rtol=0, err_msg=f"d{name}")
 
 
+def pair_bias(L=70, S=90, r=3, seed=8):
+    """``(a, b)``: ``a`` per batch-head ``(B, H, L, r)``, ``b`` shared ``(S, r)``, of both signs (so
+    the pass's bound of each row's bias, :func:`~localkit.fused.cpu_attention._pair_bound`, is
+    above its maximum)."""
+    g = torch.Generator().manual_seed(seed)
+    return 0.7 * torch.randn(B, H, L, r, generator=g), torch.randn(S, r, generator=g)
+
+
+@pytest.mark.parametrize("position", ["none", "causal+padding"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_pair_bias_matches_float64_reference_forward_and_gradients(kernel, position):
+    """``pair_bias = (a, b)`` adds ``<a_i, b_j>`` to each pair's log-weight, tile by tile in the
+    pass: the output and the gradients of ``q``, ``k``, ``v``, a learned bandwidth, ``a`` and ``b``
+    are those of the float64 reference with the ``(L, S)`` bias formed."""
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, seed=1))
+    a, b = (t.requires_grad_(True) for t in pair_bias())
+    h = torch.tensor([1.5, 1.2]).view(2, 1, 1).requires_grad_(True)
+    causal, keep = case(position)
+    assert explain_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=causal,
+                             pair_bias=(a, b)).path == "compiled CPU pass"
+    g = torch.randn(B, H, q.shape[-2], DV, generator=torch.Generator().manual_seed(2))
+    out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=causal, pair_bias=(a, b))
+    ours = torch.autograd.grad((out * g).sum(), (q, k, v, h, a, b))
+    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v, h, a, b)]
+    ref = dense_reference(*inputs[:3], kernel, inputs[3], causal, keep, inputs[4:])
+    refs = torch.autograd.grad((ref * g.double()).sum(), inputs)
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=2e-5, rtol=0)
+    tol = 4 * torch.finfo(torch.float32).eps / cpu_attention.REFINE  # as without the bias
+    for name, x, y in zip(["q", "k", "v", "h", "a", "b"], ours, refs):
+        np.testing.assert_allclose(x.double(), y, atol=tol * float(y.abs().max()), rtol=0, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "epanechnikov"])
+def test_pair_bias_rows_whose_weights_underflow_are_summed_in_log_space(kernel):
+    """A pair bias whose bound is far above its maximum: ``a_i = (100, 100)``, ``b_j = +-(1, -1)``
+    give ``<a_i, b_j> = 0`` but a bound of 200, so every weight ``exp(bias - bound)`` underflows.
+    Those rows are summed again in log space, forward and backward (the compact profile's too), and
+    give the result without the bias."""
+    q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=40, S=50, seed=9))
+    a = torch.full((40, 2), 100.0)
+    b = torch.tensor([[1.0, -1.0], [-1.0, 1.0]]).repeat(25, 1)
+    assert float(cpu_attention._pair_bound(a[None], b[None]).amin()) == 200.0
+    out = kernel_attention(q, k, v, kernel, bandwidth=1.5, pair_bias=(a, b))
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    ref = dense_reference(qd, kd, vd, kernel, 1.5)
+    refs = torch.autograd.grad(ref.square().sum(), (qd, kd, vd))
+    np.testing.assert_allclose(out.detach().double(), ref.detach(), atol=2e-5, rtol=0)
+    for x, y in zip(grads, refs):
+        np.testing.assert_allclose(x.double(), y, atol=1e-4 * float(y.abs().max()), rtol=0)
+
+
 @pytest.mark.parametrize("kernel", ["laplacian", "cauchy"])
 def test_gradients_of_gradients_through_the_pass(kernel):
-    """``create_graph=True`` through the pass: the second derivatives are those of the float64
-    reference. Before, the first backward also ran the pass's backward operator, which has no
-    derivative, so the second raised."""
+    """``create_graph=True`` through the pass (a pair bias included): the second derivatives are
+    those of the float64 reference. Before, the first backward also ran the pass's backward
+    operator, which has no derivative, so the second raised."""
     q, k, v = (t[:1, :1].requires_grad_(True) for t in qkv(torch.float32, L=20, S=24, seed=10))
-    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    a, b = (t[:1, :1, :20].requires_grad_(True) if t.dim() == 4 else t[:24].requires_grad_(True)
+            for t in pair_bias())
+    inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v, a, b)]
     results = []
-    for (q_, k_, v_), run in (((q, k, v), kernel_attention), (inputs, None)):
-        out = kernel_attention(q_, k_, v_, kernel, bandwidth=1.5) if run else dense_reference(q_, k_, v_, kernel, 1.5)
-        dq, = torch.autograd.grad(out.square().sum(), (q_,), create_graph=True)
-        results.append(torch.autograd.grad(dq.square().sum(), (q_, k_, v_)))
-    for name, x, y in zip(["q", "k", "v"], *results):
+    for (q_, k_, v_, a_, b_), run in (((q, k, v, a, b), kernel_attention), (inputs, None)):
+        out = (kernel_attention(q_, k_, v_, kernel, bandwidth=1.5, pair_bias=(a_, b_)) if run else
+               dense_reference(q_, k_, v_, kernel, 1.5, pair_bias=(a_, b_)))
+        dq, da = torch.autograd.grad(out.square().sum(), (q_, a_), create_graph=True)
+        results.append(torch.autograd.grad(dq.square().sum() + da.sum(), (q_, k_, v_, a_, b_)))
+    for name, x, y in zip(["q", "k", "v", "a", "b"], *results):
         np.testing.assert_allclose(x.double(), y, atol=1e-4 * float(y.abs().max()), rtol=0, err_msg=f"d{name}")
 
 
@@ -244,31 +302,34 @@ def test_a_pass_compiled_and_a_pass_loaded_from_disk_give_the_same_bits(tmp_path
         assert np.array_equal(compiled[name], loaded[name]), name
 
 
+@pytest.mark.parametrize("biased", [False, True], ids=["no pair bias", "pair bias"])
 @pytest.mark.parametrize("kernel", ["epanechnikov", "laplacian"])
 @pytest.mark.parametrize("batch_heads", [B * H, 1])
-def test_thread_counts_give_the_same_bits(kernel, batch_heads):
+def test_thread_counts_give_the_same_bits(kernel, batch_heads, biased):
     """Tasks (a batch-head and a query tile; a batch-head backward) are independent: 1, 2 and 5
-    threads give the same bits, the bandwidth's gradient too, with fewer batch-heads than threads
-    as well."""
+    threads give the same bits, the bandwidth's and a pair bias's gradients too, with fewer
+    batch-heads than threads as well."""
     q, k, v = qkv(torch.float32, L=70, S=90, seed=7)
+    a, b = pair_bias()
     keep = padding()
     if batch_heads == 1:
-        q, k, v, keep = q[:1, :1], k[:1, :1], v[:1, :1], keep[:1]
+        q, k, v, keep, a = q[:1, :1], k[:1, :1], v[:1, :1], keep[:1], a[:1, :1]
     g = torch.randn(q.shape[:-1] + (DV,), generator=torch.Generator().manual_seed(3))
-    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    q, k, v, a, b = (t.requires_grad_(True) for t in (q, k, v, a, b))
     h = torch.tensor([1.5, 1.2][:q.shape[1]]).view(-1, 1, 1).requires_grad_(True)
+    wrt, bias = ((q, k, v, h, a, b), (a, b)) if biased else ((q, k, v, h), None)
     before = torch.get_num_threads()
     results = []
     try:
         for threads in (1, 2, 5):
             torch.set_num_threads(threads)
-            out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=True)
-            results.append([out.detach()] + list(torch.autograd.grad((out * g).sum(), (q, k, v, h))))
+            out = kernel_attention(q, k, v, kernel, bandwidth=h, mask=keep, causal=True, pair_bias=bias)
+            results.append([out.detach()] + list(torch.autograd.grad((out * g).sum(), wrt)))
     finally:
         torch.set_num_threads(before)
     for other in results[1:]:
-        for name, a, b in zip(["out", "dq", "dk", "dv", "dh"], results[0], other):
-            assert torch.equal(a, b), name
+        for name, x, y in zip(["out", "dq", "dk", "dv", "dh", "da", "db"], results[0], other):
+            assert torch.equal(x, y), name
 
 
 def test_vector_math_rounds_within_its_stated_ulps():
@@ -396,7 +457,8 @@ def test_tile_loops_flush_subnormal_weights_and_gradient_terms():
     np.testing.assert_allclose(s[s > 0], exact[s > 0], rtol=1e-6)
     p = np.empty_like(u2)
     lse = np.array([np.log(1e4)], dtype=np.float32)  # scale exp(shift - lse) = 1e-4
-    cpu_attention._reweigh(code, u2, p, np.zeros(6, dtype=np.float32), kw, lse, np.float32(0.0), False)
+    cpu_attention._reweigh(code, u2, p, np.zeros(6, dtype=np.float32), kw, lse, np.float32(0.0), False,
+                           np.empty((1, 0), dtype=np.float32), np.zeros(1, dtype=np.float32))
     exact = np.exp(-u.astype(np.float64)) * 1e-4
     assert is_clean(p) and np.array_equal(p == 0, exact < tiny) and (p == 0).sum() == 3
     np.testing.assert_allclose(p[p > 0], exact[p > 0], rtol=1e-5)
@@ -404,9 +466,18 @@ def test_tile_loops_flush_subnormal_weights_and_gradient_terms():
     g = np.array([[1.0, 2e-9, 1.0, 1e-9, 1.0, 1e-7]], dtype=np.float32)
     exact = p.astype(np.float64) * g * -0.25  # G = P (g - delta) d log k / d u^2, delta 0, slope -1 / (2u)
     u2 = np.full((1, 6), 4.0, dtype=np.float32)
+    gb = np.empty_like(p)  # the pair bias's gradient P (g - delta), before g is overwritten
+    cpu_attention._pair_bias_gradient(p, g, np.zeros(1, dtype=np.float32), gb)
+    assert is_clean(gb) and gb[0, 1] == 0 and gb[0, 3] != 0
+    np.testing.assert_allclose(gb[gb != 0], -4 * exact[gb != 0], rtol=1e-6)
     cpu_attention._gradient(code, u2, p, g, np.zeros(1, dtype=np.float32))
     assert is_clean(g) and g[0, 1] == 0 and g[0, 3] != 0
     np.testing.assert_allclose(g[g != 0], exact[g != 0], rtol=1e-3)
+    w = np.array([[0.5, 0.5, 0.5, 0.0]], dtype=np.float32)  # times exp(bias - bound): 0.5 exp(-87) is subnormal
+    cpu_attention._add_pair_bias(w, np.array([[0.0, -87.0, -80.0, 0.0]], dtype=np.float32), np.zeros(1, np.float32),
+                                 np.zeros(1, np.float32), np.float32(0.0), False)
+    assert is_clean(w) and w[0, 0] == 0.5 and w[0, 1] == 0 and w[0, 3] == 0
+    np.testing.assert_allclose(w[0, 2], 0.5 * np.exp(-80.0), rtol=1e-6)
     np.testing.assert_array_equal(u2, g * np.float32(4.0))  # G u^2, for dc
 
 

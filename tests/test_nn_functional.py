@@ -216,6 +216,30 @@ def test_explain_attention_names_the_path_that_runs(case, monkeypatch):
     assert ran == ([plan.path, "streamed"] if "then streamed" in case else [plan.path])
 
 
+@pytest.mark.parametrize("kernel, dtype, options", [
+    ("gaussian", torch.float32, {}), ("softmax", torch.float32, {"causal": True}),
+    ("laplacian", torch.float64, {}), ("laplacian", torch.float32, {"window": 3}),
+    ("epanechnikov", torch.float32, {"top_k": 4}), ("cauchy", torch.float32, {"mask": "per-query"})],
+    ids=["gaussian", "softmax causal", "laplacian float64", "window", "top_k", "mask by query"])
+def test_pair_bias_off_the_compiled_pass_is_the_float_mask_it_stands_for(kernel, dtype, options):
+    """Where the compiled CPU pass does not take a call, ``pair_bias = (a, b)`` is the float mask
+    ``a @ b^T`` (added to a mask given too): the same path, output and gradients."""
+    q, k, v = qkv(dtype=dtype)
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(3, 7, 2, generator=g, dtype=dtype), torch.randn(9, 2, generator=g, dtype=dtype)
+    a, b = a.requires_grad_(True), b.requires_grad_(True)
+    mask = torch.rand(7, 9, generator=g) > 0.3 if options.pop("mask", None) else None
+    bias = a @ b.transpose(-1, -2)
+    folded = bias if mask is None else bias.masked_fill(~mask, -math.inf)
+    assert (explain_attention(q, k, v, kernel, mask=mask, pair_bias=(a, b), **options).path
+            == explain_attention(q, k, v, kernel, mask=folded, **options).path != "compiled CPU pass")
+    out = kernel_attention(q, k, v, kernel, mask=mask, pair_bias=(a, b), **options)
+    ref = kernel_attention(q, k, v, kernel, mask=folded, **options)
+    assert torch.equal(out, ref)
+    for x, y in zip(torch.autograd.grad(out.sum(), (a, b)), torch.autograd.grad(ref.sum(), (a, b))):
+        torch.testing.assert_close(x, y)
+
+
 def test_explain_attention_says_why_not():
     q, k, v = qkv(dv=8)
     plan = explain_attention(q, k, v, "laplacian", window=2)
@@ -425,6 +449,13 @@ def test_bad_input():
         kernel_attention(q, k, v, window=("gaussian", 2.0))
     with pytest.raises(ValueError, match="top_k"):
         kernel_attention(q, k, v, top_k=0)
+    a, b = torch.zeros(7, 2), torch.zeros(9, 2)
+    for bad, error in (((a,), TypeError), ([a, "b"], TypeError), ((a.long(), b), TypeError),
+                       ((a[:, :1], b), ValueError), ((a[:6], b), ValueError), ((a, b[:8]), ValueError),
+                       ((torch.zeros(5, 7, 2), b), ValueError), ((a, torch.full((9, 2), math.inf)), ValueError),
+                       ((torch.full((7, 2), math.nan), b), ValueError)):
+        with pytest.raises(error, match="pair_bias"):
+            kernel_attention(q, k, v, "laplacian", pair_bias=bad)
     for bad in (0.0, -1.0, math.inf):
         with pytest.raises(ValueError, match="ridge"):
             local_linear_attention(q, k, v, ridge=bad)

@@ -43,6 +43,12 @@ pass: see ``benchmarks/RESULTS.md`` (issue 27's section) for its ratios to SDPA.
   bounding box is skipped (``c * gap^2 > 1``, with a round-off margin), so a small bandwidth on
   data with locality costs less than dense attention. A key bias (padding masks, ``(..., 1, S)``)
   multiplies the weights.
+* **Pair bias** (``kernel_attention``'s ``pair_bias``, a low-rank float mask): each tile's
+  ``<a_i, b_j>`` comes from one more BLAS product of rank ``r`` and multiplies the weights by
+  ``exp(<a_i, b_j> - t_i)``, ``t_i`` a bound of row ``i``'s maximum (:func:`_pair_bound`), so they
+  stay at most 1; rows whose weights then all underflow (a loose bound) are summed in log space,
+  whatever the profile. Its gradient, ``B = P * (dO V^T - rowsum(dO * O))``: ``da += B b``,
+  ``db += B^T a``, two more products.
 * **Backward** (flash attention's recomputation): per batch-head, each tile's weights are formed
   again from the saved row log-sum-exp, ``P = k exp(b - lse)``, and with
   ``G = P * (dO V^T - rowsum(dO * O)) * (d log k / d u^2)``:
@@ -130,11 +136,13 @@ def _tile_loops(profile):
                 s[a, b] = w if x >= _0 and w >= _NORMAL else _0
 
     @_loop
-    def reweigh(u2, p, kb, kw, lse, shift, log_space):
+    def reweigh(u2, p, kb, kw, lse, shift, log_space, bt, btop):
         """``p`` = the weights over their row sums, ``k(u) kw_j exp(shift - lse)``, or for rows
-        summed in log space ``exp(log k(u) + kb_j - lse)``; 0 where excluded, the row is empty or
-        the weight is below float32's smallest normal number."""
+        summed in log space ``exp(log k(u) + kb_j + bt_ab - btop_a - lse)`` (``bt``: the tile's pair
+        log-weights and ``btop`` their row bounds, or ``(nq, 0)``: none); 0 where excluded, the row is
+        empty or the weight is below float32's smallest normal number."""
         nq, nk = u2.shape
+        biased = bt.shape[1] > 0
         for a in range(nq):
             top = lse[a]
             if top == -np.inf:
@@ -142,7 +150,8 @@ def _tile_loops(profile):
             elif log_space and top - shift < LOG_TINY:
                 for b in range(nk):
                     x = u2[a, b]
-                    w = vector_math.exp(np.float32(log_k(x if x > _0 else _0)) + kb[b] - top)
+                    lw = np.float32(log_k(x if x > _0 else _0)) + kb[b] - top
+                    w = vector_math.exp(lw + (bt[a, b] - btop[a]) if biased else lw)
                     p[a, b] = w if x >= _0 else _0
             else:
                 scale = math.exp(shift - top)
@@ -210,6 +219,31 @@ def _squared_distance(Q, K, i, j):
 
 
 @_loop
+def _add_pair_bias(w, bt, top, lse, shift, log_rows):
+    """``w`` (a tile's weights) multiplied by ``exp(bt - top_a)`` (``bt``: the tile's pair log-weights,
+    ``top``: their row bounds), 0 below float32's smallest normal number; rows summed in log space
+    (``log_rows`` and ``lse_a - shift < LOG_TINY``: their bias is inside their weights) left as they are."""
+    nq, nk = w.shape
+    for a in range(nq):
+        if log_rows and lse[a] - shift < LOG_TINY:
+            continue
+        for b in range(nk):
+            x = w[a, b] * vector_math.exp(bt[a, b] - top[a])
+            w[a, b] = x if x >= _NORMAL else _0
+
+
+@_loop
+def _pair_bias_gradient(p, g, delta, gb):
+    """``gb = P (g - delta)``: the gradient of the pair log-weights (``g``: ``dO V^T``), terms below
+    float32's smallest normal number flushed to 0."""
+    nq, nk = p.shape
+    for a in range(nq):
+        for b in range(nk):
+            x = p[a, b] * (g[a, b] - delta[a])
+            gb[a, b] = x if x >= _NORMAL or x <= -_NORMAL else _0
+
+
+@_loop
 def _add_key_gradient(dk, g_col, kt, gk, scale):
     """``dk += scale (colsum(G) K - G^T Q)`` for a key tile (``gk = G^T Q``)."""
     for b in range(dk.shape[0]):
@@ -229,11 +263,12 @@ def _skipped(qbox, kbox, n, t, jt, c, margin):
 
 
 @njit(inline="always")
-def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
+def _log_space_row(Q, K, V, n, i, hi, c, kb, PQ, PK, ptop, code, out, lse):
     """``out[n, i]`` and ``lse[n, i]`` over keys ``0 .. hi - 1`` summed in log space with the
-    running maximum, distances from differences: a row whose weights all underflow (loops, not
-    array expressions: numba compiles a costly error path for each broadcast)."""
-    d, dv = Q.shape[2], V.shape[2]
+    running maximum, distances from differences, the pair log-weights ``<PQ_i, PK_j> - ptop_i``
+    added: a row whose weights all underflow (loops, not array expressions: numba compiles a
+    costly error path for each broadcast)."""
+    d, dv, r = Q.shape[2], V.shape[2], PQ.shape[2]
     top, total = -np.inf, 0.0
     acc = np.zeros(dv)
     for j in range(hi):
@@ -242,6 +277,11 @@ def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
             t = Q[n, i, f] - K[n, j, f]
             d2 += t * t
         lw = _log_k(code, np.float32(c * d2)) + kb[j]
+        if r > 0:
+            bias = -ptop[n, i]
+            for f in range(r):
+                bias += PQ[n, i, f] * PK[n, j, f]
+            lw += bias
         if lw == -np.inf:
             continue
         scale = 1.0
@@ -254,7 +294,7 @@ def _log_space_row(Q, K, V, n, i, hi, c, kb, code, out, lse):
             acc[f] = acc[f] * scale + w * V[n, j, f]
     for f in range(dv):
         out[n, i, f] = acc[f] / total if total > 0.0 else 0.0
-    lse[n, i] = top + math.log(total) if total > 0.0 else -np.inf
+    lse[n, i] = top + math.log(total) + (ptop[n, i] if r > 0 else 0.0) if total > 0.0 else -np.inf
 
 
 @functools.cache
@@ -267,20 +307,23 @@ def passes(code):
     log_space = NAMES[code] in LOG_SPACE
 
     @njit(nogil=True, cache=True)
-    def forward(Q, K, V, qn, kn, C, kb, kw, shift, causal, qbox, kbox, margin, tq, tk, gemm_at, out, lse, first,
-                last):
+    def forward(Q, K, V, qn, kn, C, kb, kw, shift, PQ, PK, ptop, causal, qbox, kbox, margin, tq, tk, gemm_at, out, lse,
+                first, last):
         """Fill ``out`` ``(N, L, dv)`` and ``lse`` ``(N, L)`` (``-inf``: no key with weight).
 
         ``Q, K, V``: ``(N, L, d)``, ``(N, S, d)``, ``(N, S, dv)`` float32, C-contiguous, ``Q`` and ``K``
         centred alike; ``qn, kn``: their squared norms; ``C``: ``(N,)`` scales; ``kb``: ``(1 or N, S)``
         key log-weights (0, ``-inf`` for padding), ``shift`` their row maxima (0 where ``-inf``) and
-        ``kw = exp(kb - shift)``; ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
+        ``kw = exp(kb - shift)``; ``PQ, PK``: ``(N, L, r)``, ``(N, S, r)``, the pair log-weights
+        ``<PQ_i, PK_j>`` (``r = 0``: none), ``ptop`` ``(N, L)`` a bound of each row's (weights
+        ``exp(<PQ_i, PK_j> - ptop_i) <= 1``); ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
         for skipping (compact profiles; empty otherwise); ``first, last``: the range of tasks (a
         batch-head and a tile of ``tq`` queries, ``(N, L / tq)`` in C order) to fill."""
         N, L, d = Q.shape
         S, dv = K.shape[1], V.shape[2]
         n_qt = (L + tq - 1) // tq
         skip = qbox.shape[1] > 0
+        biased = PQ.shape[2] > 0
         for task in range(first, last):
             n, t = task // n_qt, task % n_qt
             i0 = t * tq
@@ -292,6 +335,7 @@ def passes(code):
             acc = np.zeros((nq, dv), dtype=np.float32)
             total = np.zeros((nq, 1), dtype=np.float32)
             cell, tile, ones = blas.cells(), np.empty((nq, tk), dtype=np.float32), np.ones((tk, 1), dtype=np.float32)
+            bias_tile = np.empty((nq, tk if biased else 0), dtype=np.float32)
             hi = min(S, i1) if causal else S
             for j0 in range(0, hi, tk):
                 j1 = min(hi, j0 + tk)
@@ -301,16 +345,21 @@ def passes(code):
                 blas.gemm(gemm_at, cell, qt, K[n, j0:j1], s, False, True, 1.0, 0.0)
                 _distances(s, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
                 _weigh(code, s, kw[row, j0:j1])
+                if biased:
+                    bt = bias_tile if j1 - j0 == tk else np.empty((nq, j1 - j0), dtype=np.float32)
+                    blas.gemm(gemm_at, cell, PQ[n, i0:i1], PK[n, j0:j1], bt, False, True, 1.0, 0.0)
+                    _add_pair_bias(s, bt, ptop[n, i0:i1], ptop[n, i0:i1], 0.0, False)
                 blas.gemm(gemm_at, cell, s, ones[:j1 - j0], total, False, False, 1.0, 1.0)
                 blas.gemm(gemm_at, cell, s, V[n, j0:j1], acc, False, False, 1.0, 1.0)
             for a in range(nq):
                 i = i0 + a
-                if log_space and total[a, 0] < TINY:
-                    _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], code, out, lse)
+                if (log_space or biased) and total[a, 0] < TINY:
+                    _log_space_row(Q, K, V, n, i, min(S, i + 1) if causal else S, c, kb[row], PQ, PK, ptop, code,
+                                   out, lse)
                 elif total[a, 0] > 0.0:
                     for f in range(dv):
                         out[n, i, f] = acc[a, f] / total[a, 0]
-                    lse[n, i] = math.log(total[a, 0]) + shift[row]
+                    lse[n, i] = math.log(total[a, 0]) + shift[row] + (ptop[n, i] if biased else 0.0)
                 else:
                     for f in range(dv):
                         out[n, i, f] = 0.0
@@ -318,21 +367,24 @@ def passes(code):
 
 
     @njit(nogil=True, cache=True)
-    def backward(Q, K, V, qn, kn, C, kb, kw, shift, causal, qbox, kbox, margin, tq, tk, gemm_at, dO, delta, lse,
-                 dQ, dK, dV, dC, first, last):
-        """Gradients of ``forward`` (same arguments, ``lse`` as it returned it) for the
-        output gradient ``dO`` with ``delta = rowsum(dO * out)``: fills ``dQ``, ``dK``, ``dV`` (zeroed)
-        and ``dC`` ``(N,)`` for the batch-heads ``first .. last - 1`` (each owns its ``dK``, ``dV``)."""
+    def backward(Q, K, V, qn, kn, C, kb, kw, shift, PQ, PK, ptop, causal, qbox, kbox, margin, tq, tk, gemm_at, dO,
+                 delta, lse, dQ, dK, dV, dC, dPQ, dPK, first, last):
+        """Gradients of ``forward`` (same arguments, ``lse`` as it returned it less ``ptop``) for the
+        output gradient ``dO`` with ``delta = rowsum(dO * out)``: fills ``dQ``, ``dK``, ``dV``, ``dPQ``,
+        ``dPK`` (zeroed) and ``dC`` ``(N,)`` for the batch-heads ``first .. last - 1`` (each owns its
+        ``dK``, ``dV``, ``dPK``)."""
         N, L, d = Q.shape
         S = K.shape[1]
         n_qt = (L + tq - 1) // tq
         skip = qbox.shape[1] > 0
+        biased = PQ.shape[2] > 0
         for n in range(first, last):
             c = C[n]
             row = n if kb.shape[0] > 1 else 0
             dc = 0.0
             cell = blas.cells()
             tiles = np.empty((3, tq, tk), dtype=np.float32)  # u^2 (then G u^2), P and G of a full tile
+            bias_tiles = np.empty((2, tq, tk if biased else 0), dtype=np.float32)  # pair log-weights, their gradient
             gk = np.empty((tk, d), dtype=np.float32)
             ones, g_col, dc_rows = (np.ones((max(tq, tk), 1), dtype=np.float32), np.empty((tk, 1), dtype=np.float32),
                                     np.empty((tq, 1), dtype=np.float32))
@@ -350,16 +402,28 @@ def passes(code):
                     if skip and _skipped(qbox, kbox, n, t, j0 // tk, c, margin):
                         continue
                     kt, vt = K[n, j0:j1], V[n, j0:j1]
+                    bt, gb = bias_tiles[0], bias_tiles[1]
                     if nq == tq and nk == tk:
                         u2, p, g = tiles[0], tiles[1], tiles[2]
                     else:  # a partial tile (fresh arrays: numba's reshape compiles a costly error path)
                         u2, p, g = (np.empty((nq, nk), dtype=np.float32), np.empty((nq, nk), dtype=np.float32),
                                     np.empty((nq, nk), dtype=np.float32))
+                        if biased:
+                            bt, gb = np.empty((nq, nk), dtype=np.float32), np.empty((nq, nk), dtype=np.float32)
                     blas.gemm(gemm_at, cell, qt, kt, u2, False, True, 1.0, 0.0)
                     _distances(u2, Q[n], K[n], qn[n, i0:i1], kn[n, j0:j1], i0, j0, c, causal)
-                    _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row], log_space)
+                    if biased:
+                        blas.gemm(gemm_at, cell, PQ[n, i0:i1], PK[n, j0:j1], bt, False, True, 1.0, 0.0)
+                    _reweigh(code, u2, p, kb[row, j0:j1], kw[row, j0:j1], lse[n, i0:i1], shift[row],
+                             log_space or biased, bt, ptop[n, i0:i1])
+                    if biased:
+                        _add_pair_bias(p, bt, ptop[n, i0:i1], lse[n, i0:i1], shift[row], True)
                     blas.gemm(gemm_at, cell, p, dot, dV[n, j0:j1], True, False, 1.0, 1.0)
                     blas.gemm(gemm_at, cell, dot, vt, g, False, True, 1.0, 0.0)  # dO V^T, then G in place
+                    if biased:
+                        _pair_bias_gradient(p, g, delta[n, i0:i1], gb)
+                        blas.gemm(gemm_at, cell, gb, PK[n, j0:j1], dPQ[n, i0:i1], False, False, 1.0, 1.0)
+                        blas.gemm(gemm_at, cell, gb, PQ[n, i0:i1], dPK[n, j0:j1], True, False, 1.0, 1.0)
                     _gradient(code, u2, p, g, delta[n, i0:i1])
                     blas.gemm(gemm_at, cell, g, ones[:nk], g_row, False, False, 1.0, 1.0)
                     blas.gemm(gemm_at, cell, g, ones[:nq], g_col[:nk], True, False, 1.0, 0.0)
@@ -377,14 +441,15 @@ def passes(code):
     return forward, backward
 
 
-def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
+def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias, pair_bias=None):
     """``kernel_attention`` of a profile in :data:`NAMES` through the compiled pass, differentiable
-    in ``q``, ``k``, ``v`` and ``c`` (custom operators: ``torch.compile`` traces them whole).
+    in ``q``, ``k``, ``v``, ``c`` and the pair bias (custom operators: ``torch.compile`` traces them whole).
 
     ``q, k, v``: ``(..., L, d)``, ``(..., S, d)``, ``(..., S, dv)`` float32 sharing their batch shape;
     ``c``: ``batch + (1, 1)`` (``1 / h^2``); ``key_bias``: None or key log-weights (``-inf``:
-    excluded) broadcasting to ``batch + (1, S)``, no gradient. Rows without a key of positive
-    weight give 0.
+    excluded) broadcasting to ``batch + (1, S)``, no gradient; ``pair_bias``: None or ``(a, b)``
+    broadcasting to ``batch + (L, r)``, ``batch + (S, r)``, the log-weight ``<a_i, b_j>`` added to each
+    pair. Rows without a key of positive weight give 0.
     """
     batch, L, S, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
     N = math.prod(batch)
@@ -393,7 +458,12 @@ def cpu_kernel_attention(kernel, q, k, v, c, causal, key_bias):
         key_bias = q.new_zeros(1, S)
     else:
         key_bias = key_bias.to(q.dtype).expand(batch + (1, S)).reshape(N, S)
-    out, _ = _attention(flat(q), flat(k), flat(v), c.expand(batch + (1, 1)).reshape(N), key_bias,
+    if pair_bias is None:
+        a, b = q.new_zeros(N, L, 0), q.new_zeros(N, S, 0)
+    else:
+        r = pair_bias[0].shape[-1]
+        a, b = (flat(t.to(q.dtype).expand(batch + (n, r))) for t, n in zip(pair_bias, (L, S)))
+    out, _ = _attention(flat(q), flat(k), flat(v), c.expand(batch + (1, 1)).reshape(N), key_bias, a, b,
                         NAMES.index(kernel), bool(causal))
     return out.reshape(batch + (L, dv))
 
@@ -423,15 +493,28 @@ def _boxes(t, tile):
     return torch.stack([padded.nan_to_num(math.inf).amin(2), padded.nan_to_num(-math.inf).amax(2)], 2).contiguous()
 
 
-def _arguments(q, k, v, c, key_bias, code, tiles=None):
+def _pair_bound(a, b):
+    """``(N, L)``: a bound of ``max_j <a_i, b_j>`` for each row (``a``: ``(N, L, r)``, ``b``:
+    ``(N, S, r)``), ``sum_f max(a_if max_j b_jf, a_if min_j b_jf)``; the maximum itself where each
+    of ``a_i``'s terms peaks at the same key (a one-hot ``b``: Li-Racine mismatches)."""
+    if a.shape[-1] == 0 or b.shape[-2] == 0:
+        return a.new_zeros(a.shape[:2])
+    return torch.maximum(a * b.amax(1, keepdim=True), a * b.amin(1, keepdim=True)).sum(-1)
+
+
+def _arguments(q, k, v, c, key_bias, code, tiles=None, a=None, b=None):
     """The compiled passes' arguments as NumPy views: ``q, k`` centred on the keys' mean (no
     distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the
-    bounding boxes of the tiles (``tiles``: queries and keys a tile, ``(TILE_Q, TILE_K)`` unless
+    pair bias's factors ``a, b`` (``(N, L, r)``, ``(N, S, r)``; None: ``r = 0``) and its rows' bounds
+    (:func:`_pair_bound`), the bounding boxes of the tiles (``tiles``: queries and keys a tile,
+    ``(TILE_Q, TILE_K)`` unless
     given; compact profiles only, empty otherwise) and the round-off margin of the skip test.
     ``code`` -1: a kernel of inner products (:mod:`localkit.fused.cpu_local_linear`), no boxes."""
     name = NAMES[code] if code >= 0 else None
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
-    q, k, v, C, kb = map(contiguous, (q, k, v, c, key_bias))
+    if a is None:
+        a, b = q.new_zeros(q.shape[:2] + (0,)), q.new_zeros(k.shape[:2] + (0,))
+    q, k, v, C, kb, a, b = map(contiguous, (q, k, v, c, key_bias, a, b))
     centre = k.mean(1, keepdim=True)
     q, k = (q - centre).contiguous(), (k - centre).contiguous()
     qn, kn = q.square().sum(-1), k.square().sum(-1)
@@ -447,16 +530,17 @@ def _arguments(q, k, v, c, key_bias, code, tiles=None):
     else:
         qbox = kbox = torch.empty(q.shape[0], 0, 2, q.shape[-1])
         margin = 0.0
-    arrays = (q, k, v, qn, kn, C, kb, kw, shift)
+    arrays = (q, k, v, qn, kn, C, kb, kw, shift, a, b, _pair_bound(a, b))
     return tuple(t.numpy() for t in arrays), (qbox.numpy(), kbox.numpy(), margin)
 
 
 @torch.library.custom_op("localkit::profile_attention", mutates_args=())
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, key_bias: torch.Tensor,
-               code: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` of the compiled forward pass on ``(N, L, d)`` tensors (``lse``: the pass's
-    own row log-sum-exp, for the backward pass)."""
-    arrays, skip = _arguments(q, k, v, c, key_bias, code)
+               a: torch.Tensor, b: torch.Tensor, code: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` of the compiled forward pass on ``(N, L, d)`` tensors, the pair bias
+    ``<a_i, b_j>`` (``(N, L, r)``, ``(N, S, r)``; ``r = 0``: none) added (``lse``: the pass's own row
+    log-sum-exp, for the backward pass)."""
+    arrays, skip = _arguments(q, k, v, c, key_bias, code, a=a, b=b)
     N, L, dv = q.shape[0], q.shape[1], v.shape[-1]
     out, lse = torch.empty(N, L, dv), torch.empty(N, L)
     _run_tasks(passes(code)[0], N * -(-L // TILE_Q), *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(),
@@ -465,33 +549,37 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tenso
 
 
 @_attention.register_fake
-def _(q, k, v, c, key_bias, code, causal):
+def _(q, k, v, c, key_bias, a, b, code, causal):
     return q.new_empty(q.shape[:-1] + v.shape[-1:]), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @torch.library.custom_op("localkit::profile_attention_backward", mutates_args=())
 def _attention_backward(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-                        v: torch.Tensor, c: torch.Tensor, key_bias: torch.Tensor, code: int,
-                        causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv, dc)`` of :func:`_attention` for the output gradient ``dout``."""
-    arrays, skip = _arguments(q, k, v, c, key_bias, code)
+                        v: torch.Tensor, c: torch.Tensor, key_bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                        code: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                         torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv, dc, da, db)`` of :func:`_attention` for the output gradient ``dout``."""
+    arrays, skip = _arguments(q, k, v, c, key_bias, code, a=a, b=b)
     dO = dout.to(torch.float32).contiguous()
     delta = (dO * out.to(torch.float32)).sum(-1)
-    dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float32) for t in (q, k, v))
+    grads = [torch.zeros(t.shape, dtype=torch.float32) for t in (q, k, v)]
     dc = torch.zeros(q.shape[0])
-    _run_tasks(passes(code)[1], q.shape[0], *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), dO.numpy(), delta.numpy(),
-         lse.contiguous().numpy(), dq.numpy(), dk.numpy(), dv.numpy(), dc.numpy())
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dc.to(c.dtype)
+    da, db = (torch.zeros(t.shape, dtype=torch.float32) for t in (a, b))
+    # the pass reweighs from the log-sum-exp less each row's bound of the pair bias (0 without one)
+    lse = (lse - torch.from_numpy(arrays[-1]) if a.shape[-1] else lse).contiguous()
+    _run_tasks(passes(code)[1], q.shape[0], *arrays, causal, *skip, TILE_Q, TILE_K, blas.sgemm_address(), dO.numpy(),
+               delta.numpy(), lse.numpy(), *(t.numpy() for t in grads), dc.numpy(), da.numpy(), db.numpy())
+    return (*(t.to(s.dtype) for t, s in zip(grads + [dc, da, db], (q, k, v, c, a, b))),)
 
 
 @_attention_backward.register_fake
-def _(dout, out, lse, q, k, v, c, key_bias, code, causal):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), c.new_empty(c.shape)
+def _(dout, out, lse, q, k, v, c, key_bias, a, b, code, causal):
+    return tuple(t.new_empty(t.shape) for t in (q, k, v, c, a, b))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, c, key_bias, code, causal = inputs
-    ctx.save_for_backward(q, k, v, c, key_bias, *output)
+    q, k, v, c, key_bias, a, b, code, causal = inputs
+    ctx.save_for_backward(q, k, v, c, key_bias, a, b, *output)
     ctx.code, ctx.causal = code, causal
     # no output gradient (create_graph=True through kernel_attention, whose twice-differentiable
     # wrapper passes none here): no call of the backward operator, which has no derivative itself
@@ -500,10 +588,10 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, _):
     if dout is None:
-        return (None,) * 7
-    q, k, v, c, key_bias, out, lse = ctx.saved_tensors
-    dq, dk, dv, dc = _attention_backward(dout, out, lse, q, k, v, c, key_bias, ctx.code, ctx.causal)
-    return dq, dk, dv, dc, None, None, None
+        return (None,) * 9
+    q, k, v, c, key_bias, a, b, out, lse = ctx.saved_tensors
+    dq, dk, dv, dc, da, db = _attention_backward(dout, out, lse, q, k, v, c, key_bias, a, b, ctx.code, ctx.causal)
+    return dq, dk, dv, dc, None, da, db, None, None
 
 
 _attention.register_autograd(_backward, setup_context=_setup_context)

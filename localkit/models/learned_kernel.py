@@ -567,7 +567,10 @@ _DOC_PARAMS = """
         bound to the engine as the product with an Aitchison-Aitken kernel per column of two
         levels or more (``lam_l = r_l (c_l - 1) / (1 + r_l (c_l - 1))``, ``c_l`` levels). A level
         unseen at fit differs from every row alike, so that column then leaves the weights as
-        they are.
+        they are. Training takes the factors as a pair bias of
+        :func:`localkit.nn.kernel_attention` (``r^[mismatch]`` from one-hot codes), so on the CPU
+        the profiles of its compiled pass (all but the Gaussian) train without forming a
+        batch's ``(L, S)`` weights.
     n_ensembles : int or "auto", default="auto"
         Members trained from different seeds; the prediction is the mean of their local means.
         "auto": 3 members up to 10,000 training rows, 2 beyond (an epoch costs about

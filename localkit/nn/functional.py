@@ -199,6 +199,46 @@ def _check_mask(mask, q, S):
     return mask
 
 
+def _check_pair_bias(pair_bias, q, k):
+    """``pair_bias`` checked: None, or ``(a, b)``, float tensors of shapes ``(..., L, r)`` and
+    ``(..., S, r)`` broadcasting to the batch of ``q`` and ``k``, finite."""
+    if pair_bias is None:
+        return None
+    if not (isinstance(pair_bias, (tuple, list)) and len(pair_bias) == 2
+            and all(isinstance(t, torch.Tensor) for t in pair_bias)):
+        raise TypeError(f"pair_bias must be None or a pair (a, b) of tensors, got {type(pair_bias).__name__}")
+    a, b = pair_bias
+    if not (torch.is_floating_point(a) and torch.is_floating_point(b)):
+        raise TypeError(f"pair_bias's tensors must be floating point, got {a.dtype} and {b.dtype}")
+    L, S = q.shape[-2], k.shape[-2]
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-2] != L or b.shape[-2] != S or a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"pair_bias must be (a, b) of shapes (..., L={L}, r) and (..., S={S}, r), got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    try:
+        fits = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2], batch) == batch
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"pair_bias's batch shapes {tuple(a.shape[:-2])} and {tuple(b.shape[:-2])} must "
+                         f"broadcast to the batch shape of q and k, {tuple(batch)}")
+    if eager() and not bool(torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise ValueError("pair_bias holds NaN or inf: its log-weights <a_i, b_j> must be finite")
+    return a, b
+
+
+def _with_pair_bias(mask, pair_bias):
+    """``mask`` with the pair bias ``<a_i, b_j>`` added, as an ``(..., L, S)`` float mask (a bool
+    mask's False as ``-inf``)."""
+    a, b = pair_bias
+    bias = a @ b.transpose(-1, -2)
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, -math.inf)
+    return bias + mask
+
+
 def _scale(kernel, h, q, k):
     """The kernel's scale ``c`` (``1/h`` for the softmax, ``1/h^2`` otherwise) and whether it was capped.
 
@@ -353,7 +393,7 @@ def attention_weights(q, k, kernel="softmax", bandwidth=None, mask=None, causal=
 
 
 def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None,
-                     top_k=None, dropout_p=0.0):
+                     top_k=None, dropout_p=0.0, pair_bias=None):
     """Attention as a local mean: ``out_i = sum_j K(q_i, k_j) v_j / sum_l K(q_i, k_l)``.
 
     Parameters
@@ -388,6 +428,14 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
         ``<q, k>`` for the softmax, smallest ``|q - k|`` for the profiles; ties are kept).
     dropout_p : float, default=0.0
         Dropout on the weights (training only; pass 0 at evaluation).
+    pair_bias : (a, b) of tensors (..., L, r) and (..., S, r), optional
+        A low-rank float mask: ``<a_i, b_j>`` is added to the log-weight of each pair (the weight
+        multiplied by ``exp(<a_i, b_j>)``), differentiable in ``a`` and ``b``. With one-hot codes it
+        is a product with a kernel on categories: ``a_i = -log r`` at query ``i``'s level, ``b_j``
+        the one-hot of key ``j``'s and a constant column give ``r^[levels differ]`` (Li and
+        Racine's). The compiled CPU pass adds it tile by tile (one more product of rank ``r``), so
+        no ``(L, S)`` array is formed, and its gradient flows without forming the weights; every
+        other path takes ``a @ b^T`` as a float mask.
 
     Returns
     -------
@@ -441,17 +489,19 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
     >>> kernel_attention(q, k, v, "uniform", bandwidth=1.5).squeeze(-1)  # neighbours within 1.5
     tensor([0.5000, 0.5000, 2.0000])
     """
-    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p)
+    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p, pair_bias)
     kernel, c, mask, causal, window, top_k = call.kernel, call.c, call.mask, call.causal, call.window, call.top_k
+    a, b = call.pair_bias or (None, None)
     out = _attention(call)
     if not (eager() and torch.is_grad_enabled()
-            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c, mask))):
+            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, c, mask, a, b))):
         return out
     if dropout_p > 0 and inner_product(kernel) and q.device.type == "cpu":
         return out  # SDPA's dropout path on the CPU (its math kernel) is differentiable twice itself
 
-    def reference(q, k, v, c, mask):
+    def reference(q, k, v, c, mask, a, b):
         """The same local mean from differentiable operations only, the weights formed."""
+        mask = mask if a is None else _with_pair_bias(mask, (a, b))
         if dropout_p > 0:
             raise RuntimeError("kernel_attention: gradients of gradients (create_graph=True) with dropout_p > 0 are "
                                "supported only for kernel='softmax' or 'gaussian' on the CPU (the dropout draws of "
@@ -462,7 +512,7 @@ def kernel_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causa
         return weights @ v
 
     c = c if isinstance(c, torch.Tensor) else torch.tensor(c, dtype=compute_dtype(q.dtype), device=q.device)
-    return _TwiceDifferentiable.apply(reference, out, q, k, v, c, mask)
+    return _TwiceDifferentiable.apply(reference, out, q, k, v, c, mask, a, b)
 
 
 class _TwiceDifferentiable(torch.autograd.Function):
@@ -499,9 +549,10 @@ class _Call:
     on; ``shrink`` (:func:`_logit_shrink`, which reads ``q`` and ``k``) is computed only when a path
     asks for it, so that a call taken by the CPU flash kernel does not pay for it."""
 
-    def __init__(self, q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p):
+    def __init__(self, q, k, v, kernel, c, capped, mask, causal, window, top_k, dropout_p, pair_bias=None):
         self.q, self.k, self.v, self.kernel, self.c, self.capped = q, k, v, kernel, c, capped
         self.mask, self.causal, self.window, self.top_k, self.dropout_p = mask, causal, window, top_k, dropout_p
+        self.pair_bias = pair_bias
         self.dense = _dense_path(mask, dropout_p)
         self.inner = inner_product(kernel)
         self._shrink = None
@@ -584,7 +635,8 @@ def _compiled(a):
     from ..fused.cpu_attention import cpu_kernel_attention
 
     q, k, v, c = _to_compute(a.q, a.k, a.v, a.c)
-    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, _key_log_weights(a.mask, q.dtype)).to(a.q.dtype)
+    pair = None if a.pair_bias is None else tuple(t.to(q.dtype) for t in a.pair_bias)
+    return cpu_kernel_attention(a.kernel, q, k, v, c, a.causal, _key_log_weights(a.mask, q.dtype), pair).to(a.q.dtype)
 
 
 def _key_log_weights(mask, dtype):
@@ -624,6 +676,14 @@ class _Path(NamedTuple):
     hands_over: bool = False
 
 
+#: The compiled CPU pass's conditions: a call with a ``pair_bias`` that it refuses takes ``a @ b^T``
+#: as a float mask on the other paths
+_COMPILED = (_NOT_DENSE, _NO_TOP_K,
+             (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 (float64 streams: the reference)"),
+             (_compiled_profile, "needs a built-in profile that is not a softmax of inner products (a profile given "
+                                 "as a callable has no compiled form: it streams)"),
+             (lambda a: a.window is None, "a window takes the banded path"),
+             (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the pass takes key masks)"))
 #: The paths of :func:`kernel_attention` in the order tried; the streamed one takes every call.
 PATHS = (
     _Path("dense SDPA", "the (L, S) weights through scaled_dot_product_attention (its dropout, a mask's gradient)",
@@ -638,14 +698,8 @@ PATHS = (
     _Path("FlexAttention", "FlexAttention (localkit.fused.flex), compiled once",
           (*_CUDA, (lambda a: not _TRITON[0](a), "our Triton kernel takes it")), _flex, hands_over=True),
     _Path("compiled CPU pass", "tiles of queries and keys in one compiled pass (localkit.fused.cpu_attention), "
-          "forward and backward; compact profiles skip key tiles outside every query's support",
-          (_NOT_DENSE, _NO_TOP_K, (_compiled_fits, "needs CPU tensors in float32, bfloat16 or float16 (float64 "
-                                   "streams: the reference)"),
-           (_compiled_profile, "needs a built-in profile that is not a softmax of inner products (a profile given "
-                               "as a callable has no compiled form: it streams)"),
-           (lambda a: a.window is None, "a window takes the banded path"),
-           (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the pass takes key masks)")),
-          _compiled),
+          "forward and backward, a pair bias added tile by tile; compact profiles skip key tiles outside every "
+          "query's support", _COMPILED, _compiled),
     _Path("banded", "each block of queries against the band of keys around it, one batched product",
           (_NOT_DENSE, _NO_TOP_K, (lambda a: a.window is not None, "no window"),
            (lambda a: a.mask is None or a.mask.shape[-2] == 1, "the mask varies by query (the band takes key masks)"),
@@ -660,13 +714,19 @@ def _refusal(conditions, call):
     return next((why for holds, why in conditions if not holds(call)), None)
 
 
-def _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p):
-    """The :class:`_Call` of :func:`kernel_attention`'s arguments, checked."""
+def _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p, pair_bias=None):
+    """The :class:`_Call` of :func:`kernel_attention`'s arguments, checked; a ``pair_bias`` that the
+    compiled CPU pass does not take folded into ``mask``."""
     _check_dropout(dropout_p)
     kernel, c, capped, mask, window, top_k = _prepare(q, k, v, kernel, bandwidth, mask, window, top_k)
+    pair_bias = _check_pair_bias(pair_bias, q, k)
     if top_k is not None and top_k >= k.shape[-2]:  # keeps every key
         top_k = None
-    return _Call(q, k, v, kernel, c, capped, mask, bool(causal), window, top_k, dropout_p)
+    call = _Call(q, k, v, kernel, c, capped, mask, bool(causal), window, top_k, dropout_p, pair_bias)
+    if pair_bias is not None and _refusal(_COMPILED, call) is not None:
+        call = _Call(q, k, v, kernel, c, capped, _with_pair_bias(mask, pair_bias), bool(causal), window, top_k,
+                     dropout_p)
+    return call
 
 
 def _attention(call):
@@ -696,7 +756,7 @@ class AttentionPlan(Plan):
 
 
 def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, causal=False, window=None, top_k=None,
-                      dropout_p=0.0):
+                      dropout_p=0.0, pair_bias=None):
     """Which path :func:`kernel_attention` takes for these arguments, and why each other one is
     not taken: an :class:`AttentionPlan` (``.path``, ``.reasons``; ``str`` is a table).
 
@@ -707,7 +767,7 @@ def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, caus
 
     Parameters
     ----------
-    q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p
+    q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p, pair_bias
         As in :func:`kernel_attention`; nothing is computed.
 
     Returns
@@ -726,7 +786,7 @@ def explain_attention(q, k, v, kernel="softmax", bandwidth=None, mask=None, caus
     >>> explain_attention(q, k, v, "gaussian", causal=True).path
     'CPU flash kernel'
     """
-    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p)
+    call = _checked_call(q, k, v, kernel, bandwidth, mask, causal, window, top_k, dropout_p, pair_bias)
     taken, last, reasons = None, None, {}
     for path in PATHS:
         why = _refusal(path.conditions, call)
@@ -908,8 +968,9 @@ class _GaussianAttention(torch.autograd.Function):
         cf = (torch.tensor(ctx.c) if c is None else c).to(torch.float32).expand(batch + (1, 1)).reshape(N)
         q32 = flat(q).to(torch.float32)
         lse = lse.reshape(N, L) - 0.5 * cf[:, None] * q32.square().sum(-1)
-        dq, dk, dv, dc = _attention_backward(flat(dout), flat(out), lse, q32, flat(k), flat(v), cf,
-                                             q32.new_zeros(1, S), NAMES.index("gaussian"), ctx.is_causal)
+        dq, dk, dv, dc, _, _ = _attention_backward(flat(dout), flat(out), lse, q32, flat(k), flat(v), cf,
+                                                   q32.new_zeros(1, S), q32.new_zeros(N, L, 0), q32.new_zeros(N, S, 0),
+                                                   NAMES.index("gaussian"), ctx.is_causal)
         grad = lambda g, t: g.reshape(batch + g.shape[-2:]).sum_to_size(t.shape).to(t.dtype)
         dc = grad(dc.reshape(batch + (1, 1)), c) if ctx.needs_input_grad[3] else None
         return grad(dq, q), grad(dk, k), grad(dv, v), dc, None

@@ -104,15 +104,25 @@ def local_mean(zq, zc, values, log_h, kernel, same=None, factors=None):
     through :func:`localkit.nn.kernel_attention`. ``same[i, j]`` (candidate ``j`` is query ``i``)
     leaves a query's own row out; with ``factors = (cq, cc, log_r)`` (the codes of queries and
     candidates, the log Li-Racine factors) a weight is multiplied by ``r_l`` for each column ``l``
-    where the levels differ. Without either, no ``(L, S)`` array is formed: the fused pass of
-    ``kernel_attention`` (forward and backward over tiles) runs."""
-    mask = None if same is None else ~same
-    if factors is not None:
-        cq, cc, log_r = factors
-        bias = sum((cq[:, col, None] != cc[None, :, col]).to(zq.dtype) * log_r[col] for col in range(len(log_r)))
-        mask = bias if mask is None else bias.masked_fill(~mask, -math.inf)
+    where the levels differ (:func:`mismatch_bias`). Without ``same``, no ``(L, S)`` array is formed
+    for the profiles of the compiled CPU pass: it runs forward and backward over tiles, the
+    factors added tile by tile."""
     return kernel_attention(zq[None], zc[None], values[None], kernel, bandwidth=torch.exp(log_h),
-                            mask=None if mask is None else mask[None])[0]
+                            mask=None if same is None else ~same[None],
+                            pair_bias=None if factors is None else mismatch_bias(*factors))[0]
+
+
+def mismatch_bias(cq, cc, log_r):
+    """The Li-Racine factors as a pair bias of :func:`localkit.nn.kernel_attention`: ``(a, b)`` with
+    ``<a_i, b_j> = sum_l log r_l [cq_il != cc_jl]`` = ``sum_l log r_l - sum_l log r_l [cq_il = cc_jl]``:
+    ``b_j`` the one-hot codes of candidate ``j`` and a 1, ``a_i`` ``-log r_l`` at query ``i``'s level of
+    each column ``l`` and ``sum_l log r_l``."""
+    sizes = (torch.maximum(cq.amax(0), cc.amax(0)) + 1).tolist()
+    one_hot = lambda codes, col: nn.functional.one_hot(codes[:, col], sizes[col]).to(log_r.dtype)
+    a = torch.cat([one_hot(cq, col) * -log_r[col] for col in range(len(sizes))]
+                  + [log_r.sum().expand(len(cq), 1)], dim=1)
+    b = torch.cat([one_hot(cc, col) for col in range(len(sizes))] + [log_r.new_ones(len(cc), 1)], dim=1)
+    return a, b
 
 
 def local_mean_loss(zq, zc, values, targets, kind, log_h, kernel, same=None, factors=None, slope=None):
