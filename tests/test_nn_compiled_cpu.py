@@ -194,17 +194,21 @@ def test_compact_support_skips_far_tiles_and_keeps_the_result(kernel):
     np.testing.assert_allclose(out.double(), ref, atol=2e-5, rtol=0)
 
 
-def test_compiles_whole_forward_and_backward():
+@pytest.mark.parametrize("biased", [False, True], ids=["no pair bias", "pair bias"])
+def test_compiles_whole_forward_and_backward(biased):
     """The pass is a pair of custom operators: ``torch.compile(fullgraph=True)`` traces them."""
     q, k, v = (t.requires_grad_(True) for t in qkv(torch.float32, L=20, S=24, seed=5))
+    a, b = (t.requires_grad_(True) for t in pair_bias(L=20, S=24))
     keep = torch.ones(B, 1, 1, 24, dtype=torch.bool)
     keep[..., :3] = False
-    f = lambda q, k, v: kernel_attention(q, k, v, "laplacian", bandwidth=1.5, mask=keep, causal=True)
+    wrt = (q, k, v, a, b) if biased else (q, k, v)
+    f = lambda q, k, v, *ab: kernel_attention(q, k, v, "laplacian", bandwidth=1.5, mask=keep, causal=True,
+                                              pair_bias=ab or None)
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
-    out = compiled(q, k, v)
-    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
-    eager = f(q, k, v)
-    refs = torch.autograd.grad(eager.square().sum(), (q, k, v))
+    out = compiled(*wrt)
+    grads = torch.autograd.grad(out.square().sum(), wrt)
+    eager = f(*wrt)
+    refs = torch.autograd.grad(eager.square().sum(), wrt)
     np.testing.assert_allclose(out.detach(), eager.detach(), atol=1e-6)
     for a, b in zip(grads, refs):
         np.testing.assert_allclose(a, b, atol=1e-6)
