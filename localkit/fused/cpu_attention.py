@@ -315,8 +315,8 @@ def passes(code):
         centred alike; ``qn, kn``: their squared norms; ``C``: ``(N,)`` scales; ``kb``: ``(1 or N, S)``
         key log-weights (0, ``-inf`` for padding), ``shift`` their row maxima (0 where ``-inf``) and
         ``kw = exp(kb - shift)``; ``PQ, PK``: ``(N, L, r)``, ``(N, S, r)``, the pair log-weights
-        ``<PQ_i, PK_j>`` (``r = 0``: none), ``ptop`` ``(N, L)`` a bound of each row's (weights
-        ``exp(<PQ_i, PK_j> - ptop_i) <= 1``); ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
+        ``<PQ_i, PK_j>`` (``r = 0``: none), ``ptop`` ``(N, L)`` a bound of each row's maximum (the
+        weights' factors ``exp(<PQ_i, PK_j> - ptop_i) <= 1``); ``qbox, kbox``: ``(N, tiles, 2, d)`` bounding boxes
         for skipping (compact profiles; empty otherwise); ``first, last``: the range of tasks (a
         batch-head and a tile of ``tq`` queries, ``(N, L / tq)`` in C order) to fill."""
         N, L, d = Q.shape
@@ -507,8 +507,8 @@ def _arguments(q, k, v, c, key_bias, code, tiles=None, a=None, b=None):
     distance changes), their squared norms, the key weights ``exp(b - max b)`` and ``max b``, the
     pair bias's factors ``a, b`` (``(N, L, r)``, ``(N, S, r)``; None: ``r = 0``) and its rows' bounds
     (:func:`_pair_bound`), the bounding boxes of the tiles (``tiles``: queries and keys a tile,
-    ``(TILE_Q, TILE_K)`` unless
-    given; compact profiles only, empty otherwise) and the round-off margin of the skip test.
+    ``(TILE_Q, TILE_K)`` unless given; compact profiles only, empty otherwise) and the round-off
+    margin of the skip test.
     ``code`` -1: a kernel of inner products (:mod:`localkit.fused.cpu_local_linear`), no boxes."""
     name = NAMES[code] if code >= 0 else None
     contiguous = lambda t: t.detach().to(torch.float32).contiguous()
