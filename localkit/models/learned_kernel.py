@@ -496,8 +496,9 @@ _DOC_PARAMS = """
         per unit of ``x_j``); training moves the frequencies only slowly from there. One member on
         the benchmark's diamonds folds (seed 0, one thread): test RMSE 538.1 at ModernNCA's 0.05
         (mean of 3 folds), 525.5 at 0.2 and 523.0 at 0.5; but at 0.5 ``mlc_churn``'s ROC-AUC fell
-        from 0.9265 to 0.9186, where at 0.2 it held (0.9264), as did ``Ecdat::Wages``' RMSE
-        (0.2789, 0.2793) and ``Ecdat::Computers``' (147.1, 146.5).
+        from 0.9265 to 0.9186, where at 0.2 it held (0.9265), as did ``Ecdat::HI``'s (0.8823,
+        0.8824) and the RMSEs of ``AER::CPS1988`` (0.5180, 0.5181), ``Ecdat::Wages`` (0.2789,
+        0.2793) and ``Ecdat::Computers`` (147.1, 146.5).
     d_embedding : int, default=32
         The dimension of each numeric column's embedding.
     n_blocks : int, default=1
